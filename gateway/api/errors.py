@@ -1,0 +1,123 @@
+"""OpenAI-shaped errors: `{"error": {"message", "type", "param", "code"}}`."""
+
+from __future__ import annotations
+
+import math
+
+import orjson
+from starlette.responses import Response
+
+
+class APIError(Exception):
+    """An error the client sees, with its HTTP status and OpenAI error body."""
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        type: str = "invalid_request_error",
+        param: str | None = None,
+        code: str | None = None,
+        retry_after_s: float | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.type = type
+        self.param = param
+        self.code = code
+        self.retry_after_s = retry_after_s
+        self.headers = headers or {}
+
+    def body(self) -> dict[str, object]:
+        """The JSON body, also used as the payload of a terminal SSE error event."""
+        return {
+            "error": {
+                "message": self.message,
+                "type": self.type,
+                "param": self.param,
+                "code": self.code,
+            }
+        }
+
+    def response(self) -> Response:
+        headers = dict(self.headers)
+        if self.retry_after_s is not None:
+            # Retry-After takes whole seconds; round up so a client never comes back early.
+            headers["retry-after"] = str(max(1, math.ceil(self.retry_after_s)))
+        return Response(
+            orjson.dumps(self.body()),
+            status_code=self.status,
+            headers=headers,
+            media_type="application/json",
+        )
+
+
+def bad_request(message: str, param: str | None = None) -> APIError:
+    return APIError(400, message, param=param, code="invalid_value" if param else None)
+
+
+def invalid_api_key() -> APIError:
+    return APIError(
+        401,
+        "Incorrect API key provided. Pass it as `Authorization: Bearer KEY`.",
+        type="invalid_request_error",
+        code="invalid_api_key",
+    )
+
+
+def model_not_found(model: str) -> APIError:
+    return APIError(
+        404,
+        f"The model `{model}` does not exist.",
+        param="model",
+        code="model_not_found",
+    )
+
+
+def model_not_allowed(model: str) -> APIError:
+    return APIError(
+        403,
+        f"Your API key is not allowed to use the model `{model}`.",
+        type="permission_error",
+        param="model",
+        code="model_not_allowed",
+    )
+
+
+def body_too_large(limit: int) -> APIError:
+    return APIError(
+        413,
+        f"Request body is larger than the limit of {limit} bytes.",
+        code="request_too_large",
+    )
+
+
+def no_replica(model: str, retry_after_s: float = 1.0) -> APIError:
+    return APIError(
+        503,
+        f"No healthy replica of `{model}` can take the request right now.",
+        type="server_error",
+        code="no_replica_available",
+        retry_after_s=retry_after_s,
+    )
+
+
+def upstream_failed(model: str, detail: str) -> APIError:
+    return APIError(
+        502,
+        f"The backend for `{model}` failed: {detail}",
+        type="server_error",
+        code="upstream_error",
+    )
+
+
+def upstream_timeout(model: str) -> APIError:
+    return APIError(
+        504,
+        f"The backend for `{model}` did not answer in time.",
+        type="server_error",
+        code="timeout",
+    )

@@ -1,0 +1,121 @@
+"""OpenAI response bodies and SSE chunks for chat and text completions."""
+
+from __future__ import annotations
+
+import secrets
+import time
+from typing import Any
+
+import orjson
+
+from gateway.inference import Completion, InferenceRequest, RequestKind, Usage
+
+SSE_DONE = b"data: [DONE]\n\n"
+
+
+def new_id(kind: RequestKind) -> str:
+    prefix = "chatcmpl-" if kind is RequestKind.CHAT else "cmpl-"
+    return prefix + secrets.token_hex(12)
+
+
+def _usage(usage: Usage) -> dict[str, int]:
+    return {
+        "prompt_tokens": usage.prompt_tokens,
+        "completion_tokens": usage.completion_tokens,
+        "total_tokens": usage.total_tokens,
+    }
+
+
+def completion_body(
+    request: InferenceRequest, completion: Completion, *, response_id: str, model: str
+) -> bytes:
+    """The JSON body of a non-streamed response."""
+    choice: dict[str, Any]
+    if request.kind is RequestKind.CHAT:
+        choice = {
+            "index": 0,
+            "message": {"role": "assistant", "content": completion.text},
+            "logprobs": None,
+            "finish_reason": completion.finish_reason,
+        }
+        obj = "chat.completion"
+    else:
+        choice = {
+            "index": 0,
+            "text": completion.text,
+            "logprobs": None,
+            "finish_reason": completion.finish_reason,
+        }
+        obj = "text_completion"
+    return orjson.dumps(
+        {
+            "id": response_id,
+            "object": obj,
+            "created": int(time.time()),
+            "model": model,
+            "choices": [choice],
+            "usage": _usage(completion.usage),
+        }
+    )
+
+
+class ChunkWriter:
+    """Builds the SSE events of one streamed response.
+
+    Every chunk of one response shares its id, creation time and model, so the
+    constant part is kept here and only the choice changes per event.
+    """
+
+    def __init__(self, request: InferenceRequest, *, response_id: str, model: str) -> None:
+        self._chat = request.kind is RequestKind.CHAT
+        self._head: dict[str, Any] = {
+            "id": response_id,
+            "object": "chat.completion.chunk" if self._chat else "text_completion",
+            "created": int(time.time()),
+            "model": model,
+        }
+        self._role_sent = False
+
+    def _event(self, choices: list[dict[str, Any]], **extra: Any) -> bytes:
+        return b"data: " + orjson.dumps({**self._head, "choices": choices, **extra}) + b"\n\n"
+
+    def text(self, text: str) -> bytes:
+        """An event carrying generated text."""
+        if self._chat:
+            delta: dict[str, str] = {"content": text}
+            if not self._role_sent:
+                # OpenAI sends the role once, on the first chunk.
+                delta = {"role": "assistant", "content": text}
+                self._role_sent = True
+            choice: dict[str, Any] = {
+                "index": 0,
+                "delta": delta,
+                "logprobs": None,
+                "finish_reason": None,
+            }
+        else:
+            choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": None}
+        return self._event([choice])
+
+    def finish(self, finish_reason: str) -> bytes:
+        """The event that closes the choice."""
+        if self._chat:
+            delta = {} if self._role_sent else {"role": "assistant", "content": ""}
+            choice: dict[str, Any] = {
+                "index": 0,
+                "delta": delta,
+                "logprobs": None,
+                "finish_reason": finish_reason,
+            }
+        else:
+            choice = {"index": 0, "text": "", "logprobs": None, "finish_reason": finish_reason}
+        return self._event([choice])
+
+    def usage(self, usage: Usage) -> bytes:
+        """The trailing usage event (`stream_options.include_usage`)."""
+        return self._event([], usage=_usage(usage))
+
+
+def sse_error(body: dict[str, object]) -> bytes:
+    """A terminal error event; the openai SDK raises it as an APIError."""
+    return b"data: " + orjson.dumps(body) + b"\n\n"

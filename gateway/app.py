@@ -1,0 +1,82 @@
+"""Build the Starlette app from a Config. Wiring only: every behaviour lives elsewhere."""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from gateway.api import endpoints
+from gateway.api.errors import APIError
+from gateway.config import Config, load_config
+from gateway.observability.logging import configure_logging
+from gateway.runtime import Runtime
+
+log = logging.getLogger("gateway")
+
+CONFIG_ENV = "GATEWAY_CONFIG"
+
+
+def build_app(config: Config) -> Starlette:
+    """The gateway's ASGI app for `config`."""
+    runtime = Runtime.build(config)
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        app.state.runtime = runtime
+        await runtime.start()
+        log.info("gateway ready: models %s", ", ".join(runtime.routes))
+        try:
+            yield
+        finally:
+            await runtime.close()
+
+    routes = [
+        Route("/v1/chat/completions", endpoints.chat_completions, methods=["POST"]),
+        Route("/v1/completions", endpoints.completions, methods=["POST"]),
+        Route("/v1/models", endpoints.list_models, methods=["GET"]),
+        Route("/healthz", endpoints.healthz, methods=["GET"]),
+        Route("/readyz", endpoints.readyz, methods=["GET"]),
+    ]
+    return Starlette(
+        routes=routes,
+        lifespan=lifespan,
+        exception_handlers={
+            APIError: _api_error,
+            HTTPException: _http_error,
+            Exception: _unexpected_error,
+        },
+    )
+
+
+def app_from_env() -> Starlette:
+    """Factory for uvicorn workers: the config path comes from `GATEWAY_CONFIG`."""
+    configure_logging()
+    return build_app(load_config(os.environ[CONFIG_ENV]))
+
+
+async def _api_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, APIError)
+    if exc.status >= 500:
+        log.warning("%s %s -> %d %s", request.method, request.url.path, exc.status, exc.message)
+    return exc.response()
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    # Unknown paths and wrong methods get the same error shape as everything else.
+    assert isinstance(exc, HTTPException)
+    return APIError(exc.status_code, str(exc.detail), headers=dict(exc.headers or {})).response()
+
+
+async def _unexpected_error(request: Request, exc: Exception) -> Response:
+    log.exception("unhandled error on %s %s", request.method, request.url.path)
+    return APIError(
+        500, "The gateway failed to handle the request.", type="server_error"
+    ).response()

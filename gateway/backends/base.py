@@ -1,0 +1,53 @@
+"""What every backend offers, and the failures it reports."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator
+from typing import Protocol
+
+from gateway.inference import Completion, Delta, UpstreamCall
+
+
+class UpstreamError(Exception):
+    """The upstream failed the request."""
+
+    #: Another replica may succeed (connection refused or reset, 503, model not loaded).
+    retryable = False
+
+
+class ReplicaUnavailable(UpstreamError):
+    """The replica could not take the request; nothing was generated."""
+
+    retryable = True
+
+
+class UpstreamRejected(UpstreamError):
+    """The upstream refused the request itself (bad input); retrying elsewhere will not help."""
+
+    def __init__(self, message: str, status: int = 400) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class UpstreamTimeout(UpstreamError):
+    """No answer in the time allowed."""
+
+
+class Backend(Protocol):
+    """Talks to the replicas of models served by one kind of server."""
+
+    async def complete(self, url: str, call: UpstreamCall) -> Completion:
+        """Run the request to completion on the replica at `url`."""
+        ...
+
+    def stream(self, url: str, call: UpstreamCall) -> AsyncGenerator[Delta, None]:
+        """Generate the request's output piece by piece on the replica at `url`."""
+        ...
+
+    async def ready(self, url: str, upstream_model: str, timeout_s: float) -> bool:
+        """Whether the replica at `url` has the model loaded and ready."""
+        ...
+
+    async def close(self) -> None:
+        """Release pooled connections."""
+        ...

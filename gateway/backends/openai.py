@@ -1,0 +1,120 @@
+"""Any OpenAI-compatible upstream: vLLM, TGI, Triton's OpenAI frontend, or another gateway."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator
+from typing import Any
+
+import aiohttp
+import orjson
+
+from gateway.backends.base import UpstreamError
+from gateway.backends.http import get_ok, new_session, post, sse_payloads
+from gateway.inference import Completion, Delta, RequestKind, UpstreamCall, Usage
+
+
+class OpenAIBackend:
+    """Forwards chat and text completions to `{url}/v1/...`, renaming the model."""
+
+    def __init__(self, connect_timeout_s: float, total_timeout_s: float) -> None:
+        self._session: aiohttp.ClientSession | None = None
+        self._connect_timeout_s = connect_timeout_s
+        self._total_timeout_s = total_timeout_s
+
+    @property
+    def session(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            self._session = new_session(self._connect_timeout_s)
+        return self._session
+
+    async def complete(self, url: str, call: UpstreamCall) -> Completion:
+        async with post(
+            self.session, _endpoint(url, call), _payload(call, False), self._total_timeout_s
+        ) as r:
+            data = orjson.loads(await r.read())
+        try:
+            choice = data["choices"][0]
+            if call.kind is RequestKind.CHAT:
+                text = choice["message"].get("content") or ""
+            else:
+                text = choice["text"]
+        except (KeyError, IndexError, TypeError) as exc:
+            raise UpstreamError(f"malformed upstream response: {exc!r}") from exc
+        usage = _usage(data.get("usage"))
+        return Completion(
+            text=text,
+            usage=usage or Usage(),
+            finish_reason=choice.get("finish_reason") or "stop",
+        )
+
+    async def stream(self, url: str, call: UpstreamCall) -> AsyncGenerator[Delta, None]:
+        async with post(
+            self.session, _endpoint(url, call), _payload(call, True), self._total_timeout_s
+        ) as r:
+            async for payload in sse_payloads(r):
+                if payload == b"[DONE]":
+                    return
+                delta = _chunk_delta(orjson.loads(payload), call.kind)
+                if delta is not None:
+                    yield delta
+
+    async def ready(self, url: str, upstream_model: str, timeout_s: float) -> bool:
+        return await get_ok(self.session, f"{url}/v1/models", timeout_s)
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+
+
+def _endpoint(url: str, call: UpstreamCall) -> str:
+    path = "/v1/chat/completions" if call.kind is RequestKind.CHAT else "/v1/completions"
+    return url.rstrip("/") + path
+
+
+def _payload(call: UpstreamCall, stream: bool) -> bytes:
+    params = call.params
+    body: dict[str, Any] = {"model": call.upstream_model, "max_tokens": params.max_tokens}
+    if call.kind is RequestKind.CHAT:
+        body["messages"] = [{"role": m.role, "content": m.content} for m in call.messages]
+    else:
+        body["prompt"] = call.prompt
+    if stream:
+        body["stream"] = True
+        # Ask for usage so the gateway charges what was generated, not an estimate.
+        body["stream_options"] = {"include_usage": True}
+    for name in ("temperature", "top_p", "seed"):
+        value = getattr(params, name)
+        if value is not None:
+            body[name] = value
+    if params.stop:
+        body["stop"] = list(params.stop)
+    return orjson.dumps(body)
+
+
+def _usage(raw: object) -> Usage | None:
+    if not isinstance(raw, dict):
+        return None
+    return Usage(
+        prompt_tokens=int(raw.get("prompt_tokens") or 0),
+        completion_tokens=int(raw.get("completion_tokens") or 0),
+    )
+
+
+def _chunk_delta(chunk: dict[str, Any], kind: RequestKind) -> Delta | None:
+    if "error" in chunk:
+        raise UpstreamError(f"upstream error: {str(chunk['error'])[:300]}")
+    usage = _usage(chunk.get("usage"))
+    choices = chunk.get("choices") or []
+    if not choices:
+        if usage is None:
+            return None
+        # The trailing usage chunk: exact totals, no text.
+        return Delta(text="", usage=usage)
+    choice = choices[0]
+    if kind is RequestKind.CHAT:
+        text = (choice.get("delta") or {}).get("content") or ""
+    else:
+        text = choice.get("text") or ""
+    return Delta(
+        text=text, output_tokens=1 if text else 0, finish_reason=choice.get("finish_reason")
+    )

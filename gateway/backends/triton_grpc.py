@@ -1,0 +1,146 @@
+"""Triton over gRPC: `ModelStreamInfer` on a pooled channel per replica.
+
+`tritonclient.grpc.aio.stream_infer` cannot ask for Triton's empty final response, so it
+cannot tell when a request is finished; the raw stub from `tritonclient.grpc` can.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import AsyncGenerator, AsyncIterator
+
+import grpc
+import orjson
+from tritonclient.grpc import service_pb2, service_pb2_grpc
+
+from gateway.backends.base import (
+    ReplicaUnavailable,
+    UpstreamError,
+    UpstreamRejected,
+    UpstreamTimeout,
+)
+from gateway.inference import Completion, Delta, UpstreamCall, UsageMeter
+
+_UNAVAILABLE = frozenset(
+    {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.NOT_FOUND, grpc.StatusCode.RESOURCE_EXHAUSTED}
+)
+_INT32 = struct.Struct("<i")
+
+
+class TritonGRPCBackend:
+    """Calls decoupled LLM models on Triton through bidirectional gRPC streams."""
+
+    def __init__(self, connect_timeout_s: float, total_timeout_s: float) -> None:
+        self._channels: dict[str, grpc.aio.Channel] = {}
+        self._connect_timeout_s = connect_timeout_s
+        self._total_timeout_s = total_timeout_s
+
+    def _stub(self, url: str) -> service_pb2_grpc.GRPCInferenceServiceStub:
+        channel = self._channels.get(url)
+        if channel is None:
+            channel = grpc.aio.insecure_channel(
+                url.removeprefix("grpc://"),
+                options=[("grpc.max_receive_message_length", 64 * 1024 * 1024)],
+            )
+            self._channels[url] = channel
+        return service_pb2_grpc.GRPCInferenceServiceStub(channel)
+
+    async def complete(self, url: str, call: UpstreamCall) -> Completion:
+        parts: list[str] = []
+        meter = UsageMeter()
+        async for delta in self._generate(url, call, stream=False):
+            parts.append(delta.text)
+            meter.add(delta)
+        usage = meter.usage(prompt_estimate=0)
+        return Completion(
+            text="".join(parts),
+            usage=usage,
+            finish_reason=call.finish_reason(usage.completion_tokens),
+        )
+
+    def stream(self, url: str, call: UpstreamCall) -> AsyncGenerator[Delta, None]:
+        return self._generate(url, call, stream=True)
+
+    async def _generate(
+        self, url: str, call: UpstreamCall, stream: bool
+    ) -> AsyncGenerator[Delta, None]:
+        request = _request(call, stream)
+
+        async def requests() -> AsyncIterator[service_pb2.ModelInferRequest]:
+            yield request
+
+        responses = self._stub(url).ModelStreamInfer(requests(), timeout=self._total_timeout_s)
+        try:
+            async for response in responses:
+                if response.error_message:
+                    raise UpstreamError(f"model error: {response.error_message[:300]}")
+                result = response.infer_response
+                if result.outputs:
+                    yield _delta(result)
+                if result.parameters["triton_final_response"].bool_param:
+                    return
+        except grpc.aio.AioRpcError as exc:
+            raise _error(exc) from exc
+        finally:
+            responses.cancel()
+
+    async def ready(self, url: str, upstream_model: str, timeout_s: float) -> bool:
+        try:
+            reply = await self._stub(url).ModelReady(
+                service_pb2.ModelReadyRequest(name=upstream_model), timeout=timeout_s
+            )
+        except grpc.aio.AioRpcError:
+            return False
+        return bool(reply.ready)
+
+    async def close(self) -> None:
+        for channel in self._channels.values():
+            await channel.close()
+        self._channels.clear()
+
+
+def _request(call: UpstreamCall, stream: bool) -> service_pb2.ModelInferRequest:
+    request = service_pb2.ModelInferRequest(model_name=call.upstream_model)
+    text = request.inputs.add(name="text_input", datatype="BYTES", shape=[1])
+    text.contents.bytes_contents.append(call.prompt.encode())
+    max_tokens = request.inputs.add(name="max_tokens", datatype="INT32", shape=[1])
+    max_tokens.contents.int_contents.append(call.params.max_tokens)
+    flag = request.inputs.add(name="stream", datatype="BOOL", shape=[1])
+    flag.contents.bool_contents.append(stream)
+    params = request.parameters
+    params["triton_enable_empty_final_response"].bool_param = True
+    if call.params.temperature is not None:
+        params["temperature"].double_param = call.params.temperature
+    if call.params.top_p is not None:
+        params["top_p"].double_param = call.params.top_p
+    if call.params.seed is not None:
+        params["seed"].int64_param = call.params.seed
+    if call.params.stop:
+        params["stop"].string_param = orjson.dumps(list(call.params.stop)).decode()
+    return request
+
+
+def _delta(result: service_pb2.ModelInferResponse) -> Delta:
+    delta = Delta(text="")
+    for output, raw in zip(result.outputs, result.raw_output_contents, strict=False):
+        if output.name == "text_output":
+            # A BYTES tensor is serialized as a 4-byte little-endian length, then the bytes.
+            (length,) = _INT32.unpack_from(raw, 0)
+            delta.text = raw[4 : 4 + length].decode(errors="replace")
+        elif output.name == "num_output_tokens":
+            delta.output_tokens = _INT32.unpack_from(raw, 0)[0]
+        elif output.name == "num_input_tokens":
+            delta.input_tokens = _INT32.unpack_from(raw, 0)[0]
+    return delta
+
+
+def _error(exc: grpc.aio.AioRpcError) -> UpstreamError:
+    code = exc.code()
+    detail = f"gRPC {code.name}: {exc.details()}"
+    if code in _UNAVAILABLE:
+        return ReplicaUnavailable(detail)
+    if code is grpc.StatusCode.DEADLINE_EXCEEDED:
+        return UpstreamTimeout(detail)
+    if code is grpc.StatusCode.INVALID_ARGUMENT:
+        return UpstreamRejected(detail)
+    return UpstreamError(detail)

@@ -1,0 +1,100 @@
+"""Triton's HTTP generate extension: `/generate` and `/generate_stream` (SSE)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator
+from typing import Any
+
+import aiohttp
+import orjson
+
+from gateway.backends.base import UpstreamError
+from gateway.backends.http import get_ok, new_session, post, sse_payloads
+from gateway.inference import Completion, Delta, UpstreamCall, Usage
+
+
+class TritonHTTPBackend:
+    """Calls LLM models served by Triton through its generate endpoints.
+
+    The model takes `text_input`, `max_tokens` and `stream` (the convention of Triton's
+    vLLM and TensorRT-LLM backends); sampling settings travel as request parameters.
+    """
+
+    def __init__(self, connect_timeout_s: float, total_timeout_s: float) -> None:
+        self._session: aiohttp.ClientSession | None = None
+        self._connect_timeout_s = connect_timeout_s
+        self._total_timeout_s = total_timeout_s
+
+    @property
+    def session(self) -> aiohttp.ClientSession:
+        # Created lazily: an aiohttp session must be made inside the running loop.
+        if self._session is None:
+            self._session = new_session(self._connect_timeout_s)
+        return self._session
+
+    async def complete(self, url: str, call: UpstreamCall) -> Completion:
+        endpoint = f"{url}/v2/models/{call.upstream_model}/generate"
+        async with post(self.session, endpoint, _payload(call, False), self._total_timeout_s) as r:
+            data = orjson.loads(await r.read())
+        delta = _delta(data)
+        text = delta.text
+        usage = Usage(
+            prompt_tokens=delta.input_tokens or 0, completion_tokens=delta.output_tokens or 0
+        )
+        return Completion(
+            text=text, usage=usage, finish_reason=call.finish_reason(usage.completion_tokens)
+        )
+
+    async def stream(self, url: str, call: UpstreamCall) -> AsyncGenerator[Delta, None]:
+        endpoint = f"{url}/v2/models/{call.upstream_model}/generate_stream"
+        async with post(self.session, endpoint, _payload(call, True), self._total_timeout_s) as r:
+            async for payload in sse_payloads(r):
+                yield _delta(orjson.loads(payload))
+
+    async def ready(self, url: str, upstream_model: str, timeout_s: float) -> bool:
+        return await get_ok(self.session, f"{url}/v2/models/{upstream_model}/ready", timeout_s)
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+
+
+def _payload(call: UpstreamCall, stream: bool) -> bytes:
+    params = call.params
+    body: dict[str, Any] = {
+        "text_input": call.prompt,
+        "max_tokens": params.max_tokens,
+        "stream": stream,
+    }
+    if params.temperature is not None:
+        body["temperature"] = params.temperature
+    if params.top_p is not None:
+        body["top_p"] = params.top_p
+    if params.seed is not None:
+        body["seed"] = params.seed
+    if params.stop:
+        # Triton parameters are scalars, so a list travels as a JSON string.
+        body["stop"] = orjson.dumps(list(params.stop)).decode()
+    return orjson.dumps(body)
+
+
+def _scalar(value: Any) -> Any:
+    # Triton returns a [1]-shaped output as a bare value or as a one-element list.
+    if isinstance(value, list):
+        return value[0] if value else None
+    return value
+
+
+def _delta(data: dict[str, Any]) -> Delta:
+    error = data.get("error")
+    if error is not None:
+        # Triton reports a model's failure inside a 200 response, even mid-stream.
+        raise UpstreamError(f"model error: {str(error)[:300]}")
+    text = _scalar(data.get("text_output"))
+    output_tokens = _scalar(data.get("num_output_tokens"))
+    input_tokens = _scalar(data.get("num_input_tokens"))
+    return Delta(
+        text=text if isinstance(text, str) else "",
+        output_tokens=int(output_tokens) if output_tokens is not None else None,
+        input_tokens=int(input_tokens) if input_tokens is not None else None,
+    )

@@ -1,0 +1,124 @@
+"""The `gateway` command: serve | demo | check-config | triton-sim | hash-key."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+
+
+def _serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from gateway.app import CONFIG_ENV
+    from gateway.config import ConfigError, load_config
+    from gateway.observability.logging import configure_logging
+
+    configure_logging()
+    try:
+        config = load_config(args.config)
+    except ConfigError as exc:
+        for problem in exc.problems:
+            print(problem, file=sys.stderr)
+        return 1
+    # Workers are separate processes: they find the config through the environment.
+    os.environ[CONFIG_ENV] = os.path.abspath(args.config)
+    uvicorn.run(
+        "gateway.app:app_from_env",
+        factory=True,
+        host=args.host or config.gateway.server.host,
+        port=args.port or config.gateway.server.port,
+        workers=args.workers,
+        loop="uvloop",
+        http="httptools",
+        access_log=False,
+        log_config=None,
+        timeout_graceful_shutdown=int(config.gateway.server.shutdown_grace_s),
+    )
+    return 0
+
+
+def _check_config(args: argparse.Namespace) -> int:
+    from gateway.config import check_config
+
+    problems = check_config(args.config)
+    for problem in problems:
+        print(problem)
+    if problems:
+        return 1
+    print(f"{args.config}: ok")
+    return 0
+
+
+def _hash_key(args: argparse.Namespace) -> int:
+    from gateway.config import hash_key
+
+    key = sys.stdin.readline().strip() if args.key == "-" else args.key
+    if not key:
+        print("hash-key: empty key", file=sys.stderr)
+        return 2
+    print(hash_key(key))
+    return 0
+
+
+def _triton_sim(args: argparse.Namespace) -> int:
+    from gateway.sim.server import run_triton_sim
+
+    code: int = run_triton_sim(args.port, args.models)
+    return code
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from gateway.demo import run_demo
+
+    code: int = run_demo(port=args.port, config_path=args.config)
+    return code
+
+
+def parser() -> argparse.ArgumentParser:
+    """The command line, with one sub-command per job."""
+    top = argparse.ArgumentParser(prog="gateway", description=__doc__)
+    sub = top.add_subparsers(dest="command", required=True)
+
+    serve = sub.add_parser("serve", help="run the gateway")
+    serve.add_argument("--config", required=True, help="path of gateway.yaml")
+    serve.add_argument("--host", help="bind address (default: server.host in the config)")
+    serve.add_argument("--port", type=int, help="port (default: server.port in the config)")
+    serve.add_argument("--workers", type=int, default=1, help="worker processes")
+    serve.set_defaults(run=_serve)
+
+    demo = sub.add_parser("demo", help="run local Triton replicas, Redis and the gateway")
+    demo.add_argument("--port", type=int, default=8080)
+    demo.add_argument("--config", default="config/gateway.yaml")
+    demo.set_defaults(run=_demo)
+
+    check = sub.add_parser(
+        "check-config", help="validate gateway.yaml (and its tenants) or tenants.yaml"
+    )
+    check.add_argument("--config", required=True)
+    check.set_defaults(run=_check_config)
+
+    sim = sub.add_parser("triton-sim", help="serve simulated LLMs from a real tritonserver")
+    sim.add_argument("--port", type=int, required=True, help="HTTP port; gRPC is +1, metrics +2")
+    sim.add_argument(
+        "--models",
+        default="llm-large,llm-small",
+        help="comma-separated names; NAME=MS sets the per-token delay in milliseconds",
+    )
+    sim.set_defaults(run=_triton_sim)
+
+    hash_key = sub.add_parser("hash-key", help="print the stored form of an API key")
+    hash_key.add_argument("key", help="the key, or - to read it from standard input")
+    hash_key.set_defaults(run=_hash_key)
+    return top
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    code: int = args.run(args)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

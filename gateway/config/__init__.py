@@ -1,0 +1,34 @@
+"""Gateway configuration: the typed schema and loading it from YAML with line-numbered errors."""
+
+from gateway.config.keys import digest, hash_key
+from gateway.config.loader import check_config, key_index, load_config, load_tenants
+from gateway.config.schema import (
+    BackendKind,
+    Config,
+    GatewayConfig,
+    Limits,
+    ModelConfig,
+    Priority,
+    Tenant,
+    TenantsConfig,
+)
+from gateway.config.source import ConfigError, Problem
+
+__all__ = [
+    "BackendKind",
+    "Config",
+    "ConfigError",
+    "GatewayConfig",
+    "Limits",
+    "ModelConfig",
+    "Priority",
+    "Problem",
+    "Tenant",
+    "TenantsConfig",
+    "check_config",
+    "digest",
+    "hash_key",
+    "key_index",
+    "load_config",
+    "load_tenants",
+]

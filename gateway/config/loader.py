@@ -1,0 +1,285 @@
+"""Loading `gateway.yaml` and `tenants.yaml` into `Config`, reporting every problem.
+
+Each file is read into plain data with line numbers (`source.py`), checked
+across entries (fallback chains, tenant models, API keys), then validated by
+the pydantic models in `schema.py`. Problems from all stages are collected so
+one run of `gateway check-config` shows everything that is wrong.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
+from pydantic_core import ErrorDetails
+
+from gateway.config.keys import HASH_PREFIX, InvalidKey, parse_key_entry
+from gateway.config.schema import Config, GatewayConfig, TenantsConfig
+from gateway.config.source import ConfigError, Loc, Problem, Source, read_source
+
+REDIS_URL_ENV = "GATEWAY_REDIS_URL"
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def load_config(gateway_path: str) -> Config:
+    """Load, validate and cross-check gateway.yaml and the tenants file it names.
+
+    Raises `ConfigError` listing every problem found in both files.
+    """
+    return _load_config(read_source(gateway_path))
+
+
+def load_tenants(tenants_path: str, models: set[str] | None) -> TenantsConfig:
+    """Load a tenants file alone, e.g. to reload it while running.
+
+    `models` are the configured model names that tenants may list; None skips
+    that check. API keys are returned in `sha256:<hex>` form; `key_index`
+    gives the lookup table. Raises `ConfigError`.
+    """
+    source = read_source(tenants_path)
+    tenants, problems = _check_tenants(source, models)
+    if tenants is None:
+        raise ConfigError(problems)
+    return tenants
+
+
+def check_config(path: str) -> list[str]:
+    """Every problem in a config file as a `file:line: message` line; empty if valid.
+
+    A file with a top-level `tenants` key and no `models` is checked as a bare
+    tenants file; anything else as gateway.yaml together with its tenants file.
+    """
+    source = read_source(path)
+    data = source.data
+    try:
+        if isinstance(data, dict) and "tenants" in data and "models" not in data:
+            _, problems = _check_tenants(source, models=None)
+            return [str(p) for p in problems]
+        _load_config(source)
+    except ConfigError as e:
+        return [str(p) for p in e.problems]
+    return []
+
+
+def key_index(tenants: TenantsConfig) -> dict[str, str]:
+    """Tenant name by hex digest of each API key (keys are hashed on load)."""
+    return {
+        key.removeprefix(HASH_PREFIX): name
+        for name, tenant in tenants.tenants.items()
+        for key in tenant.api_keys
+    }
+
+
+def _load_config(source: Source) -> Config:
+    gateway, problems = _check_gateway(source)
+    tenants_path = _tenants_path(source)
+    tenants = None
+    if tenants_path is not None:
+        tenants, tenant_problems = _check_tenants(read_source(tenants_path), _model_names(source))
+        problems += tenant_problems
+    if problems or gateway is None or tenants is None or tenants_path is None:
+        raise ConfigError(problems)
+    return Config(
+        gateway=_with_env_overrides(gateway),
+        tenants=tenants,
+        tenant_by_key_hash=key_index(tenants),
+        gateway_path=source.file,
+        tenants_path=tenants_path,
+    )
+
+
+def _check_gateway(source: Source) -> tuple[GatewayConfig | None, list[Problem]]:
+    problems = list(source.problems)
+    if not source.parsed:
+        return None, problems
+    problems += _fallback_problems(source)
+    gateway, invalid = _validate(GatewayConfig, source)
+    problems += invalid
+    return (None if problems else gateway), _sorted(problems)
+
+
+def _check_tenants(
+    source: Source, models: set[str] | None
+) -> tuple[TenantsConfig | None, list[Problem]]:
+    problems = list(source.problems)
+    if not source.parsed:
+        return None, problems
+    # Before validation: this replaces env-held plain keys by their hashes.
+    problems += _key_problems(source)
+    problems += _tenant_model_problems(source, models)
+    tenants, invalid = _validate(TenantsConfig, source)
+    problems += invalid
+    return (None if problems else tenants), _sorted(problems)
+
+
+def _tenants_path(source: Source) -> str | None:
+    """The tenants file, relative to gateway.yaml; None if gateway.yaml does not say."""
+    if not source.parsed:
+        return None  # unreadable or not YAML: the tenants file is unknown
+    data = source.data if isinstance(source.data, dict) else {}
+    name = data.get("tenants_file", GatewayConfig.model_fields["tenants_file"].default)
+    if not isinstance(name, str) or ("tenants_file",) in source.unresolved:
+        return None
+    return os.path.join(os.path.dirname(source.file), name)
+
+
+def _model_names(source: Source) -> set[str] | None:
+    models = _as_dict(source.data).get("models")
+    return set(models) if isinstance(models, dict) else None
+
+
+def _with_env_overrides(gateway: GatewayConfig) -> GatewayConfig:
+    url = os.environ.get(REDIS_URL_ENV)
+    if not url:  # unset or empty: keep the file's value
+        return gateway
+    redis = gateway.redis.model_copy(update={"url": url})
+    return gateway.model_copy(update={"redis": redis})
+
+
+# --- pydantic errors -------------------------------------------------------
+
+
+def _validate(model: type[M], source: Source) -> tuple[M | None, list[Problem]]:
+    try:
+        return model.model_validate(source.data), []
+    except ValidationError as e:
+        errors = e.errors(include_url=False, include_input=False)
+        return None, [_error_problem(source, err) for err in errors if _reportable(source, err)]
+
+
+def _reportable(source: Source, error: ErrorDetails) -> bool:
+    """False for errors on values whose env substitution already failed."""
+    loc = tuple(error["loc"])
+    return not any(loc[: len(bad)] == bad for bad in source.unresolved)
+
+
+# Pydantic's wording for these names internal classes; say it in config terms.
+_MESSAGES = {
+    "model_type": "expected a mapping",
+    "model_attributes_type": "expected a mapping",
+    "dict_type": "expected a mapping",
+    "list_type": "expected a list",
+}
+
+
+def _error_problem(source: Source, error: ErrorDetails) -> Problem:
+    loc: Loc = tuple(error["loc"])
+    kind = error["type"]
+    if kind in ("extra_forbidden", "missing"):
+        what = "unknown key" if kind == "extra_forbidden" else "missing required key"
+        return source.problem(loc, _at(loc[:-1], f"{what} '{loc[-1]}'"), at_key=True)
+    if not loc and source.data is None:
+        return source.problem(loc, "file is empty")
+    return source.problem(loc, _at(loc, _MESSAGES.get(kind, error["msg"])))
+
+
+def _at(loc: Loc, message: str) -> str:
+    """`models.llm-large.replicas[0].url: message`, or just `message` at the top."""
+    path = ""
+    for part in loc:
+        path += f"[{part}]" if isinstance(part, int) else f".{part}"
+    return f"{path.lstrip('.')}: {message}" if path else message
+
+
+def _sorted(problems: list[Problem]) -> list[Problem]:
+    return sorted(problems, key=lambda p: (p.file, p.line or 0))
+
+
+# --- cross checks ----------------------------------------------------------
+
+
+def _as_dict(value: Any) -> dict[str, Any]:
+    """`value` if it is a mapping, else empty: cross checks skip what pydantic reports."""
+    return value if isinstance(value, dict) else {}
+
+
+def _as_list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _fallbacks(source: Source) -> Iterator[tuple[str, Loc, str]]:
+    """(model, loc of the entry, fallback model) for each fallback entry."""
+    for name, model in _as_dict(_as_dict(source.data).get("models")).items():
+        for i, target in enumerate(_as_list(_as_dict(model).get("fallback"))):
+            if isinstance(target, str):
+                yield name, ("models", name, "fallback", i), target
+
+
+def _fallback_problems(source: Source) -> list[Problem]:
+    models = _model_names(source) or set()
+    edges: dict[str, list[tuple[Loc, str]]] = {}
+    problems = []
+    for name, loc, target in _fallbacks(source):
+        if target == name:
+            problems.append(source.problem(loc, _at(loc, f"model '{name}' falls back to itself")))
+        elif target not in models:
+            problems.append(source.problem(loc, _at(loc, f"model '{target}' is not defined")))
+        else:
+            edges.setdefault(name, []).append((loc, target))
+    return problems + [
+        source.problem(loc, _at(loc, "fallback chain loops: " + " -> ".join(cycle)))
+        for loc, cycle in _cycles(edges)
+    ]
+
+
+def _cycles(edges: dict[str, list[tuple[Loc, str]]]) -> list[tuple[Loc, list[str]]]:
+    """Each fallback loop once, with the loc of the entry that closes it."""
+    found: dict[frozenset[str], tuple[Loc, list[str]]] = {}
+    done: set[str] = set()
+
+    def visit(name: str, path: list[str]) -> None:
+        for loc, target in edges.get(name, []):
+            if target in path:
+                cycle = [*path[path.index(target) :], target]
+                found.setdefault(frozenset(cycle), (loc, cycle))
+            elif target not in done:
+                visit(target, [*path, target])
+        done.add(name)
+
+    for start in edges:
+        if start not in done:
+            visit(start, [start])
+    return list(found.values())
+
+
+def _key_problems(source: Source) -> list[Problem]:
+    """Refuse plain keys and repeated keys; replace env-held keys by their hash."""
+    owners: dict[str, tuple[str, int]] = {}
+    problems = []
+    for name, tenant in _as_dict(_as_dict(source.data).get("tenants")).items():
+        keys = _as_list(_as_dict(tenant).get("api_keys"))
+        for i, entry in enumerate(keys):
+            loc = ("tenants", name, "api_keys", i)
+            if not isinstance(entry, str) or loc in source.unresolved:
+                continue
+            try:
+                hex_digest = parse_key_entry(entry, source.env_vars.get(loc))
+            except InvalidKey as e:
+                problems.append(source.problem(loc, _at(loc, str(e))))
+                continue
+            keys[i] = HASH_PREFIX + hex_digest  # no plain key is kept in memory
+            if hex_digest in owners:
+                owner, line = owners[hex_digest]
+                if owner == name:
+                    message = f"API key is listed twice for tenant '{name}' (first at line {line})"
+                else:
+                    message = f"API key is already used by tenant '{owner}' (line {line})"
+                problems.append(source.problem(loc, _at(loc, message)))
+            else:
+                owners[hex_digest] = (name, source.line(loc))
+    return problems
+
+
+def _tenant_model_problems(source: Source, models: set[str] | None) -> list[Problem]:
+    if models is None:
+        return []
+    problems = []
+    for name, tenant in _as_dict(_as_dict(source.data).get("tenants")).items():
+        for i, model in enumerate(_as_list(_as_dict(tenant).get("models"))):
+            loc = ("tenants", name, "models", i)
+            if isinstance(model, str) and model != "*" and model not in models:
+                problems.append(source.problem(loc, _at(loc, f"model '{model}' is not defined")))
+    return problems

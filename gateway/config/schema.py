@@ -1,0 +1,147 @@
+"""The typed shape of `gateway.yaml` and `tenants.yaml`.
+
+Every model forbids unknown keys, so a typo in a config file is an error with a
+line number rather than a silently ignored setting.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, HttpUrl
+
+NonNegativeInt = Annotated[int, Field(ge=0)]
+PositiveInt = Annotated[int, Field(gt=0)]
+PositiveFloat = Annotated[float, Field(gt=0)]
+
+
+class Strict(BaseModel):
+    """Base for config sections: unknown keys are errors, objects are immutable."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class BackendKind(StrEnum):
+    """How the gateway talks to a model's replicas."""
+
+    TRITON_HTTP = "triton_http"  # Triton generate / generate_stream
+    TRITON_GRPC = "triton_grpc"  # Triton ModelStreamInfer
+    OPENAI = "openai"  # any OpenAI-compatible server (vLLM, TGI, Triton's frontend)
+
+
+class ServerConfig(Strict):
+    host: str = "127.0.0.1"
+    port: Annotated[int, Field(ge=1, le=65535)] = 8080
+    max_body_bytes: PositiveInt = 1_048_576
+    # Seconds a graceful shutdown waits for in-flight requests.
+    shutdown_grace_s: PositiveFloat = 10.0
+    # Log prompts and keys in clear text (off: they are redacted).
+    log_prompts: bool = False
+
+
+class RedisConfig(Strict):
+    # `embedded://` runs fakeredis with Lua inside the gateway process.
+    url: str = "redis://127.0.0.1:6379/0"
+    key_prefix: str = "gw"
+    socket_timeout_s: PositiveFloat = 0.5
+
+
+class Replica(Strict):
+    # http(s)://host:port for triton_http and openai; host:port for triton_grpc.
+    url: str
+    # Triton's metrics endpoint, when it is not at the HTTP port + 2.
+    metrics_url: HttpUrl | None = None
+
+
+class Timeouts(Strict):
+    connect_s: PositiveFloat = 2.0
+    # Time allowed until the first token arrives.
+    first_token_s: PositiveFloat = 30.0
+    # Time allowed for the whole request.
+    total_s: PositiveFloat = 300.0
+
+
+class QueueLimits(Strict):
+    max_queued: NonNegativeInt = 256
+    max_in_flight_per_replica: PositiveInt = 64
+
+
+class HealthCheck(Strict):
+    interval_s: PositiveFloat = 2.0
+    timeout_s: PositiveFloat = 1.0
+
+
+class ModelConfig(Strict):
+    backend: BackendKind
+    # The model's name at the backend; defaults to the gateway's name for it.
+    upstream_model: str | None = None
+    replicas: Annotated[list[Replica], Field(min_length=1)]
+    # A built-in template name (see gateway/backends/prompt.py) or a Jinja template.
+    prompt_template: str = "chatml"
+    max_tokens_default: PositiveInt = 256
+    max_tokens_limit: PositiveInt = 4096
+    timeouts: Timeouts = Timeouts()
+    fallback: list[str] = []
+    queue: QueueLimits = QueueLimits()
+    health: HealthCheck = HealthCheck()
+    # Attempts on other replicas when a replica cannot be reached before any output.
+    max_attempts: PositiveInt = 3
+
+
+class GatewayConfig(Strict):
+    """`gateway.yaml`."""
+
+    server: ServerConfig = ServerConfig()
+    redis: RedisConfig = RedisConfig()
+    # Path of the tenants file, relative to gateway.yaml.
+    tenants_file: str = "tenants.yaml"
+    models: Annotated[dict[str, ModelConfig], Field(min_length=1)]
+
+
+class Priority(StrEnum):
+    ONLINE = "online"
+    BATCH = "batch"
+
+
+class Limits(Strict):
+    """Per-tenant limits; absent means unlimited."""
+
+    requests_per_minute: PositiveInt | None = None
+    tokens_per_minute: PositiveInt | None = None
+    # Bucket sizes; default to one minute's worth of the rate.
+    burst_requests: PositiveInt | None = None
+    burst_tokens: PositiveInt | None = None
+    max_concurrent: PositiveInt | None = None
+
+
+class Tenant(Strict):
+    # Each entry is `sha256:<64 hex>` or a `${ENV_VAR}` holding the plain key.
+    api_keys: Annotated[list[str], Field(min_length=1)]
+    priority: Priority = Priority.ONLINE
+    share: PositiveFloat = 1.0
+    # Model names this tenant may call; ["*"] allows every configured model.
+    models: list[str] = ["*"]
+    limits: Limits = Limits()
+    # Evaluate limits and report them, but do not enforce.
+    shadow: bool = False
+
+
+class TenantsConfig(Strict):
+    """`tenants.yaml`."""
+
+    tenants: Annotated[dict[str, Tenant], Field(min_length=1)]
+
+
+class Config(Strict):
+    """Both files, validated and cross-checked."""
+
+    gateway: GatewayConfig
+    tenants: TenantsConfig
+    # Tenant name by sha256 hex digest of each API key.
+    tenant_by_key_hash: dict[str, str]
+    gateway_path: str
+    tenants_path: str
+
+
+ConfigKind = Literal["gateway", "tenants"]

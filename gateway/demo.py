@@ -1,0 +1,112 @@
+"""`gateway demo`: real Triton replicas (simulated LLMs), Redis and the gateway, on localhost."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+from types import FrameType
+
+from gateway.devstack import (
+    free_port,
+    gateway_command,
+    redis_server_path,
+    spawn,
+    start_redis,
+    stop,
+    wait_http_ok,
+)
+from gateway.storage import EMBEDDED_URL
+
+# Two replicas of llm-large and one of llm-small, on two Triton servers.
+_SERVERS = (("DEMO_LARGE_1_URL", "llm-large,llm-small"), ("DEMO_LARGE_2_URL", "llm-large"))
+
+
+def _examples(port: int) -> str:
+    base = f"http://127.0.0.1:{port}/v1"
+    return f"""
+The gateway is ready at {base}   (Ctrl-C stops everything)
+
+  curl -s {base}/chat/completions -H 'Authorization: Bearer sk-acme-demo' \\
+    -H 'Content-Type: application/json' \\
+    -d '{{"model": "llm-large", "messages": [{{"role": "user", "content": "Hello!"}}]}}'
+
+  python - <<'PY'
+from openai import OpenAI
+client = OpenAI(base_url="{base}", api_key="sk-acme-demo")
+print(client.chat.completions.create(
+    model="llm-large", messages=[{{"role": "user", "content": "Hello!"}}]
+).choices[0].message.content)
+for chunk in client.chat.completions.create(
+    model="llm-small", messages=[{{"role": "user", "content": "Stream, please"}}], stream=True
+):
+    print(chunk.choices[0].delta.content or "", end="", flush=True)
+print()
+PY
+
+Tenants: acme   (key sk-acme-demo, online, models llm-large and llm-small)
+         globex (key sk-globex-demo, batch, model llm-small)
+"""
+
+
+def run_demo(port: int, config_path: str) -> int:
+    """Start the stack, print how to call it, and stop it all on Ctrl-C or SIGTERM."""
+    stopping = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stopping.set()
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+
+    env = dict(os.environ)
+    children: list[subprocess.Popen[bytes]] = []
+    try:
+        if redis_server_path() is not None:
+            redis_port = free_port()
+            children.append(start_redis(redis_port))
+            env["GATEWAY_REDIS_URL"] = f"redis://127.0.0.1:{redis_port}/0"
+            print(f"redis-server on 127.0.0.1:{redis_port}")
+        else:
+            env["GATEWAY_REDIS_URL"] = EMBEDDED_URL
+            print("redis-server not found: using the embedded fakeredis")
+
+        sims: list[tuple[int, str, subprocess.Popen[bytes]]] = []
+        for variable, models in _SERVERS:
+            sim_port = free_port(span=3, start=21000 + 100 * len(sims))
+            process = spawn(
+                gateway_command("triton-sim", "--port", str(sim_port), "--models", models)
+            )
+            children.append(process)
+            sims.append((sim_port, models, process))
+            env[variable] = f"http://127.0.0.1:{sim_port}"
+        # llm-small is served over gRPC from the first server.
+        env["DEMO_SMALL_1_URL"] = f"127.0.0.1:{sims[0][0] + 1}"
+        for sim_port, models, process in sims:
+            for model in models.split(","):
+                url = f"http://127.0.0.1:{sim_port}/v2/models/{model}/ready"
+                wait_http_ok(url, timeout_s=90, process=process)
+            print(f"triton-sim {models} on 127.0.0.1:{sim_port} (gRPC {sim_port + 1})")
+
+        gateway = spawn(
+            gateway_command("serve", "--config", config_path, "--port", str(port)), env=env
+        )
+        children.append(gateway)
+        wait_http_ok(f"http://127.0.0.1:{port}/readyz", timeout_s=60, process=gateway)
+        print(_examples(port), flush=True)
+
+        while not stopping.wait(0.5):
+            for child in children:
+                if child.poll() is not None:
+                    print(f"{child.args!r} exited with {child.returncode}", file=sys.stderr)
+                    return 1
+        return 0
+    except (RuntimeError, TimeoutError, FileNotFoundError) as exc:
+        print(f"demo: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        print("stopping...", flush=True)
+        for child in reversed(children):
+            stop(child)

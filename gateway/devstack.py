@@ -1,0 +1,101 @@
+"""Local processes for the demo and the tests: free ports, redis-server, readiness waits."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
+
+
+def port_is_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port(span: int = 1, start: int = 20000) -> int:
+    """A port P such that P .. P+span-1 are free on 127.0.0.1 (Triton takes three)."""
+    # Spread callers out (tests run in several processes) and skip the ephemeral range.
+    port = start + (os.getpid() * 37) % 20000
+    for _ in range(2000):
+        if all(port_is_free(port + i) for i in range(span)):
+            return port
+        port = start + (port + span * 7 - start) % 25000
+    raise RuntimeError("no free port found")
+
+
+def wait_http_ok(
+    url: str, timeout_s: float, process: subprocess.Popen[bytes] | None = None
+) -> None:
+    """Poll `url` until it answers 200; fail early if `process` exits."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if process is not None and process.poll() is not None:
+            raise RuntimeError(f"{process.args!r} exited with {process.returncode}")
+        try:
+            with urllib.request.urlopen(url, timeout=1.0) as response:
+                if response.status == 200:
+                    return
+        except (urllib.error.URLError, OSError):
+            pass
+        time.sleep(0.1)
+    raise TimeoutError(f"{url} was not ready within {timeout_s:g}s")
+
+
+def redis_server_path() -> str | None:
+    return shutil.which("redis-server")
+
+
+def start_redis(port: int) -> subprocess.Popen[bytes]:
+    """A throwaway redis-server on `port` that keeps nothing on disk."""
+    path = redis_server_path()
+    if path is None:
+        raise FileNotFoundError("redis-server is not installed")
+    process = subprocess.Popen(
+        [path, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        with socket.socket() as sock:
+            if sock.connect_ex(("127.0.0.1", port)) == 0:
+                return process
+        if process.poll() is not None:
+            raise RuntimeError(f"redis-server on port {port} exited with {process.returncode}")
+        time.sleep(0.05)
+    stop(process)
+    raise TimeoutError(f"redis-server on port {port} did not start")
+
+
+def gateway_command(*args: str) -> list[str]:
+    """The `gateway` CLI of this interpreter (works without the console script on PATH)."""
+    return [sys.executable, "-m", "gateway.cli", *args]
+
+
+def spawn(command: Sequence[str], env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    """Start a child in its own session, so stopping it stops everything it started."""
+    return subprocess.Popen(list(command), env=env, start_new_session=True)
+
+
+def stop(process: subprocess.Popen[bytes], timeout_s: float = 15.0) -> None:
+    """SIGTERM, wait, then SIGKILL the child's whole session."""
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(timeout_s)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, signal.SIGKILL)
+    process.wait()

@@ -1,0 +1,1 @@
+"""Keeping requests alive when upstreams fail: failover, health checks."""

@@ -1,0 +1,58 @@
+"""Active health checks: poll every replica's readiness and mark it in its pool."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterable
+
+from gateway.routes import ModelRoute
+
+log = logging.getLogger("gateway.health")
+
+
+class HealthChecker:
+    """Polls each replica of each model at the model's configured interval."""
+
+    def __init__(self, routes: Iterable[ModelRoute]) -> None:
+        self._routes = list(routes)
+        self._tasks: list[asyncio.Task[None]] = []
+
+    async def check_all(self) -> None:
+        """One round of checks, for every replica at once."""
+        await asyncio.gather(*(self._check_route(route) for route in self._routes))
+
+    async def _check_route(self, route: ModelRoute) -> None:
+        async def check(replica_index: int) -> None:
+            replica = route.pool.replicas[replica_index]
+            healthy = await route.backend.ready(
+                replica.url, route.upstream_model, route.config.health.timeout_s
+            )
+            if healthy != replica.healthy:
+                log.warning(
+                    "replica %s of %s is now %s",
+                    replica.url,
+                    route.name,
+                    "healthy" if healthy else "unhealthy",
+                )
+            route.pool.mark_checked(replica, healthy)
+
+        await asyncio.gather(*(check(i) for i in range(len(route.pool.replicas))))
+
+    async def _loop(self, route: ModelRoute) -> None:
+        while True:
+            await asyncio.sleep(route.config.health.interval_s)
+            try:
+                await self._check_route(route)
+            except Exception:  # a failed check must not end the checking
+                log.exception("health check of %s failed", route.name)
+
+    def start(self) -> None:
+        """Begin polling in the background."""
+        self._tasks = [asyncio.create_task(self._loop(route)) for route in self._routes]
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks = []

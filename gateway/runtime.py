@@ -1,0 +1,82 @@
+"""Everything a running gateway holds: config, routes, auth, Redis, health checks."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+
+from gateway.auth import Authenticator
+from gateway.backends.base import Backend
+from gateway.backends.openai import OpenAIBackend
+from gateway.backends.prompt import PromptTemplate
+from gateway.backends.triton_grpc import TritonGRPCBackend
+from gateway.backends.triton_http import TritonHTTPBackend
+from gateway.config import BackendKind, Config, ModelConfig
+from gateway.resilience.health import HealthChecker
+from gateway.routes import ModelRoute
+from gateway.scheduler.routing import ReplicaPool
+from gateway.storage import connect_redis
+
+log = logging.getLogger("gateway")
+
+_BACKENDS: dict[BackendKind, type[TritonHTTPBackend | TritonGRPCBackend | OpenAIBackend]] = {
+    BackendKind.TRITON_HTTP: TritonHTTPBackend,
+    BackendKind.TRITON_GRPC: TritonGRPCBackend,
+    BackendKind.OPENAI: OpenAIBackend,
+}
+
+
+def _backend(model: ModelConfig) -> Backend:
+    kind = _BACKENDS[model.backend]
+    return kind(model.timeouts.connect_s, model.timeouts.total_s)
+
+
+@dataclass
+class Runtime:
+    config: Config
+    routes: dict[str, ModelRoute]
+    auth: Authenticator
+    redis: Redis
+    health: HealthChecker
+
+    @classmethod
+    def build(cls, config: Config) -> Runtime:
+        """Wire the parts a config describes; nothing connects until `start`."""
+        routes = {
+            name: ModelRoute(
+                name=name,
+                config=model,
+                backend=_backend(model),
+                pool=ReplicaPool([r.url.rstrip("/") for r in model.replicas]),
+                template=PromptTemplate(model.prompt_template),
+            )
+            for name, model in config.gateway.models.items()
+        }
+        return cls(
+            config=config,
+            routes=routes,
+            auth=Authenticator(config.tenants.tenants, config.tenant_by_key_hash),
+            redis=connect_redis(config.gateway),
+            health=HealthChecker(routes.values()),
+        )
+
+    async def start(self) -> None:
+        """Check every replica once, so readiness is known before traffic, then keep checking."""
+        await self.health.check_all()
+        self.health.start()
+
+    async def close(self) -> None:
+        await self.health.stop()
+        for route in self.routes.values():
+            await route.backend.close()
+        await self.redis.aclose()
+
+    async def redis_ok(self) -> bool:
+        try:
+            return bool(await asyncio.wait_for(self.redis.ping(), timeout=1.0))
+        except (RedisError, OSError, TimeoutError):
+            return False

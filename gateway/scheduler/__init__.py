@@ -1,0 +1,1 @@
+"""Where work runs: replica choice per request (and, later, placement). Pure: no I/O."""

@@ -1,0 +1,68 @@
+"""Per-request replica choice: the healthy replica with the fewest outstanding requests."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+
+@dataclass(eq=False, slots=True)
+class Replica:
+    """One upstream server of a model, as the gateway sees it."""
+
+    url: str
+    outstanding: int = 0
+    healthy: bool = True
+    consecutive_failures: int = 0
+    # Requests sent here over the gateway's life; breaks ties in turn.
+    served: int = field(default=0)
+
+
+class ReplicaPool:
+    """The replicas of one model, with the gateway's own count of in-flight requests.
+
+    Triton reports 0 pending requests for streaming (decoupled) models, so the
+    gateway's count is the one to balance on.
+    """
+
+    def __init__(self, urls: Sequence[str]) -> None:
+        self.replicas = [Replica(url) for url in urls]
+
+    @property
+    def ready(self) -> bool:
+        return any(r.healthy for r in self.replicas)
+
+    def pick(self, exclude: Sequence[Replica] = ()) -> Replica | None:
+        """The least-loaded healthy replica not in `exclude`, or None."""
+        best: Replica | None = None
+        for replica in self.replicas:
+            if not replica.healthy or replica in exclude:
+                continue
+            if best is None or (replica.outstanding, replica.served) < (
+                best.outstanding,
+                best.served,
+            ):
+                best = replica
+        return best
+
+    @contextmanager
+    def lease(self, replica: Replica) -> Iterator[Replica]:
+        """Count a request against `replica` while it runs."""
+        replica.outstanding += 1
+        replica.served += 1
+        try:
+            yield replica
+        finally:
+            replica.outstanding -= 1
+
+    def mark_failed(self, replica: Replica) -> None:
+        """A request could not reach the replica: stop sending it work until it checks healthy."""
+        replica.consecutive_failures += 1
+        replica.healthy = False
+
+    def mark_checked(self, replica: Replica, healthy: bool) -> None:
+        """Record the result of an active health check."""
+        replica.healthy = healthy
+        if healthy:
+            replica.consecutive_failures = 0

@@ -1,0 +1,295 @@
+"""End-to-end tests of `gateway.sim`: a real tritonserver serving the simulated LLMs.
+
+One server (two fast models) is shared by the behaviour tests; the shutdown tests start
+their own. Expected texts come from `generate_pieces`, the function the model runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import grpc
+import pytest
+from tritonclient.grpc import service_pb2, service_pb2_grpc
+from tritonclient.grpc._infer_result import InferResult
+
+from gateway.sim import TritonSim
+from gateway.sim.model_template import generate_pieces, natural_length
+from gateway.sim.server import SHM_DIR
+
+MODEL = "fast"  # token_delay 2 ms
+PROMPT = "Tell me about the weather in Lisbon."
+
+
+def free_base_port() -> int:
+    """A port P with P, P+1 and P+2 free, below the ephemeral range."""
+    for _ in range(100):
+        base = random.randrange(20000, 32000)
+        try:
+            for port in (base, base + 1, base + 2):
+                with socket.socket() as sock:
+                    sock.bind(("127.0.0.1", port))
+        except OSError:
+            continue
+        return base
+    raise RuntimeError("no free ports")
+
+
+@pytest.fixture(scope="module")
+def sim() -> Iterator[TritonSim]:
+    with TritonSim(free_base_port(), "llm-small,fast=2") as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+async def http() -> AsyncIterator[aiohttp.ClientSession]:
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as session:
+        yield session
+
+
+def expected(prompt: str, **kwargs: Any) -> list[str]:
+    return generate_pieces(prompt.encode(), **kwargs)
+
+
+async def generate(
+    http: aiohttp.ClientSession, sim: TritonSim, body: dict[str, Any], model: str = MODEL
+) -> tuple[int, dict[str, Any]]:
+    url = f"{sim.http_url}/v2/models/{model}/generate"
+    async with http.post(url, json=body) as response:
+        return response.status, await response.json(content_type=None)
+
+
+async def generate_stream(
+    http: aiohttp.ClientSession, sim: TritonSim, body: dict[str, Any]
+) -> list[dict[str, Any]]:
+    url = f"{sim.http_url}/v2/models/{MODEL}/generate_stream"
+    events = []
+    async with http.post(url, json={**body, "stream": True}) as response:
+        assert response.status == 200
+        async for line in response.content:
+            if line.startswith(b"data: "):
+                events.append(json.loads(line[len(b"data: ") :]))
+    return events
+
+
+async def test_generate_is_deterministic(sim: TritonSim, http: aiohttp.ClientSession) -> None:
+    status, first = await generate(http, sim, {"text_input": PROMPT})
+    _, again = await generate(http, sim, {"text_input": PROMPT})
+    _, other = await generate(http, sim, {"text_input": PROMPT + "?"})
+    assert status == 200
+    assert set(first) == {
+        "model_name",
+        "model_version",
+        "text_output",
+        "num_input_tokens",
+        "num_output_tokens",
+    }
+    words = expected(PROMPT)
+    assert first["text_output"] == "".join(words) == again["text_output"]
+    assert other["text_output"] != first["text_output"]
+    assert first["num_input_tokens"] == math.ceil(len(PROMPT.encode()) / 4)
+    assert first["num_output_tokens"] == len(words) == min(natural_length(PROMPT.encode()), 16)
+    assert all(w.endswith(" ") and " " not in w[:-1] for w in words)
+
+
+async def test_other_model_serves_the_same_text(
+    sim: TritonSim, http: aiohttp.ClientSession
+) -> None:
+    status, body = await generate(http, sim, {"text_input": PROMPT}, model="llm-small")
+    assert status == 200
+    assert body["model_name"] == "llm-small"
+    assert body["text_output"] == "".join(expected(PROMPT))
+
+
+async def test_max_tokens_and_natural_length(sim: TritonSim, http: aiohttp.ClientSession) -> None:
+    _, three = await generate(http, sim, {"text_input": PROMPT, "max_tokens": 3})
+    assert three["num_output_tokens"] == 3
+    assert three["text_output"] == "".join(expected(PROMPT, max_tokens=3))
+    _, long = await generate(http, sim, {"text_input": PROMPT, "max_tokens": 1000})
+    assert long["num_output_tokens"] == natural_length(PROMPT.encode())
+    assert long["text_output"].startswith(three["text_output"])
+
+
+async def test_sampling_parameters_are_accepted(
+    sim: TritonSim, http: aiohttp.ClientSession
+) -> None:
+    body = {"text_input": PROMPT, "temperature": 0.7, "top_p": 0.9}
+    status, plain = await generate(http, sim, body)
+    assert status == 200
+    assert plain["text_output"] == "".join(expected(PROMPT))
+    _, seeded = await generate(http, sim, {**body, "seed": 42})
+    assert seeded["text_output"] == "".join(expected(PROMPT, seed=42))
+    assert seeded["text_output"] != plain["text_output"]
+
+
+async def test_generate_stream_one_event_per_token(
+    sim: TritonSim, http: aiohttp.ClientSession
+) -> None:
+    events = await generate_stream(http, sim, {"text_input": PROMPT, "max_tokens": 12})
+    _, whole = await generate(http, sim, {"text_input": PROMPT, "max_tokens": 12})
+    assert [e["text_output"] for e in events] == expected(PROMPT, max_tokens=12)
+    assert "".join(e["text_output"] for e in events) == whole["text_output"]
+    assert all(e["num_output_tokens"] == 1 for e in events)
+    assert {e["num_input_tokens"] for e in events} == {whole["num_input_tokens"]}
+
+
+async def test_stop_string_cuts_the_text(sim: TritonSim, http: aiohttp.ClientSession) -> None:
+    words = expected(PROMPT, max_tokens=64)
+    # A stop string that begins inside the fourth word: the answer ends mid-word.
+    stop = words[3][1:] + words[4]
+    cut = "".join(words)[: len("".join(words[:3])) + 1]
+    body = {"text_input": PROMPT, "max_tokens": 64, "stop": json.dumps(["nope", stop])}
+    _, whole = await generate(http, sim, body)
+    assert whole["text_output"] == cut
+    assert whole["num_output_tokens"] == 4
+    events = await generate_stream(http, sim, body)
+    assert "".join(e["text_output"] for e in events) == cut
+    assert len(events) == 4
+
+
+async def test_stop_at_the_start_still_reports_usage(
+    sim: TritonSim, http: aiohttp.ClientSession
+) -> None:
+    first_word = expected(PROMPT)[0]
+    events = await generate_stream(http, sim, {"text_input": PROMPT, "stop": first_word})
+    assert [(e["text_output"], e["num_output_tokens"]) for e in events] == [("", 0)]
+
+
+async def test_missing_or_empty_text_input_is_an_error(
+    sim: TritonSim, http: aiohttp.ClientSession
+) -> None:
+    for body in ({"max_tokens": 4}, {"text_input": ""}):
+        status, reply = await generate(http, sim, body)
+        assert status == 400
+        assert "text_input" in reply["error"]
+    # The model survives: the next request works.
+    status, _ = await generate(http, sim, {"text_input": PROMPT})
+    assert status == 200
+
+
+def grpc_request(request_id: str, prompt: bytes, *, stream: bool = True) -> Any:
+    request = service_pb2.ModelInferRequest(model_name=MODEL, id=request_id)
+    text = request.inputs.add(name="text_input", datatype="BYTES", shape=[1])
+    text.contents.bytes_contents.append(prompt)
+    flag = request.inputs.add(name="stream", datatype="BOOL", shape=[1])
+    flag.contents.bool_contents.append(stream)
+    request.parameters["triton_enable_empty_final_response"].bool_param = True
+    request.parameters["temperature"].double_param = 0.5
+    return request
+
+
+async def test_grpc_stream_infer(sim: TritonSim) -> None:
+    requests = {
+        "tokens": grpc_request("tokens", PROMPT.encode()),
+        "whole": grpc_request("whole", PROMPT.encode(), stream=False),
+        "empty": grpc_request("empty", b""),
+    }
+    outputs: dict[str, list[tuple[str, int]]] = {key: [] for key in requests}
+    finals: dict[str, bool] = {}
+    errors: dict[str, str] = {}
+
+    async def send() -> AsyncIterator[Any]:
+        for request in requests.values():
+            yield request
+        while len(finals) < len(requests):  # keep the stream open until all are done
+            await asyncio.sleep(0.01)
+
+    async with grpc.aio.insecure_channel(sim.grpc_target) as channel:
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+        async for message in stub.ModelStreamInfer(send()):
+            response = message.infer_response
+            assert response.id not in finals, "response after the final one"
+            if message.error_message:
+                errors[response.id] = message.error_message
+            elif response.outputs:
+                result = InferResult(response)
+                text = result.as_numpy("text_output")[0].decode()
+                outputs[response.id].append((text, int(result.as_numpy("num_output_tokens")[0])))
+                assert result.as_numpy("num_input_tokens")[0] == math.ceil(len(PROMPT) / 4)
+            if response.parameters["triton_final_response"].bool_param:
+                finals[response.id] = True
+                if len(finals) == len(requests):
+                    break
+    words = expected(PROMPT)
+    assert outputs["tokens"] == [(w, 1) for w in words]
+    assert outputs["whole"] == [("".join(words), len(words))]
+    assert "text_input" in errors["empty"]
+
+
+def processes_mentioning(marker: str) -> list[int]:
+    """Live processes whose command line contains `marker`."""
+    pids = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            if marker.encode() in cmdline.read_bytes():
+                pids.append(int(cmdline.parent.name))
+        except OSError:
+            continue
+    return [pid for pid in pids if pid != os.getpid()]
+
+
+def shm_entries(prefix: str) -> list[str]:
+    return [p.name for p in SHM_DIR.glob(f"{prefix}*")]
+
+
+async def test_kill_then_stop_leaves_nothing_behind() -> None:
+    sim = TritonSim(free_base_port(), "fast=1")
+    with sim:
+        assert sim.workdir is not None
+        workdir = str(sim.workdir)
+        assert len(processes_mentioning(workdir)) == 2  # tritonserver + one stub
+        assert shm_entries(sim.shm_prefix), "the stub's shm regions use our prefix"
+        sim.kill()
+        assert sim.poll() is not None
+        async with aiohttp.ClientSession() as http:
+            with pytest.raises(aiohttp.ClientConnectionError):
+                await generate(http, sim, {"text_input": PROMPT})
+    assert processes_mentioning(workdir) == []
+    assert shm_entries(sim.shm_prefix) == []
+    assert not Path(workdir).exists()
+
+
+def test_run_triton_sim_stops_on_sigint_even_if_ignored() -> None:
+    port = free_base_port()
+    code = f"import sys; from gateway.sim import run_triton_sim; sys.exit(run_triton_sim({port}, 'fast=1'))"
+    # Like `gateway triton-sim &` from a script: the child starts with SIGINT ignored.
+    child = subprocess.Popen(
+        [sys.executable, "-c", code],
+        stdout=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+    )
+    try:
+        assert child.stdout is not None
+        line = child.stdout.readline()
+        assert line.startswith("triton-sim ready:"), line
+        assert f"http=http://127.0.0.1:{port}" in line
+        assert f"grpc=127.0.0.1:{port + 1}" in line
+        server_pids = processes_mentioning(f"--http-port={port}")
+        assert len(server_pids) == 1
+        args = Path(f"/proc/{server_pids[0]}/cmdline").read_bytes().decode().split("\0")
+        workdir = str(
+            Path(next(a for a in args if a.startswith("--model-repository="))[19:]).parent
+        )
+        prefix = next(a for a in args if "shm-region-prefix-name=" in a).split("=")[-1]
+        assert shm_entries(prefix)
+        child.send_signal(signal.SIGINT)
+        assert child.wait(timeout=30) == 0
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    assert processes_mentioning(workdir) == []
+    assert shm_entries(prefix) == []

@@ -1,0 +1,436 @@
+"""Loading gateway.yaml / tenants.yaml: typed values, env substitution, `file:line:` errors."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from gateway.config import (
+    BackendKind,
+    ConfigError,
+    Priority,
+    check_config,
+    digest,
+    hash_key,
+    key_index,
+    load_config,
+    load_tenants,
+)
+
+ACME_KEY = "sk-acme-0123456789"
+BETA_KEY = "sk-beta-0123456789"
+
+GATEWAY = """\
+models:
+  llm-large:
+    backend: triton_http
+    replicas:
+      - url: http://127.0.0.1:8000
+  llm-small:
+    backend: openai
+    replicas:
+      - url: http://127.0.0.1:9000
+"""
+
+TENANTS = f"""\
+tenants:
+  acme:
+    api_keys:
+      - {hash_key(ACME_KEY)}
+"""
+
+PLAIN_KEY_MESSAGE = (
+    "plain API key in file; store the output of `gateway hash-key` "
+    "or reference an environment variable"
+)
+
+
+@pytest.fixture(autouse=True)
+def _in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Relative paths keep expected messages short; a stray override must not leak in.
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("GATEWAY_REDIS_URL", raising=False)
+
+
+def write(name: str, text: str) -> str:
+    path = Path(name)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(textwrap.dedent(text))
+    return name
+
+
+def problems(gateway: str = GATEWAY, tenants: str = TENANTS) -> list[str]:
+    write("tenants.yaml", tenants)
+    return check_config(write("gateway.yaml", gateway))
+
+
+# --- valid configs -----------------------------------------------------------
+
+
+def test_valid_config_loads_typed_values() -> None:
+    write(
+        "gateway.yaml",
+        """\
+        server:
+          port: 9000
+        models:
+          llm-large:
+            backend: triton_grpc
+            replicas:
+              - url: 127.0.0.1:8001
+            timeouts:
+              first_token_s: 12.5
+            fallback: [llm-small]
+          llm-small:
+            backend: openai
+            replicas: [{url: "http://127.0.0.1:9000"}]
+        """,
+    )
+    write(
+        "tenants.yaml",
+        f"""\
+        tenants:
+          acme:
+            api_keys: ["{hash_key(ACME_KEY)}"]
+            priority: batch
+            models: [llm-small]
+            limits:
+              requests_per_minute: 600
+        """,
+    )
+
+    config = load_config("gateway.yaml")
+
+    large = config.gateway.models["llm-large"]
+    assert config.gateway.server.port == 9000
+    assert large.backend is BackendKind.TRITON_GRPC
+    assert large.timeouts.first_token_s == 12.5
+    assert large.fallback == ["llm-small"]
+    acme = config.tenants.tenants["acme"]
+    assert acme.priority is Priority.BATCH
+    assert acme.limits.requests_per_minute == 600
+    assert acme.limits.tokens_per_minute is None
+    # The per-request lookup: digest of the presented key finds the tenant.
+    assert config.tenant_by_key_hash == {digest(ACME_KEY): "acme"}
+    assert (config.gateway_path, config.tenants_path) == ("gateway.yaml", "tenants.yaml")
+    assert check_config("gateway.yaml") == []
+
+
+def test_hash_key_output_is_the_stored_form() -> None:
+    stored = hash_key(ACME_KEY)
+
+    assert stored == "sha256:" + digest(ACME_KEY)
+    assert len(digest(ACME_KEY)) == 64
+    assert digest(ACME_KEY) != digest(BETA_KEY)
+
+
+def test_tenants_file_is_relative_to_gateway_yaml_and_errors_show_that_path() -> None:
+    write("conf/gateway.yaml", GATEWAY + "tenants_file: t/tenants.yaml\n")
+    write("conf/t/tenants.yaml", TENANTS + "    shadow: maybe\n")
+
+    assert check_config("conf/gateway.yaml") == [
+        "conf/t/tenants.yaml:5: tenants.acme.shadow: Input should be a valid boolean, "
+        "unable to interpret input"
+    ]
+
+
+def test_missing_tenants_file_is_reported() -> None:
+    write("gateway.yaml", GATEWAY)
+
+    assert check_config("gateway.yaml") == [
+        "tenants.yaml: cannot read file: No such file or directory"
+    ]
+
+
+# --- environment variables ---------------------------------------------------
+
+
+def test_env_substitution_with_and_without_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GW_PORT", "9090")
+    monkeypatch.setenv("GW_EMPTY", "")
+    monkeypatch.delenv("GW_HOST", raising=False)
+    monkeypatch.setenv("GW_REPLICA", "10.0.0.7:8000")
+    gateway = """\
+    server:
+      port: ${GW_PORT}
+      host: ${GW_HOST:-0.0.0.0}
+    redis:
+      key_prefix: "${GW_EMPTY:-gw}-$${literal}"
+    models:
+      m:
+        backend: triton_http
+        upstream_model: "${GW_HOST:-}"
+        replicas:
+          - url: http://${GW_REPLICA}
+    """
+    write("tenants.yaml", TENANTS)
+
+    config = load_config(write("gateway.yaml", gateway))
+
+    assert config.gateway.server.port == 9090
+    assert config.gateway.server.host == "0.0.0.0"
+    # As in the shell, `:-` also replaces an empty value; `$${` is a literal `${`.
+    assert config.gateway.redis.key_prefix == "gw-${literal}"
+    assert config.gateway.models["m"].upstream_model == ""
+    assert config.gateway.models["m"].replicas[0].url == "http://10.0.0.7:8000"
+
+
+def test_unset_env_var_is_an_error_at_its_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("GW_REPLICA", raising=False)
+    gateway = GATEWAY.replace("http://127.0.0.1:9000", "http://${GW_REPLICA}")
+
+    assert problems(gateway) == ["gateway.yaml:9: environment variable GW_REPLICA is not set"]
+
+
+def test_malformed_env_reference_is_an_error() -> None:
+    gateway = GATEWAY.replace("http://127.0.0.1:9000", "http://${GW_REPLICA")
+
+    assert problems(gateway) == [
+        "gateway.yaml:9: invalid environment reference; write ${NAME} or ${NAME:-default}"
+    ]
+
+
+def test_api_key_from_env_is_hashed_in_memory(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("BETA_KEY", BETA_KEY)
+    write("gateway.yaml", GATEWAY)
+    write("tenants.yaml", TENANTS + "  beta:\n    api_keys:\n      - ${BETA_KEY}\n")
+
+    config = load_config("gateway.yaml")
+
+    assert config.tenant_by_key_hash[digest(BETA_KEY)] == "beta"
+    assert config.tenants.tenants["beta"].api_keys == [hash_key(BETA_KEY)]
+    assert BETA_KEY not in repr(config)
+
+
+def test_redis_url_env_overrides_file(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GATEWAY_REDIS_URL", "embedded://")
+    write("tenants.yaml", TENANTS)
+    write("gateway.yaml", "redis:\n  url: redis://file:6379/0\n" + GATEWAY)
+
+    assert load_config("gateway.yaml").gateway.redis.url == "embedded://"
+
+    monkeypatch.delenv("GATEWAY_REDIS_URL")
+    assert load_config("gateway.yaml").gateway.redis.url == "redis://file:6379/0"
+
+
+# --- schema errors -----------------------------------------------------------
+
+
+def test_unknown_key_points_at_the_key() -> None:
+    gateway = GATEWAY.replace("    replicas:\n", "    replicaz: 2\n    replicas:\n", 1)
+
+    assert problems(gateway) == ["gateway.yaml:4: models.llm-large: unknown key 'replicaz'"]
+
+
+def test_wrong_type_points_at_the_value() -> None:
+    gateway = "server:\n  port:\n    eighty\n" + GATEWAY
+
+    assert problems(gateway) == [
+        "gateway.yaml:3: server.port: Input should be a valid integer, "
+        "unable to parse string as an integer"
+    ]
+
+
+def test_missing_required_key_points_at_the_parent() -> None:
+    gateway = GATEWAY.replace("    backend: openai\n", "")
+
+    assert problems(gateway) == ["gateway.yaml:6: models.llm-small: missing required key 'backend'"]
+
+
+def test_negative_limit_and_non_positive_timeout() -> None:
+    gateway = GATEWAY + "    timeouts:\n      first_token_s: 0\n"
+    tenants = TENANTS + "    limits:\n      requests_per_minute: -5\n"
+
+    assert problems(gateway, tenants) == [
+        "gateway.yaml:11: models.llm-small.timeouts.first_token_s: Input should be greater than 0",
+        "tenants.yaml:6: tenants.acme.limits.requests_per_minute: Input should be greater than 0",
+    ]
+
+
+def test_empty_and_non_mapping_files() -> None:
+    assert problems("") == ["gateway.yaml:1: file is empty"]
+    assert problems("- models\n") == ["gateway.yaml:1: expected a mapping"]
+
+
+# --- cross checks ------------------------------------------------------------
+
+
+def test_undefined_model_in_fallback_chain() -> None:
+    gateway = GATEWAY + "    fallback:\n      - llm-large\n      - llm-tiny\n"
+
+    assert problems(gateway) == [
+        "gateway.yaml:12: models.llm-small.fallback[1]: model 'llm-tiny' is not defined"
+    ]
+
+
+def test_fallback_to_itself_and_loops() -> None:
+    gateway = GATEWAY.replace("    replicas:\n", "    fallback: [llm-small]\n    replicas:\n", 1)
+    gateway += "    fallback:\n      - llm-small\n      - llm-large\n"
+
+    assert problems(gateway) == [
+        "gateway.yaml:12: models.llm-small.fallback[0]: model 'llm-small' falls back to itself",
+        "gateway.yaml:13: models.llm-small.fallback[1]: "
+        "fallback chain loops: llm-large -> llm-small -> llm-large",
+    ]
+
+
+def test_undefined_model_in_tenant_models() -> None:
+    tenants = TENANTS + "    models:\n      - llm-small\n      - llm-huge\n"
+
+    assert problems(tenants=tenants) == [
+        "tenants.yaml:7: tenants.acme.models[1]: model 'llm-huge' is not defined"
+    ]
+
+
+def test_duplicate_key_hash_across_and_within_tenants() -> None:
+    tenants = TENANTS + (
+        f"  beta:\n    api_keys:\n      - {hash_key(BETA_KEY)}\n      - {hash_key(BETA_KEY)}\n"
+        f"  gamma:\n    api_keys:\n      - {hash_key(ACME_KEY)}\n"
+    )
+
+    assert problems(tenants=tenants) == [
+        "tenants.yaml:8: tenants.beta.api_keys[1]: "
+        "API key is listed twice for tenant 'beta' (first at line 7)",
+        "tenants.yaml:11: tenants.gamma.api_keys[0]: "
+        "API key is already used by tenant 'acme' (line 4)",
+    ]
+
+
+def test_same_env_key_in_two_tenants_is_a_duplicate(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ACME_KEY", ACME_KEY)
+    tenants = """\
+    tenants:
+      a:
+        api_keys: ["${ACME_KEY}"]
+      b:
+        api_keys:
+          - ${ACME_KEY}
+    """
+
+    assert problems(tenants=tenants) == [
+        "tenants.yaml:6: tenants.b.api_keys[0]: API key is already used by tenant 'a' (line 3)"
+    ]
+
+
+def test_unquoted_env_reference_in_flow_list_gets_a_hint() -> None:
+    tenants = "tenants:\n  a:\n    api_keys: [${ACME_KEY}]\n"
+
+    assert problems(tenants=tenants) == [
+        "tenants.yaml:3: invalid YAML: expected ',' or ']', but got '{' "
+        "(while parsing a flow sequence at line 3); "
+        'quote "${...}" values inside [ ] or { }'
+    ]
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [
+        "sk-live-SECRET-4242",
+        # A default is written in the file, so it is not a secret from the environment.
+        "${UNSET_KEY_VAR:-sk-live-SECRET-4242}",
+    ],
+)
+def test_plain_key_in_file_is_refused_without_echoing_it(entry: str) -> None:
+    tenants = TENANTS + f"      - {entry}\n"
+
+    found = problems(tenants=tenants)
+
+    assert found == [f"tenants.yaml:5: tenants.acme.api_keys[1]: {PLAIN_KEY_MESSAGE}"]
+    assert "SECRET" not in found[0]
+    with pytest.raises(ConfigError) as raised:
+        load_config("gateway.yaml")
+    assert "SECRET" not in str(raised.value)
+
+
+def test_malformed_key_hash_is_refused() -> None:
+    tenants = TENANTS + f"      - {hash_key(BETA_KEY).upper().replace('SHA256', 'sha256')}\n"
+
+    assert problems(tenants=tenants) == [
+        "tenants.yaml:5: tenants.acme.api_keys[1]: "
+        "malformed key hash; expected 'sha256:' and 64 lowercase hex digits"
+    ]
+
+
+# --- YAML errors ---------------------------------------------------------------
+
+
+def test_yaml_syntax_error_has_a_line() -> None:
+    # A key indented one space short of its siblings.
+    gateway = GATEWAY.replace("    backend: openai\n", "    backend: openai\n   oops: 1\n")
+
+    assert problems(gateway) == [
+        "gateway.yaml:8: invalid YAML: expected <block end>, but found '<block mapping start>' "
+        "(while parsing a block mapping at line 2)"
+    ]
+
+
+def test_duplicate_yaml_key_is_an_error() -> None:
+    gateway = GATEWAY + "    backend: triton_http\n"
+
+    assert problems(gateway) == ["gateway.yaml:10: duplicate key 'backend' (first at line 7)"]
+
+
+# --- reporting everything ------------------------------------------------------
+
+
+def test_all_problems_in_both_files_are_reported(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("NOPE", raising=False)
+    gateway = """\
+    server:
+      port: 0
+      colour: blue
+    models:
+      m:
+        backend: triton_http
+        replicas: []
+        fallback: [ghost]
+    """
+    tenants = """\
+    tenants:
+      acme:
+        api_keys: [sk-plain-key, "${NOPE}"]
+        priority: urgent
+    """
+
+    assert problems(gateway, tenants) == [
+        "gateway.yaml:2: server.port: Input should be greater than or equal to 1",
+        "gateway.yaml:3: server: unknown key 'colour'",
+        "gateway.yaml:7: models.m.replicas: List should have at least 1 item after validation, "
+        "not 0",
+        "gateway.yaml:8: models.m.fallback[0]: model 'ghost' is not defined",
+        "tenants.yaml:3: environment variable NOPE is not set",
+        f"tenants.yaml:3: tenants.acme.api_keys[0]: {PLAIN_KEY_MESSAGE}",
+        "tenants.yaml:4: tenants.acme.priority: Input should be 'online' or 'batch'",
+    ]
+    with pytest.raises(ConfigError) as raised:
+        load_config("gateway.yaml")
+    assert [str(p) for p in raised.value.problems] == check_config("gateway.yaml")
+
+
+# --- tenants file alone ----------------------------------------------------------
+
+
+def test_check_config_on_a_bare_tenants_file() -> None:
+    write("tenants.yaml", TENANTS + "    models: [anything]\n")
+    # Without gateway.yaml the model names cannot be checked, but the rest is.
+    assert check_config("tenants.yaml") == []
+
+    write("tenants.yaml", TENANTS + "    share: -1\n")
+    assert check_config("tenants.yaml") == [
+        "tenants.yaml:5: tenants.acme.share: Input should be greater than 0"
+    ]
+
+
+def test_load_tenants_for_reload() -> None:
+    write("tenants.yaml", TENANTS + "    models: [llm-small]\n")
+
+    tenants = load_tenants("tenants.yaml", {"llm-small"})
+
+    assert key_index(tenants) == {digest(ACME_KEY): "acme"}
+    with pytest.raises(ConfigError) as raised:
+        load_tenants("tenants.yaml", {"llm-large"})
+    assert [str(p) for p in raised.value.problems] == [
+        "tenants.yaml:5: tenants.acme.models[0]: model 'llm-small' is not defined"
+    ]
