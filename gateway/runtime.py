@@ -23,16 +23,15 @@ from gateway.storage import connect_redis
 
 log = logging.getLogger("gateway")
 
-_BACKENDS: dict[BackendKind, type[TritonHTTPBackend | TritonGRPCBackend | OpenAIBackend]] = {
-    BackendKind.TRITON_HTTP: TritonHTTPBackend,
-    BackendKind.TRITON_GRPC: TritonGRPCBackend,
-    BackendKind.OPENAI: OpenAIBackend,
-}
-
 
 def _backend(model: ModelConfig) -> Backend:
-    kind = _BACKENDS[model.backend]
-    return kind(model.timeouts.connect_s, model.timeouts.total_s)
+    connect_s, total_s = model.timeouts.connect_s, model.timeouts.total_s
+    if model.backend is BackendKind.TRITON_HTTP:
+        return TritonHTTPBackend(connect_s, total_s)
+    if model.backend is BackendKind.TRITON_GRPC:
+        return TritonGRPCBackend(connect_s, total_s)
+    api_key = model.api_key.get_secret_value() if model.api_key else None
+    return OpenAIBackend(connect_s, total_s, api_key)
 
 
 @dataclass

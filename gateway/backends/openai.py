@@ -16,15 +16,19 @@ from gateway.inference import Completion, Delta, RequestKind, UpstreamCall, Usag
 class OpenAIBackend:
     """Forwards chat and text completions to `{url}/v1/...`, renaming the model."""
 
-    def __init__(self, connect_timeout_s: float, total_timeout_s: float) -> None:
+    def __init__(
+        self, connect_timeout_s: float, total_timeout_s: float, api_key: str | None = None
+    ) -> None:
         self._session: aiohttp.ClientSession | None = None
         self._connect_timeout_s = connect_timeout_s
         self._total_timeout_s = total_timeout_s
+        self._api_key = api_key
 
     @property
     def session(self) -> aiohttp.ClientSession:
         if self._session is None:
-            self._session = new_session(self._connect_timeout_s)
+            headers = {"authorization": f"Bearer {self._api_key}"} if self._api_key else None
+            self._session = new_session(self._connect_timeout_s, headers)
         return self._session
 
     async def complete(self, url: str, call: UpstreamCall) -> Completion:

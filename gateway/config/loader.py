@@ -96,6 +96,7 @@ def _check_gateway(source: Source) -> tuple[GatewayConfig | None, list[Problem]]
     if not source.parsed:
         return None, problems
     problems += _fallback_problems(source)
+    problems += _upstream_key_problems(source)
     gateway, invalid = _validate(GatewayConfig, source)
     problems += invalid
     return (None if problems else gateway), _sorted(problems)
@@ -270,6 +271,21 @@ def _key_problems(source: Source) -> list[Problem]:
                 problems.append(source.problem(loc, _at(loc, message)))
             else:
                 owners[hex_digest] = (name, source.line(loc))
+    return problems
+
+
+def _upstream_key_problems(source: Source) -> list[Problem]:
+    """An upstream's key is a secret: only an environment reference may hold it."""
+    problems = []
+    for name in _as_dict(_as_dict(source.data).get("models")):
+        loc = ("models", name, "api_key")
+        if (
+            loc in source.value_lines
+            and loc not in source.env_vars
+            and loc not in source.unresolved
+        ):
+            message = "upstream API key in file; reference an environment variable as ${VAR}"
+            problems.append(source.problem(loc, _at(loc, message)))
     return problems
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, HttpUrl
+from pydantic import BaseModel, ConfigDict, Field, HttpUrl, SecretStr
 
 NonNegativeInt = Annotated[int, Field(ge=0)]
 PositiveInt = Annotated[int, Field(gt=0)]
@@ -87,6 +87,8 @@ class ModelConfig(Strict):
     health: HealthCheck = HealthCheck()
     # Attempts on other replicas when a replica cannot be reached before any output.
     max_attempts: PositiveInt = 3
+    # Bearer key for an `openai` upstream; must be an environment reference `${VAR}`.
+    api_key: SecretStr | None = None
 
 
 class GatewayConfig(Strict):

@@ -10,6 +10,7 @@ The layout written by `write_repository(root, profiles)`:
 from __future__ import annotations
 
 import importlib.util
+import math
 import re
 import shutil
 import sys
@@ -45,7 +46,7 @@ def profile_for(name: str, token_delay_ms: float | None = None) -> ModelProfile:
     if token_delay_ms is None:
         base = _KNOWN.get(name, SMALL)
         return ModelProfile(name, base.token_delay, base.prefill_per_char)
-    if not token_delay_ms >= 0:  # also rejects NaN
+    if not (math.isfinite(token_delay_ms) and token_delay_ms >= 0):
         raise ValueError(f"token delay for {name!r} must be >= 0 ms, got {token_delay_ms}")
     token_delay = token_delay_ms / 1000
     return ModelProfile(name, token_delay, token_delay / 100)

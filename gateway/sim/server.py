@@ -82,12 +82,25 @@ class TritonSim:
         return self._process.poll() if self._process else None
 
     def start(self) -> None:
-        """Write the model repository and launch tritonserver (does not wait for ready)."""
-        if self._process is not None:
-            raise TritonSimError("already started")
+        """Write the model repository and launch tritonserver (does not wait for ready).
+
+        After kill() or stop() this starts a fresh server on the same ports, like a
+        replica coming back.
+        """
+        if self._process is not None and self._process.poll() is None:
+            raise TritonSimError("already running")
+        self.stop()  # clean up after an earlier run, if any
         for port in (self.port, self.port + 1, self.port + 2):
             _ensure_port_free(port)
         self.workdir = Path(tempfile.mkdtemp(prefix="triton-sim-"))
+        try:
+            self._launch()
+        except BaseException:
+            self.stop()
+            raise
+
+    def _launch(self) -> None:
+        assert self.workdir is not None
         layout = write_repository(self.workdir, self.profiles)
         self.log_path = self.workdir / "tritonserver.log"
         command = [
@@ -139,32 +152,43 @@ class TritonSim:
             time.sleep(0.1)
 
     def kill(self) -> None:
-        """SIGKILL tritonserver only, like a crashed replica; call stop() to clean up."""
-        if self._process is not None and self._process.poll() is None:
-            self._process.kill()
-            self._process.wait()
+        """SIGKILL tritonserver only, like a crashed replica; call stop() to clean up.
+
+        The stubs notice their parent's death and exit by themselves (in about 0.5 s).
+        """
+        process = self._process
+        if process is not None and process.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(process.pid, signal.SIGKILL)
+            # Wait without reaping: the zombie keeps the pid, and so the process group
+            # id, from being reused until stop() has used it.
+            _wait_exit(process.pid, timeout=10.0)
 
     def stop(self, timeout: float = 10.0) -> None:
         """Stop the server, kill leftover stubs, and remove the repository and shm files.
 
-        Safe to call more than once and after kill().
+        SIGTERM first (tritonserver unloads the models within --exit-timeout-secs), then
+        SIGKILL for whatever is left. Safe to call more than once and after kill().
         """
-        process = self._process
-        if process is not None:
-            if process.poll() is None:
-                process.terminate()
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    process.wait(timeout)
-            # Stubs can survive the server (seen after kills and occasionally after a
-            # clean stop) and ignore SIGTERM: SIGKILL the whole session.
+        process, self._process = self._process, None
+        if process is not None and process.returncode is None:
+            # Not reaped yet, so process.pid still names our process group: plain os
+            # calls, since Popen's methods would reap it.
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(process.pid, signal.SIGTERM)
+            _wait_exit(process.pid, timeout)
+            # Stubs can outlive the server and ignore SIGTERM: SIGKILL the whole session.
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(process.pid, signal.SIGKILL)
+        if process is not None:
             process.wait()
-            _wait_group_gone(process.pid, timeout=5.0)
+        if self.workdir is not None:
+            # Anything still running from our directory (e.g. if the server was reaped
+            # before the session could be killed).
+            _kill_all(_processes_mentioning(str(self.workdir)), timeout=5.0)
+            shutil.rmtree(self.workdir, ignore_errors=True)
         for leftover in SHM_DIR.glob(f"{self.shm_prefix}*"):
             leftover.unlink(missing_ok=True)
-        if self.workdir is not None:
-            shutil.rmtree(self.workdir, ignore_errors=True)
         self.workdir = None
         self.log_path = None
 
@@ -228,24 +252,45 @@ def _is_ok(url: str) -> bool:
         return False
 
 
-def _group_members(pgid: int) -> list[int]:
-    """Live (non-zombie) processes whose process group is `pgid`, read from /proc."""
-    members = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
+def _wait_exit(pid: int, timeout: float | None) -> None:
+    """Wait until our child `pid` has exited, without reaping it."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while deadline is None or time.monotonic() < deadline:
         try:
-            # The command name may contain spaces and parentheses: split after the last ')'.
-            fields = stat.read_text().rpartition(")")[2].split()
-        except OSError:
-            continue  # the process exited while we looked
-        if fields and fields[0] != "Z" and int(fields[2]) == pgid:
-            members.append(int(stat.parent.name))
-    return members
-
-
-def _wait_group_gone(pgid: int, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while _group_members(pgid) and time.monotonic() < deadline:
+            if os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT | os.WNOHANG) is not None:
+                return
+        except ChildProcessError:
+            return  # already reaped
         time.sleep(0.05)
+
+
+def _processes_mentioning(marker: str) -> list[int]:
+    """Live processes whose command line contains `marker` (zombies have none)."""
+    pids = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            if marker.encode() in cmdline.read_bytes():
+                pids.append(int(cmdline.parent.name))
+        except OSError:
+            continue  # it exited while we looked
+    return [pid for pid in pids if pid != os.getpid()]
+
+
+def _kill_all(pids: list[int], timeout: float) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + timeout
+    while pids and time.monotonic() < deadline:
+        time.sleep(0.05)
+        pids = [pid for pid in pids if _alive(pid)]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return bool(Path(f"/proc/{pid}/cmdline").read_bytes())  # empty for a zombie
+    except OSError:
+        return False
 
 
 def run_triton_sim(port: int, models: str) -> int:

@@ -15,6 +15,8 @@ import signal
 import socket
 import subprocess
 import sys
+import urllib.error
+import urllib.request
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -25,12 +27,33 @@ import pytest
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.grpc._infer_result import InferResult
 
-from gateway.sim import TritonSim
+from gateway.sim import TritonSim, TritonSimError, parse_models
 from gateway.sim.model_template import generate_pieces, natural_length
 from gateway.sim.server import SHM_DIR
 
 MODEL = "fast"  # token_delay 2 ms
 PROMPT = "Tell me about the weather in Lisbon."
+
+
+def test_parse_models() -> None:
+    large, small, other, fast = parse_models(" llm-large, llm-small,other,fast=2,")
+    assert (large.token_delay, large.prefill_per_char) == (0.04, 0.0004)
+    assert (small.token_delay, small.prefill_per_char) == (0.008, 0.00005)
+    assert (other.name, other.token_delay) == ("other", small.token_delay)
+    assert (fast.name, fast.token_delay, fast.prefill_per_char) == ("fast", 0.002, 0.00002)
+    for bad in ("", "a,a", "a=x", "a=-1", "bad/name"):
+        with pytest.raises(ValueError):
+            parse_models(bad)
+
+
+def test_start_refuses_a_busy_port() -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        sim = TritonSim(busy.getsockname()[1] - 1, "fast=1")  # gRPC port taken
+        with pytest.raises(TritonSimError, match="in use"):
+            sim.start()
+        assert sim.workdir is None and sim.pid is None
 
 
 def free_base_port() -> int:
@@ -200,11 +223,12 @@ async def test_grpc_stream_infer(sim: TritonSim) -> None:
     finals: dict[str, bool] = {}
     errors: dict[str, str] = {}
 
+    all_final = asyncio.Event()
+
     async def send() -> AsyncIterator[Any]:
         for request in requests.values():
             yield request
-        while len(finals) < len(requests):  # keep the stream open until all are done
-            await asyncio.sleep(0.01)
+        await all_final.wait()  # closing the request stream early would end the call
 
     async with grpc.aio.insecure_channel(sim.grpc_target) as channel:
         stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
@@ -221,6 +245,7 @@ async def test_grpc_stream_infer(sim: TritonSim) -> None:
             if response.parameters["triton_final_response"].bool_param:
                 finals[response.id] = True
                 if len(finals) == len(requests):
+                    all_final.set()
                     break
     words = expected(PROMPT)
     assert outputs["tokens"] == [(w, 1) for w in words]
@@ -244,26 +269,35 @@ def shm_entries(prefix: str) -> list[str]:
     return [p.name for p in SHM_DIR.glob(f"{prefix}*")]
 
 
-async def test_kill_then_stop_leaves_nothing_behind() -> None:
+def test_kill_restart_and_stop_leave_nothing_behind() -> None:
     sim = TritonSim(free_base_port(), "fast=1")
+    workdirs = []
     with sim:
         assert sim.workdir is not None
-        workdir = str(sim.workdir)
-        assert len(processes_mentioning(workdir)) == 2  # tritonserver + one stub
+        workdirs.append(str(sim.workdir))
+        assert len(processes_mentioning(workdirs[0])) == 2  # tritonserver + one stub
         assert shm_entries(sim.shm_prefix), "the stub's shm regions use our prefix"
-        sim.kill()
-        assert sim.poll() is not None
-        async with aiohttp.ClientSession() as http:
-            with pytest.raises(aiohttp.ClientConnectionError):
-                await generate(http, sim, {"text_input": PROMPT})
-    assert processes_mentioning(workdir) == []
+        sim.kill()  # a crashed replica
+        with pytest.raises(urllib.error.URLError):
+            urllib.request.urlopen(f"{sim.http_url}/v2/health/live", timeout=5)
+        sim.start()  # ... that comes back on the same ports
+        sim.wait_ready()
+        assert sim.workdir is not None
+        workdirs.append(str(sim.workdir))
+        with urllib.request.urlopen(f"{sim.http_url}/v2/models/fast/ready", timeout=5) as r:
+            assert r.status == 200
+    for workdir in workdirs:
+        assert processes_mentioning(workdir) == []
+        assert not Path(workdir).exists()
     assert shm_entries(sim.shm_prefix) == []
-    assert not Path(workdir).exists()
 
 
 def test_run_triton_sim_stops_on_sigint_even_if_ignored() -> None:
     port = free_base_port()
-    code = f"import sys; from gateway.sim import run_triton_sim; sys.exit(run_triton_sim({port}, 'fast=1'))"
+    code = (
+        "import sys; from gateway.sim import run_triton_sim; "
+        f"sys.exit(run_triton_sim({port}, 'fast=1'))"
+    )
     # Like `gateway triton-sim &` from a script: the child starts with SIGINT ignored.
     child = subprocess.Popen(
         [sys.executable, "-c", code],

@@ -1,0 +1,18 @@
+# The gateway image. Triton itself runs elsewhere; the `sim` extra is only for `gateway demo`.
+FROM python:3.11-slim
+
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends redis-server \
+    && rm -rf /var/lib/apt/lists/*
+
+WORKDIR /app
+COPY pyproject.toml README.md ./
+COPY gateway ./gateway
+COPY config ./config
+RUN pip install --no-cache-dir '.[sim]'
+
+RUN useradd --create-home gateway
+USER gateway
+EXPOSE 8080
+ENTRYPOINT ["gateway"]
+CMD ["serve", "--config", "config/gateway.yaml", "--host", "0.0.0.0", "--port", "8080"]

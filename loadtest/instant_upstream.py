@@ -1,0 +1,69 @@
+"""An OpenAI-compatible upstream that answers at once: nginx with fixed responses.
+
+nginx costs the benchmark little CPU, so what is measured is the gateway.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import orjson
+
+CHAT_RESPONSE = orjson.dumps(
+    {
+        "id": "chatcmpl-bench",
+        "object": "chat.completion",
+        "created": 1700000000,
+        "model": "fake-llama-8b",
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": "Hello from the instant upstream."},
+                "finish_reason": "stop",
+            }
+        ],
+        "usage": {"prompt_tokens": 12, "completion_tokens": 7, "total_tokens": 19},
+    }
+).decode()
+
+_CONF = """
+worker_processes 1;
+pid {dir}/nginx.pid;
+error_log {dir}/error.log warn;
+events {{ worker_connections 4096; }}
+http {{
+  access_log off;
+  client_body_temp_path {dir}/body;
+  keepalive_requests 1000000;
+  keepalive_timeout 60s;
+  server {{
+    listen 127.0.0.1:{port};
+    location = /v1/chat/completions {{
+      default_type application/json;
+      return 200 '{chat}';
+    }}
+    location = /v1/models {{
+      default_type application/json;
+      return 200 '{{"object":"list","data":[{{"id":"fake-llama-8b","object":"model"}}]}}';
+    }}
+  }}
+}}
+"""
+
+
+def start_nginx(port: int) -> tuple[subprocess.Popen[bytes], Path]:
+    """nginx serving the fixed responses on 127.0.0.1:`port`, in the foreground."""
+    nginx = shutil.which("nginx") or "/usr/sbin/nginx"
+    workdir = Path(tempfile.mkdtemp(prefix="bench-nginx-"))
+    conf = workdir / "nginx.conf"
+    conf.write_text(_CONF.format(dir=workdir, port=port, chat=CHAT_RESPONSE))
+    process = subprocess.Popen(
+        [nginx, "-c", str(conf), "-p", str(workdir), "-g", "daemon off;"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    return process, workdir

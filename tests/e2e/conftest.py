@@ -1,0 +1,80 @@
+"""Real Triton servers (triton-sim) and a gateway process in front of them."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from openai import OpenAI
+
+from gateway.devstack import free_port, stop
+from gateway.sim.server import TritonSim
+from tests.e2e.stack import KEYS, Gateway, model, start_gateway
+
+# Fast simulated models: the tests check behaviour, not speed.
+LARGE = "llm-large=4"
+SMALL = "llm-small=1"
+
+
+def start_sim(models: str) -> TritonSim:
+    sim = TritonSim(free_port(span=3, start=30000), models)
+    sim.start()
+    try:
+        sim.wait_ready(timeout=90)
+    except Exception:
+        sim.stop()
+        raise
+    return sim
+
+
+@pytest.fixture(scope="session")
+def sims() -> Iterator[tuple[TritonSim, TritonSim]]:
+    """Server A serves llm-large and llm-small, server B another llm-large replica."""
+    a = start_sim(f"{LARGE},{SMALL}")
+    try:
+        b = start_sim(LARGE)
+    except Exception:
+        a.stop()
+        raise
+    try:
+        yield a, b
+    finally:
+        b.stop()
+        a.stop()
+
+
+@pytest.fixture(scope="session")
+def gateway(
+    sims: tuple[TritonSim, TritonSim], redis_url: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Gateway]:
+    """llm-large over Triton HTTP (2 replicas), llm-small over gRPC, `relay` over the
+    OpenAI backend (the gateway relaying llm-small to itself)."""
+    a, b = sims
+    models = {
+        "llm-large": model("triton_http", [a.http_url, b.http_url], fallback=["llm-small"]),
+        "llm-small": model("triton_grpc", [a.grpc_target]),
+        "relay": model(
+            "openai", ["${SELF_URL}"], upstream_model="llm-small", api_key="${RELAY_KEY}"
+        ),
+    }
+    gw = start_gateway(
+        tmp_path_factory.mktemp("gateway"),
+        models,
+        redis_url,
+        server={"max_body_bytes": 8192},
+        env={"RELAY_KEY": KEYS["acme"]},
+    )
+    try:
+        yield gw
+    finally:
+        stop(gw.process)
+
+
+@pytest.fixture(scope="session")
+def acme(gateway: Gateway) -> OpenAI:
+    return OpenAI(base_url=gateway.base_url, api_key=KEYS["acme"], max_retries=0)
+
+
+@pytest.fixture(scope="session")
+def globex(gateway: Gateway) -> OpenAI:
+    return OpenAI(base_url=gateway.base_url, api_key=KEYS["globex"], max_retries=0)

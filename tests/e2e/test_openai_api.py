@@ -1,0 +1,188 @@
+"""The OpenAI API through the gateway, driven by the official `openai` SDK."""
+
+from __future__ import annotations
+
+import aiohttp
+import openai
+import pytest
+from openai import OpenAI
+
+from tests.e2e.stack import KEYS, Gateway
+
+HELLO = [{"role": "user", "content": "Say hello to the gateway tests"}]
+
+
+def stream_text(client: OpenAI, model: str, **kwargs: object) -> tuple[str, list[object]]:
+    chunks = list(
+        client.chat.completions.create(model=model, messages=HELLO, stream=True, **kwargs)  # type: ignore[call-overload]
+    )
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    return text, chunks
+
+
+@pytest.mark.parametrize("model", ["llm-large", "llm-small", "relay"])
+def test_chat_completion_has_text_usage_and_model(acme: OpenAI, model: str) -> None:
+    response = acme.chat.completions.create(model=model, messages=HELLO, max_tokens=5)
+    choice = response.choices[0]
+    assert response.object == "chat.completion"
+    assert response.model == model
+    assert choice.message.role == "assistant"
+    assert len(choice.message.content.split()) == 5
+    assert choice.finish_reason == "length"
+    assert response.usage is not None
+    assert response.usage.completion_tokens == 5
+    assert response.usage.prompt_tokens > 0
+    assert response.usage.total_tokens == response.usage.prompt_tokens + 5
+
+
+def test_every_backend_gives_the_same_text_for_the_same_prompt(acme: OpenAI) -> None:
+    # The simulated models derive their text from the prompt alone, so the three backends
+    # (Triton HTTP, Triton gRPC, OpenAI relay) must agree exactly.
+    texts = {
+        model: acme.chat.completions.create(model=model, messages=HELLO, max_tokens=7)
+        .choices[0]
+        .message.content
+        for model in ("llm-large", "llm-small", "relay")
+    }
+    assert len(set(texts.values())) == 1, texts
+
+
+@pytest.mark.parametrize("model", ["llm-large", "llm-small", "relay"])
+def test_streamed_chat_matches_the_whole_response(acme: OpenAI, model: str) -> None:
+    whole = acme.chat.completions.create(model=model, messages=HELLO, max_tokens=6)
+    text, chunks = stream_text(acme, model, max_tokens=6, stream_options={"include_usage": True})
+    assert text == whole.choices[0].message.content
+    assert len(chunks) >= 6 + 2  # one per token, the finish chunk, the usage chunk
+    assert chunks[0].choices[0].delta.role == "assistant"
+    assert all(c.object == "chat.completion.chunk" and c.model == model for c in chunks)
+    assert len({c.id for c in chunks}) == 1
+    finish = [c.choices[0].finish_reason for c in chunks if c.choices]
+    assert finish[-1] == "length" and not any(finish[:-1])
+    last = chunks[-1]
+    assert last.choices == []
+    assert last.usage is not None and last.usage.completion_tokens == 6
+
+
+def test_stream_without_include_usage_sends_no_usage(acme: OpenAI) -> None:
+    _, chunks = stream_text(acme, "llm-small", max_tokens=3)
+    assert all(getattr(c, "usage", None) is None for c in chunks)
+
+
+@pytest.mark.parametrize("model", ["llm-large", "llm-small", "relay"])
+def test_text_completion_streamed_and_not(acme: OpenAI, model: str) -> None:
+    whole = acme.completions.create(model=model, prompt="Once upon a time", max_tokens=4)
+    assert whole.object == "text_completion"
+    assert len(whole.choices[0].text.split()) == 4
+    assert whole.usage is not None and whole.usage.completion_tokens == 4
+    chunks = list(
+        acme.completions.create(model=model, prompt="Once upon a time", max_tokens=4, stream=True)
+    )
+    assert "".join(c.choices[0].text for c in chunks) == whole.choices[0].text
+    assert chunks[-1].choices[0].finish_reason == "length"
+
+
+@pytest.mark.parametrize("model", ["llm-large", "llm-small", "relay"])
+def test_stop_sequence_reaches_the_model(acme: OpenAI, model: str) -> None:
+    words = acme.chat.completions.create(model=model, messages=HELLO, max_tokens=8)
+    words_list = words.choices[0].message.content.split()
+    stop_word = words_list[3]
+    cut = acme.chat.completions.create(model=model, messages=HELLO, max_tokens=8, stop=[stop_word])
+    text = cut.choices[0].message.content
+    assert stop_word not in text.split()
+    assert words.choices[0].message.content.startswith(text)
+    assert cut.choices[0].finish_reason == "stop"
+
+
+def test_models_lists_only_the_tenants_models(acme: OpenAI, globex: OpenAI) -> None:
+    assert sorted(m.id for m in acme.models.list()) == ["llm-large", "llm-small", "relay"]
+    assert [m.id for m in globex.models.list()] == ["llm-small"]
+
+
+def test_unknown_key_is_401(gateway: Gateway) -> None:
+    client = OpenAI(base_url=gateway.base_url, api_key="sk-not-a-key", max_retries=0)
+    with pytest.raises(openai.AuthenticationError) as caught:
+        client.chat.completions.create(model="llm-small", messages=HELLO)
+    assert caught.value.status_code == 401
+    assert caught.value.code == "invalid_api_key"
+    assert "sk-not-a-key" not in str(caught.value)
+
+
+def test_model_not_allowed_for_tenant_is_403(globex: OpenAI) -> None:
+    with pytest.raises(openai.PermissionDeniedError) as caught:
+        globex.chat.completions.create(model="llm-large", messages=HELLO)
+    assert caught.value.code == "model_not_allowed"
+
+
+def test_unknown_model_is_404(acme: OpenAI) -> None:
+    with pytest.raises(openai.NotFoundError) as caught:
+        acme.chat.completions.create(model="gpt-unknown", messages=HELLO)
+    assert caught.value.code == "model_not_found"
+    assert "gpt-unknown" in caught.value.message
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "param"),
+    [
+        ({"messages": []}, "messages"),
+        ({"messages": [{"role": "wizard", "content": "hi"}]}, "messages[0].role"),
+        ({"messages": HELLO, "max_tokens": 0}, "max_tokens"),
+        ({"messages": HELLO, "temperature": 3}, "temperature"),
+        ({"messages": HELLO, "n": 2}, "n"),
+        ({"messages": HELLO, "max_tokens": 100000}, "max_tokens"),
+    ],
+)
+def test_invalid_field_is_400_naming_it(
+    acme: OpenAI, kwargs: dict[str, object], param: str
+) -> None:
+    with pytest.raises(openai.BadRequestError) as caught:
+        acme.chat.completions.create(model="llm-small", **kwargs)  # type: ignore[call-overload]
+    assert caught.value.status_code == 400
+    assert caught.value.param == param
+
+
+async def test_bad_json_is_400(gateway: Gateway) -> None:
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(
+            f"{gateway.base_url}/chat/completions",
+            data=b'{"model": "llm-small", "messages": [',
+            headers={"authorization": f"Bearer {KEYS['acme']}"},
+        ) as response,
+    ):
+        body = await response.json()
+    assert response.status == 400
+    assert body["error"]["type"] == "invalid_request_error"
+    assert "not valid JSON" in body["error"]["message"]
+
+
+def test_oversized_body_is_413(acme: OpenAI) -> None:
+    # The test gateway allows 8 KiB bodies.
+    huge = [{"role": "user", "content": "x" * 10_000}]
+    with pytest.raises(openai.APIStatusError) as caught:
+        acme.chat.completions.create(model="llm-small", messages=huge)
+    assert caught.value.status_code == 413
+    assert caught.value.code == "request_too_large"
+
+
+async def test_health_and_readiness(gateway: Gateway) -> None:
+    async with aiohttp.ClientSession() as session:
+        async with session.get(f"{gateway.url}/healthz") as alive:
+            assert alive.status == 200
+        async with session.get(f"{gateway.url}/readyz") as ready:
+            body = await ready.json()
+    assert ready.status == 200
+    assert body == {
+        "ready": True,
+        "redis": True,
+        "models": {"llm-large": True, "llm-small": True, "relay": True},
+    }
+
+
+async def test_unknown_path_gets_an_openai_shaped_404(gateway: Gateway) -> None:
+    async with (
+        aiohttp.ClientSession() as session,
+        session.get(f"{gateway.base_url}/engines") as response,
+    ):
+        body = await response.json()
+    assert response.status == 404
+    assert set(body["error"]) == {"message", "type", "param", "code"}
