@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
+from gateway.backends.prompt import template_problem
 from gateway.config.keys import HASH_PREFIX, InvalidKey, parse_key_entry
 from gateway.config.schema import Config, GatewayConfig, TenantsConfig
 from gateway.config.source import ConfigError, Loc, Problem, Source, read_source
@@ -97,6 +98,7 @@ def _check_gateway(source: Source) -> tuple[GatewayConfig | None, list[Problem]]
         return None, problems
     problems += _fallback_problems(source)
     problems += _upstream_key_problems(source)
+    problems += _template_problems(source)
     gateway, invalid = _validate(GatewayConfig, source)
     problems += invalid
     return (None if problems else gateway), _sorted(problems)
@@ -271,6 +273,19 @@ def _key_problems(source: Source) -> list[Problem]:
                 problems.append(source.problem(loc, _at(loc, message)))
             else:
                 owners[hex_digest] = (name, source.line(loc))
+    return problems
+
+
+def _template_problems(source: Source) -> list[Problem]:
+    """A prompt template that does not compile would fail every chat request."""
+    problems = []
+    for name, model in _as_dict(_as_dict(source.data).get("models")).items():
+        template = _as_dict(model).get("prompt_template")
+        if isinstance(template, str):
+            why = template_problem(template)
+            if why is not None:
+                loc = ("models", name, "prompt_template")
+                problems.append(source.problem(loc, _at(loc, why)))
     return problems
 
 

@@ -21,22 +21,26 @@ PROMPT = [{"role": "user", "content": "keep going"}]
 @pytest.fixture
 def two_replicas(redis_url: str, tmp_path: Path) -> Iterator[tuple[Gateway, TritonSim, TritonSim]]:
     first = start_sim("victim=20")
-    second = start_sim("victim=20")
-    models = {
-        "victim-http": model(
-            "triton_http", [first.http_url, second.http_url], upstream_model="victim"
-        ),
-        "victim-grpc": model(
-            "triton_grpc", [first.grpc_target, second.grpc_target], upstream_model="victim"
-        ),
-    }
-    gateway = start_gateway(tmp_path, models, redis_url, globex_models=["victim-http"])
+    second: TritonSim | None = None
+    gateway: Gateway | None = None
     try:
+        second = start_sim("victim=20")
+        models = {
+            "victim-http": model(
+                "triton_http", [first.http_url, second.http_url], upstream_model="victim"
+            ),
+            "victim-grpc": model(
+                "triton_grpc", [first.grpc_target, second.grpc_target], upstream_model="victim"
+            ),
+        }
+        gateway = start_gateway(tmp_path, models, redis_url, globex_models=["victim-http"])
         yield gateway, first, second
     finally:
-        stop(gateway.process)
+        if gateway is not None:
+            stop(gateway.process)
+        if second is not None:
+            second.stop()
         first.stop()
-        second.stop()
 
 
 def test_requests_are_served_by_the_surviving_replica(

@@ -434,3 +434,32 @@ def test_load_tenants_for_reload() -> None:
     assert [str(p) for p in raised.value.problems] == [
         "tenants.yaml:5: tenants.acme.models[0]: model 'llm-small' is not defined"
     ]
+
+
+def test_prompt_template_that_does_not_compile_is_an_error_at_its_line() -> None:
+    gateway = GATEWAY.replace(
+        "    backend: triton_http\n",
+        "    backend: triton_http\n    prompt_template: '{% for m in messages %}'\n",
+    )
+    (problem,) = problems(gateway)
+    assert problem.startswith(
+        "gateway.yaml:4: models.llm-large.prompt_template: prompt_template does not compile"
+    )
+
+
+def test_upstream_api_key_must_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    literal = GATEWAY.replace(
+        "    backend: openai\n", "    backend: openai\n    api_key: sk-upstream-secret\n"
+    )
+    (problem,) = problems(literal)
+    assert problem == (
+        "gateway.yaml:8: models.llm-small.api_key: upstream API key in file; "
+        "reference an environment variable as ${VAR}"
+    )
+    assert "sk-upstream-secret" not in problem
+    monkeypatch.setenv("UPSTREAM_KEY", "sk-upstream-secret")
+    write("gateway.yaml", literal.replace("sk-upstream-secret", "${UPSTREAM_KEY}"))
+    config = load_config("gateway.yaml")
+    api_key = config.gateway.models["llm-small"].api_key
+    assert api_key is not None and api_key.get_secret_value() == "sk-upstream-secret"
+    assert "sk-upstream-secret" not in repr(config)

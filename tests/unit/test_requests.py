@@ -1,0 +1,110 @@
+"""Parsing OpenAI request bodies: what is accepted, and the 400 that names the field."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from gateway.api.errors import APIError
+from gateway.api.requests import decode_json, parse_chat, parse_completion
+from gateway.inference import ChatMessage, RequestKind
+
+USER = [{"role": "user", "content": "hi"}]
+
+
+def chat(**fields: Any) -> dict[str, Any]:
+    return {"model": "m", "messages": USER, **fields}
+
+
+def refused(data: dict[str, Any]) -> APIError:
+    with pytest.raises(APIError) as caught:
+        parse_chat(data, default_max_tokens=32)
+    assert caught.value.status == 400
+    return caught.value
+
+
+def test_chat_request_carries_every_sampling_field() -> None:
+    request = parse_chat(
+        chat(max_tokens=12, temperature=0.5, top_p=0.9, stop=["\n", "END"], seed=7, user="u1"),
+        default_max_tokens=32,
+    )
+    assert request.kind is RequestKind.CHAT
+    assert request.model == "m"
+    assert request.messages == (ChatMessage("user", "hi"),)
+    assert request.params.max_tokens == 12
+    assert request.params.temperature == 0.5
+    assert request.params.top_p == 0.9
+    assert request.params.stop == ("\n", "END")
+    assert request.params.seed == 7
+    assert request.requested_max_tokens == 12
+    assert request.user == "u1"
+    assert request.stream is False
+
+
+def test_model_default_applies_when_max_tokens_is_absent() -> None:
+    request = parse_chat(chat(), default_max_tokens=32)
+    assert request.params.max_tokens == 32
+    assert request.requested_max_tokens is None
+
+
+def test_max_completion_tokens_takes_precedence() -> None:
+    request = parse_chat(chat(max_tokens=5, max_completion_tokens=9), default_max_tokens=32)
+    assert request.params.max_tokens == 9
+
+
+def test_text_parts_are_joined_and_a_stop_string_becomes_a_tuple() -> None:
+    content = [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]
+    request = parse_chat(
+        chat(messages=[{"role": "user", "content": content}], stop="x"), default_max_tokens=8
+    )
+    assert request.messages[0].content == "ab"
+    assert request.params.stop == ("x",)
+
+
+def test_stream_options_include_usage() -> None:
+    request = parse_chat(
+        chat(stream=True, stream_options={"include_usage": True}), default_max_tokens=8
+    )
+    assert request.stream and request.include_usage
+
+
+@pytest.mark.parametrize(
+    ("fields", "param"),
+    [
+        ({"messages": None}, "messages"),
+        ({"messages": [{"role": "user"}]}, "messages[0].content"),
+        (
+            {"messages": [{"role": "user", "content": [{"type": "image_url"}]}]},
+            "messages[0].content",
+        ),
+        ({"messages": ["hi"]}, "messages[0]"),
+        ({"model": 3}, "model"),
+        ({"max_tokens": True}, "max_tokens"),
+        ({"max_tokens": "10"}, "max_tokens"),
+        ({"top_p": 1.5}, "top_p"),
+        ({"stop": ["a", "b", "c", "d", "e"]}, "stop"),
+        ({"stop": [""]}, "stop"),
+        ({"stream": "yes"}, "stream"),
+        ({"stream_options": {"include_usage": True}}, "stream_options"),
+        ({"tools": [{"type": "function"}]}, "tools"),
+        ({"seed": 1.5}, "seed"),
+    ],
+)
+def test_invalid_fields_are_refused_by_name(fields: dict[str, Any], param: str) -> None:
+    assert refused(chat(**fields)).param == param
+
+
+def test_completion_takes_a_string_or_a_single_prompt_list() -> None:
+    assert parse_completion({"model": "m", "prompt": "p"}, 8).prompt == "p"
+    assert parse_completion({"model": "m", "prompt": ["p"]}, 8).prompt == "p"
+    with pytest.raises(APIError) as caught:
+        parse_completion({"model": "m", "prompt": ["a", "b"]}, 8)
+    assert caught.value.param == "prompt"
+
+
+@pytest.mark.parametrize("body", [b"{", b"[1, 2]", b"", b"\xff"])
+def test_body_that_is_not_a_json_object_is_400(body: bytes) -> None:
+    with pytest.raises(APIError) as caught:
+        decode_json(body)
+    assert caught.value.status == 400

@@ -1,0 +1,49 @@
+"""Replica choice: the healthy replica with the fewest outstanding requests."""
+
+from __future__ import annotations
+
+import pytest
+
+from gateway.scheduler.routing import ReplicaPool
+
+
+def test_picks_the_least_loaded_healthy_replica() -> None:
+    pool = ReplicaPool(["a", "b", "c"])
+    a, b, c = pool.replicas
+    a.outstanding, b.outstanding, c.outstanding = 3, 1, 2
+    assert pool.pick() is b
+    b.healthy = False
+    assert pool.pick() is c
+
+
+def test_equal_load_is_spread_in_turn() -> None:
+    pool = ReplicaPool(["a", "b"])
+    picked = []
+    for _ in range(4):
+        replica = pool.pick()
+        assert replica is not None
+        with pool.lease(replica):
+            picked.append(replica.url)
+    assert picked == ["a", "b", "a", "b"]
+
+
+def test_excluded_and_unhealthy_replicas_are_never_picked() -> None:
+    pool = ReplicaPool(["a", "b"])
+    a, b = pool.replicas
+    assert pool.pick(exclude=[a]) is b
+    pool.mark_failed(b)
+    assert pool.pick(exclude=[a]) is None
+    assert pool.ready
+    pool.mark_failed(a)
+    assert not pool.ready
+    pool.mark_checked(a, healthy=True)
+    assert pool.pick() is a and a.consecutive_failures == 0
+
+
+def test_a_lease_is_released_when_the_request_fails() -> None:
+    pool = ReplicaPool(["a"])
+    (a,) = pool.replicas
+    with pytest.raises(RuntimeError), pool.lease(a):
+        assert a.outstanding == 1
+        raise RuntimeError("upstream failed")
+    assert a.outstanding == 0
