@@ -39,6 +39,25 @@ def new_session(
     )
 
 
+class LazySession:
+    """One pooled session per backend, made on first use inside the running event loop."""
+
+    def __init__(self, connect_timeout_s: float, headers: dict[str, str] | None = None) -> None:
+        self._connect_timeout_s = connect_timeout_s
+        self._headers = headers
+        self._session: aiohttp.ClientSession | None = None
+
+    def get(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            self._session = new_session(self._connect_timeout_s, self._headers)
+        return self._session
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+
 def error_from_status(status: int, body: bytes) -> UpstreamError:
     """The failure an upstream HTTP error status stands for."""
     message = _error_message(body) or f"HTTP {status}"

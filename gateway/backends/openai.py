@@ -5,11 +5,10 @@ from __future__ import annotations
 from collections.abc import AsyncGenerator
 from typing import Any
 
-import aiohttp
 import orjson
 
 from gateway.backends.base import UpstreamError
-from gateway.backends.http import get_ok, new_session, post, sse_payloads
+from gateway.backends.http import LazySession, get_ok, post, sse_payloads
 from gateway.inference import Completion, Delta, RequestKind, UpstreamCall, Usage
 
 
@@ -19,21 +18,13 @@ class OpenAIBackend:
     def __init__(
         self, connect_timeout_s: float, total_timeout_s: float, api_key: str | None = None
     ) -> None:
-        self._session: aiohttp.ClientSession | None = None
-        self._connect_timeout_s = connect_timeout_s
+        headers = {"authorization": f"Bearer {api_key}"} if api_key else None
+        self._session = LazySession(connect_timeout_s, headers)
         self._total_timeout_s = total_timeout_s
-        self._api_key = api_key
-
-    @property
-    def session(self) -> aiohttp.ClientSession:
-        if self._session is None:
-            headers = {"authorization": f"Bearer {self._api_key}"} if self._api_key else None
-            self._session = new_session(self._connect_timeout_s, headers)
-        return self._session
 
     async def complete(self, url: str, call: UpstreamCall) -> Completion:
         async with post(
-            self.session, _endpoint(url, call), _payload(call, False), self._total_timeout_s
+            self._session.get(), _endpoint(url, call), _payload(call, False), self._total_timeout_s
         ) as r:
             data = orjson.loads(await r.read())
         try:
@@ -53,7 +44,7 @@ class OpenAIBackend:
 
     async def stream(self, url: str, call: UpstreamCall) -> AsyncGenerator[Delta, None]:
         async with post(
-            self.session, _endpoint(url, call), _payload(call, True), self._total_timeout_s
+            self._session.get(), _endpoint(url, call), _payload(call, True), self._total_timeout_s
         ) as r:
             async for payload in sse_payloads(r):
                 if payload == b"[DONE]":
@@ -63,11 +54,10 @@ class OpenAIBackend:
                     yield delta
 
     async def ready(self, url: str, upstream_model: str, timeout_s: float) -> bool:
-        return await get_ok(self.session, f"{url}/v1/models", timeout_s)
+        return await get_ok(self._session.get(), f"{url}/v1/models", timeout_s)
 
     async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
+        await self._session.close()
 
 
 def _endpoint(url: str, call: UpstreamCall) -> str:

@@ -5,11 +5,10 @@ from __future__ import annotations
 from collections.abc import AsyncGenerator
 from typing import Any
 
-import aiohttp
 import orjson
 
 from gateway.backends.base import UpstreamError
-from gateway.backends.http import get_ok, new_session, post, sse_payloads
+from gateway.backends.http import LazySession, get_ok, post, sse_payloads
 from gateway.inference import Completion, Delta, UpstreamCall, Usage
 
 
@@ -21,42 +20,38 @@ class TritonHTTPBackend:
     """
 
     def __init__(self, connect_timeout_s: float, total_timeout_s: float) -> None:
-        self._session: aiohttp.ClientSession | None = None
-        self._connect_timeout_s = connect_timeout_s
+        self._session = LazySession(connect_timeout_s)
         self._total_timeout_s = total_timeout_s
-
-    @property
-    def session(self) -> aiohttp.ClientSession:
-        # Created lazily: an aiohttp session must be made inside the running loop.
-        if self._session is None:
-            self._session = new_session(self._connect_timeout_s)
-        return self._session
 
     async def complete(self, url: str, call: UpstreamCall) -> Completion:
         endpoint = f"{url}/v2/models/{call.upstream_model}/generate"
-        async with post(self.session, endpoint, _payload(call, False), self._total_timeout_s) as r:
+        async with post(
+            self._session.get(), endpoint, _payload(call, False), self._total_timeout_s
+        ) as r:
             data = orjson.loads(await r.read())
         delta = _delta(data)
-        text = delta.text
         usage = Usage(
             prompt_tokens=delta.input_tokens or 0, completion_tokens=delta.output_tokens or 0
         )
         return Completion(
-            text=text, usage=usage, finish_reason=call.finish_reason(usage.completion_tokens)
+            text=delta.text, usage=usage, finish_reason=call.finish_reason(usage.completion_tokens)
         )
 
     async def stream(self, url: str, call: UpstreamCall) -> AsyncGenerator[Delta, None]:
         endpoint = f"{url}/v2/models/{call.upstream_model}/generate_stream"
-        async with post(self.session, endpoint, _payload(call, True), self._total_timeout_s) as r:
+        async with post(
+            self._session.get(), endpoint, _payload(call, True), self._total_timeout_s
+        ) as r:
             async for payload in sse_payloads(r):
                 yield _delta(orjson.loads(payload))
 
     async def ready(self, url: str, upstream_model: str, timeout_s: float) -> bool:
-        return await get_ok(self.session, f"{url}/v2/models/{upstream_model}/ready", timeout_s)
+        return await get_ok(
+            self._session.get(), f"{url}/v2/models/{upstream_model}/ready", timeout_s
+        )
 
     async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
+        await self._session.close()
 
 
 def _payload(call: UpstreamCall, stream: bool) -> bytes:

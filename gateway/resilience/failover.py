@@ -6,7 +6,7 @@ client never sees output twice.
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Iterator
 
 from gateway.backends.base import ReplicaUnavailable
 from gateway.inference import Completion, Delta, UpstreamCall
@@ -23,15 +23,21 @@ class NoReplicaLeft(Exception):
         self.last_error = last_error
 
 
-async def complete(route: ModelRoute, call: UpstreamCall) -> Completion:
-    """Run `call` to completion on the least-loaded replica, failing over if it is down."""
+def _candidates(route: ModelRoute) -> Iterator[Replica]:
+    """Replicas to try in turn: each the least loaded of the healthy ones not yet tried."""
     tried: list[Replica] = []
-    last_error: Exception | None = None
     while len(tried) < route.config.max_attempts:
         replica = route.pool.pick(tried)
         if replica is None:
-            break
+            return
         tried.append(replica)
+        yield replica
+
+
+async def complete(route: ModelRoute, call: UpstreamCall) -> Completion:
+    """Run `call` to completion on the least-loaded replica, failing over if it is down."""
+    last_error: Exception | None = None
+    for replica in _candidates(route):
         with route.pool.lease(replica):
             try:
                 return await route.backend.complete(replica.url, call)
@@ -46,13 +52,8 @@ async def stream(route: ModelRoute, call: UpstreamCall) -> AsyncGenerator[Delta,
 
     The replica stays leased until the stream ends or is closed.
     """
-    tried: list[Replica] = []
     last_error: Exception | None = None
-    while len(tried) < route.config.max_attempts:
-        replica = route.pool.pick(tried)
-        if replica is None:
-            break
-        tried.append(replica)
+    for replica in _candidates(route):
         with route.pool.lease(replica):
             upstream = route.backend.stream(replica.url, call)
             try:

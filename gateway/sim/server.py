@@ -185,7 +185,7 @@ class TritonSim:
         if self.workdir is not None:
             # Anything still running from our directory (e.g. if the server was reaped
             # before the session could be killed).
-            _kill_all(_processes_mentioning(str(self.workdir)), timeout=5.0)
+            _kill_all(processes_mentioning(str(self.workdir)), timeout=5.0)
             shutil.rmtree(self.workdir, ignore_errors=True)
         for leftover in SHM_DIR.glob(f"{self.shm_prefix}*"):
             leftover.unlink(missing_ok=True)
@@ -264,7 +264,7 @@ def _wait_exit(pid: int, timeout: float | None) -> None:
         time.sleep(0.05)
 
 
-def _processes_mentioning(marker: str) -> list[int]:
+def processes_mentioning(marker: str) -> list[int]:
     """Live processes whose command line contains `marker` (zombies have none)."""
     pids = []
     for cmdline in Path("/proc").glob("[0-9]*/cmdline"):

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import json
 import math
-import os
 import random
 import signal
 import socket
@@ -29,7 +28,7 @@ from tritonclient.grpc._infer_result import InferResult
 
 from gateway.sim import TritonSim, TritonSimError, parse_models
 from gateway.sim.model_template import generate_pieces, natural_length
-from gateway.sim.server import SHM_DIR
+from gateway.sim.server import SHM_DIR, processes_mentioning
 
 MODEL = "fast"  # token_delay 2 ms
 PROMPT = "Tell me about the weather in Lisbon."
@@ -251,18 +250,6 @@ async def test_grpc_stream_infer(sim: TritonSim) -> None:
     assert outputs["tokens"] == [(w, 1) for w in words]
     assert outputs["whole"] == [("".join(words), len(words))]
     assert "text_input" in errors["empty"]
-
-
-def processes_mentioning(marker: str) -> list[int]:
-    """Live processes whose command line contains `marker`."""
-    pids = []
-    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
-        try:
-            if marker.encode() in cmdline.read_bytes():
-                pids.append(int(cmdline.parent.name))
-        except OSError:
-            continue
-    return [pid for pid in pids if pid != os.getpid()]
 
 
 def shm_entries(prefix: str) -> list[str]:
