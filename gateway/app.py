@@ -17,6 +17,7 @@ from gateway.api import endpoints
 from gateway.api.errors import APIError
 from gateway.config import Config, load_config
 from gateway.observability.logging import configure_logging
+from gateway.reload import TenantsReloader
 from gateway.runtime import Runtime
 
 log = logging.getLogger("gateway")
@@ -27,21 +28,27 @@ CONFIG_ENV = "GATEWAY_CONFIG"
 def build_app(config: Config) -> Starlette:
     """The gateway's ASGI app for `config`."""
     runtime = Runtime.build(config)
+    reloader = TenantsReloader(runtime)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         app.state.runtime = runtime
+        app.state.reloader = reloader
         await runtime.start()
+        reloader.start()
         log.info("gateway ready: models %s", ", ".join(runtime.routes))
         try:
             yield
         finally:
+            await reloader.stop()
             await runtime.close()
 
     routes = [
         Route("/v1/chat/completions", endpoints.chat_completions, methods=["POST"]),
         Route("/v1/completions", endpoints.completions, methods=["POST"]),
         Route("/v1/models", endpoints.list_models, methods=["GET"]),
+        Route("/admin/reload", endpoints.reload_tenants, methods=["POST"]),
+        Route("/metrics", endpoints.metrics_endpoint, methods=["GET"]),
         Route("/healthz", endpoints.healthz, methods=["GET"]),
         Route("/readyz", endpoints.readyz, methods=["GET"]),
     ]

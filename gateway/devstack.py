@@ -13,6 +13,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Sequence
+from pathlib import Path
 
 
 def port_is_free(port: int) -> bool:
@@ -85,9 +86,19 @@ def gateway_command(*args: str) -> list[str]:
     return [sys.executable, "-m", "gateway.cli", *args]
 
 
-def spawn(command: Sequence[str], env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
-    """Start a child in its own session, so stopping it stops everything it started."""
-    return subprocess.Popen(list(command), env=env, start_new_session=True)
+def spawn(
+    command: Sequence[str], env: dict[str, str] | None = None, log: Path | None = None
+) -> subprocess.Popen[bytes]:
+    """Start a child in its own session, so stopping it stops everything it started.
+
+    With `log`, its output goes to that file instead of this process's.
+    """
+    if log is None:
+        return subprocess.Popen(list(command), env=env, start_new_session=True)
+    with log.open("ab") as out:
+        return subprocess.Popen(
+            list(command), env=env, start_new_session=True, stdout=out, stderr=subprocess.STDOUT
+        )
 
 
 def stop(process: subprocess.Popen[bytes], timeout_s: float = 15.0) -> None:

@@ -6,7 +6,6 @@ import asyncio
 import logging
 from dataclasses import dataclass
 
-from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from gateway.auth import Authenticator
@@ -15,11 +14,13 @@ from gateway.backends.openai import OpenAIBackend
 from gateway.backends.prompt import PromptTemplate
 from gateway.backends.triton_grpc import TritonGRPCBackend
 from gateway.backends.triton_http import TritonHTTPBackend
-from gateway.config import BackendKind, Config, ModelConfig
+from gateway.config import BackendKind, Config, ModelConfig, TenantsConfig, key_index
+from gateway.ratelimit.limiter import RateLimiter
+from gateway.ratelimit.redis_store import RedisBuckets
 from gateway.resilience.health import HealthChecker
 from gateway.routes import ModelRoute
 from gateway.scheduler.routing import ReplicaPool
-from gateway.storage import connect_redis
+from gateway.storage import RedisClient, connect_redis
 
 log = logging.getLogger("gateway")
 
@@ -39,8 +40,9 @@ class Runtime:
     config: Config
     routes: dict[str, ModelRoute]
     auth: Authenticator
-    redis: Redis
+    redis: RedisClient
     health: HealthChecker
+    limiter: RateLimiter
 
     @classmethod
     def build(cls, config: Config) -> Runtime:
@@ -55,13 +57,31 @@ class Runtime:
             )
             for name, model in config.gateway.models.items()
         }
+        redis = connect_redis(config.gateway)
+        limiter = RateLimiter(
+            RedisBuckets(redis),
+            redis.ping,
+            config.tenants,
+            config.gateway.ratelimit,
+            config.gateway.redis.key_prefix,
+        )
         return cls(
             config=config,
             routes=routes,
             auth=Authenticator(config.tenants.tenants, config.tenant_by_key_hash),
-            redis=connect_redis(config.gateway),
+            redis=redis,
             health=HealthChecker(routes.values()),
+            limiter=limiter,
         )
+
+    def apply_tenants(self, tenants: TenantsConfig) -> None:
+        """Switch to reloaded tenants: keys, allowed models and limits at once."""
+        index = key_index(tenants)
+        self.config = self.config.model_copy(
+            update={"tenants": tenants, "tenant_by_key_hash": index}
+        )
+        self.auth = Authenticator(tenants.tenants, index)
+        self.limiter.update_tenants(tenants)
 
     async def start(self) -> None:
         """Check every replica once, so readiness is known before traffic, then keep checking."""
@@ -69,6 +89,7 @@ class Runtime:
         self.health.start()
 
     async def close(self) -> None:
+        await self.limiter.close()
         await self.health.stop()
         for route in self.routes.values():
             await route.backend.close()

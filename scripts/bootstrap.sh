@@ -22,10 +22,12 @@ if [ ! -f "$stamp" ]; then
   touch "$stamp"
 fi
 
-# The tests and the demo want a real redis-server; install it where we may (root on Debian).
-if ! command -v redis-server >/dev/null; then
-  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-    (apt-get update -qq && apt-get install -y -qq redis-server >/dev/null) \
-      || echo "bootstrap: could not install redis-server" >&2
-  fi
+# The tests want a real redis-server (the demo too) and faketime (clock-skew tests);
+# install them where we may (root on Debian).
+missing=()
+command -v redis-server >/dev/null || missing+=(redis-server)
+command -v faketime >/dev/null || missing+=(faketime)
+if [ ${#missing[@]} -gt 0 ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+  (apt-get update -qq && apt-get install -y -qq "${missing[@]}" >/dev/null) \
+    || echo "bootstrap: could not install ${missing[*]}" >&2
 fi

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import orjson
 from starlette.responses import Response
+
+if TYPE_CHECKING:
+    from gateway.ratelimit.limiter import Decision
 
 
 class APIError(Exception):
@@ -120,4 +124,28 @@ def upstream_timeout(model: str) -> APIError:
         f"The backend for `{model}` did not answer in time.",
         type="server_error",
         code="timeout",
+    )
+
+
+def rate_limited(decision: Decision) -> APIError:
+    """The 429 for a refused request, with the bucket headers and how long to wait."""
+    headers = dict(decision.headers)
+    kind = "tokens" if decision.refused_by == "tokens" else "requests"
+    if decision.never_fits:
+        message = (
+            "This request needs more tokens than your token limit can ever hold; "
+            "lower max_tokens or shorten the prompt."
+        )
+        headers["x-should-retry"] = "false"  # the openai SDK honours this
+    elif decision.refused_by == "concurrency":
+        message = "Too many requests in flight for your organization; wait for one to finish."
+    else:
+        message = f"Rate limit reached for {kind} per minute; retry after the indicated time."
+    return APIError(
+        429,
+        message,
+        type=kind,
+        code="rate_limit_exceeded",
+        retry_after_s=decision.retry_after_s,
+        headers=headers,
     )

@@ -313,4 +313,10 @@ def _tenant_model_problems(source: Source, models: set[str] | None) -> list[Prob
             loc = ("tenants", name, "models", i)
             if isinstance(model, str) and model != "*" and model not in models:
                 problems.append(source.problem(loc, _at(loc, f"model '{model}' is not defined")))
+        limits = _as_dict(_as_dict(tenant).get("limits"))
+        for model in _as_dict(limits.get("models")):
+            limits_loc: Loc = ("tenants", name, "limits", "models", model)
+            if model not in models:
+                message = f"limits for model '{model}', which is not defined"
+                problems.append(source.problem(limits_loc, _at(limits_loc, message), at_key=True))
     return problems

@@ -36,8 +36,10 @@ class ServerConfig(Strict):
     max_body_bytes: PositiveInt = 1_048_576
     # Seconds a graceful shutdown waits for in-flight requests.
     shutdown_grace_s: PositiveFloat = 10.0
-    # Log prompts and keys in clear text (off: they are redacted).
+    # Log prompts in clear text (off: they are never logged).
     log_prompts: bool = False
+    # Reload the tenants file when it changes (SIGHUP and the admin API always work).
+    watch_tenants_file: bool = True
 
 
 class RedisConfig(Strict):
@@ -45,6 +47,29 @@ class RedisConfig(Strict):
     url: str = "redis://127.0.0.1:6379/0"
     key_prefix: str = "gw"
     socket_timeout_s: PositiveFloat = 0.5
+    # A Redis Cluster: `url` names any one of its nodes.
+    cluster: bool = False
+
+
+class RedisFailureMode(StrEnum):
+    """What the rate limiter does while Redis cannot be reached."""
+
+    LOCAL = "local"  # in-process buckets at limit / gateway_replicas
+    OPEN = "open"  # admit everything
+    CLOSED = "closed"  # refuse with 503 and Retry-After
+
+
+class RateLimitConfig(Strict):
+    on_redis_error: RedisFailureMode = RedisFailureMode.LOCAL
+    # How many gateway replicas share the limits: `local` mode enforces limit / this.
+    gateway_replicas: PositiveInt = 1
+    # Completion tokens reserved for a request that gives no max_tokens; more is charged
+    # as the response streams.
+    completion_tokens_estimate: PositiveInt = 256
+    # While streaming, tokens beyond the reservation are charged in batches of this size.
+    charge_batch_tokens: PositiveInt = 64
+    # While Redis is down, how often to try it again.
+    redis_retry_s: PositiveFloat = 1.0
 
 
 class Replica(Strict):
@@ -96,6 +121,7 @@ class GatewayConfig(Strict):
 
     server: ServerConfig = ServerConfig()
     redis: RedisConfig = RedisConfig()
+    ratelimit: RateLimitConfig = RateLimitConfig()
     # Path of the tenants file, relative to gateway.yaml.
     tenants_file: str = "tenants.yaml"
     models: Annotated[dict[str, ModelConfig], Field(min_length=1)]
@@ -106,15 +132,22 @@ class Priority(StrEnum):
     BATCH = "batch"
 
 
-class Limits(Strict):
-    """Per-tenant limits; absent means unlimited."""
+class RateLimits(Strict):
+    """Request and token buckets; absent means unlimited."""
 
     requests_per_minute: PositiveInt | None = None
     tokens_per_minute: PositiveInt | None = None
     # Bucket sizes; default to one minute's worth of the rate.
     burst_requests: PositiveInt | None = None
     burst_tokens: PositiveInt | None = None
+
+
+class Limits(RateLimits):
+    """Per-tenant limits; absent means unlimited."""
+
     max_concurrent: PositiveInt | None = None
+    # Extra buckets for one model, on top of the tenant's own.
+    models: dict[str, RateLimits] = {}
 
 
 class Tenant(Strict):
@@ -127,6 +160,8 @@ class Tenant(Strict):
     limits: Limits = Limits()
     # Evaluate limits and report them, but do not enforce.
     shadow: bool = False
+    # May call the admin endpoints (config reload).
+    admin: bool = False
 
 
 class TenantsConfig(Strict):

@@ -14,6 +14,8 @@ from tests.e2e.stack import KEYS, Gateway, model, start_gateway
 # Fast simulated models: the tests check behaviour, not speed.
 LARGE = "llm-large=4"
 SMALL = "llm-small=1"
+# Slow enough that a request is surely still running while a test looks at it.
+SLOW = "llm-slow=40"
 
 
 def start_sim(models: str) -> TritonSim:
@@ -29,8 +31,8 @@ def start_sim(models: str) -> TritonSim:
 
 @pytest.fixture(scope="session")
 def sims() -> Iterator[tuple[TritonSim, TritonSim]]:
-    """Server A serves llm-large and llm-small, server B another llm-large replica."""
-    a = start_sim(f"{LARGE},{SMALL}")
+    """Server A serves llm-large, llm-small and llm-slow, server B another llm-large."""
+    a = start_sim(f"{LARGE},{SMALL},{SLOW}")
     try:
         b = start_sim(LARGE)
     except Exception:
@@ -61,7 +63,7 @@ def gateway(
         tmp_path_factory.mktemp("gateway"),
         models,
         redis_url,
-        server={"max_body_bytes": 8192},
+        gateway={"server": {"max_body_bytes": 8192}},
         env={"RELAY_KEY": KEYS["acme"]},
     )
     try:

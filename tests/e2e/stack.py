@@ -16,21 +16,16 @@ from gateway.devstack import free_port, gateway_command, spawn, stop, wait_http_
 KEYS = {"acme": "sk-test-acme", "globex": "sk-test-globex"}
 
 
-def tenants_yaml(globex_models: list[str]) -> dict[str, Any]:
-    """acme may use every model; globex only `globex_models`."""
+def tenant(name: str, models: list[str], **settings: Any) -> dict[str, Any]:
+    """A tenants.yaml entry whose key is `sk-test-<name>`."""
+    return {"api_keys": [hash_key(f"sk-test-{name}")], "models": models, **settings}
+
+
+def default_tenants(globex_models: list[str]) -> dict[str, Any]:
+    """acme (online) may use every model; globex (batch) only `globex_models`."""
     return {
-        "tenants": {
-            "acme": {
-                "api_keys": [hash_key(KEYS["acme"])],
-                "priority": "online",
-                "models": ["*"],
-            },
-            "globex": {
-                "api_keys": [hash_key(KEYS["globex"])],
-                "priority": "batch",
-                "models": globex_models,
-            },
-        }
+        "acme": tenant("acme", ["*"], priority="online"),
+        "globex": tenant("globex", globex_models, priority="batch"),
     }
 
 
@@ -44,38 +39,56 @@ class Gateway:
     def base_url(self) -> str:
         return f"{self.url}/v1"
 
+    @property
+    def log(self) -> str:
+        """What the gateway has logged so far."""
+        return (self.config_dir / "gateway.log").read_text()
+
+    @property
+    def tenants_path(self) -> Path:
+        return self.config_dir / "tenants.yaml"
+
+    def write_tenants(self, tenants: dict[str, Any]) -> None:
+        """Replace the tenants file the way an editor does: write aside, then rename."""
+        staged = self.config_dir / ".tenants.yaml.tmp"
+        staged.write_text(yaml.safe_dump({"tenants": tenants}))
+        staged.replace(self.tenants_path)
+
 
 def start_gateway(
     tmp: Path,
     models: dict[str, Any],
     redis_url: str,
     *,
-    server: dict[str, Any] | None = None,
+    tenants: dict[str, Any] | None = None,
+    gateway: dict[str, Any] | None = None,
     env: dict[str, str] | None = None,
-    globex_models: list[str] | None = None,
+    wrapper: list[str] | None = None,
 ) -> Gateway:
     """Write gateway.yaml + tenants.yaml into `tmp` and serve them on a free port.
 
+    `gateway` adds sections to gateway.yaml; `wrapper` prefixes the command (faketime).
     The config may use `${SELF_URL}`: the gateway's own URL (for relaying to itself).
     """
     tmp.mkdir(parents=True, exist_ok=True)
-    (tmp / "tenants.yaml").write_text(yaml.safe_dump(tenants_yaml(globex_models or ["llm-small"])))
-    gateway = {"redis": {"url": redis_url}, "models": models, "server": server or {}}
-    (tmp / "gateway.yaml").write_text(yaml.safe_dump(gateway))
+    tenants = tenants or default_tenants(["llm-small"])
+    (tmp / "tenants.yaml").write_text(yaml.safe_dump({"tenants": tenants}))
+    settings = {"redis": {"url": redis_url}, "models": models, **(gateway or {})}
+    (tmp / "gateway.yaml").write_text(yaml.safe_dump(settings))
     port = free_port(start=40000)
     process_env = {k: v for k, v in os.environ.items() if k != "GATEWAY_REDIS_URL"}
     process_env.update(env or {})
     process_env["SELF_URL"] = f"http://127.0.0.1:{port}"
-    command = gateway_command(
+    command = (wrapper or []) + gateway_command(
         "serve", "--config", str(tmp / "gateway.yaml"), "--host", "127.0.0.1", "--port", str(port)
     )
-    process = spawn(command, env=process_env)
+    process = spawn(command, env=process_env, log=tmp / "gateway.log")
     url = f"http://127.0.0.1:{port}"
     try:
         wait_http_ok(f"{url}/readyz", timeout_s=60, process=process)
-    except Exception:
+    except Exception as exc:
         stop(process)
-        raise
+        raise RuntimeError(f"gateway did not start:\n{(tmp / 'gateway.log').read_text()}") from exc
     return Gateway(url=url, process=process, config_dir=tmp)
 
 

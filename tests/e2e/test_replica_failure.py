@@ -13,7 +13,7 @@ from openai import AsyncOpenAI, OpenAI
 from gateway.devstack import stop
 from gateway.sim.server import TritonSim
 from tests.e2e.conftest import start_sim
-from tests.e2e.stack import KEYS, Gateway, model, start_gateway
+from tests.e2e.stack import KEYS, Gateway, default_tenants, model, start_gateway
 
 PROMPT = [{"role": "user", "content": "keep going"}]
 
@@ -33,7 +33,9 @@ def two_replicas(redis_url: str, tmp_path: Path) -> Iterator[tuple[Gateway, Trit
                 "triton_grpc", [first.grpc_target, second.grpc_target], upstream_model="victim"
             ),
         }
-        gateway = start_gateway(tmp_path, models, redis_url, globex_models=["victim-http"])
+        gateway = start_gateway(
+            tmp_path, models, redis_url, tenants=default_tenants(["victim-http"])
+        )
         yield gateway, first, second
     finally:
         if gateway is not None:

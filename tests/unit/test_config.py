@@ -463,3 +463,13 @@ def test_upstream_api_key_must_come_from_the_environment(monkeypatch: pytest.Mon
     api_key = config.gateway.models["llm-small"].api_key
     assert api_key is not None and api_key.get_secret_value() == "sk-upstream-secret"
     assert "sk-upstream-secret" not in repr(config)
+
+
+def test_per_model_limits_must_name_a_defined_model() -> None:
+    tenants = (
+        TENANTS + "    limits:\n      models:\n        llm-huge:\n          tokens_per_minute: 5\n"
+    )
+    assert problems(tenants=tenants) == [
+        "tenants.yaml:7: tenants.acme.limits.models.llm-huge: "
+        "limits for model 'llm-huge', which is not defined"
+    ]

@@ -1,0 +1,322 @@
+"""The rate-limit policy: which buckets a request takes from, and what to do without Redis.
+
+One Redis call admits a request: it takes one request from each request bucket, the
+reserved tokens from each token bucket, and a concurrency lease, all or nothing.
+Tokens are charged further while a response streams and settled to the actual usage
+at the end, off the request's critical path.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import secrets
+from collections.abc import Coroutine, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from redis.exceptions import RedisError
+
+from gateway.api.errors import APIError
+from gateway.config import RateLimitConfig, RateLimits, RedisFailureMode, Tenant, TenantsConfig
+from gateway.observability import metrics
+from gateway.ratelimit.buckets import (
+    BucketResult,
+    BucketSpec,
+    LeaseSpec,
+    LocalBuckets,
+    TakeResult,
+    bucket_key,
+    monotonic_ms,
+)
+from gateway.ratelimit.headers import bucket_headers
+from gateway.ratelimit.redis_store import RedisBuckets
+
+log = logging.getLogger("gateway.ratelimit")
+
+Kind = Literal["requests", "tokens"]
+_REDIS_ERRORS = (RedisError, OSError, asyncio.TimeoutError)
+
+
+@dataclass(frozen=True, slots=True)
+class _Bucket:
+    """One configured bucket: a rate per minute and a burst size."""
+
+    kind: Kind
+    key: str
+    per_minute: int
+    capacity: float
+
+    @property
+    def refill_per_ms(self) -> float:
+        return self.per_minute / 60_000
+
+    def spec(self, cost: float, share: int = 1) -> BucketSpec:
+        """The bucket for the store; `share` divides it among gateway replicas."""
+        return BucketSpec(self.key, self.capacity / share, self.refill_per_ms / share, cost)
+
+
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    """Every limit that applies to one tenant calling one model."""
+
+    buckets: tuple[_Bucket, ...]
+    max_concurrent: int | None
+    inflight_key: str
+    shadow: bool
+
+    @property
+    def unlimited(self) -> bool:
+        return not self.buckets and self.max_concurrent is None
+
+
+@dataclass(slots=True)
+class Ticket:
+    """What an admitted request took, so it can be charged and settled later."""
+
+    token_buckets: tuple[_Bucket, ...]
+    lease: LeaseSpec | None
+    # Tokens taken so far (the reservation, then each charge).
+    charged: int
+    # Taken from the in-process buckets (Redis was down) rather than from Redis.
+    local: bool
+
+
+@dataclass(slots=True)
+class Decision:
+    """The answer to one request: allowed or not, why, and the headers to send."""
+
+    allowed: bool
+    headers: dict[str, str] = field(default_factory=dict)
+    refused_by: Literal["requests", "tokens", "concurrency"] | None = None
+    retry_after_s: float | None = None
+    # The request is larger than a bucket can ever hold: waiting will not help.
+    never_fits: bool = False
+    ticket: Ticket | None = None
+
+
+def _buckets(prefix: str, tenant: str, model: str | None, limits: RateLimits) -> list[_Bucket]:
+    found = []
+    for kind, per_minute, burst in (
+        ("requests", limits.requests_per_minute, limits.burst_requests),
+        ("tokens", limits.tokens_per_minute, limits.burst_tokens),
+    ):
+        if per_minute is not None:
+            key = bucket_key(prefix, tenant, kind, model)
+            found.append(_Bucket(kind, key, per_minute, float(burst or per_minute)))  # type: ignore[arg-type]
+    return found
+
+
+def plan_for(prefix: str, name: str, tenant: Tenant, model: str) -> _Plan:
+    """The buckets and lease of `tenant` calling `model`."""
+    buckets = _buckets(prefix, name, None, tenant.limits)
+    model_limits = tenant.limits.models.get(model)
+    if model_limits is not None:
+        buckets += _buckets(prefix, name, model, model_limits)
+    return _Plan(
+        buckets=tuple(buckets),
+        max_concurrent=tenant.limits.max_concurrent,
+        inflight_key=bucket_key(prefix, name, "inflight", None),
+        shadow=tenant.shadow,
+    )
+
+
+class RateLimiter:
+    """Admits, charges and settles requests against per-tenant buckets in Redis."""
+
+    def __init__(
+        self,
+        store: RedisBuckets,
+        ping: Any,
+        tenants: TenantsConfig,
+        config: RateLimitConfig,
+        key_prefix: str,
+    ) -> None:
+        self._store = store
+        self._ping = ping
+        self._config = config
+        self._prefix = key_prefix
+        self._local = LocalBuckets()
+        self._plans: dict[tuple[str, str], _Plan] = {}
+        self._tenants = tenants.tenants
+        self._redis_down = False
+        self._probe: asyncio.Task[None] | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        metrics.RATELIMIT_BACKEND_UP.set(1)
+
+    def update_tenants(self, tenants: TenantsConfig) -> None:
+        """Apply reloaded limits; bucket levels in Redis carry over."""
+        self._tenants = tenants.tenants
+        self._plans.clear()
+
+    def _plan(self, tenant: str, model: str) -> _Plan:
+        plan = self._plans.get((tenant, model))
+        if plan is None:
+            plan = plan_for(self._prefix, tenant, self._tenants[tenant], model)
+            self._plans[(tenant, model)] = plan
+        return plan
+
+    async def admit(
+        self, tenant: str, model: str, reserve_tokens: int, lease_ttl_s: float
+    ) -> Decision:
+        """Take what one request needs from every bucket that applies, or refuse."""
+        plan = self._plan(tenant, model)
+        if plan.unlimited:
+            return Decision(allowed=True)
+        lease = None
+        if plan.max_concurrent is not None:
+            lease = LeaseSpec(
+                plan.inflight_key,
+                secrets.token_hex(8),
+                plan.max_concurrent,
+                int(lease_ttl_s * 1000),
+            )
+        costs = [1 if b.kind == "requests" else reserve_tokens for b in plan.buckets]
+        result, local = await self._take(plan.buckets, costs, lease)
+        if result is None:  # `open` mode without Redis
+            return Decision(allowed=True)
+        decision = _decide(plan, result)
+        if decision.allowed:
+            token_buckets = tuple(b for b in plan.buckets if b.kind == "tokens")
+            decision.ticket = Ticket(token_buckets, lease, reserve_tokens, local)
+            metrics.RATELIMIT_DECISIONS.labels(tenant, "allowed").inc()
+        elif plan.shadow:
+            log.info("shadow: tenant %s would be refused by %s", tenant, decision.refused_by)
+            metrics.RATELIMIT_DECISIONS.labels(tenant, "shadow_refused").inc()
+            return Decision(allowed=True, headers=decision.headers)
+        else:
+            metrics.RATELIMIT_DECISIONS.labels(tenant, f"refused_{decision.refused_by}").inc()
+        return decision
+
+    async def _take(
+        self, buckets: Sequence[_Bucket], costs: Sequence[int], lease: LeaseSpec | None
+    ) -> tuple[TakeResult | None, bool]:
+        if not self._redis_down:
+            specs = [b.spec(cost) for b, cost in zip(buckets, costs, strict=True)]
+            try:
+                return await self._store.take(specs, lease), False
+            except _REDIS_ERRORS as exc:
+                self._mark_down(exc)
+        return self._take_without_redis(buckets, costs, lease), True
+
+    def _take_without_redis(
+        self, buckets: Sequence[_Bucket], costs: Sequence[int], lease: LeaseSpec | None
+    ) -> TakeResult | None:
+        mode = self._config.on_redis_error
+        metrics.RATELIMIT_FALLBACK_DECISIONS.labels(mode.value).inc()
+        if mode is RedisFailureMode.OPEN:
+            return None
+        if mode is RedisFailureMode.CLOSED:
+            raise APIError(
+                503,
+                "Rate limits cannot be checked right now; try again shortly.",
+                type="server_error",
+                code="rate_limiter_unavailable",
+                retry_after_s=self._config.redis_retry_s,
+            )
+        share = self._config.gateway_replicas
+        specs = [b.spec(cost, share) for b, cost in zip(buckets, costs, strict=True)]
+        if lease is not None:
+            lease = LeaseSpec(lease.key, lease.member, math.ceil(lease.limit / share), lease.ttl_ms)
+        return self._local.take(specs, lease, monotonic_ms())
+
+    def charge(self, ticket: Ticket, used_tokens: int) -> None:
+        """Charge tokens used beyond what was taken, once a batch has built up."""
+        if used_tokens - ticket.charged >= self._config.charge_batch_tokens:
+            delta = used_tokens - ticket.charged
+            ticket.charged = used_tokens
+            self._spawn(self._adjust(ticket, delta, release=False))
+
+    def settle(self, ticket: Ticket, used_tokens: int) -> None:
+        """Bring the charge to the actual usage (refunding the unused reservation) and
+        release the concurrency lease, in the background."""
+        delta = used_tokens - ticket.charged
+        ticket.charged = used_tokens
+        self._spawn(self._adjust(ticket, delta, release=True))
+
+    async def _adjust(self, ticket: Ticket, delta: int, release: bool) -> None:
+        lease = ticket.lease if release else None
+        share = self._config.gateway_replicas if ticket.local else 1
+        specs = [b.spec(delta, share) for b in ticket.token_buckets] if delta else []
+        if not specs and lease is None:
+            return
+        if ticket.local:
+            self._local.adjust(specs, lease, monotonic_ms())
+            return
+        if self._redis_down:
+            return  # taken from a Redis that is gone; its state is lost with it
+        try:
+            await self._store.adjust(specs, lease)
+        except _REDIS_ERRORS as exc:
+            self._mark_down(exc)
+
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _mark_down(self, exc: BaseException) -> None:
+        if self._redis_down:
+            return
+        self._redis_down = True
+        metrics.RATELIMIT_BACKEND_UP.set(0)
+        log.warning(
+            "Redis unreachable (%s: %s): rate limiting in %s mode until it is back",
+            type(exc).__name__,
+            exc,
+            self._config.on_redis_error.value,
+        )
+        self._probe = asyncio.create_task(self._wait_for_redis())
+
+    async def _wait_for_redis(self) -> None:
+        while True:
+            await asyncio.sleep(self._config.redis_retry_s)
+            try:
+                await self._ping()
+            except _REDIS_ERRORS:
+                continue
+            break
+        self._redis_down = False
+        metrics.RATELIMIT_BACKEND_UP.set(1)
+        log.warning("Redis reachable again: rate limiting in Redis")
+
+    async def close(self) -> None:
+        """Finish pending settles (briefly) and stop probing."""
+        if self._tasks:
+            await asyncio.wait(self._tasks, timeout=2.0)
+        if self._probe is not None:
+            self._probe.cancel()
+
+
+def _decide(plan: _Plan, result: TakeResult) -> Decision:
+    headers: dict[str, str] = {}
+    tightest: dict[str, tuple[_Bucket, BucketResult]] = {}
+    for bucket, outcome in zip(plan.buckets, result.buckets, strict=True):
+        best = tightest.get(bucket.kind)
+        if (
+            best is None
+            or outcome.remaining / bucket.capacity < best[1].remaining / best[0].capacity
+        ):
+            tightest[bucket.kind] = (bucket, outcome)
+    for kind, (bucket, outcome) in tightest.items():
+        headers.update(bucket_headers(kind, bucket.per_minute, outcome.remaining, outcome.reset_ms))
+    if result.allowed:
+        return Decision(allowed=True, headers=headers)
+    refusing = [
+        (bucket, outcome)
+        for bucket, outcome in zip(plan.buckets, result.buckets, strict=True)
+        if not outcome.allowed
+    ]
+    if not refusing:
+        # Every bucket had room: the concurrency lease was full.
+        return Decision(allowed=False, headers=headers, refused_by="concurrency", retry_after_s=1.0)
+    never_fits = any(outcome.retry_after_ms < 0 for _, outcome in refusing)
+    wait_ms = max(outcome.retry_after_ms for _, outcome in refusing)
+    return Decision(
+        allowed=False,
+        headers=headers,
+        refused_by="tokens" if any(b.kind == "tokens" for b, _ in refusing) else "requests",
+        retry_after_s=None if never_fits else wait_ms / 1000,
+        never_fits=never_fits,
+    )

@@ -1,0 +1,272 @@
+"""Per-tenant limits through real gateways, a real redis-server and real Triton."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from gateway.devstack import free_port, start_redis, stop
+from gateway.sim.server import TritonSim
+from tests.e2e.stack import Gateway, model, start_gateway, tenant
+
+HELLO = [{"role": "user", "content": "hi"}]
+
+
+def key(name: str) -> dict[str, str]:
+    return {"authorization": f"Bearer sk-test-{name}"}
+
+
+async def chat(
+    session: aiohttp.ClientSession, gateway: Gateway, who: str, **fields: Any
+) -> tuple[int, dict[str, str], dict[str, Any]]:
+    body = {"model": "llm-small", "messages": HELLO, "max_tokens": 2, **fields}
+    async with session.post(
+        f"{gateway.base_url}/chat/completions", json=body, headers=key(who)
+    ) as response:
+        headers = {name.lower(): value for name, value in response.headers.items()}
+        if fields.get("stream"):
+            await response.read()
+            return response.status, headers, {}
+        return response.status, headers, await response.json()
+
+
+def small_model(sims: tuple[TritonSim, TritonSim]) -> dict[str, Any]:
+    return {
+        "llm-small": model("triton_grpc", [sims[0].grpc_target]),
+        "llm-slow": model("triton_grpc", [sims[0].grpc_target]),
+    }
+
+
+@pytest.fixture(scope="module")
+def limited(
+    sims: tuple[TritonSim, TritonSim], redis_url: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Gateway]:
+    tenants = {
+        # 3 requests, refilled at one per 20 s.
+        "few": tenant("few", ["*"], limits={"requests_per_minute": 3}),
+        # A bucket of 80 tokens.
+        "tight": tenant("tight", ["*"], limits={"tokens_per_minute": 80}),
+        "pair": tenant("pair", ["*"], limits={"max_concurrent": 2}),
+        "watched": tenant("watched", ["*"], shadow=True, limits={"requests_per_minute": 1}),
+        "roomy": tenant(
+            "roomy", ["*"], limits={"requests_per_minute": 6000, "tokens_per_minute": 100000}
+        ),
+    }
+    gw = start_gateway(
+        tmp_path_factory.mktemp("limited"), small_model(sims), redis_url, tenants=tenants
+    )
+    try:
+        yield gw
+    finally:
+        stop(gw.process)
+
+
+async def test_every_response_carries_openai_ratelimit_headers(limited: Gateway) -> None:
+    async with aiohttp.ClientSession() as session:
+        status, headers, _ = await chat(session, limited, "roomy")
+    assert status == 200
+    assert headers["x-ratelimit-limit-requests"] == "6000"
+    assert headers["x-ratelimit-limit-tokens"] == "100000"
+    assert int(headers["x-ratelimit-remaining-requests"]) < 6000
+    assert int(headers["x-ratelimit-remaining-tokens"]) < 100000
+    assert headers["x-ratelimit-reset-requests"].endswith("s")
+    assert headers["x-ratelimit-reset-tokens"].endswith("s")
+
+
+async def test_request_limit_refuses_with_429_and_retry_after(limited: Gateway) -> None:
+    async with aiohttp.ClientSession() as session:
+        statuses = [(await chat(session, limited, "few"))[0] for _ in range(3)]
+        status, headers, body = await chat(session, limited, "few")
+    assert statuses == [200, 200, 200]
+    assert status == 429
+    assert body["error"]["type"] == "requests"
+    assert body["error"]["code"] == "rate_limit_exceeded"
+    assert body["error"]["param"] is None
+    # One request refills in 20 s; the header rounds the exact wait up to whole seconds.
+    assert 1 <= int(headers["retry-after"]) <= 20
+    assert headers["x-ratelimit-remaining-requests"] == "0"
+
+
+async def test_unused_reservation_is_refunded(limited: Gateway) -> None:
+    async with aiohttp.ClientSession() as session:
+        # Reserves the estimated prompt (13 tokens) + 30 of the 80; uses the prompt + 2.
+        first, _, body = await chat(session, limited, "tight", max_tokens=30)
+        assert first == 200
+        used = body["usage"]["total_tokens"]
+        await asyncio.sleep(0.3)  # the settle runs after the response
+        second, _, _ = await chat(session, limited, "tight", max_tokens=30)
+    # Without the refund the second reservation (43) would not fit in 80 - 43; with it,
+    # 80 - used is left.
+    assert used <= 80 - 43
+    assert second == 200
+
+
+async def test_request_larger_than_the_bucket_says_it_will_never_fit(limited: Gateway) -> None:
+    async with aiohttp.ClientSession() as session:
+        status, headers, body = await chat(session, limited, "tight", max_tokens=500)
+    assert status == 429
+    assert body["error"]["type"] == "tokens"
+    assert "more tokens than your token limit can ever hold" in body["error"]["message"]
+    assert "retry-after" not in headers
+    assert headers["x-should-retry"] == "false"
+
+
+async def test_concurrency_limit_holds_and_releases(limited: Gateway) -> None:
+    # This prompt runs 38 tokens on the simulated models: 1.5 s on llm-slow.
+    poem = [{"role": "user", "content": "write a long poem"}]
+    body = {"model": "llm-slow", "messages": poem, "max_tokens": 100, "stream": True}
+    url = f"{limited.base_url}/chat/completions"
+    async with aiohttp.ClientSession() as session:
+        # Two streams hold both slots (their first chunk has arrived) when a third comes.
+        first = await session.post(url, json=body, headers=key("pair"))
+        second = await session.post(url, json=body, headers=key("pair"))
+        await first.content.readline()
+        await second.content.readline()
+        third, headers, refusal = await chat(session, limited, "pair", model="llm-slow")
+        await first.read()
+        await second.read()
+        await asyncio.sleep(0.3)  # the leases are released after the responses
+        after, _, _ = await chat(session, limited, "pair")
+    assert (first.status, second.status) == (200, 200)
+    assert third == 429
+    assert "in flight" in refusal["error"]["message"]
+    assert "retry-after" in headers
+    assert after == 200
+
+
+async def test_shadow_tenant_is_reported_but_not_refused(limited: Gateway) -> None:
+    async with aiohttp.ClientSession() as session:
+        results = [await chat(session, limited, "watched") for _ in range(3)]
+        async with session.get(f"{limited.url}/metrics") as response:
+            exposition = await response.text()
+    assert [status for status, _, _ in results] == [200, 200, 200]
+    assert results[-1][1]["x-ratelimit-remaining-requests"] == "0"
+    assert (
+        'gateway_ratelimit_decisions_total{result="shadow_refused",tenant="watched"}' in exposition
+    )
+
+
+# --- several gateways, one Redis ----------------------------------------------------
+
+
+@pytest.mark.parametrize("skew", ["none", "+2h"])
+async def test_two_gateways_share_one_bucket(
+    sims: tuple[TritonSim, TritonSim], redis_url: str, tmp_path: Path, skew: str
+) -> None:
+    """The admitted total stays within one bucket, not one per gateway, whatever the
+    gateways' clocks say: refill uses Redis server time."""
+    if skew != "none" and shutil.which("faketime") is None:
+        pytest.fail("faketime is not installed (scripts/bootstrap.sh installs it)")
+    burst, per_minute = 20, 60  # 20 at once, then one per second
+    tenants = {
+        "shared": tenant(
+            "shared", ["*"], limits={"requests_per_minute": per_minute, "burst_requests": burst}
+        )
+    }
+    prefix = {"redis": {"url": redis_url, "key_prefix": f"skew{skew}-{time.time_ns()}"}}
+    a = start_gateway(tmp_path / "a", small_model(sims), redis_url, tenants=tenants, gateway=prefix)
+    wrapper = None if skew == "none" else ["faketime", "-f", skew]
+    b = start_gateway(
+        tmp_path / "b",
+        small_model(sims),
+        redis_url,
+        tenants=tenants,
+        gateway=prefix,
+        wrapper=wrapper,
+    )
+    try:
+        async with aiohttp.ClientSession() as session:
+            started = time.monotonic()
+            results = await asyncio.gather(
+                *(chat(session, gw, "shared", max_tokens=1) for gw in (a, b) for _ in range(40))
+            )
+            elapsed = time.monotonic() - started
+    finally:
+        stop(a.process)
+        stop(b.process)
+    counts = Counter(status for status, _, _ in results)
+    assert set(counts) <= {200, 429}
+    # Never more than one bucket's worth, and never fewer than the burst that fits.
+    assert burst <= counts[200] <= burst + per_minute / 60 * elapsed + 1
+
+
+# --- Redis going away ---------------------------------------------------------------
+
+
+@pytest.fixture
+def own_redis() -> Iterator[tuple[int, list[Any]]]:
+    port = free_port(start=36000)
+    processes = [start_redis(port)]
+    try:
+        yield port, processes
+    finally:
+        for process in processes:
+            stop(process)
+
+
+@pytest.mark.parametrize("mode", ["local", "open", "closed"])
+async def test_redis_killed_and_restarted_under_load(
+    sims: tuple[TritonSim, TritonSim],
+    own_redis: tuple[int, list[Any]],
+    tmp_path: Path,
+    mode: str,
+) -> None:
+    port, processes = own_redis
+    tenants = {"t": tenant("t", ["*"], limits={"requests_per_minute": 5})}
+    gw = start_gateway(
+        tmp_path,
+        small_model(sims),
+        f"redis://127.0.0.1:{port}/0",
+        tenants=tenants,
+        gateway={"ratelimit": {"on_redis_error": mode, "redis_retry_s": 0.2}},
+    )
+    try:
+        async with aiohttp.ClientSession() as session:
+            before = [await chat(session, gw, "t") for _ in range(6)]
+            stop(processes.pop())  # Redis is gone
+            during = await asyncio.gather(*(chat(session, gw, "t") for _ in range(8)))
+            async with session.get(f"{gw.url}/metrics") as response:
+                down_metrics = await response.text()
+            processes.append(start_redis(port))  # back, empty
+            back = await _wait_for(lambda: _redis_up(session, gw))
+            after = [await chat(session, gw, "t") for _ in range(6)]
+    finally:
+        stop(gw.process)
+    assert [s for s, _, _ in before] == [200] * 5 + [429]
+    statuses = Counter(s for s, _, _ in during)
+    if mode == "local":
+        # In-process buckets, full at first: 5 admitted, the rest refused as usual.
+        assert statuses == Counter({200: 5, 429: 3})
+    elif mode == "open":
+        assert statuses == Counter({200: 8})
+    else:
+        assert statuses == Counter({503: 8})
+        assert all(h.get("retry-after") for _, h, _ in during)
+        assert all(b["error"]["code"] == "rate_limiter_unavailable" for _, _, b in during)
+    assert "gateway_ratelimit_redis_up 0.0" in down_metrics
+    assert f'gateway_ratelimit_fallback_decisions_total{{mode="{mode}"}}' in down_metrics
+    assert back
+    # The restarted Redis is empty: a full bucket again, enforced in Redis.
+    assert [s for s, _, _ in after] == [200] * 5 + [429]
+
+
+async def _redis_up(session: aiohttp.ClientSession, gw: Gateway) -> bool:
+    async with session.get(f"{gw.url}/metrics") as response:
+        return "gateway_ratelimit_redis_up 1.0" in await response.text()
+
+
+async def _wait_for(check: Any, timeout_s: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if await check():
+            return True
+        await asyncio.sleep(0.1)
+    return False

@@ -1,0 +1,144 @@
+"""Ops edit tenants.yaml while the gateway serves: applied live, refused when invalid."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from gateway.devstack import stop
+from gateway.sim.server import TritonSim
+from tests.e2e.stack import Gateway, model, start_gateway, tenant
+from tests.e2e.test_rate_limits import chat, key
+
+TENANTS: dict[str, Any] = {
+    "ops": tenant("ops", ["*"], admin=True),
+    "few": tenant("few", ["*"], limits={"requests_per_minute": 3}),
+}
+
+
+def _serve(
+    sims: tuple[TritonSim, TritonSim], redis_url: str, tmp_path: Path, watch: bool
+) -> Iterator[Gateway]:
+    models = {"llm-small": model("triton_grpc", [sims[0].grpc_target])}
+    settings = {
+        "redis": {"url": redis_url, "key_prefix": f"reload-{time.time_ns()}"},
+        "server": {"watch_tenants_file": watch},
+    }
+    gw = start_gateway(tmp_path, models, redis_url, tenants=TENANTS, gateway=settings)
+    try:
+        yield gw
+    finally:
+        stop(gw.process)
+
+
+@pytest.fixture
+def gateway(sims: tuple[TritonSim, TritonSim], redis_url: str, tmp_path: Path) -> Iterator[Gateway]:
+    """A gateway that watches its tenants file."""
+    yield from _serve(sims, redis_url, tmp_path, watch=True)
+
+
+@pytest.fixture
+def unwatched(
+    sims: tuple[TritonSim, TritonSim], redis_url: str, tmp_path: Path
+) -> Iterator[Gateway]:
+    """A gateway that reloads only on SIGHUP or the admin API."""
+    yield from _serve(sims, redis_url, tmp_path, watch=False)
+
+
+async def limit_of(session: aiohttp.ClientSession, gw: Gateway, who: str) -> str | None:
+    status, headers, _ = await chat(session, gw, who)
+    return headers.get("x-ratelimit-limit-requests") if status in (200, 429) else str(status)
+
+
+async def wait_until(check: Any, timeout_s: float = 10.0) -> float:
+    """Seconds until `check()` held; fails after `timeout_s` (a hang guard, not a target)."""
+    started = time.monotonic()
+    while time.monotonic() - started < timeout_s:
+        if await check():
+            return time.monotonic() - started
+        await asyncio.sleep(0.05)
+    raise AssertionError("the change was never applied")
+
+
+async def test_file_change_applies_under_load(gateway: Gateway) -> None:
+    async with aiohttp.ClientSession() as session:
+        stop_load = asyncio.Event()
+        statuses: Counter[int] = Counter()
+
+        async def load() -> None:
+            while not stop_load.is_set():
+                status, _, _ = await chat(session, gateway, "few")
+                statuses[status] += 1
+
+        workers = [asyncio.create_task(load()) for _ in range(4)]
+        await asyncio.sleep(0.3)
+        raised = {**TENANTS, "few": tenant("few", ["*"], limits={"requests_per_minute": 600})}
+        gateway.write_tenants(raised)
+
+        async def applied() -> bool:
+            return await limit_of(session, gateway, "few") == "600"
+
+        await wait_until(applied)
+        stop_load.set()
+        await asyncio.gather(*workers)
+        # The bucket level carries over; at the new rate (10/s, not one per 20 s) it
+        # holds a request again a moment later.
+        await asyncio.sleep(0.3)
+        status, _, _ = await chat(session, gateway, "few")
+    assert set(statuses) <= {200, 429}
+    assert statuses[429] > 0
+    assert status == 200
+    assert "tenant few: limits.requests_per_minute 3 -> 600" in gateway.log
+
+
+async def test_invalid_file_is_refused_and_the_running_limits_stay(gateway: Gateway) -> None:
+    gateway.tenants_path.write_text("tenants:\n  few:\n    api_keys: [sha256:00]\n    limitz: {}\n")
+    async with aiohttp.ClientSession() as session:
+        async with session.post(f"{gateway.url}/admin/reload", headers=key("ops")) as response:
+            body = await response.json()
+        assert await limit_of(session, gateway, "few") == "3"
+    assert response.status == 400
+    path = str(gateway.tenants_path)
+    assert f"{path}:3: tenants.few.api_keys[0]: malformed key hash" in body["problems"][0]
+    assert f"{path}:4: tenants.few: unknown key 'limitz'" in body["problems"]
+    assert "running tenants stay" in body["error"]["message"]
+    assert "refused, the running tenants stay" in gateway.log
+
+
+async def test_sighup_reloads_and_keys_change_at_once(unwatched: Gateway) -> None:
+    gateway = unwatched
+    renamed = {"ops": TENANTS["ops"], "newcomer": tenant("newcomer", ["*"])}
+    gateway.write_tenants(renamed)
+    async with aiohttp.ClientSession() as session:
+        # Not watching: the edit alone changes nothing.
+        assert (await chat(session, gateway, "few"))[0] == 200
+    gateway.process.send_signal(signal.SIGHUP)
+    async with aiohttp.ClientSession() as session:
+
+        async def newcomer_in() -> bool:
+            return (await chat(session, gateway, "newcomer"))[0] == 200
+
+        await wait_until(newcomer_in)
+        removed, _, _ = await chat(session, gateway, "few")
+    assert removed == 401
+    assert "reload (SIGHUP) applied" in gateway.log
+    assert "tenant few: removed" in gateway.log
+    assert "tenant newcomer: added" in gateway.log
+
+
+async def test_admin_reload_needs_an_admin_key(gateway: Gateway) -> None:
+    async with aiohttp.ClientSession() as session:
+        async with session.post(f"{gateway.url}/admin/reload", headers=key("few")) as refused:
+            assert refused.status == 403
+        async with session.post(f"{gateway.url}/admin/reload", headers=key("ops")) as applied:
+            body = await applied.json()
+    assert applied.status == 200
+    assert body == {"applied": True, "changes": []}
