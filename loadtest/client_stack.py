@@ -13,13 +13,11 @@ import argparse
 import os
 import subprocess
 import sys
-import tempfile
 import time
-from pathlib import Path
 
 from gateway.devstack import free_port, spawn, stop, wait_http_ok
-from loadtest.bench_proxy import WRK_SCRIPT, wrk
 from loadtest.instant_upstream import start_nginx
+from loadtest.stack import wrk, wrk_script
 
 UPSTREAM_ENV = "CLIENT_STACK_UPSTREAM"
 
@@ -65,8 +63,7 @@ def main() -> None:
     args = parser.parse_args()
     upstream_port = free_port()
     nginx, _ = start_nginx(upstream_port)
-    script = Path(tempfile.mkdtemp()) / "post.lua"
-    script.write_text(WRK_SCRIPT)
+    script = wrk_script()
     env = dict(os.environ)
     env[UPSTREAM_ENV] = f"http://127.0.0.1:{upstream_port}/v1/chat/completions"
     print("| client | concurrency | requests/s | p50 ms | p99 ms |")

@@ -9,6 +9,9 @@ import pytest
 
 from gateway.devstack import free_port, redis_server_path, start_redis, stop
 from gateway.storage import EMBEDDED_URL
+from tests.redis_cluster import redis_cluster
+
+__all__ = ["redis_cluster", "redis_url"]
 
 
 @pytest.fixture(scope="session")

@@ -270,3 +270,38 @@ async def _wait_for(check: Any, timeout_s: float = 10.0) -> bool:
             return True
         await asyncio.sleep(0.1)
     return False
+
+
+# --- other Redis deployments --------------------------------------------------------
+
+
+@pytest.mark.parametrize("deployment", ["cluster", "embedded"])
+async def test_limits_hold_on_redis_cluster_and_embedded_fakeredis(
+    sims: tuple[TritonSim, TritonSim],
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
+    deployment: str,
+) -> None:
+    if deployment == "cluster":
+        ports: list[int] = request.getfixturevalue("redis_cluster")
+        redis = {"url": f"redis://127.0.0.1:{ports[0]}/0", "cluster": True}
+    else:
+        redis = {"url": "embedded://"}
+    tenants = {
+        name: tenant(name, ["*"], limits={"requests_per_minute": 2, "max_concurrent": 4})
+        for name in ("north", "south", "east")  # spread over the cluster's slots
+    }
+    gw = start_gateway(
+        tmp_path, small_model(sims), redis["url"], tenants=tenants, gateway={"redis": redis}
+    )
+    try:
+        async with aiohttp.ClientSession() as session:
+            results = {
+                name: [(await chat(session, gw, name))[0] for _ in range(3)] for name in tenants
+            }
+            async with session.get(f"{gw.url}/metrics") as response:
+                exposition = await response.text()
+    finally:
+        stop(gw.process)
+    assert results == {name: [200, 200, 429] for name in tenants}
+    assert "gateway_ratelimit_redis_up 1.0" in exposition

@@ -1,0 +1,103 @@
+"""The benchmark stack: an instant nginx upstream, a redis-server, `gateway serve`, wrk."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from gateway.devstack import free_port, gateway_command, spawn, start_redis, stop, wait_http_ok
+from loadtest.instant_upstream import start_nginx
+
+ROOT = Path(__file__).resolve().parent.parent
+BENCH_CONFIG = ROOT / "loadtest/bench-config/gateway.yaml"
+BODY = '{"model":"fake-llama-8b","messages":[{"role":"user","content":"Hello"}],"max_tokens":16}'
+
+
+def wrk_script(key: str = "sk-bench-1234") -> Path:
+    """A wrk Lua script that posts the benchmark chat request with `key`."""
+    script = Path(tempfile.mkdtemp()) / "post.lua"
+    script.write_text(
+        f"""
+wrk.method = "POST"
+wrk.body = '{BODY}'
+wrk.headers["Content-Type"] = "application/json"
+wrk.headers["Authorization"] = "Bearer {key}"
+"""
+    )
+    return script
+
+
+def wrk(url: str, connections: int, seconds: float, script: Path) -> dict[str, float]:
+    """Run wrk (one thread); requests/s, p50 and p99 in ms, and the request count."""
+    out = subprocess.run(
+        ["wrk", "-t1", f"-c{connections}", f"-d{seconds}s", "--latency", "-s", str(script), url],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    if "Non-2xx" in out:
+        raise RuntimeError(f"non-2xx responses from {url}:\n{out}")
+    rps = re.search(r"Requests/sec:\s+([\d.]+)", out)
+    total = re.search(r"(\d+) requests in", out)
+    assert rps and total, out
+    return {
+        "rps": float(rps.group(1)),
+        "p50": _latency(out, "50%"),
+        "p99": _latency(out, "99%"),
+        "requests": float(total.group(1)),
+    }
+
+
+def _latency(out: str, label: str) -> float:
+    match = re.search(rf"{label}\s+([\d.]+)(us|ms|s)\b", out)
+    assert match, out
+    value, unit = float(match.group(1)), match.group(2)
+    return value / 1000 if unit == "us" else value * 1000 if unit == "s" else value
+
+
+@dataclass
+class Stack:
+    upstream_url: str
+    redis_port: int
+    gateway_url: str
+
+    @property
+    def chat_url(self) -> str:
+        return f"{self.gateway_url}/v1/chat/completions"
+
+
+@contextmanager
+def bench_stack(workers: int = 1) -> Iterator[Stack]:
+    """nginx + redis-server + `gateway serve` with loadtest/bench-config, all on 127.0.0.1."""
+    upstream_port = free_port()
+    redis_port = free_port(start=25000)
+    gateway_port = free_port(start=26000)
+    nginx, _ = start_nginx(upstream_port)
+    redis = start_redis(redis_port)
+    env = dict(os.environ)
+    env["BENCH_UPSTREAM_URL"] = f"http://127.0.0.1:{upstream_port}"
+    env["BENCH_REDIS_URL"] = f"redis://127.0.0.1:{redis_port}/0"
+    env["GATEWAY_LOG_LEVEL"] = "WARNING"
+    command = gateway_command(
+        "serve", "--config", str(BENCH_CONFIG), "--host", "127.0.0.1",
+        "--port", str(gateway_port), "--workers", str(workers),
+    )  # fmt: skip
+    gateway = spawn(command, env=env)
+    try:
+        wait_http_ok(f"http://127.0.0.1:{upstream_port}/v1/models", 10, nginx)
+        wait_http_ok(f"http://127.0.0.1:{gateway_port}/readyz", 30, gateway)
+        yield Stack(
+            upstream_url=f"http://127.0.0.1:{upstream_port}",
+            redis_port=redis_port,
+            gateway_url=f"http://127.0.0.1:{gateway_port}",
+        )
+    finally:
+        stop(gateway)
+        stop(redis)
+        stop(nginx)
