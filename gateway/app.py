@@ -13,7 +13,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from gateway.api import endpoints
+from gateway.api import completions, endpoints
 from gateway.api.errors import APIError
 from gateway.config import Config, load_config
 from gateway.observability.logging import configure_logging
@@ -44,8 +44,8 @@ def build_app(config: Config) -> Starlette:
             await runtime.close()
 
     routes = [
-        Route("/v1/chat/completions", endpoints.chat_completions, methods=["POST"]),
-        Route("/v1/completions", endpoints.completions, methods=["POST"]),
+        Route("/v1/chat/completions", completions.chat_completions, methods=["POST"]),
+        Route("/v1/completions", completions.completions, methods=["POST"]),
         Route("/v1/models", endpoints.list_models, methods=["GET"]),
         Route("/admin/reload", endpoints.reload_tenants, methods=["POST"]),
         Route("/metrics", endpoints.metrics_endpoint, methods=["GET"]),

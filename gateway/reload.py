@@ -88,7 +88,10 @@ class TenantsReloader:
         async with self._lock:
             try:
                 tenants = await asyncio.to_thread(
-                    load_tenants, self._path, set(self._runtime.routes)
+                    load_tenants,
+                    self._path,
+                    set(self._runtime.routes),
+                    self._runtime.config.gateway.admission.classes,
                 )
             except ConfigError as exc:
                 problems = [str(p) for p in exc.problems]

@@ -8,7 +8,36 @@ from gateway.backends.base import Backend
 from gateway.backends.prompt import PromptTemplate
 from gateway.config import ModelConfig
 from gateway.inference import InferenceRequest, RequestKind, UpstreamCall
+from gateway.resilience.backoff import Backoff
+from gateway.resilience.budget import RetryBudget
+from gateway.resilience.latency import LatencyTracker
+from gateway.resilience.outlier import OutlierDetector
 from gateway.scheduler.routing import ReplicaPool
+
+
+@dataclass(frozen=True, slots=True)
+class RouteResilience:
+    """One model's defences: retry pacing, retry budget, outlier ejection, latency stats."""
+
+    backoff: Backoff
+    budget: RetryBudget
+    outlier: OutlierDetector
+    latency: LatencyTracker
+
+    @classmethod
+    def for_model(cls, config: ModelConfig, pool: ReplicaPool) -> RouteResilience:
+        retry, outlier = config.retry, config.outlier
+        return cls(
+            backoff=Backoff(retry.backoff_base_s, retry.backoff_cap_s),
+            budget=RetryBudget(retry.budget_ratio, retry.budget_min_per_s, retry.budget_window_s),
+            outlier=OutlierDetector(
+                outlier.consecutive_failures,
+                outlier.base_ejection_s,
+                outlier.max_ejection_s,
+                replicas=pool.replicas,
+            ),
+            latency=LatencyTracker(),
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -18,6 +47,7 @@ class ModelRoute:
     backend: Backend
     pool: ReplicaPool
     template: PromptTemplate
+    resilience: RouteResilience
 
     @property
     def upstream_model(self) -> str:

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from redis.exceptions import RedisError
 
+from gateway.admission import AdmissionController
 from gateway.auth import Authenticator
 from gateway.backends.base import Backend
 from gateway.backends.openai import OpenAIBackend
@@ -15,10 +17,12 @@ from gateway.backends.prompt import PromptTemplate
 from gateway.backends.triton_grpc import TritonGRPCBackend
 from gateway.backends.triton_http import TritonHTTPBackend
 from gateway.config import BackendKind, Config, ModelConfig, TenantsConfig, key_index
+from gateway.dispatch import Dispatcher
 from gateway.ratelimit.limiter import RateLimiter
 from gateway.ratelimit.redis_store import RedisBuckets
 from gateway.resilience.health import HealthChecker
-from gateway.routes import ModelRoute
+from gateway.resilience.idempotency import IdempotencyStore
+from gateway.routes import ModelRoute, RouteResilience
 from gateway.scheduler.routing import ReplicaPool
 from gateway.storage import RedisClient, connect_redis
 
@@ -35,6 +39,33 @@ def _backend(model: ModelConfig) -> Backend:
     return OpenAIBackend(connect_s, total_s, api_key)
 
 
+def _route(name: str, model: ModelConfig) -> ModelRoute:
+    pool = ReplicaPool([r.url.rstrip("/") for r in model.replicas])
+    return ModelRoute(
+        name=name,
+        config=model,
+        backend=_backend(model),
+        pool=pool,
+        template=PromptTemplate(model.prompt_template),
+        resilience=RouteResilience.for_model(model, pool),
+    )
+
+
+def _capacity(route: ModelRoute) -> Callable[[], int]:
+    """Requests the model may have upstream at once: a share per healthy replica.
+
+    Never 0: with no healthy replica, requests go on to fail fast with a 503 rather than
+    wait in the queue for their deadline.
+    """
+    per_replica = route.config.queue.max_in_flight_per_replica
+    replicas = route.pool.replicas
+
+    def capacity() -> int:
+        return per_replica * max(1, sum(1 for r in replicas if r.healthy))
+
+    return capacity
+
+
 @dataclass
 class Runtime:
     config: Config
@@ -43,20 +74,14 @@ class Runtime:
     redis: RedisClient
     health: HealthChecker
     limiter: RateLimiter
+    admission: AdmissionController
+    dispatcher: Dispatcher
+    idempotency: IdempotencyStore
 
     @classmethod
     def build(cls, config: Config) -> Runtime:
         """Wire the parts a config describes; nothing connects until `start`."""
-        routes = {
-            name: ModelRoute(
-                name=name,
-                config=model,
-                backend=_backend(model),
-                pool=ReplicaPool([r.url.rstrip("/") for r in model.replicas]),
-                template=PromptTemplate(model.prompt_template),
-            )
-            for name, model in config.gateway.models.items()
-        }
+        routes = {name: _route(name, model) for name, model in config.gateway.models.items()}
         redis = connect_redis(config.gateway)
         limiter = RateLimiter(
             RedisBuckets(redis),
@@ -65,13 +90,21 @@ class Runtime:
             config.gateway.ratelimit,
             config.gateway.redis.key_prefix,
         )
+        admission = AdmissionController(config.gateway.admission.classes)
+        for route in routes.values():
+            admission.configure_model(route.name, route.config.queue.max_queued, _capacity(route))
         return cls(
             config=config,
             routes=routes,
             auth=Authenticator(config.tenants.tenants, config.tenant_by_key_hash),
             redis=redis,
-            health=HealthChecker(routes.values()),
+            health=HealthChecker(routes.values(), on_change=admission.capacity_changed),
             limiter=limiter,
+            admission=admission,
+            dispatcher=Dispatcher(admission),
+            idempotency=IdempotencyStore(
+                redis, config.gateway.redis.key_prefix, config.gateway.idempotency.ttl_s
+            ),
         )
 
     def apply_tenants(self, tenants: TenantsConfig) -> None:

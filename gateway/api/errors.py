@@ -149,3 +149,30 @@ def rate_limited(decision: Decision) -> APIError:
         retry_after_s=decision.retry_after_s,
         headers=headers,
     )
+
+
+def overloaded(model: str, retry_after_s: float, *, shed: bool) -> APIError:
+    """503 for a full queue, or for a queued request that gave way to a higher class."""
+    if shed:
+        message = (
+            f"`{model}` is saturated and your request gave way to higher-priority work; "
+            "retry after the indicated time."
+        )
+    else:
+        message = f"`{model}` is overloaded (its queue is full); retry after the indicated time."
+    return APIError(
+        503,
+        message,
+        type="server_error",
+        code="shed" if shed else "model_overloaded",
+        retry_after_s=retry_after_s,
+    )
+
+
+def deadline_exceeded(detail: str) -> APIError:
+    return APIError(
+        504,
+        f"The request could not be answered before its deadline: {detail}.",
+        type="server_error",
+        code="deadline_exceeded",
+    )

@@ -3,12 +3,13 @@
 from gateway.config.keys import digest, hash_key
 from gateway.config.loader import check_config, key_index, load_config, load_tenants
 from gateway.config.schema import (
+    AdmissionConfig,
     BackendKind,
     Config,
+    FallbackReason,
     GatewayConfig,
     Limits,
     ModelConfig,
-    Priority,
     RateLimitConfig,
     RateLimits,
     RedisFailureMode,
@@ -18,13 +19,14 @@ from gateway.config.schema import (
 from gateway.config.source import ConfigError, Problem
 
 __all__ = [
+    "AdmissionConfig",
     "BackendKind",
     "Config",
     "ConfigError",
+    "FallbackReason",
     "GatewayConfig",
     "Limits",
     "ModelConfig",
-    "Priority",
     "Problem",
     "RateLimitConfig",
     "RateLimits",

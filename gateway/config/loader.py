@@ -9,7 +9,7 @@ one run of `gateway check-config` shows everything that is wrong.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
@@ -17,7 +17,7 @@ from pydantic_core import ErrorDetails
 
 from gateway.backends.prompt import template_problem
 from gateway.config.keys import HASH_PREFIX, InvalidKey, parse_key_entry
-from gateway.config.schema import Config, GatewayConfig, TenantsConfig
+from gateway.config.schema import AdmissionConfig, Config, GatewayConfig, TenantsConfig
 from gateway.config.source import ConfigError, Loc, Problem, Source, read_source
 
 REDIS_URL_ENV = "GATEWAY_REDIS_URL"
@@ -33,7 +33,9 @@ def load_config(gateway_path: str) -> Config:
     return _load_config(read_source(gateway_path))
 
 
-def load_tenants(tenants_path: str, models: set[str] | None) -> TenantsConfig:
+def load_tenants(
+    tenants_path: str, models: set[str] | None, classes: Sequence[str] | None = None
+) -> TenantsConfig:
     """Load a tenants file alone, e.g. to reload it while running.
 
     `models` are the configured model names that tenants may list; None skips
@@ -41,7 +43,7 @@ def load_tenants(tenants_path: str, models: set[str] | None) -> TenantsConfig:
     gives the lookup table. Raises `ConfigError`.
     """
     source = read_source(tenants_path)
-    tenants, problems = _check_tenants(source, models)
+    tenants, problems = _check_tenants(source, models, classes)
     if tenants is None:
         raise ConfigError(problems)
     return tenants
@@ -79,7 +81,9 @@ def _load_config(source: Source) -> Config:
     tenants_path = _tenants_path(source)
     tenants = None
     if tenants_path is not None:
-        tenants, tenant_problems = _check_tenants(read_source(tenants_path), _model_names(source))
+        classes = _classes(source)
+        tenant_source = read_source(tenants_path)
+        tenants, tenant_problems = _check_tenants(tenant_source, _model_names(source), classes)
         problems += tenant_problems
     if problems or gateway is None or tenants is None or tenants_path is None:
         raise ConfigError(problems)
@@ -105,7 +109,7 @@ def _check_gateway(source: Source) -> tuple[GatewayConfig | None, list[Problem]]
 
 
 def _check_tenants(
-    source: Source, models: set[str] | None
+    source: Source, models: set[str] | None, classes: Sequence[str] | None = None
 ) -> tuple[TenantsConfig | None, list[Problem]]:
     problems = list(source.problems)
     if not source.parsed:
@@ -113,6 +117,7 @@ def _check_tenants(
     # Before validation: this replaces env-held plain keys by their hashes.
     problems += _key_problems(source)
     problems += _tenant_model_problems(source, models)
+    problems += _priority_problems(source, classes)
     tenants, invalid = _validate(TenantsConfig, source)
     problems += invalid
     return (None if problems else tenants), _sorted(problems)
@@ -127,6 +132,16 @@ def _tenants_path(source: Source) -> str | None:
     if not isinstance(name, str) or ("tenants_file",) in source.unresolved:
         return None
     return os.path.join(os.path.dirname(source.file), name)
+
+
+def _classes(source: Source) -> list[str]:
+    """The priority classes gateway.yaml defines (or the default), even if it is invalid."""
+    admission = _as_dict(_as_dict(source.data).get("admission"))
+    classes = admission.get("classes")
+    if isinstance(classes, list) and classes and all(isinstance(c, str) for c in classes):
+        return classes
+    default: list[str] = AdmissionConfig.model_fields["classes"].default
+    return default
 
 
 def _model_names(source: Source) -> set[str] | None:
@@ -300,6 +315,20 @@ def _upstream_key_problems(source: Source) -> list[Problem]:
             and loc not in source.unresolved
         ):
             message = "upstream API key in file; reference an environment variable as ${VAR}"
+            problems.append(source.problem(loc, _at(loc, message)))
+    return problems
+
+
+def _priority_problems(source: Source, classes: Sequence[str] | None) -> list[Problem]:
+    """A tenant's priority must be one of the classes gateway.yaml defines."""
+    if classes is None:
+        return []
+    problems = []
+    for name, tenant in _as_dict(_as_dict(source.data).get("tenants")).items():
+        priority = _as_dict(tenant).get("priority")
+        loc: Loc = ("tenants", name, "priority")
+        if isinstance(priority, str) and priority not in classes:
+            message = f"priority '{priority}' is not a class ({', '.join(classes)})"
             problems.append(source.problem(loc, _at(loc, message)))
     return problems
 

@@ -97,6 +97,34 @@ class HealthCheck(Strict):
     timeout_s: PositiveFloat = 1.0
 
 
+class FallbackReason(StrEnum):
+    """Why a request moves to the next model of its fallback chain."""
+
+    TTFT_TIMEOUT = "ttft_timeout"  # no first token within timeouts.first_token_s
+    PREDICTED_WAIT = "predicted_wait"  # queue wait + usual latency would miss the deadline
+    QUEUE_FULL = "queue_full"  # the model's queue is full
+    REPLICA_ERROR = "replica_error"  # every replica tried failed
+
+
+class RetryPolicy(Strict):
+    """Retries of transient upstream failures, on another replica, before any output."""
+
+    backoff_base_s: PositiveFloat = 0.05
+    backoff_cap_s: PositiveFloat = 1.0
+    # At most this fraction of recent requests may be retries (at least min_per_s).
+    budget_ratio: Annotated[float, Field(ge=0, le=10)] = 0.2
+    budget_min_per_s: Annotated[float, Field(ge=0)] = 1.0
+    budget_window_s: PositiveFloat = 10.0
+
+
+class OutlierPolicy(Strict):
+    """Passive ejection: a replica that keeps failing is left out for a cool-down."""
+
+    consecutive_failures: PositiveInt = 3
+    base_ejection_s: PositiveFloat = 5.0
+    max_ejection_s: PositiveFloat = 60.0
+
+
 class ModelConfig(Strict):
     backend: BackendKind
     # The model's name at the backend; defaults to the gateway's name for it.
@@ -108,28 +136,42 @@ class ModelConfig(Strict):
     max_tokens_limit: PositiveInt = 4096
     timeouts: Timeouts = Timeouts()
     fallback: list[str] = []
+    # When to move to the fallback chain.
+    fallback_on: list[FallbackReason] = [
+        FallbackReason.TTFT_TIMEOUT,
+        FallbackReason.PREDICTED_WAIT,
+    ]
     queue: QueueLimits = QueueLimits()
     health: HealthCheck = HealthCheck()
     # Attempts on other replicas when a replica cannot be reached before any output.
     max_attempts: PositiveInt = 3
+    retry: RetryPolicy = RetryPolicy()
+    outlier: OutlierPolicy = OutlierPolicy()
     # Bearer key for an `openai` upstream; must be an environment reference `${VAR}`.
     api_key: SecretStr | None = None
+
+
+class AdmissionConfig(Strict):
+    # Priority classes, highest first; tenants name one, requests may ask for a lower one.
+    classes: Annotated[list[str], Field(min_length=1)] = ["online", "batch"]
+
+
+class IdempotencyConfig(Strict):
+    # How long a stored response answers repeats of its Idempotency-Key.
+    ttl_s: PositiveInt = 86400
 
 
 class GatewayConfig(Strict):
     """`gateway.yaml`."""
 
     server: ServerConfig = ServerConfig()
+    admission: AdmissionConfig = AdmissionConfig()
+    idempotency: IdempotencyConfig = IdempotencyConfig()
     redis: RedisConfig = RedisConfig()
     ratelimit: RateLimitConfig = RateLimitConfig()
     # Path of the tenants file, relative to gateway.yaml.
     tenants_file: str = "tenants.yaml"
     models: Annotated[dict[str, ModelConfig], Field(min_length=1)]
-
-
-class Priority(StrEnum):
-    ONLINE = "online"
-    BATCH = "batch"
 
 
 class RateLimits(Strict):
@@ -153,7 +195,8 @@ class Limits(RateLimits):
 class Tenant(Strict):
     # Each entry is `sha256:<64 hex>` or a `${ENV_VAR}` holding the plain key.
     api_keys: Annotated[list[str], Field(min_length=1)]
-    priority: Priority = Priority.ONLINE
+    # One of admission.classes in gateway.yaml.
+    priority: str = "online"
     share: PositiveFloat = 1.0
     # Model names this tenant may call; ["*"] allows every configured model.
     models: list[str] = ["*"]

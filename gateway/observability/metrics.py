@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 REGISTRY = CollectorRegistry(auto_describe=True)
 
@@ -21,6 +21,25 @@ RATELIMIT_FALLBACK_DECISIONS = Counter(
     "gateway_ratelimit_fallback_decisions_total",
     "Decisions made without Redis, by failure mode (local, open, closed).",
     ["mode"],
+    registry=REGISTRY,
+)
+REQUESTS = Counter(
+    "gateway_requests_total",
+    "Completion requests answered, by requested model and HTTP status.",
+    ["model", "status"],
+    registry=REGISTRY,
+)
+FALLBACKS = Counter(
+    "gateway_fallbacks_total",
+    "Requests moved to a fallback model, by source, target and reason.",
+    ["source", "target", "reason"],
+    registry=REGISTRY,
+)
+QUEUE_WAIT = Histogram(
+    "gateway_queue_wait_seconds",
+    "Time a request waited in a model's admission queue, by serving model and priority.",
+    ["model", "priority"],
+    buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
     registry=REGISTRY,
 )
 CONFIG_RELOADS = Counter(

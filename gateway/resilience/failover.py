@@ -1,12 +1,16 @@
 """Send a request to a replica, and to another one when the first cannot take it.
 
 A request moves to another replica only while nothing has been generated for it, so a
-client never sees output twice.
+client never sees output twice. Each move waits an exponential backoff with full
+jitter and spends from the model's retry budget, so a fleet-wide failure does not turn
+into a retry storm.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, Iterator
+import asyncio
+import time
+from collections.abc import AsyncGenerator, AsyncIterator
 
 from gateway.backends.base import ReplicaUnavailable
 from gateway.inference import Completion, Delta, UpstreamCall
@@ -15,7 +19,7 @@ from gateway.scheduler.routing import Replica
 
 
 class NoReplicaLeft(Exception):
-    """Every replica tried was unavailable, or none was healthy."""
+    """Every replica tried was unavailable, none was healthy, or the retry budget ran out."""
 
     def __init__(self, model: str, last_error: Exception | None) -> None:
         detail = f": {last_error}" if last_error else ""
@@ -23,55 +27,74 @@ class NoReplicaLeft(Exception):
         self.last_error = last_error
 
 
-def _candidates(route: ModelRoute) -> Iterator[Replica]:
-    """Replicas to try in turn: each the least loaded of the healthy ones not yet tried."""
+async def _candidates(route: ModelRoute, deadline: float) -> AsyncIterator[Replica]:
+    """Replicas to try in turn, each the least loaded of the available ones not yet tried;
+    before each retry, the budget is asked and the backoff waited."""
+    resilience = route.resilience
+    resilience.budget.record_request()
     tried: list[Replica] = []
     while len(tried) < route.config.max_attempts:
-        replica = route.pool.pick(tried)
+        replica = route.pool.pick(tried, resilience.outlier.available)
         if replica is None:
             return
+        if tried:
+            if not resilience.budget.try_spend():
+                return
+            delay = resilience.backoff.delay(len(tried) - 1)
+            if time.monotonic() + delay >= deadline:
+                return
+            await asyncio.sleep(delay)
         tried.append(replica)
         yield replica
 
 
-async def complete(route: ModelRoute, call: UpstreamCall) -> Completion:
+async def complete(route: ModelRoute, call: UpstreamCall, deadline: float) -> Completion:
     """Run `call` to completion on the least-loaded replica, failing over if it is down."""
     last_error: Exception | None = None
-    for replica in _candidates(route):
+    outlier = route.resilience.outlier
+    async for replica in _candidates(route, deadline):
         with route.pool.lease(replica):
             try:
-                return await route.backend.complete(replica.url, call)
+                completion = await route.backend.complete(replica.url, call)
             except ReplicaUnavailable as exc:
-                route.pool.mark_failed(replica)
+                outlier.record_failure(replica)
                 last_error = exc
+                continue
+            outlier.record_success(replica)
+            return completion
     raise NoReplicaLeft(route.name, last_error)
 
 
-async def stream(route: ModelRoute, call: UpstreamCall) -> AsyncGenerator[Delta, None]:
+async def stream(
+    route: ModelRoute, call: UpstreamCall, deadline: float
+) -> AsyncGenerator[Delta, None]:
     """Stream `call` from the least-loaded replica; fail over until the first piece arrives.
 
     The replica stays leased until the stream ends or is closed.
     """
     last_error: Exception | None = None
-    for replica in _candidates(route):
+    outlier = route.resilience.outlier
+    async for replica in _candidates(route, deadline):
         with route.pool.lease(replica):
             upstream = route.backend.stream(replica.url, call)
             try:
                 try:
                     first = await anext(upstream)
                 except StopAsyncIteration:
+                    outlier.record_success(replica)
                     return
                 except ReplicaUnavailable as exc:
-                    route.pool.mark_failed(replica)
+                    outlier.record_failure(replica)
                     last_error = exc
                     continue
+                outlier.record_success(replica)
                 yield first
                 try:
                     async for delta in upstream:
                         yield delta
                 except ReplicaUnavailable:
                     # Died mid-stream: too late to move this request, not too late to spare others.
-                    route.pool.mark_failed(replica)
+                    outlier.record_failure(replica)
                     raise
                 return
             finally:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from gateway.routes import ModelRoute
 
@@ -14,8 +14,12 @@ log = logging.getLogger("gateway.health")
 class HealthChecker:
     """Polls each replica of each model at the model's configured interval."""
 
-    def __init__(self, routes: Iterable[ModelRoute]) -> None:
+    def __init__(
+        self, routes: Iterable[ModelRoute], on_change: Callable[[str], None] | None = None
+    ) -> None:
         self._routes = list(routes)
+        # Told the model's name when a replica turns healthy or unhealthy.
+        self._on_change = on_change
         self._tasks: list[asyncio.Task[None]] = []
 
     async def check_all(self) -> None:
@@ -28,7 +32,8 @@ class HealthChecker:
             healthy = await route.backend.ready(
                 replica.url, route.upstream_model, route.config.health.timeout_s
             )
-            if healthy != replica.healthy:
+            changed = healthy != replica.healthy
+            if changed:
                 log.warning(
                     "replica %s of %s is now %s",
                     replica.url,
@@ -36,6 +41,8 @@ class HealthChecker:
                     "healthy" if healthy else "unhealthy",
                 )
             route.pool.mark_checked(replica, healthy)
+            if changed and self._on_change is not None:
+                self._on_change(route.name)
 
         await asyncio.gather(*(check(i) for i in range(len(route.pool.replicas))))
 

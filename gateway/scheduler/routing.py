@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -14,7 +14,6 @@ class Replica:
     url: str
     outstanding: int = 0
     healthy: bool = True
-    consecutive_failures: int = 0
     # Requests sent here over the gateway's life; breaks ties in turn.
     served: int = field(default=0)
 
@@ -33,11 +32,18 @@ class ReplicaPool:
     def ready(self) -> bool:
         return any(r.healthy for r in self.replicas)
 
-    def pick(self, exclude: Sequence[Replica] = ()) -> Replica | None:
-        """The least-loaded healthy replica not in `exclude`, or None."""
+    def pick(
+        self,
+        exclude: Sequence[Replica] = (),
+        available: Callable[[Replica], bool] | None = None,
+    ) -> Replica | None:
+        """The least-loaded healthy replica not in `exclude` (and `available`, when given:
+        the passive outlier check), or None."""
         best: Replica | None = None
         for replica in self.replicas:
             if not replica.healthy or replica in exclude:
+                continue
+            if available is not None and not available(replica):
                 continue
             if best is None or (replica.outstanding, replica.served) < (
                 best.outstanding,
@@ -56,13 +62,6 @@ class ReplicaPool:
         finally:
             replica.outstanding -= 1
 
-    def mark_failed(self, replica: Replica) -> None:
-        """A request could not reach the replica: stop sending it work until it checks healthy."""
-        replica.consecutive_failures += 1
-        replica.healthy = False
-
     def mark_checked(self, replica: Replica, healthy: bool) -> None:
         """Record the result of an active health check."""
         replica.healthy = healthy
-        if healthy:
-            replica.consecutive_failures = 0

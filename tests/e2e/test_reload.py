@@ -86,7 +86,8 @@ async def test_file_change_applies_under_load(gateway: Gateway) -> None:
         async def applied() -> bool:
             return await limit_of(session, gateway, "few") == "600"
 
-        await wait_until(applied)
+        took = await wait_until(applied)
+        print(f"tenants.yaml change applied after {took:.2f} s")  # for docs/benchmarks.md
         stop_load.set()
         await asyncio.gather(*workers)
         # The bucket level carries over; at the new rate (10/s, not one per 20 s) it

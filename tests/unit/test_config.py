@@ -10,7 +10,6 @@ import pytest
 from gateway.config import (
     BackendKind,
     ConfigError,
-    Priority,
     check_config,
     digest,
     hash_key,
@@ -109,7 +108,7 @@ def test_valid_config_loads_typed_values() -> None:
     assert large.timeouts.first_token_s == 12.5
     assert large.fallback == ["llm-small"]
     acme = config.tenants.tenants["acme"]
-    assert acme.priority is Priority.BATCH
+    assert acme.priority == "batch"
     assert acme.limits.requests_per_minute == 600
     assert acme.limits.tokens_per_minute is None
     # The per-request lookup: digest of the presented key finds the tenant.
@@ -402,7 +401,7 @@ def test_all_problems_in_both_files_are_reported(monkeypatch: pytest.MonkeyPatch
         "gateway.yaml:8: models.m.fallback[0]: model 'ghost' is not defined",
         "tenants.yaml:3: environment variable NOPE is not set",
         f"tenants.yaml:3: tenants.acme.api_keys[0]: {PLAIN_KEY_MESSAGE}",
-        "tenants.yaml:4: tenants.acme.priority: Input should be 'online' or 'batch'",
+        "tenants.yaml:4: tenants.acme.priority: priority 'urgent' is not a class (online, batch)",
     ]
     with pytest.raises(ConfigError) as raised:
         load_config("gateway.yaml")
@@ -472,4 +471,11 @@ def test_per_model_limits_must_name_a_defined_model() -> None:
     assert problems(tenants=tenants) == [
         "tenants.yaml:7: tenants.acme.limits.models.llm-huge: "
         "limits for model 'llm-huge', which is not defined"
+    ]
+
+
+def test_tenant_priority_must_be_a_configured_class() -> None:
+    tenants = TENANTS + "    priority: gold\n"
+    assert problems(tenants=tenants) == [
+        "tenants.yaml:5: tenants.acme.priority: priority 'gold' is not a class (online, batch)"
     ]

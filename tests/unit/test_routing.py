@@ -27,17 +27,19 @@ def test_equal_load_is_spread_in_turn() -> None:
     assert picked == ["a", "b", "a", "b"]
 
 
-def test_excluded_and_unhealthy_replicas_are_never_picked() -> None:
-    pool = ReplicaPool(["a", "b"])
-    a, b = pool.replicas
+def test_excluded_unhealthy_and_unavailable_replicas_are_never_picked() -> None:
+    pool = ReplicaPool(["a", "b", "c"])
+    a, b, c = pool.replicas
     assert pool.pick(exclude=[a]) is b
-    pool.mark_failed(b)
-    assert pool.pick(exclude=[a]) is None
+    pool.mark_checked(b, healthy=False)
+    assert pool.pick(exclude=[a]) is c
+    assert pool.pick(exclude=[a], available=lambda r: r is not c) is None
     assert pool.ready
-    pool.mark_failed(a)
+    pool.mark_checked(a, healthy=False)
+    pool.mark_checked(c, healthy=False)
     assert not pool.ready
     pool.mark_checked(a, healthy=True)
-    assert pool.pick() is a and a.consecutive_failures == 0
+    assert pool.pick() is a
 
 
 def test_a_lease_is_released_when_the_request_fails() -> None:

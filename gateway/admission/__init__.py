@@ -1,0 +1,17 @@
+"""Admission: per-model queues in front of the replicas, by priority class and fair share.
+
+`AdmissionController` is the whole interface; the other modules are its parts. See
+docs/admission-algorithm.md for the algorithm and its fairness bound.
+"""
+
+from gateway.admission.errors import DeadlineExceeded, Overloaded, Shed
+from gateway.admission.queue import AdmissionController, ModelSnapshot, Slot
+
+__all__ = [
+    "AdmissionController",
+    "DeadlineExceeded",
+    "ModelSnapshot",
+    "Overloaded",
+    "Shed",
+    "Slot",
+]

@@ -1,0 +1,315 @@
+"""`/v1/chat/completions` and `/v1/completions`: the request path, step by step.
+
+auth -> body -> model -> parse -> idempotency -> rate limit -> dispatch (admission,
+fallback chain, replicas) -> response (JSON, or SSE) -> settle (background).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+
+from gateway.admission import Overloaded, Shed
+from gateway.api import errors
+from gateway.api.endpoints import runtime_of
+from gateway.api.errors import APIError, rate_limited
+from gateway.api.idempotency import claim
+from gateway.api.requests import decode_json, parse_chat, parse_completion, requested_model
+from gateway.api.responses import SSE_DONE, ChunkWriter, completion_body, new_id, sse_error
+from gateway.auth import Identity
+from gateway.backends.base import UpstreamError, UpstreamRejected, UpstreamTimeout
+from gateway.dispatch import DeadlineMissed, Job, Served
+from gateway.inference import Delta, InferenceRequest, UsageMeter
+from gateway.observability import metrics
+from gateway.ratelimit.limiter import Decision
+from gateway.resilience.failover import NoReplicaLeft
+from gateway.routes import ModelRoute
+from gateway.runtime import Runtime
+from gateway.tokens import estimate_tokens
+
+Parser = Callable[[Mapping[str, Any], int], InferenceRequest]
+
+access_log = logging.getLogger("gateway.access")
+
+_SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
+
+# A concurrency lease outlives the longest request by this much before it expires on
+# its own (which only matters when a gateway dies holding it).
+LEASE_MARGIN_S = 10.0
+
+# What the dispatcher may raise instead of answering.
+_DISPATCH_ERRORS = (UpstreamError, NoReplicaLeft, DeadlineMissed, Overloaded)
+
+
+async def chat_completions(request: Request) -> Response:
+    return await _serve(request, parse_chat)
+
+
+async def completions(request: Request) -> Response:
+    return await _serve(request, parse_completion)
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The request body, refusing more than `limit` bytes before reading them all."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise errors.body_too_large(limit)
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise errors.body_too_large(limit)
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+@dataclass(slots=True)
+class _Exchange:
+    """One admitted request on its way through the gateway."""
+
+    runtime: Runtime
+    identity: Identity
+    route: ModelRoute
+    job: Job
+    decision: Decision
+    started: float
+    prompt_estimate: int
+    response_id: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.response_id = new_id(self.job.request.kind)
+
+    def charge(self, used_tokens: int) -> None:
+        if self.decision.ticket is not None:
+            self.runtime.limiter.charge(self.decision.ticket, used_tokens)
+
+    def settle(self, used_tokens: int) -> None:
+        if self.decision.ticket is not None:
+            self.runtime.limiter.settle(self.decision.ticket, used_tokens)
+
+    def headers(self, served: Served) -> dict[str, str]:
+        headers = dict(self.decision.headers)
+        fallback = served.header()
+        if fallback is not None:
+            headers["x-gateway-fallback"] = fallback
+        return headers
+
+    def log(self, status: int, tokens: int, served: Served | None) -> None:
+        metrics.REQUESTS.labels(self.route.name, str(status)).inc()
+        if served is not None:
+            metrics.QUEUE_WAIT.labels(served.route.name, self.job.priority).observe(served.queued_s)
+            for step in served.fallbacks:
+                metrics.FALLBACKS.labels(step.source, step.target, step.reason.value).inc()
+        if access_log.isEnabledFor(logging.INFO):
+            access_log.info(
+                "tenant=%s model=%s served_by=%s status=%d tokens=%d ms=%.1f",
+                self.identity.name,
+                self.route.name,
+                served.route.name if served else "-",
+                status,
+                tokens,
+                (time.perf_counter() - self.started) * 1000,
+            )
+
+
+async def _serve(request: Request, parse: Parser) -> Response:
+    started = time.perf_counter()
+    runtime = runtime_of(request)
+    identity = runtime.auth.identify(request.headers.get("authorization"))
+    body = await read_body(request, runtime.config.gateway.server.max_body_bytes)
+    data = decode_json(body)
+    route = _route(runtime, identity, requested_model(data))
+    inference = parse(data, route.config.max_tokens_default)
+    if inference.params.max_tokens > route.config.max_tokens_limit:
+        raise errors.bad_request(
+            f"`max_tokens` may be at most {route.config.max_tokens_limit} for `{route.name}`.",
+            "max_tokens",
+        )
+    priority = _priority(runtime, identity, request.headers.get("x-priority"))
+    deadline = _deadline(route, request.headers.get("x-request-timeout"))
+    idempotency = await claim(runtime, identity, request, inference, data)
+    if isinstance(idempotency, Response):
+        return idempotency  # a stored answer, or a conflict
+
+    call = route.upstream_call(inference)
+    prompt_estimate = estimate_tokens(call.prompt)
+    cost = prompt_estimate + _completion_reserve(runtime, inference)
+    try:
+        decision = await runtime.limiter.admit(
+            identity.name,
+            route.name,
+            cost,
+            lease_ttl_s=route.config.timeouts.total_s + LEASE_MARGIN_S,
+        )
+        if not decision.allowed:
+            raise rate_limited(decision)
+        chain = [route] + [
+            runtime.routes[name] for name in route.config.fallback if identity.may_use(name)
+        ]
+        job = Job(
+            inference, chain, identity.name, identity.tenant.share, priority, cost, deadline, call
+        )
+        exchange = _Exchange(runtime, identity, route, job, decision, started, prompt_estimate)
+        if inference.stream:
+            return await _stream(exchange)
+        response = await _complete(exchange)
+    except APIError:
+        await idempotency.abandon()
+        raise
+    await idempotency.complete(response)
+    return response
+
+
+def _route(runtime: Runtime, identity: Identity, model: str) -> ModelRoute:
+    route = runtime.routes.get(model)
+    if route is None:
+        raise errors.model_not_found(model)
+    if not identity.may_use(model):
+        raise errors.model_not_allowed(model)
+    return route
+
+
+def _priority(runtime: Runtime, identity: Identity, asked: str | None) -> str:
+    """The tenant's class, or a lower one the request asks for (never a higher one)."""
+    own = identity.tenant.priority
+    if asked is None:
+        return own
+    classes = runtime.config.gateway.admission.classes
+    if asked not in classes:
+        raise errors.bad_request(f"`x-priority` must be one of {', '.join(classes)}.", "x-priority")
+    return asked if classes.index(asked) > classes.index(own) else own
+
+
+def _deadline(route: ModelRoute, asked: str | None) -> float:
+    """When the request must be answered: `x-request-timeout` seconds from now, capped by
+    the model's `timeouts.total_s`."""
+    limit = route.config.timeouts.total_s
+    if asked is not None:
+        try:
+            seconds = float(asked)
+        except ValueError:
+            seconds = -1.0
+        if not 0 < seconds < float("inf"):
+            raise errors.bad_request(
+                "`x-request-timeout` must be a positive number of seconds.", "x-request-timeout"
+            )
+        limit = min(limit, seconds)
+    return time.monotonic() + limit
+
+
+def _completion_reserve(runtime: Runtime, inference: InferenceRequest) -> int:
+    """Completion tokens to reserve: the client's max_tokens, else a configured estimate."""
+    if inference.requested_max_tokens is not None:
+        return inference.requested_max_tokens
+    estimate = runtime.config.gateway.ratelimit.completion_tokens_estimate
+    return min(inference.params.max_tokens, estimate)
+
+
+async def _complete(exchange: _Exchange) -> Response:
+    used = 0
+    served: Served | None = None
+    status = 500
+    try:
+        completion, served = await exchange.runtime.dispatcher.complete(exchange.job)
+        if completion.usage.prompt_tokens == 0:
+            completion.usage.prompt_tokens = exchange.prompt_estimate
+        used = completion.usage.total_tokens
+        status = 200
+    except _DISPATCH_ERRORS as exc:
+        error = dispatch_error(exchange.route.name, exc)
+        status = error.status
+        raise error from exc
+    finally:
+        exchange.settle(used)
+        exchange.log(status, used, served)
+    body = completion_body(
+        exchange.job.request,
+        completion,
+        response_id=exchange.response_id,
+        model=served.route.name,
+    )
+    return Response(body, media_type="application/json", headers=exchange.headers(served))
+
+
+async def _stream(exchange: _Exchange) -> Response:
+    # The dispatcher answers after the first piece, so a failure up to here is a plain
+    # HTTP error (and another replica or model could still be tried).
+    try:
+        first, deltas, served = await exchange.runtime.dispatcher.stream(exchange.job)
+    except _DISPATCH_ERRORS as exc:
+        exchange.settle(0)
+        error = dispatch_error(exchange.route.name, exc)
+        exchange.log(error.status, 0, None)
+        raise error from exc
+    headers = {**_SSE_HEADERS, **exchange.headers(served)}
+    return StreamingResponse(
+        _sse_events(exchange, served, first, deltas),
+        media_type="text/event-stream",
+        headers=headers,
+    )
+
+
+async def _sse_events(
+    exchange: _Exchange,
+    served: Served,
+    first: Delta | None,
+    deltas: AsyncGenerator[Delta, None],
+) -> AsyncIterator[bytes]:
+    request = exchange.job.request
+    writer = ChunkWriter(request, response_id=exchange.response_id, model=served.route.name)
+    meter = UsageMeter()
+    status = 200
+    charging = exchange.decision.ticket is not None
+    try:
+        if first is not None:
+            meter.add(first)
+            if first.text:
+                yield writer.text(first.text)
+            async for delta in deltas:
+                meter.add(delta)
+                if charging:
+                    exchange.charge(meter.usage(exchange.prompt_estimate).total_tokens)
+                if delta.text:
+                    yield writer.text(delta.text)
+        usage = meter.usage(exchange.prompt_estimate)
+        finish = meter.finish_reason or exchange.job.first_call.finish_reason(
+            usage.completion_tokens
+        )
+        yield writer.finish(finish)
+        if request.include_usage:
+            yield writer.usage(usage)
+        yield SSE_DONE
+    except (UpstreamError, NoReplicaLeft) as exc:
+        # Headers are gone: the failure becomes a terminal error event.
+        api_error = dispatch_error(served.route.name, exc)
+        status = api_error.status
+        yield sse_error(api_error.body())
+    finally:
+        await deltas.aclose()
+        used = meter.usage(exchange.prompt_estimate).total_tokens
+        exchange.settle(used)
+        exchange.log(status, used, served)
+
+
+def dispatch_error(model: str, exc: Exception) -> APIError:
+    """What the client is told when its request could not be served."""
+    if isinstance(exc, Shed):
+        return errors.overloaded(model, exc.retry_after_s, shed=True)
+    if isinstance(exc, Overloaded):
+        return errors.overloaded(model, exc.retry_after_s, shed=False)
+    if isinstance(exc, DeadlineMissed):
+        return errors.deadline_exceeded(str(exc))
+    if isinstance(exc, NoReplicaLeft):
+        return errors.no_replica(model)
+    if isinstance(exc, UpstreamTimeout):
+        return errors.upstream_timeout(model)
+    if isinstance(exc, UpstreamRejected) and 400 <= exc.status < 500:
+        return errors.bad_request(f"The backend for `{model}` refused the request: {exc}")
+    return errors.upstream_failed(model, str(exc))

@@ -1,0 +1,181 @@
+"""Idempotency-Key records on a real redis-server, a Redis Cluster and fakeredis.
+
+The shared Redis on 6379 is never touched: the servers are the tests' own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+
+import pytest
+from fakeredis import FakeAsyncRedis
+from redis.asyncio import Redis, RedisCluster
+from redis.crc import key_slot
+from redis.exceptions import ConnectionError as RedisConnectionError
+
+from gateway.devstack import free_port
+from gateway.resilience.idempotency import (
+    Begin,
+    BeginState,
+    IdempotencyStore,
+    InvalidIdempotencyKey,
+    StoredResponse,
+    fingerprint,
+)
+from gateway.storage import EMBEDDED_URL
+
+PREFIX = "gw"
+TTL_S = 60.0
+FP = fingerprint("/v1/completions", {"model": "m", "prompt": "hi", "max_tokens": 4})
+OTHER_FP = fingerprint("/v1/completions", {"model": "m", "prompt": "bye", "max_tokens": 4})
+# Not UTF-8, and with newlines: stored and returned byte for byte.
+BODY = b'{"id":"cmpl-1","choices":[{"text":"a\\nb"}]}\n\xff\x00\n'
+HEADERS = {"content-type": "application/json", "x-request-id": "req-1"}
+
+
+@pytest.fixture(params=["single", "cluster", "fakeredis"])
+async def client(request: pytest.FixtureRequest) -> AsyncIterator[Redis | RedisCluster]:
+    """The session's redis-server (fakeredis without one), a Redis Cluster, fakeredis."""
+    redis: Redis | RedisCluster
+    if request.param == "single":
+        url: str = request.getfixturevalue("redis_url")
+        redis = FakeAsyncRedis() if url == EMBEDDED_URL else Redis.from_url(url)
+    elif request.param == "cluster":
+        ports: list[int] = request.getfixturevalue("redis_cluster")
+        redis = RedisCluster(host="127.0.0.1", port=ports[0])
+    else:
+        redis = FakeAsyncRedis()
+    try:
+        yield redis
+    finally:
+        await redis.aclose()
+
+
+@pytest.fixture
+def store(client: Redis | RedisCluster) -> IdempotencyStore:
+    return IdempotencyStore(client, PREFIX, TTL_S)
+
+
+def fresh_tenant() -> str:
+    # Servers live for the whole session: every test gets its own keys.
+    return f"t-{uuid.uuid4().hex[:12]}"
+
+
+async def test_fresh_then_in_progress_then_done_with_the_same_bytes(
+    store: IdempotencyStore, client: Redis | RedisCluster
+) -> None:
+    tenant = fresh_tenant()
+    assert await store.begin(tenant, "key-1", FP) == Begin(BeginState.FRESH)
+    assert await store.begin(tenant, "key-1", FP) == Begin(BeginState.IN_PROGRESS)
+    headers = {**HEADERS, "Set-Cookie": "session=secret"}
+    assert await store.complete(tenant, "key-1", 200, BODY, headers)
+    for _ in range(2):
+        repeat = await store.begin(tenant, "key-1", FP)
+        assert repeat == Begin(
+            BeginState.DONE,
+            StoredResponse(200, tuple(HEADERS.items()), BODY),
+        )
+    # Stored for the TTL, under the digest of the client's key, not the key itself.
+    key = store.key(tenant, "key-1")
+    assert "key-1" not in key
+    assert 0 < await client.pttl(key) <= TTL_S * 1000
+
+
+async def test_a_different_request_under_the_same_key_is_a_mismatch(
+    store: IdempotencyStore,
+) -> None:
+    tenant = fresh_tenant()
+    await store.begin(tenant, "key-1", FP)
+    assert (await store.begin(tenant, "key-1", OTHER_FP)).state is BeginState.MISMATCH
+    await store.complete(tenant, "key-1", 200, BODY)
+    assert (await store.begin(tenant, "key-1", OTHER_FP)).state is BeginState.MISMATCH
+    assert (await store.begin(tenant, "key-1", FP)).state is BeginState.DONE
+
+
+async def test_abandon_lets_a_retry_run_but_never_drops_a_response(
+    store: IdempotencyStore,
+) -> None:
+    tenant = fresh_tenant()
+    await store.begin(tenant, "key-1", FP)
+    assert await store.abandon(tenant, "key-1")
+    assert not await store.abandon(tenant, "key-1")
+    # Abandoned: a completion arriving now finds no run to complete.
+    assert not await store.complete(tenant, "key-1", 200, BODY)
+    assert (await store.begin(tenant, "key-1", FP)).state is BeginState.FRESH
+    assert await store.complete(tenant, "key-1", 201, b"{}")
+    assert not await store.abandon(tenant, "key-1")
+    done = await store.begin(tenant, "key-1", FP)
+    assert done.response == StoredResponse(201, (), b"{}")
+    # The first response stays: a second completion does not replace it.
+    assert not await store.complete(tenant, "key-1", 500, b"late")
+    assert (await store.begin(tenant, "key-1", FP)).response == done.response
+
+
+async def test_records_expire(client: Redis | RedisCluster) -> None:
+    store = IdempotencyStore(client, PREFIX, ttl_s=0.2, in_progress_ttl_s=0.2)
+    tenant = fresh_tenant()
+    await store.begin(tenant, "done", FP)
+    await store.complete(tenant, "done", 200, BODY)
+    await store.begin(tenant, "crashed", FP)  # never completed: the gateway died
+    assert (await store.begin(tenant, "done", FP)).state is BeginState.DONE
+    assert (await store.begin(tenant, "crashed", FP)).state is BeginState.IN_PROGRESS
+    await asyncio.sleep(0.35)
+    assert (await store.begin(tenant, "done", FP)).state is BeginState.FRESH
+    assert (await store.begin(tenant, "crashed", FP)).state is BeginState.FRESH
+
+
+async def test_tenants_do_not_share_keys(store: IdempotencyStore) -> None:
+    acme, other = fresh_tenant(), fresh_tenant()
+    assert (await store.begin(acme, "same-key", FP)).state is BeginState.FRESH
+    assert (await store.begin(other, "same-key", OTHER_FP)).state is BeginState.FRESH
+    await store.complete(acme, "same-key", 200, b"acme")
+    await store.complete(other, "same-key", 200, b"other")
+    acme_done = await store.begin(acme, "same-key", FP)
+    other_done = await store.begin(other, "same-key", OTHER_FP)
+    assert acme_done.response is not None and acme_done.response.body == b"acme"
+    assert other_done.response is not None and other_done.response.body == b"other"
+    # Each key sits in its tenant's hash slot, like the tenant's rate-limit buckets.
+    key = store.key(acme, "same-key")
+    assert key.startswith(f"{PREFIX}:{{{acme}}}:idem:")
+    assert key_slot(key.encode()) == key_slot(acme.encode())
+
+
+async def test_concurrent_duplicates_run_once(store: IdempotencyStore) -> None:
+    tenant = fresh_tenant()
+    results = await asyncio.gather(*(store.begin(tenant, "key-1", FP) for _ in range(20)))
+    states = [r.state for r in results]
+    assert states.count(BeginState.FRESH) == 1
+    assert states.count(BeginState.IN_PROGRESS) == 19
+
+
+async def test_invalid_keys_and_fingerprints_are_refused(store: IdempotencyStore) -> None:
+    tenant = fresh_tenant()
+    for key in ("", "x" * 256, "caf\u00e9", "line\nbreak"):
+        with pytest.raises(InvalidIdempotencyKey):
+            await store.begin(tenant, key, FP)
+    with pytest.raises(ValueError):
+        await store.begin(tenant, "key-1", "two\nlines")
+    assert (await store.begin(tenant, "x" * 255, FP)).state is BeginState.FRESH
+
+
+def test_fingerprints_ignore_json_key_order_but_not_the_path() -> None:
+    body = {"model": "m", "prompt": "hi", "max_tokens": 4}
+    reordered = {"max_tokens": 4, "prompt": "hi", "model": "m"}
+    assert fingerprint("/v1/completions", reordered) == FP
+    assert fingerprint("/v1/chat/completions", body) != FP
+    assert fingerprint("/v1/completions", b'{"a":1}') != fingerprint(
+        "/v1/completions", b'{"a": 1}'
+    )
+
+
+async def test_redis_errors_reach_the_caller() -> None:
+    # Nothing listens on a fresh free port.
+    redis = Redis(port=free_port(), socket_connect_timeout=0.5)
+    try:
+        store = IdempotencyStore(redis, PREFIX, TTL_S)
+        with pytest.raises(RedisConnectionError):
+            await store.begin(fresh_tenant(), "key-1", FP)
+    finally:
+        await redis.aclose()
