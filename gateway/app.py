@@ -16,6 +16,7 @@ from starlette.routing import Route
 from gateway.api import completions, endpoints
 from gateway.api.errors import APIError
 from gateway.config import Config, load_config
+from gateway.observability import metrics
 from gateway.observability.logging import configure_logging
 from gateway.reload import TenantsReloader
 from gateway.runtime import Runtime
@@ -29,6 +30,7 @@ def build_app(config: Config) -> Starlette:
     """The gateway's ASGI app for `config`."""
     runtime = Runtime.build(config)
     reloader = TenantsReloader(runtime)
+    metrics.watch_admission(runtime.admission, list(runtime.routes))
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:

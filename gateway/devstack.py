@@ -25,15 +25,18 @@ def port_is_free(port: int) -> bool:
     return True
 
 
-def free_port(span: int = 1, start: int = 20000) -> int:
-    """A port P such that P .. P+span-1 are free on 127.0.0.1 (Triton takes three)."""
-    # Spread callers out (tests run in several processes) and skip the ephemeral range.
-    port = start + (os.getpid() * 37) % 20000
-    for _ in range(2000):
+def free_port(span: int = 1, start: int = 20000, end: int = 60000) -> int:
+    """A port P in [start, end) such that P .. P+span-1 are free on 127.0.0.1.
+
+    Callers in several processes (test workers) start their search at different places.
+    """
+    size = end - start - span
+    offset = (os.getpid() * 37) % size
+    for step in range(0, size, span):
+        port = start + (offset + step) % size
         if all(port_is_free(port + i) for i in range(span)):
             return port
-        port = start + (port + span * 7 - start) % 25000
-    raise RuntimeError("no free port found")
+    raise RuntimeError(f"no {span} free consecutive ports in [{start}, {end})")
 
 
 def wait_http_ok(

@@ -7,6 +7,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from redis.asyncio import RedisCluster
 from redis.exceptions import RedisError
 
 from gateway.admission import AdmissionController
@@ -118,6 +119,13 @@ class Runtime:
 
     async def start(self) -> None:
         """Check every replica once, so readiness is known before traffic, then keep checking."""
+        if isinstance(self.redis, RedisCluster):
+            # Learn the slot map before traffic: redis-py's cluster client can fail a burst
+            # of first commands on a client that has not initialised yet.
+            try:
+                await self.redis.initialize()
+            except (RedisError, OSError) as exc:
+                log.warning("Redis Cluster not reachable at start (%s)", exc)
         await self.health.check_all()
         self.health.start()
 

@@ -29,12 +29,11 @@ def _require_redis_binaries() -> None:
 
 def _cluster_ports() -> list[int]:
     """CLUSTER_SIZE consecutive free ports whose cluster bus ports are free too."""
-    start = 21000
-    for _ in range(50):
-        port = free_port(span=CLUSTER_SIZE, start=start)
+    # Bus ports (+10000) must stay below 65536 too.
+    for start in range(21000, 50000, 1000):
+        port = free_port(span=CLUSTER_SIZE, start=start, end=start + 1000)
         if all(port_is_free(port + BUS_OFFSET + i) for i in range(CLUSTER_SIZE)):
             return [port + i for i in range(CLUSTER_SIZE)]
-        start = port + CLUSTER_SIZE
     raise RuntimeError("no free ports for a Redis Cluster")
 
 

@@ -41,6 +41,7 @@ def _loop_call_later(delay: float, callback: Callable[[], None]) -> Timer:
     return asyncio.get_running_loop().call_later(delay, callback)
 
 
+# Not frozen: `release` marks it released, and the caller may fill in `actual_tokens`.
 @dataclass(eq=False, slots=True)
 class Slot:
     """A granted place upstream, held until `release`.

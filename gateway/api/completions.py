@@ -96,6 +96,7 @@ class _Exchange:
 
     def headers(self, served: Served) -> dict[str, str]:
         headers = dict(self.decision.headers)
+        headers["x-gateway-queue-ms"] = str(round(served.queued_s * 1000))
         fallback = served.header()
         if fallback is not None:
             headers["x-gateway-fallback"] = fallback

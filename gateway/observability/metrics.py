@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+if TYPE_CHECKING:
+    from gateway.admission import AdmissionController
 
 REGISTRY = CollectorRegistry(auto_describe=True)
 
@@ -53,3 +61,40 @@ CONFIG_RELOADS = Counter(
 def render() -> bytes:
     """The text exposition of every gateway metric."""
     return generate_latest(REGISTRY)
+
+
+class AdmissionCollector(Collector):
+    """Queue depth and requests in flight per model, read from the controller at scrape."""
+
+    def __init__(self, admission: AdmissionController, models: Sequence[str]) -> None:
+        self._admission = admission
+        self._models = list(models)
+
+    def collect(self) -> Iterator[Metric]:
+        in_flight = GaugeMetricFamily(
+            "gateway_admission_in_flight", "Requests upstream, by model.", labels=["model"]
+        )
+        queued = GaugeMetricFamily(
+            "gateway_admission_queued",
+            "Requests waiting in the admission queue, by model and priority.",
+            labels=["model", "priority"],
+        )
+        for model in self._models:
+            snapshot = self._admission.snapshot(model)
+            in_flight.add_metric([model], snapshot.in_flight)
+            for priority, count in snapshot.queued.items():
+                queued.add_metric([model, priority], count)
+        yield in_flight
+        yield queued
+
+
+_admission_collector: AdmissionCollector | None = None
+
+
+def watch_admission(admission: AdmissionController, models: Sequence[str]) -> None:
+    """Report this controller's queues (replacing a previous app's, in the same process)."""
+    global _admission_collector
+    if _admission_collector is not None:
+        REGISTRY.unregister(_admission_collector)
+    _admission_collector = AdmissionCollector(admission, models)
+    REGISTRY.register(_admission_collector)

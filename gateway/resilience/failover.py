@@ -34,9 +34,6 @@ async def _candidates(route: ModelRoute, deadline: float) -> AsyncIterator[Repli
     resilience.budget.record_request()
     tried: list[Replica] = []
     while len(tried) < route.config.max_attempts:
-        replica = route.pool.pick(tried, resilience.outlier.available)
-        if replica is None:
-            return
         if tried:
             if not resilience.budget.try_spend():
                 return
@@ -44,6 +41,11 @@ async def _candidates(route: ModelRoute, deadline: float) -> AsyncIterator[Repli
             if time.monotonic() + delay >= deadline:
                 return
             await asyncio.sleep(delay)
+        # Picked after the backoff, with fresh load figures; the caller leases it at once
+        # (the outlier detector's single half-open probe relies on that).
+        replica = route.pool.pick(tried, resilience.outlier.available)
+        if replica is None:
+            return
         tried.append(replica)
         yield replica
 

@@ -125,7 +125,12 @@ def fingerprint(path: str, body: bytes | Mapping[str, Any]) -> str:
     Pass the parsed JSON body to ignore key order and whitespace (sorted keys), or the
     raw bytes to compare exactly.
     """
-    raw = body if isinstance(body, bytes) else orjson.dumps(body, option=orjson.OPT_SORT_KEYS)
+    if isinstance(body, bytes):
+        raw = body
+    else:
+        # orjson serializes dicts only, not other mappings.
+        payload = body if isinstance(body, dict) else dict(body)
+        raw = orjson.dumps(payload, option=orjson.OPT_SORT_KEYS)
     return hashlib.sha256(path.encode() + b"\0" + raw).hexdigest()
 
 
