@@ -72,16 +72,23 @@ def start_redis(port: int) -> subprocess.Popen[bytes]:
         stderr=subprocess.DEVNULL,
         start_new_session=True,
     )
-    deadline = time.monotonic() + 10
+    return wait_listening(process, port, "redis-server")
+
+
+def wait_listening(
+    process: subprocess.Popen[bytes], port: int, what: str, timeout_s: float = 10.0
+) -> subprocess.Popen[bytes]:
+    """Wait until `process` accepts connections on `port`; stop it and fail otherwise."""
+    deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         with socket.socket() as sock:
             if sock.connect_ex(("127.0.0.1", port)) == 0:
                 return process
         if process.poll() is not None:
-            raise RuntimeError(f"redis-server on port {port} exited with {process.returncode}")
+            raise RuntimeError(f"{what} on port {port} exited with {process.returncode}")
         time.sleep(0.05)
     stop(process)
-    raise TimeoutError(f"redis-server on port {port} did not start")
+    raise TimeoutError(f"{what} on port {port} did not start")
 
 
 def gateway_command(*args: str) -> list[str]:

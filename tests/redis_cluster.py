@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -13,7 +12,7 @@ from pathlib import Path
 import pytest
 from redis import Redis as SyncRedis
 
-from gateway.devstack import free_port, port_is_free, redis_server_path, stop
+from gateway.devstack import free_port, port_is_free, redis_server_path, stop, wait_listening
 
 CLUSTER_SIZE = 3
 # Redis Cluster nodes talk to each other on their port + 10000.
@@ -56,16 +55,7 @@ def _start_node(port: int, workdir: Path) -> subprocess.Popen[bytes]:
         stderr=subprocess.DEVNULL,
         start_new_session=True,
     )  # fmt: skip
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        with socket.socket() as sock:
-            if sock.connect_ex(("127.0.0.1", port)) == 0:
-                return process
-        if process.poll() is not None:
-            raise RuntimeError(f"cluster node on port {port} exited with {process.returncode}")
-        time.sleep(0.05)
-    stop(process)
-    raise TimeoutError(f"cluster node on port {port} did not start")
+    return wait_listening(process, port, "cluster node")
 
 
 def _wait_cluster_ok(ports: list[int], timeout_s: float) -> None:

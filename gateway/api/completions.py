@@ -137,7 +137,7 @@ async def _serve(request: Request, parse: Parser) -> Response:
     deadline = _deadline(route, request.headers.get("x-request-timeout"))
     idempotency = await claim(runtime, identity, request, inference, data)
     if isinstance(idempotency, Response):
-        return idempotency  # a stored answer, or a conflict
+        return idempotency  # the stored answer to an earlier run
 
     call = route.upstream_call(inference)
     prompt_estimate = estimate_tokens(call.prompt)
@@ -161,7 +161,8 @@ async def _serve(request: Request, parse: Parser) -> Response:
         if inference.stream:
             return await _stream(exchange)
         response = await _complete(exchange)
-    except APIError:
+    except Exception:
+        # Whatever failed, a retry with the same key must be able to run.
         await idempotency.abandon()
         raise
     await idempotency.complete(response)
