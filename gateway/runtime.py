@@ -17,6 +17,7 @@ from gateway.backends.openai import OpenAIBackend
 from gateway.backends.prompt import PromptTemplate
 from gateway.backends.triton_grpc import TritonGRPCBackend
 from gateway.backends.triton_http import TritonHTTPBackend
+from gateway.backends.triton_metrics import default_metrics_url
 from gateway.config import BackendKind, Config, ModelConfig, TenantsConfig, key_index
 from gateway.dispatch import Dispatcher
 from gateway.ratelimit.limiter import RateLimiter
@@ -41,7 +42,12 @@ def _backend(model: ModelConfig) -> Backend:
 
 
 def _route(name: str, model: ModelConfig) -> ModelRoute:
-    pool = ReplicaPool([r.url.rstrip("/") for r in model.replicas])
+    urls = [r.url.rstrip("/") for r in model.replicas]
+    metrics_urls = [
+        str(r.metrics_url) if r.metrics_url else default_metrics_url(model.backend, url)
+        for r, url in zip(model.replicas, urls, strict=True)
+    ]
+    pool = ReplicaPool(urls, metrics_urls)
     return ModelRoute(
         name=name,
         config=model,
@@ -56,13 +62,18 @@ def _capacity(route: ModelRoute) -> Callable[[], int]:
     """Requests the model may have upstream at once: a share per healthy replica.
 
     Never 0: with no healthy replica, requests go on to fail fast with a 503 rather than
-    wait in the queue for their deadline.
+    wait in the queue for their deadline; a replica busy with other clients' requests
+    still takes one at a time.
     """
     per_replica = route.config.queue.max_in_flight_per_replica
     replicas = route.pool.replicas
 
     def capacity() -> int:
-        return per_replica * max(1, sum(1 for r in replicas if r.healthy))
+        healthy = [r for r in replicas if r.healthy]
+        if not healthy:
+            return per_replica  # let requests through to fail fast with a 503
+        # Other clients' requests queued on a replica (scraped from Triton) take its slots.
+        return max(1, sum(max(0, per_replica - r.external) for r in healthy))
 
     return capacity
 

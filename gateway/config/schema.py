@@ -75,7 +75,7 @@ class RateLimitConfig(Strict):
 class Replica(Strict):
     # http(s)://host:port for triton_http and openai; host:port for triton_grpc.
     url: str
-    # Triton's metrics endpoint, when it is not at the HTTP port + 2.
+    # Triton's metrics endpoint; default: the HTTP port + 2 (the gRPC port + 1).
     metrics_url: HttpUrl | None = None
 
 
@@ -90,6 +90,10 @@ class Timeouts(Strict):
 class QueueLimits(Strict):
     max_queued: NonNegativeInt = 256
     max_in_flight_per_replica: PositiveInt = 64
+    # Non-streaming Triton models only: scrape each replica's
+    # nv_inference_pending_request_count, so requests queued there by other clients
+    # count in routing and take slots. (For streaming models Triton reports 0.)
+    use_triton_pending: bool = False
 
 
 class HealthCheck(Strict):

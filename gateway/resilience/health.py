@@ -6,6 +6,8 @@ import asyncio
 import logging
 from collections.abc import Callable, Iterable
 
+from gateway.backends.http import LazySession
+from gateway.backends.triton_metrics import pending_requests
 from gateway.routes import ModelRoute
 
 log = logging.getLogger("gateway.health")
@@ -18,8 +20,10 @@ class HealthChecker:
         self, routes: Iterable[ModelRoute], on_change: Callable[[str], None] | None = None
     ) -> None:
         self._routes = list(routes)
-        # Told the model's name when a replica turns healthy or unhealthy.
+        # Told the model's name when a replica's health or queue changes.
         self._on_change = on_change
+        # For scraping Triton's metrics (models with queue.use_triton_pending).
+        self._session = LazySession(connect_timeout_s=1.0)
         self._tasks: list[asyncio.Task[None]] = []
 
     async def check_all(self) -> None:
@@ -41,6 +45,15 @@ class HealthChecker:
                     "healthy" if healthy else "unhealthy",
                 )
             route.pool.mark_checked(replica, healthy)
+            if route.config.queue.use_triton_pending and replica.metrics_url:
+                pending = await pending_requests(
+                    self._session.get(),
+                    replica.metrics_url,
+                    route.upstream_model,
+                    route.config.health.timeout_s,
+                )
+                changed = changed or (pending or 0) != replica.upstream_pending
+                replica.upstream_pending = pending or 0
             if changed and self._on_change is not None:
                 self._on_change(route.name)
 
@@ -63,3 +76,4 @@ class HealthChecker:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks = []
+        await self._session.close()

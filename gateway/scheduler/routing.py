@@ -14,8 +14,21 @@ class Replica:
     url: str
     outstanding: int = 0
     healthy: bool = True
+    # Triton's own count of requests queued on this replica (all clients), when scraped.
+    upstream_pending: int = 0
+    metrics_url: str | None = None
     # Requests sent here over the gateway's life; breaks ties in turn.
     served: int = field(default=0)
+
+    @property
+    def external(self) -> int:
+        """Requests queued on the replica that are not the gateway's own."""
+        return max(0, self.upstream_pending - self.outstanding)
+
+    @property
+    def load(self) -> int:
+        """The gateway's requests in flight here, plus other clients' queued ones."""
+        return self.outstanding + self.external
 
 
 class ReplicaPool:
@@ -25,8 +38,10 @@ class ReplicaPool:
     gateway's count is the one to balance on.
     """
 
-    def __init__(self, urls: Sequence[str]) -> None:
+    def __init__(self, urls: Sequence[str], metrics_urls: Sequence[str | None] = ()) -> None:
         self.replicas = [Replica(url) for url in urls]
+        for replica, metrics_url in zip(self.replicas, metrics_urls, strict=False):
+            replica.metrics_url = metrics_url
 
     @property
     def ready(self) -> bool:
@@ -45,10 +60,7 @@ class ReplicaPool:
                 continue
             if available is not None and not available(replica):
                 continue
-            if best is None or (replica.outstanding, replica.served) < (
-                best.outstanding,
-                best.served,
-            ):
+            if best is None or (replica.load, replica.served) < (best.load, best.served):
                 best = replica
         return best
 

@@ -177,11 +177,19 @@ class TritonPythonModel:
 
         self.token_delay = seconds("token_delay", 0.01)
         self.prefill_per_char = seconds("prefill_per_char", 0.0001)
+        self.decoupled = pb_utils.using_decoupled_model_transaction_policy(
+            json.loads(args["model_config"])
+        )
         # create_task keeps only a weak reference: hold the tasks until they finish.
         self.tasks: set[asyncio.Task[None]] = set()
 
-    async def execute(self, requests: list[Any]) -> None:
-        """Start one task per request; responses go through each request's sender."""
+    async def execute(self, requests: list[Any]) -> Any:
+        """Start one task per request; responses go through each request's sender.
+
+        A non-decoupled model instead answers each request whole, one after another.
+        """
+        if not self.decoupled:
+            return [await self._whole(request) for request in requests]
         final = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
         for request in requests:
             sender = request.get_response_sender()
@@ -199,6 +207,17 @@ class TritonPythonModel:
         # logs "Cannot remove future from background" and leaks the finished future.
         await asyncio.sleep(_EXECUTE_GRACE)
         return None
+
+    async def _whole(self, request: Any) -> Any:
+        try:
+            job = _parse_request(request)
+        except Exception as exc:
+            return _error(str(exc))
+        pieces = generate_pieces(job.prompt, job.max_tokens, job.seed, job.stop)
+        await asyncio.sleep(
+            self.prefill_per_char * len(job.prompt) + self.token_delay * len(pieces)
+        )
+        return _response("".join(pieces), count_input_tokens(job.prompt), len(pieces))
 
     async def _generate(self, job: _Job, sender: Any) -> None:
         final = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL

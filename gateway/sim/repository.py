@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 MODEL_TEMPLATE = Path(__file__).with_name("model_template.py")
+SYNC_SUFFIX = "-sync"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
@@ -29,6 +30,13 @@ class ModelProfile:
     name: str
     token_delay: float  # seconds per generated token
     prefill_per_char: float  # seconds per prompt byte before the first token
+
+    @property
+    def decoupled(self) -> bool:
+        """Streaming (decoupled) unless the name ends in `-sync`: such a model answers once
+        per request and Triton runs its requests one at a time, queueing the rest (so
+        `nv_inference_pending_request_count` shows its queue)."""
+        return not self.name.endswith(SYNC_SUFFIX)
 
 
 LARGE = ModelProfile("llm-large", token_delay=0.04, prefill_per_char=0.0004)
@@ -79,12 +87,12 @@ def parse_models(spec: str) -> list[ModelProfile]:
 
 def render_config(profile: ModelProfile) -> str:
     """The config.pbtxt of one simulated model."""
+    policy = "model_transaction_policy { decoupled: true }\n" if profile.decoupled else ""
     return f"""\
 name: "{profile.name}"
 backend: "python"
 max_batch_size: 0
-model_transaction_policy {{ decoupled: true }}
-input [
+{policy}input [
   {{ name: "text_input" data_type: TYPE_STRING dims: [ 1 ] }},
   {{ name: "max_tokens" data_type: TYPE_INT32 dims: [ 1 ] optional: true }},
   {{ name: "stream" data_type: TYPE_BOOL dims: [ 1 ] optional: true }}

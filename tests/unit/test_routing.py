@@ -49,3 +49,25 @@ def test_a_lease_is_released_when_the_request_fails() -> None:
         assert a.outstanding == 1
         raise RuntimeError("upstream failed")
     assert a.outstanding == 0
+
+
+def test_other_clients_queue_on_a_replica_counts_as_load() -> None:
+    pool = ReplicaPool(["a", "b"])
+    a, b = pool.replicas
+    b.outstanding = 2
+    a.upstream_pending = 5  # queued in Triton by other clients
+    assert (a.external, a.load) == (5, 5)
+    assert pool.pick() is b
+    a.outstanding = 5  # the pending ones are the gateway's own: no double count
+    assert (a.external, a.load) == (0, 5)
+
+
+def test_triton_metrics_url_follows_the_default_port_layout() -> None:
+    from gateway.backends.triton_metrics import default_metrics_url
+    from gateway.config import BackendKind
+
+    http = default_metrics_url(BackendKind.TRITON_HTTP, "http://10.0.0.5:8000")
+    assert http == "http://10.0.0.5:8002/metrics"
+    grpc = default_metrics_url(BackendKind.TRITON_GRPC, "10.0.0.5:8001")
+    assert grpc == "http://10.0.0.5:8002/metrics"
+    assert default_metrics_url(BackendKind.OPENAI, "http://vllm:8000") is None

@@ -1,0 +1,75 @@
+"""Non-streaming Triton models: the queue Triton reports counts in routing."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from gateway.devstack import stop
+from gateway.sim.server import TritonSim
+from tests.e2e.conftest import start_sim
+from tests.e2e.stack import Gateway, model, start_gateway, tenant
+from tests.e2e.test_admission import post
+
+
+@pytest.fixture
+def sync_replicas(redis_url: str, tmp_path: Path) -> Iterator[tuple[Gateway, TritonSim, TritonSim]]:
+    # `-sync`: a non-decoupled model, one request at a time, the rest queued in Triton.
+    first = start_sim("echo-sync=20")
+    second: TritonSim | None = None
+    gateway: Gateway | None = None
+    try:
+        second = start_sim("echo-sync=20")
+        models = {
+            "sync": model(
+                "triton_http",
+                [first.http_url, second.http_url],
+                upstream_model="echo-sync",
+                queue={"use_triton_pending": True, "max_in_flight_per_replica": 8},
+                health={"interval_s": 0.1, "timeout_s": 1.0},
+            )
+        }
+        tenants = {"web": tenant("web", ["*"])}
+        gateway = start_gateway(tmp_path, models, redis_url, tenants=tenants)
+        yield gateway, first, second
+    finally:
+        if gateway is not None:
+            stop(gateway.process)
+        if second is not None:
+            second.stop()
+        first.stop()
+
+
+async def successes(session: aiohttp.ClientSession, sim: TritonSim) -> int:
+    async with session.get(sim.metrics_url) as response:
+        for line in (await response.text()).splitlines():
+            if line.startswith('nv_inference_request_success{model="echo-sync"'):
+                return int(float(line.split()[-1]))
+    return 0
+
+
+async def test_requests_avoid_a_replica_busy_with_other_clients(
+    sync_replicas: tuple[Gateway, TritonSim, TritonSim],
+) -> None:
+    gateway, busy, idle = sync_replicas
+    async with aiohttp.ClientSession() as session:
+        # Another client queues 6 requests (about 1.2 s of work) directly on the first
+        # replica; the gateway has nothing in flight anywhere.
+        url = f"{busy.http_url}/v2/models/echo-sync/generate"
+        direct = [
+            asyncio.create_task(session.post(url, json={"text_input": "x", "max_tokens": 10}))
+            for _ in range(6)
+        ]
+        await asyncio.sleep(0.4)  # the gateway scrapes Triton's metrics every 0.1 s
+        results = [await post(session, gateway, "web", "sync", max_tokens=2) for _ in range(3)]
+        for response in await asyncio.gather(*direct):
+            response.release()
+        served_busy, served_idle = await successes(session, busy), await successes(session, idle)
+    assert [status for status, _, _ in results] == [200, 200, 200]
+    # Without Triton's queue in the picture, equal gateway load would send the first
+    # request to the first replica.
+    assert (served_busy, served_idle) == (6, 3)
