@@ -30,7 +30,8 @@ def build_app(config: Config) -> Starlette:
     """The gateway's ASGI app for `config`."""
     runtime = Runtime.build(config)
     reloader = TenantsReloader(runtime)
-    metrics.watch_admission(runtime.admission, list(runtime.routes))
+    metrics.watch_state(runtime.admission, list(runtime.routes.values()))
+    metrics.set_config_version(runtime.config_version)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:

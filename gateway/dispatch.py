@@ -25,6 +25,7 @@ from gateway.admission import AdmissionController, DeadlineExceeded, Overloaded,
 from gateway.backends.base import UpstreamError
 from gateway.config import FallbackReason
 from gateway.inference import Completion, Delta, InferenceRequest, UpstreamCall, UsageMeter
+from gateway.observability import metrics
 from gateway.resilience import failover
 from gateway.resilience.failover import NoReplicaLeft
 from gateway.routes import ModelRoute
@@ -48,6 +49,8 @@ class Served:
     route: ModelRoute
     fallbacks: list[Fallback] = field(default_factory=list)
     queued_s: float = 0.0
+    # Time to the first token, for streams.
+    ttft_s: float | None = None
 
     def header(self) -> str | None:
         """`x-gateway-fallback`: `llm-large->llm-small; reason=ttft_timeout`."""
@@ -140,7 +143,8 @@ class Dispatcher:
                     continue
                 raise
             ttft = time.monotonic() - started
-            served = Served(route, fallbacks, slot.waited_s)
+            metrics.TTFT.labels(route.name).observe(ttft)
+            served = Served(route, fallbacks, slot.waited_s, ttft)
             return first, self._hold(slot, route, first, deltas, started, ttft), served
         raise DeadlineMissed("no model of the fallback chain could take the request in time")
 

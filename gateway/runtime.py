@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ from gateway.backends.triton_http import TritonHTTPBackend
 from gateway.backends.triton_metrics import default_metrics_url
 from gateway.config import BackendKind, Config, ModelConfig, TenantsConfig, key_index
 from gateway.dispatch import Dispatcher
+from gateway.observability import metrics
 from gateway.ratelimit.limiter import RateLimiter
 from gateway.ratelimit.redis_store import RedisBuckets
 from gateway.resilience.health import HealthChecker
@@ -127,6 +129,13 @@ class Runtime:
         )
         self.auth = Authenticator(tenants.tenants, index)
         self.limiter.update_tenants(tenants)
+        metrics.set_config_version(self.config_version)
+
+    @property
+    def config_version(self) -> str:
+        """A short digest of the loaded config (what it was loaded from, key hashes included)."""
+        dump = self.config.model_dump_json(exclude={"gateway_path", "tenants_path"})
+        return hashlib.sha256(dump.encode()).hexdigest()[:12]
 
     async def start(self) -> None:
         """Check every replica once, so readiness is known before traffic, then keep checking."""

@@ -6,10 +6,9 @@ fallback chain, replicas) -> response (JSON, or SSE) -> settle (background).
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from starlette.requests import Request
@@ -25,8 +24,9 @@ from gateway.api.responses import SSE_DONE, ChunkWriter, completion_body, new_id
 from gateway.auth import Identity
 from gateway.backends.base import UpstreamError, UpstreamRejected, UpstreamTimeout
 from gateway.dispatch import DeadlineMissed, Job, Served
-from gateway.inference import Delta, InferenceRequest, UsageMeter
+from gateway.inference import Delta, InferenceRequest, RequestKind, Usage, UsageMeter
 from gateway.observability import metrics
+from gateway.observability.access import RequestRecord
 from gateway.ratelimit.limiter import Decision
 from gateway.resilience.failover import NoReplicaLeft
 from gateway.routes import ModelRoute
@@ -34,8 +34,6 @@ from gateway.runtime import Runtime
 from gateway.tokens import estimate_tokens
 
 Parser = Callable[[Mapping[str, Any], int], InferenceRequest]
-
-access_log = logging.getLogger("gateway.access")
 
 _SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
 
@@ -53,6 +51,12 @@ async def chat_completions(request: Request) -> Response:
 
 async def completions(request: Request) -> Response:
     return await _serve(request, parse_completion)
+
+
+_KINDS: dict[Parser, RequestKind] = {
+    parse_chat: RequestKind.CHAT,
+    parse_completion: RequestKind.COMPLETION,
+}
 
 
 async def read_body(request: Request, limit: int) -> bytes:
@@ -75,16 +79,15 @@ class _Exchange:
     """One admitted request on its way through the gateway."""
 
     runtime: Runtime
-    identity: Identity
     route: ModelRoute
     job: Job
     decision: Decision
-    started: float
     prompt_estimate: int
-    response_id: str = field(init=False)
+    record: RequestRecord
 
-    def __post_init__(self) -> None:
-        self.response_id = new_id(self.job.request.kind)
+    @property
+    def response_id(self) -> str:
+        return self.record.request_id
 
     def charge(self, used_tokens: int) -> None:
         if self.decision.ticket is not None:
@@ -96,44 +99,58 @@ class _Exchange:
 
     def headers(self, served: Served) -> dict[str, str]:
         headers = dict(self.decision.headers)
+        headers["x-request-id"] = self.record.request_id
         headers["x-gateway-queue-ms"] = str(round(served.queued_s * 1000))
         fallback = served.header()
         if fallback is not None:
             headers["x-gateway-fallback"] = fallback
         return headers
 
-    def log(self, status: int, tokens: int, served: Served | None) -> None:
-        metrics.REQUESTS.labels(self.route.name, str(status)).inc()
-        if served is not None:
-            metrics.QUEUE_WAIT.labels(served.route.name, self.job.priority).observe(served.queued_s)
-            for step in served.fallbacks:
-                metrics.FALLBACKS.labels(step.source, step.target, step.reason.value).inc()
-        if access_log.isEnabledFor(logging.INFO):
-            access_log.info(
-                "tenant=%s model=%s served_by=%s status=%d tokens=%d ms=%.1f",
-                self.identity.name,
-                self.route.name,
-                served.route.name if served else "-",
-                status,
-                tokens,
-                (time.perf_counter() - self.started) * 1000,
-            )
+    def served_by(self, served: Served, usage: Usage) -> None:
+        """Fill the request's record with who served it and what it used."""
+        record = self.record
+        record.served_model = served.route.name
+        record.queue_wait_s = served.queued_s
+        record.ttft_s = served.ttft_s
+        record.prompt_tokens = usage.prompt_tokens
+        record.completion_tokens = usage.completion_tokens
+        record.fallbacks = [f"{f.source}->{f.target}:{f.reason.value}" for f in served.fallbacks]
+        for step in served.fallbacks:
+            metrics.FALLBACKS.labels(step.source, step.target, step.reason.value).inc()
 
 
 async def _serve(request: Request, parse: Parser) -> Response:
-    started = time.perf_counter()
     runtime = runtime_of(request)
     identity = runtime.auth.identify(request.headers.get("authorization"))
     body = await read_body(request, runtime.config.gateway.server.max_body_bytes)
     data = decode_json(body)
     route = _route(runtime, identity, requested_model(data))
+    # From here on the request is counted under its tenant and model, whatever happens.
+    record = RequestRecord(new_id(_KINDS[parse]), identity.name, route.name)
+    try:
+        return await _serve_model(request, runtime, identity, route, parse, data, record)
+    except APIError as error:
+        record.finish(error.status, error.reason)
+        raise
+
+
+async def _serve_model(
+    request: Request,
+    runtime: Runtime,
+    identity: Identity,
+    route: ModelRoute,
+    parse: Parser,
+    data: Mapping[str, Any],
+    record: RequestRecord,
+) -> Response:
     inference = parse(data, route.config.max_tokens_default)
+    record.stream = inference.stream
     if inference.params.max_tokens > route.config.max_tokens_limit:
         raise errors.bad_request(
             f"`max_tokens` may be at most {route.config.max_tokens_limit} for `{route.name}`.",
             "max_tokens",
         )
-    priority = _priority(runtime, identity, request.headers.get("x-priority"))
+    priority = record.priority = _priority(runtime, identity, request.headers.get("x-priority"))
     deadline = _deadline(route, request.headers.get("x-request-timeout"))
     idempotency = await claim(runtime, identity, request, inference, data)
     if isinstance(idempotency, Response):
@@ -157,7 +174,7 @@ async def _serve(request: Request, parse: Parser) -> Response:
         job = Job(
             inference, chain, identity.name, identity.tenant.share, priority, cost, deadline, call
         )
-        exchange = _Exchange(runtime, identity, route, job, decision, started, prompt_estimate)
+        exchange = _Exchange(runtime, route, job, decision, prompt_estimate, record)
         if inference.stream:
             return await _stream(exchange)
         response = await _complete(exchange)
@@ -216,21 +233,17 @@ def _completion_reserve(runtime: Runtime, inference: InferenceRequest) -> int:
 
 async def _complete(exchange: _Exchange) -> Response:
     used = 0
-    served: Served | None = None
-    status = 500
     try:
         completion, served = await exchange.runtime.dispatcher.complete(exchange.job)
         if completion.usage.prompt_tokens == 0:
             completion.usage.prompt_tokens = exchange.prompt_estimate
         used = completion.usage.total_tokens
-        status = 200
     except _DISPATCH_ERRORS as exc:
-        error = dispatch_error(exchange.route.name, exc)
-        status = error.status
-        raise error from exc
+        raise dispatch_error(exchange.route.name, exc) from exc
     finally:
         exchange.settle(used)
-        exchange.log(status, used, served)
+    exchange.served_by(served, completion.usage)
+    exchange.record.finish(200)
     body = completion_body(
         exchange.job.request,
         completion,
@@ -247,9 +260,7 @@ async def _stream(exchange: _Exchange) -> Response:
         first, deltas, served = await exchange.runtime.dispatcher.stream(exchange.job)
     except _DISPATCH_ERRORS as exc:
         exchange.settle(0)
-        error = dispatch_error(exchange.route.name, exc)
-        exchange.log(error.status, 0, None)
-        raise error from exc
+        raise dispatch_error(exchange.route.name, exc) from exc
     headers = {**_SSE_HEADERS, **exchange.headers(served)}
     return StreamingResponse(
         _sse_events(exchange, served, first, deltas),
@@ -295,9 +306,10 @@ async def _sse_events(
         yield sse_error(api_error.body())
     finally:
         await deltas.aclose()
-        used = meter.usage(exchange.prompt_estimate).total_tokens
-        exchange.settle(used)
-        exchange.log(status, used, served)
+        usage = meter.usage(exchange.prompt_estimate)
+        exchange.settle(usage.total_tokens)
+        exchange.served_by(served, usage)
+        exchange.record.finish(status)
 
 
 def dispatch_error(model: str, exc: Exception) -> APIError:

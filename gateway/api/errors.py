@@ -25,6 +25,7 @@ class APIError(Exception):
         code: str | None = None,
         retry_after_s: float | None = None,
         headers: dict[str, str] | None = None,
+        reason: str | None = None,
     ) -> None:
         super().__init__(message)
         self.status = status
@@ -34,6 +35,8 @@ class APIError(Exception):
         self.code = code
         self.retry_after_s = retry_after_s
         self.headers = headers or {}
+        # Why the gateway refused the request, for metrics and logs (None: not a refusal).
+        self.reason = reason
 
     def body(self) -> dict[str, object]:
         """The JSON body, also used as the payload of a terminal SSE error event."""
@@ -106,6 +109,7 @@ def no_replica(model: str, retry_after_s: float = 1.0) -> APIError:
         type="server_error",
         code="no_replica_available",
         retry_after_s=retry_after_s,
+        reason="no_replica",
     )
 
 
@@ -141,6 +145,9 @@ def rate_limited(decision: Decision) -> APIError:
         message = "Too many requests in flight for your organization; wait for one to finish."
     else:
         message = f"Rate limit reached for {kind} per minute; retry after the indicated time."
+    reason = {"tokens": "rate_tokens", "concurrency": "concurrency"}.get(
+        decision.refused_by or "", "rate_requests"
+    )
     return APIError(
         429,
         message,
@@ -148,6 +155,7 @@ def rate_limited(decision: Decision) -> APIError:
         code="rate_limit_exceeded",
         retry_after_s=decision.retry_after_s,
         headers=headers,
+        reason=reason,
     )
 
 
@@ -166,6 +174,7 @@ def overloaded(model: str, retry_after_s: float, *, shed: bool) -> APIError:
         type="server_error",
         code="shed" if shed else "model_overloaded",
         retry_after_s=retry_after_s,
+        reason="shed" if shed else "queue_full",
     )
 
 
@@ -175,4 +184,5 @@ def deadline_exceeded(detail: str) -> APIError:
         f"The request could not be answered before its deadline: {detail}.",
         type="server_error",
         code="deadline_exceeded",
+        reason="deadline",
     )

@@ -1,22 +1,83 @@
-"""Log setup. Keys are never logged; prompts only when `server.log_prompts` is on."""
+"""Structured logs: one JSON object per line, with secrets scrubbed from every field.
+
+Prompts and completions are never logged (the request path does not hand them to the
+logger). API keys, bearer tokens, cloud keys, private keys, passwords in URLs and
+e-mail addresses are replaced by `[REDACTED]` in every message and field, as a last
+line of defence behind code that should not log them in the first place.
+"""
 
 from __future__ import annotations
 
 import logging
 import os
 import re
+import time
+from typing import Any
 
-# Anything that looks like a bearer token or an OpenAI-style key, wherever it appears.
-_SECRET = re.compile(r"(?i)(bearer\s+)\S+|\bsk-[A-Za-z0-9_\-]{4,}")
+import orjson
+
+_SECRET_ASSIGNMENT = re.compile(
+    r"(?i)\b(aws_secret_access_key|secret|password|passwd|api_key|token)(\s*[=:]\s*)[^\s,;\"']+"
+)
+_PATTERNS = [
+    # Authorization headers and bearer tokens.
+    (re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]+"), r"\1 [REDACTED]"),
+    # OpenAI-style and gateway keys (sk-..., sk-proj-...), GitHub and Slack tokens.
+    (re.compile(r"\b(?:sk|pk|rk)-[A-Za-z0-9_-]{4,}"), "[REDACTED]"),
+    (re.compile(r"\b(?:ghp|gho|ghs|github_pat|xox[abpr])_[A-Za-z0-9_-]{10,}"), "[REDACTED]"),
+    # AWS access key ids and secrets given as key=value.
+    (re.compile(r"\b(?:AKIA|ASIA)[A-Z0-9]{16}\b"), "[REDACTED]"),
+    (_SECRET_ASSIGNMENT, r"\1\2[REDACTED]"),
+    # PEM private keys, whole.
+    (
+        re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----.*?-----END [A-Z ]*PRIVATE KEY-----", re.S),
+        "[REDACTED]",
+    ),
+    # Passwords in URLs: scheme://user:password@host.
+    (re.compile(r"(\b[a-z][a-z0-9+.-]*://[^/\s:@]+):[^@\s/]+@"), r"\1:[REDACTED]@"),
+    # E-mail addresses.
+    (re.compile(r"\b[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]{2,}\b"), "[REDACTED]"),
+]
 
 
 def redact(text: str) -> str:
-    """`text` with API keys replaced by `[REDACTED]`."""
-    return _SECRET.sub(lambda m: (m.group(1) or "") + "[REDACTED]", text)
+    """`text` with every known secret shape replaced by `[REDACTED]`."""
+    for pattern, replacement in _PATTERNS:
+        text = pattern.sub(replacement, text)
+    return text
+
+
+def _scrub(value: Any) -> Any:
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, dict):
+        return {k: _scrub(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_scrub(v) for v in value]
+    return value
+
+
+class JsonFormatter(logging.Formatter):
+    """`{"ts", "level", "logger", "message", ...fields}`, secrets scrubbed."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, Any] = {
+            "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
+            + f".{int(record.msecs):03d}Z",
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": redact(record.getMessage()),
+        }
+        fields = getattr(record, "fields", None)
+        if isinstance(fields, dict):
+            entry.update(_scrub(fields))
+        if record.exc_info:
+            entry["exception"] = redact(self.formatException(record.exc_info))
+        return orjson.dumps(entry, default=str).decode()
 
 
 class RedactingFilter(logging.Filter):
-    """Redacts keys from every record, as a last line of defence."""
+    """Redacts secrets from a record's message, for handlers that do not format JSON."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()
@@ -27,9 +88,9 @@ class RedactingFilter(logging.Filter):
 
 
 def configure_logging(level: str | None = None) -> None:
-    """One line per record on stderr, secrets redacted."""
+    """JSON lines on stderr; `GATEWAY_LOG_LEVEL` sets the level (INFO by default)."""
     handler = logging.StreamHandler()
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
+    handler.setFormatter(JsonFormatter())
     handler.addFilter(RedactingFilter())
     root = logging.getLogger()
     root.handlers[:] = [handler]

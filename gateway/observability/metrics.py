@@ -11,6 +11,7 @@ from prometheus_client.registry import Collector
 
 if TYPE_CHECKING:
     from gateway.admission import AdmissionController
+    from gateway.routes import ModelRoute
 
 REGISTRY = CollectorRegistry(auto_describe=True)
 
@@ -33,8 +34,15 @@ RATELIMIT_FALLBACK_DECISIONS = Counter(
 )
 REQUESTS = Counter(
     "gateway_requests_total",
-    "Completion requests answered, by requested model and HTTP status.",
-    ["model", "status"],
+    "Completion requests answered, by tenant, requested model, serving model and status.",
+    ["tenant", "model", "served_model", "status"],
+    registry=REGISTRY,
+)
+REFUSALS = Counter(
+    "gateway_refusals_total",
+    "Requests refused, by tenant, model and reason (rate_requests, rate_tokens, "
+    "concurrency, queue_full, shed, deadline, no_replica).",
+    ["tenant", "model", "reason"],
     registry=REGISTRY,
 )
 FALLBACKS = Counter(
@@ -50,6 +58,75 @@ QUEUE_WAIT = Histogram(
     buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
     registry=REGISTRY,
 )
+TTFT = Histogram(
+    "gateway_time_to_first_token_seconds",
+    "Time from dispatch to the first streamed token, by serving model.",
+    ["model"],
+    buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30),
+    registry=REGISTRY,
+)
+DURATION = Histogram(
+    "gateway_request_duration_seconds",
+    "Time from arrival to the last byte of the answer, by requested model and streaming.",
+    ["model", "stream"],
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120),
+    registry=REGISTRY,
+)
+TOKENS = Counter(
+    "gateway_tokens_total",
+    "Tokens served, by tenant, serving model and kind (prompt, completion).",
+    ["tenant", "model", "kind"],
+    registry=REGISTRY,
+)
+REPLICA_REQUESTS = Counter(
+    "gateway_replica_requests_total",
+    "Requests a replica answered (streams counted when they end).",
+    ["model", "replica"],
+    registry=REGISTRY,
+)
+REPLICA_TOKENS = Counter(
+    "gateway_replica_tokens_total",
+    "Completion tokens a replica generated: its effective throughput is the rate.",
+    ["model", "replica"],
+    registry=REGISTRY,
+)
+REPLICA_EJECTIONS = Counter(
+    "gateway_replica_ejections_total",
+    "Times a replica was ejected by the passive outlier check.",
+    ["model", "replica"],
+    registry=REGISTRY,
+)
+RETRIES = Counter(
+    "gateway_retries_total",
+    "Requests sent again to another replica after a transient failure.",
+    ["model"],
+    registry=REGISTRY,
+)
+RETRY_BUDGET_EXHAUSTED = Counter(
+    "gateway_retry_budget_exhausted_total",
+    "Retries not made because the model's retry budget was spent.",
+    ["model"],
+    registry=REGISTRY,
+)
+REDIS_DURATION = Histogram(
+    "gateway_redis_duration_seconds",
+    "Time of one Redis call of the rate limiter, by operation (take, adjust).",
+    ["operation"],
+    buckets=(0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5),
+    registry=REGISTRY,
+)
+REDIS_ERRORS = Counter(
+    "gateway_redis_errors_total",
+    "Redis calls that failed, by operation.",
+    ["operation"],
+    registry=REGISTRY,
+)
+CONFIG_INFO = Gauge(
+    "gateway_config_info",
+    "1 for the version (digest of gateway.yaml and the tenants file) that is loaded.",
+    ["version"],
+    registry=REGISTRY,
+)
 CONFIG_RELOADS = Counter(
     "gateway_config_reloads_total",
     "Tenant config reloads, by result (applied, rejected, unchanged).",
@@ -63,14 +140,55 @@ def render() -> bytes:
     return generate_latest(REGISTRY)
 
 
-class AdmissionCollector(Collector):
-    """Queue depth and requests in flight per model, read from the controller at scrape."""
+def set_config_version(version: str) -> None:
+    """Report `version` as the loaded config (and no other)."""
+    CONFIG_INFO.clear()
+    CONFIG_INFO.labels(version).set(1)
 
-    def __init__(self, admission: AdmissionController, models: Sequence[str]) -> None:
+
+class StateCollector(Collector):
+    """Admission queues and replica state, read from the running gateway at scrape time."""
+
+    def __init__(self, admission: AdmissionController, routes: Sequence[ModelRoute]) -> None:
         self._admission = admission
-        self._models = list(models)
+        self._routes = list(routes)
+        self._models = [route.name for route in self._routes]
 
     def collect(self) -> Iterator[Metric]:
+        yield from self._admission_metrics()
+        yield from self._replica_metrics()
+
+    def _replica_metrics(self) -> Iterator[Metric]:
+        from gateway.resilience.outlier import ReplicaState
+
+        healthy = GaugeMetricFamily(
+            "gateway_replica_healthy",
+            "1 while a replica passes its active health check.",
+            labels=["model", "replica"],
+        )
+        ejected = GaugeMetricFamily(
+            "gateway_replica_ejected",
+            "1 while a replica is ejected by the passive outlier check.",
+            labels=["model", "replica"],
+        )
+        pending = GaugeMetricFamily(
+            "gateway_triton_pending_requests",
+            "Triton's own queue on a replica (models with queue.use_triton_pending).",
+            labels=["model", "replica"],
+        )
+        for route in self._routes:
+            for replica in route.pool.replicas:
+                labels = [route.name, replica.url]
+                healthy.add_metric(labels, 1 if replica.healthy else 0)
+                state = route.resilience.outlier.state(replica)
+                ejected.add_metric(labels, 1 if state is ReplicaState.EJECTED else 0)
+                if route.config.queue.use_triton_pending:
+                    pending.add_metric(labels, replica.upstream_pending)
+        yield healthy
+        yield ejected
+        yield pending
+
+    def _admission_metrics(self) -> Iterator[Metric]:
         in_flight = GaugeMetricFamily(
             "gateway_admission_in_flight", "Requests upstream, by model.", labels=["model"]
         )
@@ -88,13 +206,13 @@ class AdmissionCollector(Collector):
         yield queued
 
 
-_admission_collector: AdmissionCollector | None = None
+_state_collector: StateCollector | None = None
 
 
-def watch_admission(admission: AdmissionController, models: Sequence[str]) -> None:
-    """Report this controller's queues (replacing a previous app's, in the same process)."""
-    global _admission_collector
-    if _admission_collector is not None:
-        REGISTRY.unregister(_admission_collector)
-    _admission_collector = AdmissionCollector(admission, models)
-    REGISTRY.register(_admission_collector)
+def watch_state(admission: AdmissionController, routes: Sequence[ModelRoute]) -> None:
+    """Report this gateway's queues and replicas (replacing a previous app's, if any)."""
+    global _state_collector
+    if _state_collector is not None:
+        REGISTRY.unregister(_state_collector)
+    _state_collector = StateCollector(admission, routes)
+    REGISTRY.register(_state_collector)

@@ -12,6 +12,7 @@ import asyncio
 import logging
 import math
 import secrets
+import time
 from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -194,10 +195,15 @@ class RateLimiter:
     ) -> tuple[TakeResult | None, bool]:
         if not self._redis_down:
             specs = [b.spec(cost) for b, cost in zip(buckets, costs, strict=True)]
+            started = time.perf_counter()
             try:
-                return await self._store.take(specs, lease), False
+                result = await self._store.take(specs, lease)
             except _REDIS_ERRORS as exc:
+                metrics.REDIS_ERRORS.labels("take").inc()
                 self._mark_down(exc)
+            else:
+                metrics.REDIS_DURATION.labels("take").observe(time.perf_counter() - started)
+                return result, False
         return self._take_without_redis(buckets, costs, lease), True
 
     def _take_without_redis(
@@ -246,10 +252,14 @@ class RateLimiter:
             return
         if self._redis_down:
             return  # taken from a Redis that is gone; its state is lost with it
+        started = time.perf_counter()
         try:
             await self._store.adjust(specs, lease)
         except _REDIS_ERRORS as exc:
+            metrics.REDIS_ERRORS.labels("adjust").inc()
             self._mark_down(exc)
+        else:
+            metrics.REDIS_DURATION.labels("adjust").observe(time.perf_counter() - started)
 
     def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
         task = asyncio.create_task(work)

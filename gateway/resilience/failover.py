@@ -14,6 +14,8 @@ from collections.abc import AsyncGenerator, AsyncIterator
 
 from gateway.backends.base import ReplicaUnavailable
 from gateway.inference import Completion, Delta, UpstreamCall
+from gateway.observability import metrics
+from gateway.resilience.outlier import ReplicaState
 from gateway.routes import ModelRoute
 from gateway.scheduler.routing import Replica
 
@@ -36,7 +38,9 @@ async def _candidates(route: ModelRoute, deadline: float) -> AsyncIterator[Repli
     while len(tried) < route.config.max_attempts:
         if tried:
             if not resilience.budget.try_spend():
+                metrics.RETRY_BUDGET_EXHAUSTED.labels(route.name).inc()
                 return
+            metrics.RETRIES.labels(route.name).inc()
             delay = resilience.backoff.delay(len(tried) - 1)
             if time.monotonic() + delay >= deadline:
                 return
@@ -59,10 +63,11 @@ async def complete(route: ModelRoute, call: UpstreamCall, deadline: float) -> Co
             try:
                 completion = await route.backend.complete(replica.url, call)
             except ReplicaUnavailable as exc:
-                outlier.record_failure(replica)
+                _failed(route, replica)
                 last_error = exc
                 continue
             outlier.record_success(replica)
+            _served(route, replica, completion.usage.completion_tokens)
             return completion
     raise NoReplicaLeft(route.name, last_error)
 
@@ -84,21 +89,41 @@ async def stream(
                     first = await anext(upstream)
                 except StopAsyncIteration:
                     outlier.record_success(replica)
+                    _served(route, replica, 0)
                     return
                 except ReplicaUnavailable as exc:
-                    outlier.record_failure(replica)
+                    _failed(route, replica)
                     last_error = exc
                     continue
                 outlier.record_success(replica)
+                pieces = 1
                 yield first
                 try:
                     async for delta in upstream:
+                        pieces += 1
                         yield delta
                 except ReplicaUnavailable:
                     # Died mid-stream: too late to move this request, not too late to spare others.
-                    outlier.record_failure(replica)
+                    _failed(route, replica)
                     raise
+                finally:
+                    # About one token per piece: the replica's effective throughput.
+                    _served(route, replica, pieces)
                 return
             finally:
                 await upstream.aclose()
     raise NoReplicaLeft(route.name, last_error)
+
+
+def _served(route: ModelRoute, replica: Replica, tokens: int) -> None:
+    metrics.REPLICA_REQUESTS.labels(route.name, replica.url).inc()
+    metrics.REPLICA_TOKENS.labels(route.name, replica.url).inc(tokens)
+
+
+def _failed(route: ModelRoute, replica: Replica) -> None:
+    """Tell the outlier detector, and count an ejection when this failure caused one."""
+    outlier = route.resilience.outlier
+    before = outlier.state(replica)
+    outlier.record_failure(replica)
+    if outlier.state(replica) is ReplicaState.EJECTED and before is not ReplicaState.EJECTED:
+        metrics.REPLICA_EJECTIONS.labels(route.name, replica.url).inc()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import aiohttp
 import openai
+import orjson
 import pytest
 from openai import OpenAI
 
@@ -186,3 +187,36 @@ async def test_unknown_path_gets_an_openai_shaped_404(gateway: Gateway) -> None:
         body = await response.json()
     assert response.status == 404
     assert set(body["error"]) == {"message", "type", "param", "code"}
+
+
+def test_metrics_and_the_request_log_show_the_request_without_key_or_prompt(
+    acme: OpenAI, gateway: Gateway
+) -> None:
+    prompt = "a very private prompt about the quarterly numbers"
+    response = acme.chat.completions.create(
+        model="llm-large", messages=[{"role": "user", "content": prompt}], max_tokens=3
+    )
+    exposition = fetch_text(f"{gateway.url}/metrics")
+    series = (
+        'gateway_requests_total{model="llm-large",served_model="llm-large",'
+        'status="200",tenant="acme"}'
+    )
+    assert series in exposition
+    assert 'gateway_tokens_total{kind="completion",model="llm-large",tenant="acme"}' in exposition
+    assert 'gateway_replica_tokens_total{model="llm-large",replica="' in exposition
+    assert 'gateway_replica_healthy{model="llm-small",replica="' in exposition
+    assert "gateway_config_info{version=" in exposition
+    records = [orjson.loads(line) for line in gateway.log.splitlines() if line.startswith("{")]
+    mine = [r for r in records if r.get("request_id") == response.id]
+    assert len(mine) == 1
+    assert mine[0]["tenant"] == "acme" and mine[0]["status"] == 200
+    assert mine[0]["completion_tokens"] == 3
+    assert prompt not in gateway.log
+    assert KEYS["acme"] not in gateway.log
+
+
+def fetch_text(url: str) -> str:
+    import urllib.request
+
+    with urllib.request.urlopen(url, timeout=5) as response:
+        return str(response.read().decode())

@@ -1,0 +1,79 @@
+"""One record per completion request: the metrics it feeds and its structured log line."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+
+from gateway.observability import metrics
+
+log = logging.getLogger("gateway.access")
+
+
+@dataclass(slots=True)
+class RequestRecord:
+    """What happened to one request; filled in along the path, emitted once at the end."""
+
+    request_id: str
+    tenant: str
+    model: str
+    stream: bool = False
+    priority: str = ""
+    served_model: str = ""
+    status: int = 0
+    # Why the gateway refused it (rate_requests, queue_full, ...); empty when it did not.
+    reason: str = ""
+    queue_wait_s: float | None = None
+    ttft_s: float | None = None
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    fallbacks: list[str] = field(default_factory=list)
+    started: float = field(default_factory=time.perf_counter)
+    _done: bool = False
+
+    def finish(self, status: int, reason: str | None = None) -> None:
+        """Count the request in the metrics and log it; later calls do nothing."""
+        if self._done:
+            return
+        self._done = True
+        self.status = status
+        self.reason = reason or ""
+        duration = time.perf_counter() - self.started
+        served = self.served_model or "-"
+        metrics.REQUESTS.labels(self.tenant, self.model, served, str(status)).inc()
+        metrics.DURATION.labels(self.model, "true" if self.stream else "false").observe(duration)
+        if self.reason:
+            metrics.REFUSALS.labels(self.tenant, self.model, self.reason).inc()
+        if self.served_model:
+            tokens = metrics.TOKENS
+            tokens.labels(self.tenant, self.served_model, "prompt").inc(self.prompt_tokens)
+            tokens.labels(self.tenant, self.served_model, "completion").inc(self.completion_tokens)
+        if self.queue_wait_s is not None and self.served_model:
+            metrics.QUEUE_WAIT.labels(self.served_model, self.priority).observe(self.queue_wait_s)
+        if log.isEnabledFor(logging.INFO):
+            log.info(
+                "request",
+                extra={
+                    "fields": {
+                        "request_id": self.request_id,
+                        "tenant": self.tenant,
+                        "model": self.model,
+                        "served_model": self.served_model or None,
+                        "stream": self.stream,
+                        "priority": self.priority,
+                        "status": status,
+                        "reason": self.reason or None,
+                        "fallbacks": self.fallbacks or None,
+                        "queue_wait_ms": _ms(self.queue_wait_s),
+                        "ttft_ms": _ms(self.ttft_s),
+                        "duration_ms": _ms(duration),
+                        "prompt_tokens": self.prompt_tokens,
+                        "completion_tokens": self.completion_tokens,
+                    }
+                },
+            )
+
+
+def _ms(seconds: float | None) -> float | None:
+    return None if seconds is None else round(seconds * 1000, 2)
