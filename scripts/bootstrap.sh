@@ -22,12 +22,15 @@ if [ ! -f "$stamp" ]; then
   touch "$stamp"
 fi
 
-# The tests want a real redis-server (the demo too) and faketime (clock-skew tests);
-# install them where we may (root on Debian).
+# The tests want a real redis-server (the demo too), faketime (clock-skew tests) and
+# prometheus/promtool (alert rules, scraping); install them where we may (root on Debian).
 missing=()
 command -v redis-server >/dev/null || missing+=(redis-server)
 command -v faketime >/dev/null || missing+=(faketime)
+command -v promtool >/dev/null || missing+=(prometheus)
 if [ ${#missing[@]} -gt 0 ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
   (apt-get update -qq && apt-get install -y -qq "${missing[@]}" >/dev/null) \
     || echo "bootstrap: could not install ${missing[*]}" >&2
+  # The tests start their own servers; a daemon the packages started is not wanted.
+  case " ${missing[*]} " in *" prometheus "*) pkill -x prometheus || true ;; esac
 fi

@@ -2,16 +2,27 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+    multiprocess,
+)
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 if TYPE_CHECKING:
     from gateway.admission import AdmissionController
     from gateway.routes import ModelRoute
+
+# prometheus-client's multiprocess mode: each worker writes its samples here.
+MULTIPROCESS_DIR_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
 REGISTRY = CollectorRegistry(auto_describe=True)
 
@@ -25,6 +36,8 @@ RATELIMIT_BACKEND_UP = Gauge(
     "gateway_ratelimit_redis_up",
     "1 while the rate limiter reaches Redis, 0 while it runs on its failure mode.",
     registry=REGISTRY,
+    # Across worker processes: 0 if any worker is in its failure mode.
+    multiprocess_mode="min",
 )
 RATELIMIT_FALLBACK_DECISIONS = Counter(
     "gateway_ratelimit_fallback_decisions_total",
@@ -55,7 +68,8 @@ QUEUE_WAIT = Histogram(
     "gateway_queue_wait_seconds",
     "Time a request waited in a model's admission queue, by serving model and priority.",
     ["model", "priority"],
-    buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+    # 2 and 30 are the default objectives of the online and batch classes.
+    buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 2.5, 5, 10, 30, 60, 120),
     registry=REGISTRY,
 )
 TTFT = Histogram(
@@ -126,6 +140,7 @@ CONFIG_INFO = Gauge(
     "1 for the version (digest of gateway.yaml and the tenants file) that is loaded.",
     ["version"],
     registry=REGISTRY,
+    multiprocess_mode="max",
 )
 CONFIG_RELOADS = Counter(
     "gateway_config_reloads_total",
@@ -136,14 +151,37 @@ CONFIG_RELOADS = Counter(
 
 
 def render() -> bytes:
-    """The text exposition of every gateway metric."""
-    return generate_latest(REGISTRY)
+    """The text exposition of every gateway metric.
+
+    With several worker processes (`PROMETHEUS_MULTIPROC_DIR` set by `gateway serve
+    --workers N`) counters and histograms are summed over all workers, whichever worker
+    answers the scrape; the queue and replica gauges are that worker's own view.
+    """
+    if MULTIPROCESS_DIR_ENV not in os.environ:
+        return generate_latest(REGISTRY)
+    registry = CollectorRegistry()
+    multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+    if _state_collector is not None:
+        registry.register(_state_collector)
+    return generate_latest(registry)
+
+
+# Series that alerts watch for increases exist from the start at 0, so their first
+# increment counts as one.
+for _result in ("applied", "rejected", "unchanged"):
+    CONFIG_RELOADS.labels(_result)
+
+_loaded_version: str | None = None
 
 
 def set_config_version(version: str) -> None:
-    """Report `version` as the loaded config (and no other)."""
-    CONFIG_INFO.clear()
+    """Report `version` as the loaded config (1) and the one before it as gone (0)."""
+    global _loaded_version
+    if _loaded_version is not None and _loaded_version != version:
+        # Set to 0 rather than removed: worker processes' samples live in files.
+        CONFIG_INFO.labels(_loaded_version).set(0)
     CONFIG_INFO.labels(version).set(1)
+    _loaded_version = version
 
 
 class StateCollector(Collector):
@@ -216,3 +254,6 @@ def watch_state(admission: AdmissionController, routes: Sequence[ModelRoute]) ->
         REGISTRY.unregister(_state_collector)
     _state_collector = StateCollector(admission, routes)
     REGISTRY.register(_state_collector)
+    for route in routes:
+        for replica in route.pool.replicas:
+            REPLICA_EJECTIONS.labels(route.name, replica.url)

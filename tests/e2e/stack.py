@@ -64,6 +64,7 @@ def start_gateway(
     gateway: dict[str, Any] | None = None,
     env: dict[str, str] | None = None,
     wrapper: list[str] | None = None,
+    workers: int = 1,
 ) -> Gateway:
     """Write gateway.yaml + tenants.yaml into `tmp` and serve them on a free port.
 
@@ -80,8 +81,9 @@ def start_gateway(
     process_env.update(env or {})
     process_env["SELF_URL"] = f"http://127.0.0.1:{port}"
     command = (wrapper or []) + gateway_command(
-        "serve", "--config", str(tmp / "gateway.yaml"), "--host", "127.0.0.1", "--port", str(port)
-    )
+        "serve", "--config", str(tmp / "gateway.yaml"), "--host", "127.0.0.1",
+        "--port", str(port), "--workers", str(workers),
+    )  # fmt: skip
     process = spawn(command, env=process_env, log=tmp / "gateway.log")
     url = f"http://127.0.0.1:{port}"
     try:

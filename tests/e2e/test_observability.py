@@ -1,0 +1,98 @@
+"""Metrics as operators see them: several workers add up, and a real Prometheus scrapes."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import subprocess
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import aiohttp
+import orjson
+import pytest
+import yaml
+
+from gateway.devstack import free_port, stop, wait_listening
+from gateway.sim.server import TritonSim
+from tests.e2e.stack import Gateway, model, start_gateway, tenant
+from tests.e2e.test_rate_limits import chat
+
+
+def fetch(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=5) as response:
+        return str(response.read().decode())
+
+
+def served(exposition: str) -> float:
+    """gateway_requests_total of tenant `ops` with status 200, summed over series."""
+    total = 0.0
+    for line in exposition.splitlines():
+        wanted = 'tenant="ops"' in line and 'status="200"' in line
+        if line.startswith("gateway_requests_total{") and wanted:
+            total += float(line.split()[-1])
+    return total
+
+
+@pytest.fixture(scope="module")
+def two_workers(
+    sims: tuple[TritonSim, TritonSim], redis_url: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Gateway]:
+    models = {"llm-small": model("triton_grpc", [sims[0].grpc_target])}
+    gw = start_gateway(
+        tmp_path_factory.mktemp("workers"),
+        models,
+        redis_url,
+        tenants={"ops": tenant("ops", ["*"])},
+        workers=2,
+    )
+    try:
+        yield gw
+    finally:
+        stop(gw.process)
+
+
+async def test_metrics_add_up_across_worker_processes(two_workers: Gateway) -> None:
+    async with aiohttp.ClientSession() as session:
+        statuses = await asyncio.gather(*(chat(session, two_workers, "ops") for _ in range(30)))
+    assert [s for s, _, _ in statuses] == [200] * 30
+    # Each scrape lands on either worker; every one must see all 30 requests.
+    assert {served(fetch(f"{two_workers.url}/metrics")) for _ in range(8)} == {30.0}
+
+
+def test_a_real_prometheus_scrapes_the_gateway(two_workers: Gateway, tmp_path: Path) -> None:
+    binary = shutil.which("prometheus")
+    if binary is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("prometheus is not installed (scripts/bootstrap.sh installs it)")
+        pytest.skip("prometheus is not installed")
+    target = two_workers.url.removeprefix("http://")
+    config = {
+        "global": {"scrape_interval": "1s"},
+        "scrape_configs": [{"job_name": "gateway", "static_configs": [{"targets": [target]}]}],
+    }
+    (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config))
+    port = free_port(start=39000)
+    process = subprocess.Popen(
+        [binary, f"--config.file={tmp_path / 'prometheus.yml'}",
+         f"--storage.tsdb.path={tmp_path / 'data'}", f"--web.listen-address=127.0.0.1:{port}"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+    )  # fmt: skip
+    try:
+        wait_listening(process, port, "prometheus", timeout_s=30)
+        query = "sum(gateway_requests_total{tenant=%22ops%22,status=%22200%22})"
+        deadline = time.monotonic() + 30
+        value = None
+        while time.monotonic() < deadline and value is None:
+            answer = orjson.loads(fetch(f"http://127.0.0.1:{port}/api/v1/query?query={query}"))
+            results = answer["data"]["result"]
+            if results:
+                value = float(results[0]["value"][1])
+            else:
+                time.sleep(0.5)
+    finally:
+        stop(process)
+    assert value is not None and value >= 30
