@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import tempfile
 from collections.abc import Sequence
 
 
@@ -24,6 +25,11 @@ def _serve(args: argparse.Namespace) -> int:
         return 1
     # Workers are separate processes: they find the config through the environment.
     os.environ[CONFIG_ENV] = os.path.abspath(args.config)
+    if args.workers > 1:
+        # Each worker writes its metrics to files here; /metrics adds them up.
+        os.environ.setdefault(
+            "PROMETHEUS_MULTIPROC_DIR", tempfile.mkdtemp(prefix="gateway-metrics-")
+        )
     uvicorn.run(
         "gateway.app:app_from_env",
         factory=True,
