@@ -82,6 +82,12 @@ def _demo(args: argparse.Namespace) -> int:
     return code
 
 
+def _simulate_packing(args: argparse.Namespace) -> int:
+    from gateway.scheduler.cli import run_packing_command
+
+    return run_packing_command(args)
+
+
 def parser() -> argparse.ArgumentParser:
     """The command line, with one sub-command per job."""
     top = argparse.ArgumentParser(prog="gateway", description=__doc__)
@@ -117,6 +123,14 @@ def parser() -> argparse.ArgumentParser:
     hash_key = sub.add_parser("hash-key", help="print the stored form of an API key")
     hash_key.add_argument("key", help="the key, or - to read it from standard input")
     hash_key.set_defaults(run=_hash_key)
+
+    from gateway.scheduler.cli import add_packing_arguments
+
+    simulate = sub.add_parser("simulate", help="offline scheduler experiments")
+    experiments = simulate.add_subparsers(dest="experiment", required=True)
+    packing = experiments.add_parser("packing", help="GPU packing on the openb trace")
+    add_packing_arguments(packing)
+    packing.set_defaults(run=_simulate_packing)
     return top
 
 

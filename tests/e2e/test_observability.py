@@ -16,7 +16,7 @@ import orjson
 import pytest
 import yaml
 
-from gateway.devstack import free_port, stop, wait_listening
+from gateway.devstack import free_port, stop, wait_http_ok, wait_listening
 from gateway.sim.server import TritonSim
 from tests.e2e.stack import Gateway, model, start_gateway, tenant
 from tests.e2e.test_rate_limits import chat
@@ -83,6 +83,8 @@ def test_a_real_prometheus_scrapes_the_gateway(two_workers: Gateway, tmp_path: P
     )  # fmt: skip
     try:
         wait_listening(process, port, "prometheus", timeout_s=30)
+        # It listens before it is ready (503 until its storage is open).
+        wait_http_ok(f"http://127.0.0.1:{port}/-/ready", timeout_s=30, process=process)
         query = "sum(gateway_requests_total{tenant=%22ops%22,status=%22200%22})"
         deadline = time.monotonic() + 30
         value = None
