@@ -25,11 +25,15 @@ def port_is_free(port: int) -> bool:
     return True
 
 
-def free_port(span: int = 1, start: int = 20000, end: int = 60000) -> int:
+def free_port(span: int = 1, start: int = 20000, end: int | None = None) -> int:
     """A port P in [start, end) such that P .. P+span-1 are free on 127.0.0.1.
 
-    Callers in several processes (test workers) start their search at different places.
+    `end` defaults to `start` + 4000: each kind of server keeps to its own range, so a
+    port picked for one kind is never taken meanwhile by a server of another kind that
+    has not bound it yet. Callers in several processes start their search at different
+    places in the range.
     """
+    end = start + 4000 if end is None else end
     size = end - start - span
     offset = (os.getpid() * 37) % size
     for step in range(0, size, span):

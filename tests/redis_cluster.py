@@ -28,8 +28,9 @@ def _require_redis_binaries() -> None:
 
 def _cluster_ports() -> list[int]:
     """CLUSTER_SIZE consecutive free ports whose cluster bus ports are free too."""
-    # Bus ports (+10000) must stay below 65536 too.
-    for start in range(21000, 50000, 1000):
+    # Nodes in [44000, 48000), their bus ports (+10000) in [54000, 58000): ranges no
+    # other test server uses.
+    for start in range(44000, 48000, 1000):
         port = free_port(span=CLUSTER_SIZE, start=start, end=start + 1000)
         if all(port_is_free(port + BUS_OFFSET + i) for i in range(CLUSTER_SIZE)):
             return [port + i for i in range(CLUSTER_SIZE)]

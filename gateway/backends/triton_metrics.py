@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
@@ -10,6 +11,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from gateway.config import BackendKind
 
 PENDING = "nv_inference_pending_request_count"
+# A counter, although the exposition may call it untyped or append no suffix.
+QUEUE_DURATION = "nv_inference_queue_duration_us"
 
 
 def default_metrics_url(kind: BackendKind, url: str) -> str | None:
@@ -23,10 +26,20 @@ def default_metrics_url(kind: BackendKind, url: str) -> str | None:
     return urlunsplit(("http", f"{parts.hostname}:{parts.port + offset}", "/metrics", "", ""))
 
 
-async def pending_requests(
+@dataclass(frozen=True, slots=True)
+class TritonQueue:
+    """One model's queue on one Triton replica, as Triton reports it."""
+
+    # Requests waiting in Triton's scheduler (0 for decoupled models while they stream).
+    pending: int
+    # Cumulative time requests spent queued in Triton, in seconds.
+    queue_seconds: float
+
+
+async def scrape_queue(
     session: aiohttp.ClientSession, metrics_url: str, model: str, timeout_s: float
-) -> int | None:
-    """`nv_inference_pending_request_count` of `model` (all versions), or None if unknown."""
+) -> TritonQueue | None:
+    """`model`'s queue from a replica's metrics endpoint (all versions), or None if unknown."""
     try:
         async with session.get(metrics_url, timeout=aiohttp.ClientTimeout(total=timeout_s)) as r:
             if r.status != 200:
@@ -34,11 +47,12 @@ async def pending_requests(
             text = await r.text()
     except (TimeoutError, aiohttp.ClientError, OSError):
         return None
-    total: float | None = None
+    found: dict[str, float] = {}
     for family in text_string_to_metric_families(text):
-        if family.name != PENDING:
-            continue
-        for sample in family.samples:
-            if sample.labels.get("model") == model:
-                total = (total or 0.0) + sample.value
-    return None if total is None else int(total)
+        if family.name in (PENDING, QUEUE_DURATION):
+            for sample in family.samples:
+                if sample.labels.get("model") == model:
+                    found[family.name] = found.get(family.name, 0.0) + sample.value
+    if PENDING not in found:
+        return None
+    return TritonQueue(int(found[PENDING]), found.get(QUEUE_DURATION, 0.0) / 1e6)

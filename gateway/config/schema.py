@@ -90,10 +90,6 @@ class Timeouts(Strict):
 class QueueLimits(Strict):
     max_queued: NonNegativeInt = 256
     max_in_flight_per_replica: PositiveInt = 64
-    # Non-streaming Triton models only: scrape each replica's
-    # nv_inference_pending_request_count, so requests queued there by other clients
-    # count in routing and take slots. (For streaming models Triton reports 0.)
-    use_triton_pending: bool = False
 
 
 class HealthCheck(Strict):

@@ -14,7 +14,7 @@ from prometheus_client import (
     generate_latest,
     multiprocess,
 )
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 if TYPE_CHECKING:
@@ -211,7 +211,12 @@ class StateCollector(Collector):
         )
         pending = GaugeMetricFamily(
             "gateway_triton_pending_requests",
-            "Triton's own queue on a replica (models with queue.use_triton_pending).",
+            "Requests queued in Triton on a replica (all clients), scraped from its metrics.",
+            labels=["model", "replica"],
+        )
+        queue_time = CounterMetricFamily(
+            "gateway_triton_queue_duration_seconds",
+            "Time requests spent queued in Triton on a replica, scraped from its metrics.",
             labels=["model", "replica"],
         )
         for route in self._routes:
@@ -220,11 +225,13 @@ class StateCollector(Collector):
                 healthy.add_metric(labels, 1 if replica.healthy else 0)
                 state = route.resilience.outlier.state(replica)
                 ejected.add_metric(labels, 1 if state is ReplicaState.EJECTED else 0)
-                if route.config.queue.use_triton_pending:
+                if replica.metrics_url is not None:
                     pending.add_metric(labels, replica.upstream_pending)
+                    queue_time.add_metric(labels, replica.upstream_queue_seconds)
         yield healthy
         yield ejected
         yield pending
+        yield queue_time
 
     def _admission_metrics(self) -> Iterator[Metric]:
         in_flight = GaugeMetricFamily(

@@ -9,6 +9,7 @@ into a retry storm.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import AsyncGenerator, AsyncIterator
 
@@ -18,6 +19,8 @@ from gateway.observability import metrics
 from gateway.resilience.outlier import ReplicaState
 from gateway.routes import ModelRoute
 from gateway.scheduler.routing import Replica
+
+log = logging.getLogger("gateway.failover")
 
 
 class NoReplicaLeft(Exception):
@@ -127,3 +130,7 @@ def _failed(route: ModelRoute, replica: Replica) -> None:
     outlier.record_failure(replica)
     if outlier.state(replica) is ReplicaState.EJECTED and before is not ReplicaState.EJECTED:
         metrics.REPLICA_EJECTIONS.labels(route.name, replica.url).inc()
+        log.warning(
+            "replica ejected",
+            extra={"fields": {"event": "ejection", "model": route.name, "replica": replica.url}},
+        )

@@ -7,7 +7,7 @@ import logging
 from collections.abc import Callable, Iterable
 
 from gateway.backends.http import LazySession
-from gateway.backends.triton_metrics import pending_requests
+from gateway.backends.triton_metrics import scrape_queue
 from gateway.routes import ModelRoute
 
 log = logging.getLogger("gateway.health")
@@ -22,7 +22,7 @@ class HealthChecker:
         self._routes = list(routes)
         # Told the model's name when a replica's health or queue changes.
         self._on_change = on_change
-        # For scraping Triton's metrics (models with queue.use_triton_pending).
+        # For scraping the Triton replicas' own metrics.
         self._session = LazySession(connect_timeout_s=1.0)
         self._tasks: list[asyncio.Task[None]] = []
 
@@ -45,15 +45,17 @@ class HealthChecker:
                     "healthy" if healthy else "unhealthy",
                 )
             route.pool.mark_checked(replica, healthy)
-            if route.config.queue.use_triton_pending and replica.metrics_url:
-                pending = await pending_requests(
+            if replica.metrics_url is not None:
+                queue = await scrape_queue(
                     self._session.get(),
                     replica.metrics_url,
                     route.upstream_model,
                     route.config.health.timeout_s,
                 )
-                changed = changed or (pending or 0) != replica.upstream_pending
-                replica.upstream_pending = pending or 0
+                pending = queue.pending if queue else 0
+                changed = changed or pending != replica.upstream_pending
+                replica.upstream_pending = pending
+                replica.upstream_queue_seconds = queue.queue_seconds if queue else 0.0
             if changed and self._on_change is not None:
                 self._on_change(route.name)
 

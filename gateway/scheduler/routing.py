@@ -14,8 +14,10 @@ class Replica:
     url: str
     outstanding: int = 0
     healthy: bool = True
-    # Triton's own count of requests queued on this replica (all clients), when scraped.
+    # Triton's own count of requests queued on this replica (all clients), and the
+    # cumulative time requests spent in that queue, scraped from its metrics endpoint.
     upstream_pending: int = 0
+    upstream_queue_seconds: float = 0.0
     metrics_url: str | None = None
     # Requests sent here over the gateway's life; breaks ties in turn.
     served: int = field(default=0)

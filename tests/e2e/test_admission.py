@@ -64,7 +64,7 @@ def failing_upstream() -> Iterator[tuple[list[str], Counter[str]]]:
         app.router.add_post("/v1/chat/completions", fail)
         runner = web.AppRunner(app)
         loop.run_until_complete(runner.setup())
-        port = free_port(start=33000 + 50 * len(urls))
+        port = free_port(start=58000 + 1000 * len(urls), end=59000 + 1000 * len(urls))
         loop.run_until_complete(web.TCPSite(runner, "127.0.0.1", port).start())
         runners.append(runner)
         urls.append(f"http://127.0.0.1:{port}")

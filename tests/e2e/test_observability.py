@@ -75,7 +75,7 @@ def test_a_real_prometheus_scrapes_the_gateway(two_workers: Gateway, tmp_path: P
         "scrape_configs": [{"job_name": "gateway", "static_configs": [{"targets": [target]}]}],
     }
     (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config))
-    port = free_port(start=39000)
+    port = free_port(start=49000)
     process = subprocess.Popen(
         [binary, f"--config.file={tmp_path / 'prometheus.yml'}",
          f"--storage.tsdb.path={tmp_path / 'data'}", f"--web.listen-address=127.0.0.1:{port}"],

@@ -206,6 +206,9 @@ def test_metrics_and_the_request_log_show_the_request_without_key_or_prompt(
     assert 'gateway_replica_tokens_total{model="llm-large",replica="' in exposition
     assert 'gateway_replica_healthy{model="llm-small",replica="' in exposition
     assert "gateway_config_info{version=" in exposition
+    # Triton's own queue, scraped from each replica and re-exported.
+    assert 'gateway_triton_pending_requests{model="llm-large",replica="' in exposition
+    assert 'gateway_triton_queue_duration_seconds_total{model="llm-large",replica="' in exposition
     records = [orjson.loads(line) for line in gateway.log.splitlines() if line.startswith("{")]
     mine = [r for r in records if r.get("request_id") == response.id]
     assert len(mine) == 1

@@ -29,7 +29,7 @@ def sync_replicas(redis_url: str, tmp_path: Path) -> Iterator[tuple[Gateway, Tri
                 "triton_http",
                 [first.http_url, second.http_url],
                 upstream_model="echo-sync",
-                queue={"use_triton_pending": True, "max_in_flight_per_replica": 8},
+                queue={"max_in_flight_per_replica": 8},
                 health={"interval_s": 0.1, "timeout_s": 1.0},
             )
         }
