@@ -100,7 +100,9 @@ class TenantsReloader:
                     "reload (%s) refused, the running tenants stay:\n  %s",
                     reason,
                     "\n  ".join(problems),
-                )
+                    extra={"fields": {"event": "config_reload", "result": "rejected",
+                                      "trigger": reason, "problems": problems}},
+                )  # fmt: skip
                 return ReloadResult(applied=False, problems=problems)
             changes = tenant_changes(self._runtime.config.tenants, tenants)
             if not changes:
@@ -108,7 +110,14 @@ class TenantsReloader:
                 return ReloadResult(applied=True)
             self._runtime.apply_tenants(tenants)
             metrics.CONFIG_RELOADS.labels("applied").inc()
-            log.warning("reload (%s) applied:\n  %s", reason, "\n  ".join(changes))
+            log.warning(
+                "reload (%s) applied:\n  %s",
+                reason,
+                "\n  ".join(changes),
+                extra={"fields": {"event": "config_reload", "result": "applied",
+                                  "trigger": reason, "changes": changes,
+                                  "version": self._runtime.config_version}},
+            )  # fmt: skip
             return ReloadResult(applied=True, changes=changes)
 
     async def _watch(self) -> None:

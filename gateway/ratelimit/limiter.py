@@ -271,11 +271,13 @@ class RateLimiter:
             return
         self._redis_down = True
         metrics.RATELIMIT_BACKEND_UP.set(0)
+        mode = self._config.on_redis_error.value
         log.warning(
             "Redis unreachable (%s: %s): rate limiting in %s mode until it is back",
             type(exc).__name__,
             exc,
-            self._config.on_redis_error.value,
+            mode,
+            extra={"fields": {"event": "fail_mode", "redis_up": False, "mode": mode}},
         )
         self._probe = asyncio.create_task(self._wait_for_redis())
 
@@ -289,7 +291,10 @@ class RateLimiter:
             break
         self._redis_down = False
         metrics.RATELIMIT_BACKEND_UP.set(1)
-        log.warning("Redis reachable again: rate limiting in Redis")
+        log.warning(
+            "Redis reachable again: rate limiting in Redis",
+            extra={"fields": {"event": "fail_mode", "redis_up": True}},
+        )
 
     async def close(self) -> None:
         """Finish pending settles (briefly) and stop probing."""

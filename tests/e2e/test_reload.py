@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import orjson
 import pytest
 
 from gateway.devstack import stop
@@ -98,6 +99,13 @@ async def test_file_change_applies_under_load(gateway: Gateway) -> None:
     assert statuses[429] > 0
     assert status == 200
     assert "tenant few: limits.requests_per_minute 3 -> 600" in gateway.log
+    reloads = [
+        line
+        for line in map(orjson.loads, gateway.log.splitlines())
+        if line.get("event") == "config_reload"
+    ]
+    assert reloads[-1]["result"] == "applied"
+    assert "tenant few: limits.requests_per_minute 3 -> 600" in reloads[-1]["changes"]
 
 
 async def test_invalid_file_is_refused_and_the_running_limits_stay(gateway: Gateway) -> None:
