@@ -144,6 +144,9 @@ class RateLimiter:
         self._redis_down = False
         self._probe: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[None]] = set()
+        # Adjusts waiting for the next pipelined flush to Redis.
+        self._pending: list[tuple[list[BucketSpec], LeaseSpec | None]] = []
+        self._flush_scheduled = False
         metrics.RATELIMIT_BACKEND_UP.set(1)
 
     def update_tenants(self, tenants: TenantsConfig) -> None:
@@ -232,16 +235,16 @@ class RateLimiter:
         if used_tokens - ticket.charged >= self._config.charge_batch_tokens:
             delta = used_tokens - ticket.charged
             ticket.charged = used_tokens
-            self._spawn(self._adjust(ticket, delta, release=False))
+            self._adjust(ticket, delta, release=False)
 
     def settle(self, ticket: Ticket, used_tokens: int) -> None:
         """Bring the charge to the actual usage (refunding the unused reservation) and
         release the concurrency lease, in the background."""
         delta = used_tokens - ticket.charged
         ticket.charged = used_tokens
-        self._spawn(self._adjust(ticket, delta, release=True))
+        self._adjust(ticket, delta, release=True)
 
-    async def _adjust(self, ticket: Ticket, delta: int, release: bool) -> None:
+    def _adjust(self, ticket: Ticket, delta: int, release: bool) -> None:
         lease = ticket.lease if release else None
         share = self._config.gateway_replicas if ticket.local else 1
         specs = [b.spec(delta, share) for b in ticket.token_buckets] if delta else []
@@ -252,9 +255,18 @@ class RateLimiter:
             return
         if self._redis_down:
             return  # taken from a Redis that is gone; its state is lost with it
+        # Queued, and sent with the others of this moment in one pipelined round trip.
+        self._pending.append((specs, lease))
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            self._spawn(self._flush())
+
+    async def _flush(self) -> None:
+        batch, self._pending = self._pending, []
+        self._flush_scheduled = False
         started = time.perf_counter()
         try:
-            await self._store.adjust(specs, lease)
+            await self._store.adjust_many(batch)
         except _REDIS_ERRORS as exc:
             metrics.REDIS_ERRORS.labels("adjust").inc()
             self._mark_down(exc)

@@ -341,3 +341,32 @@ async def test_tenants_spread_over_cluster_nodes_and_each_call_works(
                 BucketSpec(bucket_key("it", b, "requests"), 10, 0.01, 1),
             ]
         )
+
+
+async def test_adjust_many_settles_several_requests_in_one_pipeline(backend: Backend) -> None:
+    tenants = [fresh_tenant() for _ in range(3)]  # different slots on the cluster
+    calls = []
+    for tenant in tenants:
+        tokens = BucketSpec(bucket_key("it", tenant, "tokens"), 100, 1e-9, 60)
+        lease = LeaseSpec(bucket_key("it", tenant, "inflight"), "r1", 1, 60_000)
+        assert (await backend.store.take([tokens], lease)).allowed
+        # The request used 10 of its 60: refund 50, and release its slot.
+        calls.append(([BucketSpec(tokens.key, 100, 1e-9, -50)], lease))
+    await backend.store.adjust_many(calls)
+    for tenant in tenants:
+        tokens = BucketSpec(bucket_key("it", tenant, "tokens"), 100, 1e-9, 90)
+        lease = LeaseSpec(bucket_key("it", tenant, "inflight"), "r2", 1, 60_000)
+        again = await backend.store.take([tokens], lease)
+        # 100 - 60 + 50 = 90 tokens left, and the one slot is free again.
+        assert again.allowed
+        assert again.buckets[0].remaining == pytest.approx(0, abs=1e-3)
+
+
+async def test_adjust_many_reloads_a_flushed_script(backend: Backend) -> None:
+    tenant = fresh_tenant()
+    tokens = BucketSpec(bucket_key("it", tenant, "tokens"), 100, 1e-9, 10)
+    await backend.store.take([tokens])
+    await backend.client.script_flush()
+    await backend.store.adjust_many([([BucketSpec(tokens.key, 100, 1e-9, -10)], None)])
+    full = await backend.store.take([BucketSpec(tokens.key, 100, 1e-9, 100)])
+    assert full.allowed
