@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
 
 import pytest
 from openai import OpenAI
@@ -80,3 +83,28 @@ def acme(gateway: Gateway) -> OpenAI:
 @pytest.fixture(scope="session")
 def globex(gateway: Gateway) -> OpenAI:
     return OpenAI(base_url=gateway.base_url, api_key=KEYS["globex"], max_retries=0)
+
+
+@contextmanager
+def two_sims_and_gateway(
+    models_spec: str,
+    build_models: Callable[[TritonSim, TritonSim], dict[str, Any]],
+    redis_url: str,
+    tmp_path: Path,
+    tenants: dict[str, Any],
+) -> Iterator[tuple[Gateway, TritonSim, TritonSim]]:
+    """Two Triton servers of their own (tests that kill or load one) and a gateway."""
+    first = start_sim(models_spec)
+    second: TritonSim | None = None
+    gateway: Gateway | None = None
+    try:
+        second = start_sim(models_spec)
+        models = build_models(first, second)
+        gateway = start_gateway(tmp_path, models, redis_url, tenants=tenants)
+        yield gateway, first, second
+    finally:
+        if gateway is not None:
+            stop(gateway.process)
+        if second is not None:
+            second.stop()
+        first.stop()

@@ -5,27 +5,23 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import openai
 import pytest
 from openai import AsyncOpenAI, OpenAI
 
-from gateway.devstack import stop
 from gateway.sim.server import TritonSim
-from tests.e2e.conftest import start_sim
-from tests.e2e.stack import KEYS, Gateway, default_tenants, model, start_gateway
+from tests.e2e.conftest import two_sims_and_gateway
+from tests.e2e.stack import KEYS, Gateway, default_tenants, model
 
 PROMPT = [{"role": "user", "content": "keep going"}]
 
 
 @pytest.fixture
 def two_replicas(redis_url: str, tmp_path: Path) -> Iterator[tuple[Gateway, TritonSim, TritonSim]]:
-    first = start_sim("victim=20")
-    second: TritonSim | None = None
-    gateway: Gateway | None = None
-    try:
-        second = start_sim("victim=20")
-        models = {
+    def models(first: TritonSim, second: TritonSim) -> dict[str, Any]:
+        return {
             "victim-http": model(
                 "triton_http", [first.http_url, second.http_url], upstream_model="victim"
             ),
@@ -33,16 +29,10 @@ def two_replicas(redis_url: str, tmp_path: Path) -> Iterator[tuple[Gateway, Trit
                 "triton_grpc", [first.grpc_target, second.grpc_target], upstream_model="victim"
             ),
         }
-        gateway = start_gateway(
-            tmp_path, models, redis_url, tenants=default_tenants(["victim-http"])
-        )
-        yield gateway, first, second
-    finally:
-        if gateway is not None:
-            stop(gateway.process)
-        if second is not None:
-            second.stop()
-        first.stop()
+
+    tenants = default_tenants(["victim-http"])
+    with two_sims_and_gateway("victim=20", models, redis_url, tmp_path, tenants) as stack:
+        yield stack
 
 
 def test_requests_are_served_by_the_surviving_replica(

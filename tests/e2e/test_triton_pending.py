@@ -5,26 +5,21 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
 
-from gateway.devstack import stop
 from gateway.sim.server import TritonSim
-from tests.e2e.conftest import start_sim
-from tests.e2e.stack import Gateway, model, start_gateway, tenant
+from tests.e2e.conftest import two_sims_and_gateway
+from tests.e2e.stack import Gateway, model, tenant
 from tests.e2e.test_admission import post
 
 
 @pytest.fixture
 def sync_replicas(redis_url: str, tmp_path: Path) -> Iterator[tuple[Gateway, TritonSim, TritonSim]]:
-    # `-sync`: a non-decoupled model, one request at a time, the rest queued in Triton.
-    first = start_sim("echo-sync=20")
-    second: TritonSim | None = None
-    gateway: Gateway | None = None
-    try:
-        second = start_sim("echo-sync=20")
-        models = {
+    def models(first: TritonSim, second: TritonSim) -> dict[str, Any]:
+        return {
             "sync": model(
                 "triton_http",
                 [first.http_url, second.http_url],
@@ -33,15 +28,11 @@ def sync_replicas(redis_url: str, tmp_path: Path) -> Iterator[tuple[Gateway, Tri
                 health={"interval_s": 0.1, "timeout_s": 1.0},
             )
         }
-        tenants = {"web": tenant("web", ["*"])}
-        gateway = start_gateway(tmp_path, models, redis_url, tenants=tenants)
-        yield gateway, first, second
-    finally:
-        if gateway is not None:
-            stop(gateway.process)
-        if second is not None:
-            second.stop()
-        first.stop()
+
+    # `-sync`: a non-decoupled model, one request at a time, the rest queued in Triton.
+    tenants = {"web": tenant("web", ["*"])}
+    with two_sims_and_gateway("echo-sync=20", models, redis_url, tmp_path, tenants) as stack:
+        yield stack
 
 
 async def successes(session: aiohttp.ClientSession, sim: TritonSim) -> int:
