@@ -29,6 +29,40 @@ CHAT_RESPONSE = orjson.dumps(
     }
 ).decode()
 
+STREAM_CHUNKS = 20
+
+
+def _chunk(delta: dict[str, str], finish: str | None = None, **extra: object) -> str:
+    body = {
+        "id": "chatcmpl-bench",
+        "object": "chat.completion.chunk",
+        "created": 1700000000,
+        "model": "fake-llama-8b",
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+        **extra,
+    }
+    return "data: " + orjson.dumps(body).decode() + "\\n\\n"
+
+
+# A whole streamed answer: STREAM_CHUNKS tokens, the finish chunk, usage, [DONE].
+# (nginx turns each \n in the config string into a newline.)
+STREAM_RESPONSE = (
+    _chunk({"role": "assistant", "content": "tok0 "})
+    + "".join(_chunk({"content": f"tok{i} "}) for i in range(1, STREAM_CHUNKS))
+    + _chunk({}, "length")
+    + "data: "
+    + orjson.dumps(
+        {
+            "id": "chatcmpl-bench",
+            "object": "chat.completion.chunk",
+            "choices": [],
+            "usage": {"prompt_tokens": 12, "completion_tokens": STREAM_CHUNKS,
+                      "total_tokens": 12 + STREAM_CHUNKS},
+        }
+    ).decode()
+    + "\\n\\ndata: [DONE]\\n\\n"
+)  # fmt: skip
+
 _CONF = """
 worker_processes 1;
 pid {dir}/nginx.pid;
@@ -50,16 +84,37 @@ http {{
       return 200 '{{"object":"list","data":[{{"id":"fake-llama-8b","object":"model"}}]}}';
     }}
   }}
+  # The same model, streaming: every answer is a whole SSE stream.
+  server {{
+    listen 127.0.0.1:{stream_port};
+    location = /v1/chat/completions {{
+      default_type text/event-stream;
+      return 200 '{stream}';
+    }}
+    location = /v1/models {{
+      default_type application/json;
+      return 200 '{{"object":"list","data":[]}}';
+    }}
+  }}
 }}
 """
 
 
 def start_nginx(port: int) -> tuple[subprocess.Popen[bytes], Path]:
-    """nginx serving the fixed responses on 127.0.0.1:`port`, in the foreground."""
+    """nginx serving the fixed responses on 127.0.0.1:`port`, in the foreground, and a
+    streamed answer on `port` + 1."""
     nginx = shutil.which("nginx") or "/usr/sbin/nginx"
     workdir = Path(tempfile.mkdtemp(prefix="bench-nginx-"))
     conf = workdir / "nginx.conf"
-    conf.write_text(_CONF.format(dir=workdir, port=port, chat=CHAT_RESPONSE))
+    conf.write_text(
+        _CONF.format(
+            dir=workdir,
+            port=port,
+            stream_port=port + 1,
+            chat=CHAT_RESPONSE,
+            stream=STREAM_RESPONSE,
+        )
+    )
     process = subprocess.Popen(
         [nginx, "-c", str(conf), "-p", str(workdir), "-g", "daemon off;"],
         stdout=subprocess.DEVNULL,

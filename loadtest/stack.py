@@ -19,13 +19,19 @@ BENCH_CONFIG = ROOT / "loadtest/bench-config/gateway.yaml"
 BODY = '{"model":"fake-llama-8b","messages":[{"role":"user","content":"Hello"}],"max_tokens":16}'
 
 
-def wrk_script(key: str = "sk-bench-1234") -> Path:
-    """A wrk Lua script that posts the benchmark chat request with `key`."""
+STREAM_BODY = (
+    '{"model":"fake-llama-8b-stream","messages":[{"role":"user","content":"Hello"}],'
+    '"max_tokens":20,"stream":true}'
+)
+
+
+def wrk_script(key: str = "sk-bench-1234", body: str = BODY) -> Path:
+    """A wrk Lua script that posts a chat request (`body`) with `key`."""
     script = Path(tempfile.mkdtemp()) / "post.lua"
     script.write_text(
         f"""
 wrk.method = "POST"
-wrk.body = '{BODY}'
+wrk.body = '{body}'
 wrk.headers["Content-Type"] = "application/json"
 wrk.headers["Authorization"] = "Bearer {key}"
 """
@@ -75,13 +81,14 @@ class Stack:
 @contextmanager
 def bench_stack(workers: int = 1) -> Iterator[Stack]:
     """nginx + redis-server + `gateway serve` with loadtest/bench-config, all on 127.0.0.1."""
-    upstream_port = free_port()
+    upstream_port = free_port(span=2)
     redis_port = free_port(start=25000)
     gateway_port = free_port(start=26000)
     nginx, _ = start_nginx(upstream_port)
     redis = start_redis(redis_port)
     env = dict(os.environ)
     env["BENCH_UPSTREAM_URL"] = f"http://127.0.0.1:{upstream_port}"
+    env["BENCH_STREAM_UPSTREAM_URL"] = f"http://127.0.0.1:{upstream_port + 1}"
     env["BENCH_REDIS_URL"] = f"redis://127.0.0.1:{redis_port}/0"
     env["GATEWAY_LOG_LEVEL"] = "WARNING"
     command = gateway_command(
