@@ -40,8 +40,18 @@ _PATTERNS = [
 ]
 
 
+# Something every secret shape above contains: text without any of these is clean, and
+# one scan of it is much cheaper than trying every pattern (a log line per request).
+_MAYBE_SECRET = re.compile(
+    r"(?i)bearer|basic|[spr]k-|gh[pos]_|github_pat|xox|AKIA|ASIA|secret|passw|api_key|token"
+    r"|PRIVATE KEY|://|@"
+)
+
+
 def redact(text: str) -> str:
     """`text` with every known secret shape replaced by `[REDACTED]`."""
+    if _MAYBE_SECRET.search(text) is None:
+        return text
     for pattern, replacement in _PATTERNS:
         text = pattern.sub(replacement, text)
     return text
@@ -90,8 +100,8 @@ class RedactingFilter(logging.Filter):
 def configure_logging(level: str | None = None) -> None:
     """JSON lines on stderr; `GATEWAY_LOG_LEVEL` sets the level (INFO by default)."""
     handler = logging.StreamHandler()
+    # The formatter scrubs message, fields and tracebacks.
     handler.setFormatter(JsonFormatter())
-    handler.addFilter(RedactingFilter())
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level or os.environ.get("GATEWAY_LOG_LEVEL", "INFO"))
