@@ -28,7 +28,7 @@ from gateway.resilience.health import HealthChecker
 from gateway.resilience.idempotency import IdempotencyStore
 from gateway.routes import ModelRoute, RouteResilience
 from gateway.scheduler.routing import ReplicaPool
-from gateway.storage import RedisClient, connect_redis
+from gateway.storage import REDIS_ERRORS, RedisClient, connect_redis
 
 log = logging.getLogger("gateway")
 
@@ -159,5 +159,5 @@ class Runtime:
     async def redis_ok(self) -> bool:
         try:
             return bool(await asyncio.wait_for(self.redis.ping(), timeout=1.0))
-        except (RedisError, OSError, TimeoutError):
+        except REDIS_ERRORS:
             return False

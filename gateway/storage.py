@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 from redis.asyncio import BlockingConnectionPool, Redis, RedisCluster
+from redis.exceptions import RedisError
 
 from gateway.config import GatewayConfig
 
 EMBEDDED_URL = "embedded://"
+
+# What a Redis call raises when Redis cannot be reached or does not answer in time.
+REDIS_ERRORS: tuple[type[BaseException], ...] = (RedisError, OSError, TimeoutError)
 
 # Connections per Redis node. redis-py's default pool raises on the 101st concurrent
 # command, which the limiter would take for an outage; this pool waits for a free

@@ -11,7 +11,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from redis.exceptions import RedisError
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -27,10 +26,10 @@ from gateway.resilience.idempotency import (
     fingerprint,
 )
 from gateway.runtime import Runtime
+from gateway.storage import REDIS_ERRORS
 
 log = logging.getLogger("gateway.idempotency")
 
-_REDIS_ERRORS = (RedisError, OSError, TimeoutError)
 REPLAYED_HEADER = "idempotent-replayed"
 
 
@@ -51,7 +50,7 @@ class IdempotencyClaim:
             await self.store.complete(
                 self.tenant, self.key, response.status_code, bytes(response.body), headers
             )
-        except _REDIS_ERRORS as exc:
+        except REDIS_ERRORS as exc:
             log.warning("idempotency result not stored (%s)", type(exc).__name__)
 
     async def abandon(self) -> None:
@@ -60,7 +59,7 @@ class IdempotencyClaim:
             return
         try:
             await self.store.abandon(self.tenant, self.key)
-        except _REDIS_ERRORS as exc:
+        except REDIS_ERRORS as exc:
             log.warning("idempotency key not released (%s)", type(exc).__name__)
 
 
@@ -83,7 +82,7 @@ async def claim(
         begin = await store.begin(identity.name, key, fingerprint(request.url.path, data))
     except InvalidIdempotencyKey as exc:
         raise errors.bad_request(f"{exc}.", "Idempotency-Key") from None
-    except _REDIS_ERRORS as exc:
+    except REDIS_ERRORS as exc:
         log.warning("idempotency unavailable (%s): running the request", type(exc).__name__)
         return _NONE
     if begin.state is BeginState.FRESH:

@@ -17,8 +17,6 @@ from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from redis.exceptions import RedisError
-
 from gateway.api.errors import APIError
 from gateway.config import RateLimitConfig, RateLimits, RedisFailureMode, Tenant, TenantsConfig
 from gateway.observability import metrics
@@ -33,11 +31,11 @@ from gateway.ratelimit.buckets import (
 )
 from gateway.ratelimit.headers import bucket_headers
 from gateway.ratelimit.redis_store import RedisBuckets
+from gateway.storage import REDIS_ERRORS
 
 log = logging.getLogger("gateway.ratelimit")
 
 Kind = Literal["requests", "tokens"]
-_REDIS_ERRORS = (RedisError, OSError, asyncio.TimeoutError)
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,7 +199,7 @@ class RateLimiter:
             started = time.perf_counter()
             try:
                 result = await self._store.take(specs, lease)
-            except _REDIS_ERRORS as exc:
+            except REDIS_ERRORS as exc:
                 metrics.REDIS_ERRORS.labels("take").inc()
                 self._mark_down(exc)
             else:
@@ -267,7 +265,7 @@ class RateLimiter:
         started = time.perf_counter()
         try:
             await self._store.adjust_many(batch)
-        except _REDIS_ERRORS as exc:
+        except REDIS_ERRORS as exc:
             metrics.REDIS_ERRORS.labels("adjust").inc()
             self._mark_down(exc)
         else:
@@ -298,7 +296,7 @@ class RateLimiter:
             await asyncio.sleep(self._config.redis_retry_s)
             try:
                 await self._ping()
-            except _REDIS_ERRORS:
+            except REDIS_ERRORS:
                 continue
             break
         self._redis_down = False
