@@ -25,22 +25,38 @@ def port_is_free(port: int) -> bool:
     return True
 
 
+def ephemeral_ports() -> range:
+    """The ports the kernel hands to outgoing connections (Linux's default if unknown)."""
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return range(int(low), int(high) + 1)
+    except (OSError, ValueError):
+        return range(32768, 61000)
+
+
 def free_port(span: int = 1, start: int = 20000, end: int | None = None) -> int:
     """A port P in [start, end) such that P .. P+span-1 are free on 127.0.0.1.
 
     `end` defaults to `start` + 4000: each kind of server keeps to its own range, so a
     port picked for one kind is never taken meanwhile by a server of another kind that
-    has not bound it yet. Callers in several processes start their search at different
-    places in the range.
+    has not bound it yet. Ports in the ephemeral range are never picked: any outgoing
+    connection could take one before the server binds it. Callers in several
+    processes start their search at different places in the range.
     """
     end = start + 4000 if end is None else end
-    size = end - start - span
+    ephemeral = ephemeral_ports()
+    size = end - start - span + 1
     offset = (os.getpid() * 37) % size
     for step in range(0, size, span):
         port = start + (offset + step) % size
-        if all(port_is_free(port + i) for i in range(span)):
+        wanted = range(port, port + span)
+        if any(p in ephemeral for p in wanted):
+            continue
+        if all(port_is_free(p) for p in wanted):
             return port
-    raise RuntimeError(f"no {span} free consecutive ports in [{start}, {end})")
+    raise RuntimeError(
+        f"no {span} free consecutive ports in [{start}, {end}) below {ephemeral.start}"
+    )
 
 
 def wait_http_ok(

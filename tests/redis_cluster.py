@@ -13,6 +13,7 @@ import pytest
 from redis import Redis as SyncRedis
 
 from gateway.devstack import free_port, port_is_free, redis_server_path, stop, wait_listening
+from tests import ports
 
 CLUSTER_SIZE = 3
 # Redis Cluster nodes talk to each other on their port + 10000.
@@ -28,9 +29,7 @@ def _require_redis_binaries() -> None:
 
 def _cluster_ports() -> list[int]:
     """CLUSTER_SIZE consecutive free ports whose cluster bus ports are free too."""
-    # Nodes in [44000, 48000), their bus ports (+10000) in [54000, 58000): ranges no
-    # other test server uses.
-    for start in range(44000, 48000, 1000):
+    for start in range(ports.CLUSTER_NODES, ports.PROMETHEUS, 1000):
         port = free_port(span=CLUSTER_SIZE, start=start, end=start + 1000)
         if all(port_is_free(port + BUS_OFFSET + i) for i in range(CLUSTER_SIZE)):
             return [port + i for i in range(CLUSTER_SIZE)]

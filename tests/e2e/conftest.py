@@ -12,6 +12,7 @@ from openai import OpenAI
 
 from gateway.devstack import free_port, stop
 from gateway.sim.server import TritonSim
+from tests import ports
 from tests.e2e.stack import KEYS, Gateway, model, start_gateway
 
 # Fast simulated models: the tests check behaviour, not speed.
@@ -22,7 +23,7 @@ SLOW = "llm-slow=40"
 
 
 def start_sim(models: str) -> TritonSim:
-    sim = TritonSim(free_port(span=3, start=30000), models)
+    sim = TritonSim(free_port(span=3, start=ports.SIMS), models)
     sim.start()
     try:
         sim.wait_ready(timeout=90)

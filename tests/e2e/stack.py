@@ -12,6 +12,7 @@ import yaml
 
 from gateway.config import hash_key
 from gateway.devstack import free_port, gateway_command, spawn, stop, wait_http_ok
+from tests import ports
 
 KEYS = {"acme": "sk-test-acme", "globex": "sk-test-globex"}
 
@@ -76,7 +77,7 @@ def start_gateway(
     (tmp / "tenants.yaml").write_text(yaml.safe_dump({"tenants": tenants}))
     settings = {"redis": {"url": redis_url}, "models": models, **(gateway or {})}
     (tmp / "gateway.yaml").write_text(yaml.safe_dump(settings))
-    port = free_port(start=40000)
+    port = free_port(start=ports.GATEWAYS, end=ports.CLUSTER_NODES)
     process_env = {k: v for k, v in os.environ.items() if k != "GATEWAY_REDIS_URL"}
     process_env.update(env or {})
     process_env["SELF_URL"] = f"http://127.0.0.1:{port}"

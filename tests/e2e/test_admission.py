@@ -15,6 +15,7 @@ from aiohttp import web
 
 from gateway.devstack import free_port, stop
 from gateway.sim.server import TritonSim
+from tests import ports
 from tests.e2e.stack import Gateway, model, start_gateway, tenant
 from tests.e2e.test_rate_limits import key
 
@@ -64,7 +65,8 @@ def failing_upstream() -> Iterator[tuple[list[str], Counter[str]]]:
         app.router.add_post("/v1/chat/completions", fail)
         runner = web.AppRunner(app)
         loop.run_until_complete(runner.setup())
-        port = free_port(start=58000 + 1000 * len(urls), end=59000 + 1000 * len(urls))
+        start = ports.FAILING_UPSTREAMS + 1000 * len(urls)
+        port = free_port(start=start, end=start + 1000)
         loop.run_until_complete(web.TCPSite(runner, "127.0.0.1", port).start())
         runners.append(runner)
         urls.append(f"http://127.0.0.1:{port}")

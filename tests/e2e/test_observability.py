@@ -18,6 +18,7 @@ import yaml
 
 from gateway.devstack import free_port, stop, wait_http_ok, wait_listening
 from gateway.sim.server import TritonSim
+from tests import ports
 from tests.e2e.stack import Gateway, model, start_gateway, tenant
 from tests.e2e.test_rate_limits import chat
 
@@ -75,7 +76,7 @@ def test_a_real_prometheus_scrapes_the_gateway(two_workers: Gateway, tmp_path: P
         "scrape_configs": [{"job_name": "gateway", "static_configs": [{"targets": [target]}]}],
     }
     (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config))
-    port = free_port(start=49000)
+    port = free_port(start=ports.PROMETHEUS, end=ports.OWN_REDIS)
     process = subprocess.Popen(
         [binary, f"--config.file={tmp_path / 'prometheus.yml'}",
          f"--storage.tsdb.path={tmp_path / 'data'}", f"--web.listen-address=127.0.0.1:{port}"],

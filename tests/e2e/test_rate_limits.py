@@ -15,6 +15,7 @@ import pytest
 
 from gateway.devstack import free_port, start_redis, stop
 from gateway.sim.server import TritonSim
+from tests import ports
 from tests.e2e.stack import Gateway, model, start_gateway, tenant
 
 HELLO = [{"role": "user", "content": "hi"}]
@@ -203,7 +204,7 @@ async def test_two_gateways_share_one_bucket(
 
 @pytest.fixture
 def own_redis() -> Iterator[tuple[int, list[Any]]]:
-    port = free_port(start=36000)
+    port = free_port(start=ports.OWN_REDIS, end=ports.REDIS)
     processes = [start_redis(port)]
     try:
         yield port, processes

@@ -1,0 +1,15 @@
+"""Where each kind of test server looks for a free port.
+
+Every range lies below Linux's ephemeral range (32768-60999 by default): a port
+picked there can be taken by any outgoing connection between the moment it was
+found free and the moment the server binds it. Each kind keeps to its own range, so
+a port picked for one kind is never taken by a server of another kind meanwhile.
+"""
+
+SIMS = 10000  # triton-sim servers: HTTP, gRPC and metrics on P, P+1, P+2
+GATEWAYS = 14000
+CLUSTER_NODES = 16000  # Redis Cluster nodes; their bus ports lie 10000 above
+PROMETHEUS = 18000
+OWN_REDIS = 19000  # a test's private redis-server it stops and restarts
+REDIS = 20000  # the session's redis-server (devstack.free_port's default)
+FAILING_UPSTREAMS = 29000  # one range of 1000 per upstream
