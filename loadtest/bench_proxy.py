@@ -1,6 +1,7 @@
 """Requests/s and latency of one non-streaming chat request: upstream directly vs the gateway.
 
     .venv/bin/python -m loadtest.bench_proxy [--seconds 10] [--rounds 2] [--workers 1]
+        [--log-level INFO]
 
 Starts nginx as an instant OpenAI upstream, a redis-server and `gateway serve` with
 loadtest/bench-config, then runs wrk against both targets, interleaved, at
@@ -21,11 +22,12 @@ def main() -> None:
     parser.add_argument("--seconds", type=int, default=10)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--log-level", default="INFO", help="INFO logs every request")
     args = parser.parse_args()
     if shutil.which("wrk") is None:
         raise SystemExit("wrk is not installed (apt-get install wrk)")
     script = wrk_script()
-    with bench_stack(args.workers) as stack:
+    with bench_stack(args.workers, args.log_level) as stack:
         targets = {
             "upstream directly": f"{stack.upstream_url}/v1/chat/completions",
             f"gateway (--workers {args.workers})": stack.chat_url,

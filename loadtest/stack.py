@@ -72,6 +72,8 @@ class Stack:
     upstream_url: str
     redis_port: int
     gateway_url: str
+    # The gateway's process: with --workers 1, the worker that serves.
+    gateway_pid: int
 
     @property
     def chat_url(self) -> str:
@@ -79,8 +81,11 @@ class Stack:
 
 
 @contextmanager
-def bench_stack(workers: int = 1) -> Iterator[Stack]:
-    """nginx + redis-server + `gateway serve` with loadtest/bench-config, all on 127.0.0.1."""
+def bench_stack(workers: int = 1, log_level: str = "WARNING") -> Iterator[Stack]:
+    """nginx + redis-server + `gateway serve` with loadtest/bench-config, all on 127.0.0.1.
+
+    The gateway's log goes to a temporary file (INFO writes one access line a request).
+    """
     upstream_port = free_port(span=2)
     redis_port = free_port(start=25000)
     gateway_port = free_port(start=26000)
@@ -90,12 +95,13 @@ def bench_stack(workers: int = 1) -> Iterator[Stack]:
     env["BENCH_UPSTREAM_URL"] = f"http://127.0.0.1:{upstream_port}"
     env["BENCH_STREAM_UPSTREAM_URL"] = f"http://127.0.0.1:{upstream_port + 1}"
     env["BENCH_REDIS_URL"] = f"redis://127.0.0.1:{redis_port}/0"
-    env["GATEWAY_LOG_LEVEL"] = "WARNING"
+    env["GATEWAY_LOG_LEVEL"] = log_level
     command = gateway_command(
         "serve", "--config", str(BENCH_CONFIG), "--host", "127.0.0.1",
         "--port", str(gateway_port), "--workers", str(workers),
     )  # fmt: skip
-    gateway = spawn(command, env=env)
+    log = Path(tempfile.mkdtemp(prefix="bench-")) / "gateway.log"
+    gateway = spawn(command, env=env, log=log)
     try:
         wait_http_ok(f"http://127.0.0.1:{upstream_port}/v1/models", 10, nginx)
         wait_http_ok(f"http://127.0.0.1:{gateway_port}/readyz", 30, gateway)
@@ -103,6 +109,7 @@ def bench_stack(workers: int = 1) -> Iterator[Stack]:
             upstream_url=f"http://127.0.0.1:{upstream_port}",
             redis_port=redis_port,
             gateway_url=f"http://127.0.0.1:{gateway_port}",
+            gateway_pid=gateway.pid,
         )
     finally:
         stop(gateway)

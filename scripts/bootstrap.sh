@@ -28,9 +28,15 @@ missing=()
 command -v redis-server >/dev/null || missing+=(redis-server)
 command -v faketime >/dev/null || missing+=(faketime)
 command -v promtool >/dev/null || missing+=(prometheus)
+# The benchmarks (loadtest/bench, loadtest/profile.py) also want wrk and nginx.
+if [ "${BOOTSTRAP_BENCH:-}" = 1 ]; then
+  command -v wrk >/dev/null || missing+=(wrk)
+  [ -x /usr/sbin/nginx ] || missing+=(nginx-light)
+fi
 if [ ${#missing[@]} -gt 0 ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
   (apt-get update -qq && apt-get install -y -qq "${missing[@]}" >/dev/null) \
     || echo "bootstrap: could not install ${missing[*]}" >&2
   # The tests start their own servers; a daemon the packages started is not wanted.
   case " ${missing[*]} " in *" prometheus "*) pkill -x prometheus || true ;; esac
+  case " ${missing[*]} " in *" nginx-light "*) pkill -x nginx || true ;; esac
 fi
