@@ -98,7 +98,7 @@ class Runtime:
         routes = {name: _route(name, model) for name, model in config.gateway.models.items()}
         redis = connect_redis(config.gateway)
         limiter = RateLimiter(
-            RedisBuckets(redis),
+            RedisBuckets(redis, observe=metrics.observe_redis_round_trip),
             redis.ping,
             config.tenants,
             config.gateway.ratelimit,

@@ -124,9 +124,14 @@ RETRY_BUDGET_EXHAUSTED = Counter(
 )
 REDIS_DURATION = Histogram(
     "gateway_redis_duration_seconds",
-    "Time of one Redis call of the rate limiter, by operation (take, adjust).",
-    ["operation"],
+    "Time of one round trip of the rate limiter to Redis (the script calls of one moment).",
     buckets=(0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5),
+    registry=REGISTRY,
+)
+REDIS_CALLS_PER_ROUND_TRIP = Histogram(
+    "gateway_redis_calls_per_round_trip",
+    "Script calls (admissions, charges, settles) sent together in one round trip to Redis.",
+    buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256),
     registry=REGISTRY,
 )
 REDIS_ERRORS = Counter(
@@ -264,3 +269,9 @@ def watch_state(admission: AdmissionController, routes: Sequence[ModelRoute]) ->
     for route in routes:
         for replica in route.pool.replicas:
             REPLICA_EJECTIONS.labels(route.name, replica.url)
+
+
+def observe_redis_round_trip(calls: int, seconds: float) -> None:
+    """Count one round trip of the rate limiter to Redis carrying `calls` script calls."""
+    REDIS_DURATION.observe(seconds)
+    REDIS_CALLS_PER_ROUND_TRIP.observe(calls)

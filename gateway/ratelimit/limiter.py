@@ -12,8 +12,7 @@ import asyncio
 import logging
 import math
 import secrets
-import time
-from collections.abc import Coroutine, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -141,10 +140,8 @@ class RateLimiter:
         self._tenants = tenants.tenants
         self._redis_down = False
         self._probe: asyncio.Task[None] | None = None
-        self._tasks: set[asyncio.Task[None]] = set()
-        # Adjusts waiting for the next pipelined flush to Redis.
-        self._pending: list[tuple[list[BucketSpec], LeaseSpec | None]] = []
-        self._flush_scheduled = False
+        # Charges and settles sent to Redis and not answered yet.
+        self._adjusting: set[asyncio.Future[Any]] = set()
         metrics.RATELIMIT_BACKEND_UP.set(1)
 
     def update_tenants(self, tenants: TenantsConfig) -> None:
@@ -196,15 +193,11 @@ class RateLimiter:
     ) -> tuple[TakeResult | None, bool]:
         if not self._redis_down:
             specs = [b.spec(cost) for b, cost in zip(buckets, costs, strict=True)]
-            started = time.perf_counter()
             try:
-                result = await self._store.take(specs, lease)
+                return await self._store.take(specs, lease), False
             except REDIS_ERRORS as exc:
                 metrics.REDIS_ERRORS.labels("take").inc()
                 self._mark_down(exc)
-            else:
-                metrics.REDIS_DURATION.labels("take").observe(time.perf_counter() - started)
-                return result, False
         return self._take_without_redis(buckets, costs, lease), True
 
     def _take_without_redis(
@@ -253,28 +246,21 @@ class RateLimiter:
             return
         if self._redis_down:
             return  # taken from a Redis that is gone; its state is lost with it
-        # Queued, and sent with the others of this moment in one pipelined round trip.
-        self._pending.append((specs, lease))
-        if not self._flush_scheduled:
-            self._flush_scheduled = True
-            self._spawn(self._flush())
+        # Off the critical path: sent with the other calls of this moment.
+        adjusted = self._store.adjust_soon(specs, lease)
+        self._adjusting.add(adjusted)
+        adjusted.add_done_callback(self._adjusted)
 
-    async def _flush(self) -> None:
-        batch, self._pending = self._pending, []
-        self._flush_scheduled = False
-        started = time.perf_counter()
-        try:
-            await self._store.adjust_many(batch)
-        except REDIS_ERRORS as exc:
+    def _adjusted(self, adjusted: asyncio.Future[Any]) -> None:
+        self._adjusting.discard(adjusted)
+        if adjusted.cancelled():
+            return
+        exc = adjusted.exception()
+        if isinstance(exc, REDIS_ERRORS):
             metrics.REDIS_ERRORS.labels("adjust").inc()
             self._mark_down(exc)
-        else:
-            metrics.REDIS_DURATION.labels("adjust").observe(time.perf_counter() - started)
-
-    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
-        task = asyncio.create_task(work)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        elif exc is not None:
+            log.error("settling a rate-limit charge failed", exc_info=exc)
 
     def _mark_down(self, exc: BaseException) -> None:
         if self._redis_down:
@@ -308,8 +294,8 @@ class RateLimiter:
 
     async def close(self) -> None:
         """Finish pending settles (briefly) and stop probing."""
-        if self._tasks:
-            await asyncio.wait(self._tasks, timeout=2.0)
+        if self._adjusting:
+            await asyncio.wait(self._adjusting, timeout=2.0)
         if self._probe is not None:
             self._probe.cancel()
 

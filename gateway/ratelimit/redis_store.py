@@ -1,21 +1,24 @@
-"""Token buckets in Redis: one EVALSHA per take, one per adjust.
+"""Token buckets in Redis: one script call per take, one per adjust.
 
 The scripts live in `gateway/ratelimit/lua/` (package data, so an installed gateway has
-them too). They are read once at import and registered with redis-py, which calls them
-by SHA and loads them again when the server answers NOSCRIPT (after a restart, a
-failover, or SCRIPT FLUSH). Redis errors propagate as redis-py exceptions: the caller
-decides whether a dead Redis fails open, fails closed, or falls back to `LocalBuckets`.
+them too). They are read once at import, called by SHA and loaded again when the server
+answers NOSCRIPT (after a restart, a failover, or SCRIPT FLUSH). On a single Redis the
+calls of concurrent requests share pipelined round trips (`ScriptCoalescer`); on Redis
+Cluster each call goes to the node of its tenant's slot on its own. Redis errors
+propagate as redis-py exceptions: the caller decides whether a dead Redis fails open,
+fails closed, or falls back to `LocalBuckets`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Sequence
 from importlib.resources import files
 from typing import Any
 
 from redis.asyncio import Redis, RedisCluster
-from redis.exceptions import NoScriptError
+from redis.commands.core import AsyncScript
 
 from gateway.ratelimit.buckets import (
     AdjustResult,
@@ -25,6 +28,7 @@ from gateway.ratelimit.buckets import (
     LeaseSpec,
     TakeResult,
 )
+from gateway.ratelimit.coalescer import RoundTripObserver, ScriptCoalescer
 
 _LUA = files(__package__) / "lua"
 TAKE_LUA = (_LUA / "take.lua").read_text(encoding="utf-8")
@@ -41,15 +45,36 @@ class RedisBuckets:
     cluster slot. The decisions are exactly those of `LocalBuckets` at the returned `now_ms`.
     """
 
-    def __init__(self, redis: Redis | RedisCluster) -> None:
+    def __init__(
+        self, redis: Redis | RedisCluster, observe: RoundTripObserver | None = None
+    ) -> None:
         self._redis = redis
+        self._observe = observe
         self._take = redis.register_script(TAKE_LUA)
         self._adjust = redis.register_script(ADJUST_LUA)
+        # redis-py refuses EVALSHA in cluster pipelines: there, every call goes alone.
+        self._coalescer = (
+            None if isinstance(redis, RedisCluster) else ScriptCoalescer(redis, observe)
+        )
 
     async def load_scripts(self) -> None:
         """Load both scripts now (optional: the first call would load them on NOSCRIPT)."""
         await self._redis.script_load(TAKE_LUA)
         await self._redis.script_load(ADJUST_LUA)
+
+    def _call(
+        self, script: AsyncScript, keys: list[str], args: list[Any], urgent: bool = True
+    ) -> asyncio.Future[Any]:
+        if self._coalescer is not None:
+            return self._coalescer.call(script, keys, args, urgent)
+        return asyncio.ensure_future(self._call_alone(script, keys, args))
+
+    async def _call_alone(self, script: AsyncScript, keys: list[str], args: list[Any]) -> Any:
+        started = time.perf_counter()
+        reply = await script(keys, args)
+        if self._observe is not None:
+            self._observe(1, time.perf_counter() - started)
+        return reply
 
     async def take(
         self, buckets: Sequence[BucketSpec], lease: LeaseSpec | None = None
@@ -62,7 +87,7 @@ class RedisBuckets:
         if lease is not None:
             keys.append(lease.key)
             args += (lease.member, lease.limit, lease.ttl_ms)
-        reply = await self._take(keys, args)
+        reply = await self._call(self._take, keys, args)
 
         results: list[BucketResult] = []
         i = 2
@@ -87,39 +112,23 @@ class RedisBuckets:
         (`lease_held` is False then).
         """
         keys, args = _adjust_call(bucket, release, renew)
-        reply = await self._adjust(keys, args)
+        reply = await self._call(self._adjust, keys, args)
         return AdjustResult([float(r) for r in reply[2:]], reply[1] == 1, float(reply[0]))
 
-    async def adjust_many(
-        self, calls: Sequence[tuple[Sequence[BucketSpec], LeaseSpec | None]]
-    ) -> None:
-        """Several adjusts (buckets, lease to release) in one pipelined round trip.
+    def adjust_soon(
+        self, buckets: Sequence[BucketSpec], release: LeaseSpec | None = None
+    ) -> asyncio.Future[Any]:
+        """Charge or refund `buckets` and release a lease, without waiting for the reply.
 
-        For the settles of many requests at once: under load they cost one round trip
-        together instead of one each (on Redis Cluster, one concurrent call each).
+        For charges and settles off the request's critical path: under load they share
+        round trips with the other calls of the moment. The future tells of errors.
         """
-        if not calls:
-            return
-        if isinstance(self._redis, RedisCluster):
-            # redis-py blocks EVALSHA in cluster pipelines: concurrent calls instead, one
-            # per request, each to the node of its tenant's slot.
-            await asyncio.gather(
-                *(self._adjust(*_adjust_call(specs, release, None)) for specs, release in calls)
-            )
-            return
-        for attempt in range(2):
-            pipe = self._redis.pipeline(transaction=False)
-            for specs, release in calls:
-                keys, args = _adjust_call(specs, release, None)
-                pipe.evalsha(self._adjust.sha, len(keys), *keys, *args)
-            try:
-                await pipe.execute()
-                return
-            except NoScriptError:
-                if attempt:
-                    raise
-                # Redis lost its scripts (restart, failover, SCRIPT FLUSH): load, try again.
-                await self._redis.script_load(ADJUST_LUA)
+        return self._call(self._adjust, *_adjust_call(buckets, release, None), urgent=False)
+
+    async def close(self) -> None:
+        """Wait for the calls already queued to be sent."""
+        if self._coalescer is not None:
+            await self._coalescer.close()
 
 
 def _adjust_call(

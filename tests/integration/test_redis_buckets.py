@@ -343,16 +343,16 @@ async def test_tenants_spread_over_cluster_nodes_and_each_call_works(
         )
 
 
-async def test_adjust_many_settles_several_requests_in_one_pipeline(backend: Backend) -> None:
+async def test_settles_sent_without_waiting_take_effect(backend: Backend) -> None:
     tenants = [fresh_tenant() for _ in range(3)]  # different slots on the cluster
-    calls = []
+    settles = []
     for tenant in tenants:
         tokens = BucketSpec(bucket_key("it", tenant, "tokens"), 100, 1e-9, 60)
         lease = LeaseSpec(bucket_key("it", tenant, "inflight"), "r1", 1, 60_000)
         assert (await backend.store.take([tokens], lease)).allowed
         # The request used 10 of its 60: refund 50, and release its slot.
-        calls.append(([BucketSpec(tokens.key, 100, 1e-9, -50)], lease))
-    await backend.store.adjust_many(calls)
+        settles.append(backend.store.adjust_soon([BucketSpec(tokens.key, 100, 1e-9, -50)], lease))
+    await asyncio.gather(*settles)
     for tenant in tenants:
         tokens = BucketSpec(bucket_key("it", tenant, "tokens"), 100, 1e-9, 90)
         lease = LeaseSpec(bucket_key("it", tenant, "inflight"), "r2", 1, 60_000)
@@ -362,11 +362,37 @@ async def test_adjust_many_settles_several_requests_in_one_pipeline(backend: Bac
         assert again.buckets[0].remaining == pytest.approx(0, abs=1e-3)
 
 
-async def test_adjust_many_reloads_a_flushed_script(backend: Backend) -> None:
+async def test_calls_of_one_moment_share_a_round_trip(backend: Backend) -> None:
+    round_trips: list[int] = []
+    store = RedisBuckets(backend.client, observe=lambda calls, _: round_trips.append(calls))
+    tenant = fresh_tenant()
+    tokens = BucketSpec(bucket_key("it", tenant, "tokens"), 1000, 1e-9, 10)
+    refund = BucketSpec(tokens.key, 1000, 1e-9, -10)
+    # Alone, a call waits for no one. (On the cluster this also opens the connection to
+    # the tenant's node: redis-py fails a burst of first commands on a new connection.)
+    await store.take([tokens])
+    assert round_trips == [1]
+    round_trips.clear()
+    takes = [asyncio.create_task(store.take([tokens])) for _ in range(20)]
+    settles = [store.adjust_soon([refund]) for _ in range(5)]  # queued before takes run
+    results = await asyncio.gather(*takes, *settles)
+    assert all(r.allowed for r in results[:20])
+    assert sum(round_trips) == 25
+    if backend.name == "cluster":
+        assert round_trips == [1] * 25  # redis-py sends no scripts in cluster pipelines
+    else:
+        assert round_trips == [25]
+
+
+async def test_a_batch_reloads_flushed_scripts(backend: Backend) -> None:
     tenant = fresh_tenant()
     tokens = BucketSpec(bucket_key("it", tenant, "tokens"), 100, 1e-9, 10)
     await backend.store.take([tokens])
     await backend.client.script_flush()
-    await backend.store.adjust_many([([BucketSpec(tokens.key, 100, 1e-9, -10)], None)])
-    full = await backend.store.take([BucketSpec(tokens.key, 100, 1e-9, 100)])
-    assert full.allowed
+    # Both scripts are gone: one batch needs both loaded again.
+    _, taken = await asyncio.gather(
+        backend.store.adjust_soon([BucketSpec(tokens.key, 100, 1e-9, -10)]),
+        backend.store.take([BucketSpec(tokens.key, 100, 1e-9, 30)]),
+    )
+    assert taken.allowed
+    assert taken.buckets[0].remaining == pytest.approx(70, abs=1e-3)
