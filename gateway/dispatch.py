@@ -143,7 +143,7 @@ class Dispatcher:
                     continue
                 raise
             ttft = time.monotonic() - started
-            metrics.TTFT.labels(route.name).observe(ttft)
+            metrics.labels(metrics.TTFT, route.name).observe(ttft)
             served = Served(route, fallbacks, slot.waited_s, ttft)
             return first, self._hold(slot, route, first, deltas, started, ttft), served
         raise DeadlineMissed("no model of the fallback chain could take the request in time")

@@ -48,11 +48,13 @@ class UpstreamCall:
 
     kind: RequestKind
     upstream_model: str
-    # The rendered prompt (Triton backends) ...
+    # The rendered prompt (Triton backends; empty for chat sent to OpenAI backends) ...
     prompt: str
     # ... or the messages as sent (OpenAI backends apply their own template).
     messages: tuple[ChatMessage, ...]
     params: SamplingParams
+    # Prompt tokens as estimated before the upstream counts them.
+    prompt_estimate: int
 
     def finish_reason(self, completion_tokens: int) -> str:
         """OpenAI's finish reason for an output of this many tokens."""

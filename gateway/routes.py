@@ -13,6 +13,7 @@ from gateway.resilience.budget import RetryBudget
 from gateway.resilience.latency import LatencyTracker
 from gateway.resilience.outlier import OutlierDetector
 from gateway.scheduler.routing import ReplicaPool
+from gateway.tokens import estimate_chat_tokens, estimate_tokens
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,14 +56,19 @@ class ModelRoute:
 
     def upstream_call(self, request: InferenceRequest) -> UpstreamCall:
         """The request as this model's backend receives it."""
-        if request.kind is RequestKind.CHAT:
+        if request.kind is not RequestKind.CHAT:
+            prompt, estimate = request.prompt, estimate_tokens(request.prompt)
+        elif self.backend.renders_prompt:
             prompt = self.template.render(request.messages)
+            estimate = estimate_tokens(prompt)
         else:
-            prompt = request.prompt
+            # The server renders the messages itself: no need to render them here.
+            prompt, estimate = "", estimate_chat_tokens(request.messages)
         return UpstreamCall(
             kind=request.kind,
             upstream_model=self.upstream_model,
             prompt=prompt,
             messages=request.messages,
             params=request.params,
+            prompt_estimate=estimate,
         )

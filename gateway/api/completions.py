@@ -31,7 +31,6 @@ from gateway.ratelimit.limiter import Decision
 from gateway.resilience.failover import NoReplicaLeft
 from gateway.routes import ModelRoute
 from gateway.runtime import Runtime
-from gateway.tokens import estimate_tokens
 
 Parser = Callable[[Mapping[str, Any], int], InferenceRequest]
 
@@ -157,7 +156,7 @@ async def _serve_model(
         return idempotency  # the stored answer to an earlier run
 
     call = route.upstream_call(inference)
-    prompt_estimate = estimate_tokens(call.prompt)
+    prompt_estimate = call.prompt_estimate
     cost = prompt_estimate + _completion_reserve(runtime, inference)
     try:
         decision = await runtime.limiter.admit(

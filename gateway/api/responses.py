@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import secrets
 import time
 from typing import Any
 
 import orjson
 
+from gateway.ids import unique_id
 from gateway.inference import Completion, InferenceRequest, RequestKind, Usage
 
 SSE_DONE = b"data: [DONE]\n\n"
@@ -15,7 +15,7 @@ SSE_DONE = b"data: [DONE]\n\n"
 
 def new_id(kind: RequestKind) -> str:
     prefix = "chatcmpl-" if kind is RequestKind.CHAT else "cmpl-"
-    return prefix + secrets.token_hex(12)
+    return prefix + unique_id()
 
 
 def _usage(usage: Usage) -> dict[str, int]:

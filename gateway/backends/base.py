@@ -36,6 +36,10 @@ class UpstreamTimeout(UpstreamError):
 class Backend(Protocol):
     """Talks to the replicas of models served by one kind of server."""
 
+    #: Whether chat requests go upstream as a prompt rendered by the model's template
+    #: (Triton), rather than as the messages themselves (OpenAI-compatible servers).
+    renders_prompt: bool
+
     async def complete(self, url: str, call: UpstreamCall) -> Completion:
         """Run the request to completion on the replica at `url`."""
         ...

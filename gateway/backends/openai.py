@@ -15,6 +15,8 @@ from gateway.inference import Completion, Delta, RequestKind, UpstreamCall, Usag
 class OpenAIBackend:
     """Forwards chat and text completions to `{url}/v1/...`, renaming the model."""
 
+    renders_prompt = False
+
     def __init__(
         self, connect_timeout_s: float, total_timeout_s: float, api_key: str | None = None
     ) -> None:

@@ -30,6 +30,8 @@ _INT32 = struct.Struct("<i")
 class TritonGRPCBackend:
     """Calls decoupled LLM models on Triton through bidirectional gRPC streams."""
 
+    renders_prompt = True
+
     def __init__(self, connect_timeout_s: float, total_timeout_s: float) -> None:
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._connect_timeout_s = connect_timeout_s

@@ -19,6 +19,8 @@ class TritonHTTPBackend:
     vLLM and TensorRT-LLM backends); sampling settings travel as request parameters.
     """
 
+    renders_prompt = True
+
     def __init__(self, connect_timeout_s: float, total_timeout_s: float) -> None:
         self._session = LazySession(connect_timeout_s)
         self._total_timeout_s = total_timeout_s

@@ -41,16 +41,19 @@ class RequestRecord:
         self.reason = reason or ""
         duration = time.perf_counter() - self.started
         served = self.served_model or "-"
-        metrics.REQUESTS.labels(self.tenant, self.model, served, str(status)).inc()
-        metrics.DURATION.labels(self.model, "true" if self.stream else "false").observe(duration)
+        metrics.labels(metrics.REQUESTS, self.tenant, self.model, served, str(status)).inc()
+        stream = "true" if self.stream else "false"
+        metrics.labels(metrics.DURATION, self.model, stream).observe(duration)
         if self.reason:
             metrics.REFUSALS.labels(self.tenant, self.model, self.reason).inc()
         if self.served_model:
             tokens = metrics.TOKENS
-            tokens.labels(self.tenant, self.served_model, "prompt").inc(self.prompt_tokens)
-            tokens.labels(self.tenant, self.served_model, "completion").inc(self.completion_tokens)
+            metrics.labels(tokens, self.tenant, self.served_model, "prompt").inc(self.prompt_tokens)
+            completion = metrics.labels(tokens, self.tenant, self.served_model, "completion")
+            completion.inc(self.completion_tokens)
         if self.queue_wait_s is not None and self.served_model:
-            metrics.QUEUE_WAIT.labels(self.served_model, self.priority).observe(self.queue_wait_s)
+            queue_wait = metrics.labels(metrics.QUEUE_WAIT, self.served_model, self.priority)
+            queue_wait.observe(self.queue_wait_s)
         if log.isEnabledFor(logging.INFO):
             log.info(
                 "request",

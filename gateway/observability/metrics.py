@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from prometheus_client import (
     CollectorRegistry,
@@ -15,6 +15,7 @@ from prometheus_client import (
     multiprocess,
 )
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.registry import Collector
 
 if TYPE_CHECKING:
@@ -25,6 +26,24 @@ if TYPE_CHECKING:
 MULTIPROCESS_DIR_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
 REGISTRY = CollectorRegistry(auto_describe=True)
+
+MetricT = TypeVar("MetricT", bound=MetricWrapperBase)
+_children: dict[tuple[Any, tuple[str, ...]], Any] = {}
+
+
+def labels(metric: MetricT, *values: str) -> MetricT:
+    """`metric.labels(*values)`, remembered.
+
+    For the request path: prometheus-client validates the values and takes a lock on
+    every `labels()` call (about 2 us). The values given here come from the config
+    (tenants, models, replicas, statuses), so the number of children stays bounded.
+    """
+    key = (metric, values)
+    child = _children.get(key)
+    if child is None:
+        child = _children[key] = metric.labels(*values)
+    return child
+
 
 RATELIMIT_DECISIONS = Counter(
     "gateway_ratelimit_decisions_total",

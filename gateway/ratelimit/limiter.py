@@ -11,13 +11,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from gateway.api.errors import APIError
 from gateway.config import RateLimitConfig, RateLimits, RedisFailureMode, Tenant, TenantsConfig
+from gateway.ids import unique_id
 from gateway.observability import metrics
 from gateway.ratelimit.buckets import (
     BucketResult,
@@ -167,7 +167,7 @@ class RateLimiter:
         if plan.max_concurrent is not None:
             lease = LeaseSpec(
                 plan.inflight_key,
-                secrets.token_hex(8),
+                unique_id(),
                 plan.max_concurrent,
                 int(lease_ttl_s * 1000),
             )
@@ -179,7 +179,7 @@ class RateLimiter:
         if decision.allowed:
             token_buckets = tuple(b for b in plan.buckets if b.kind == "tokens")
             decision.ticket = Ticket(token_buckets, lease, reserve_tokens, local)
-            metrics.RATELIMIT_DECISIONS.labels(tenant, "allowed").inc()
+            metrics.labels(metrics.RATELIMIT_DECISIONS, tenant, "allowed").inc()
         elif plan.shadow:
             log.info("shadow: tenant %s would be refused by %s", tenant, decision.refused_by)
             metrics.RATELIMIT_DECISIONS.labels(tenant, "shadow_refused").inc()

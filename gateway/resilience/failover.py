@@ -119,8 +119,8 @@ async def stream(
 
 
 def _served(route: ModelRoute, replica: Replica, tokens: int) -> None:
-    metrics.REPLICA_REQUESTS.labels(route.name, replica.url).inc()
-    metrics.REPLICA_TOKENS.labels(route.name, replica.url).inc(tokens)
+    metrics.labels(metrics.REPLICA_REQUESTS, route.name, replica.url).inc()
+    metrics.labels(metrics.REPLICA_TOKENS, route.name, replica.url).inc(tokens)
 
 
 def _failed(route: ModelRoute, replica: Replica) -> None:
