@@ -14,6 +14,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from gateway.api import completions, endpoints
+from gateway.api.direct import DirectRoutes
 from gateway.api.errors import APIError
 from gateway.config import Config, load_config
 from gateway.observability import metrics
@@ -26,8 +27,9 @@ log = logging.getLogger("gateway")
 CONFIG_ENV = "GATEWAY_CONFIG"
 
 
-def build_app(config: Config) -> Starlette:
-    """The gateway's ASGI app for `config`."""
+def build_app(config: Config) -> DirectRoutes:
+    """The gateway's ASGI app for `config`: Starlette, with the completion endpoints
+    served directly (see `gateway.api.direct`)."""
     runtime = Runtime.build(config)
     reloader = TenantsReloader(runtime)
     metrics.watch_state(runtime.admission, list(runtime.routes.values()))
@@ -46,16 +48,19 @@ def build_app(config: Config) -> Starlette:
             await reloader.stop()
             await runtime.close()
 
-    routes = [
-        Route("/v1/chat/completions", completions.chat_completions, methods=["POST"]),
-        Route("/v1/completions", completions.completions, methods=["POST"]),
+    hot_routes = {
+        "/v1/chat/completions": completions.chat_completions,
+        "/v1/completions": completions.completions,
+    }
+    routes = [Route(path, endpoint, methods=["POST"]) for path, endpoint in hot_routes.items()]
+    routes += [
         Route("/v1/models", endpoints.list_models, methods=["GET"]),
         Route("/admin/reload", endpoints.reload_tenants, methods=["POST"]),
         Route("/metrics", endpoints.metrics_endpoint, methods=["GET"]),
         Route("/healthz", endpoints.healthz, methods=["GET"]),
         Route("/readyz", endpoints.readyz, methods=["GET"]),
     ]
-    return Starlette(
+    app = Starlette(
         routes=routes,
         lifespan=lifespan,
         exception_handlers={
@@ -64,12 +69,20 @@ def build_app(config: Config) -> Starlette:
             Exception: _unexpected_error,
         },
     )
+    return DirectRoutes(app, hot_routes, on_error=_error)
 
 
-def app_from_env() -> Starlette:
+def app_from_env() -> DirectRoutes:
     """Factory for uvicorn workers: the config path comes from `GATEWAY_CONFIG`."""
     configure_logging()
     return build_app(load_config(os.environ[CONFIG_ENV]))
+
+
+async def _error(request: Request, exc: Exception) -> Response:
+    """The response for an exception of a directly served endpoint."""
+    if isinstance(exc, APIError):
+        return await _api_error(request, exc)
+    return await _unexpected_error(request, exc)
 
 
 async def _api_error(request: Request, exc: Exception) -> Response:

@@ -92,10 +92,9 @@ class Dispatcher:
             started = time.monotonic()
             used = 0
             try:
-                timeout = job.deadline - started
-                completion = await asyncio.wait_for(
-                    failover.complete(route, call, job.deadline), timeout
-                )
+                # asyncio.timeout, unlike wait_for, runs the call in this task: no new task.
+                async with asyncio.timeout(job.deadline - started):
+                    completion = await failover.complete(route, call, job.deadline)
             except TimeoutError:
                 raise DeadlineMissed(f"{route.name} did not answer before the deadline") from None
             except NoReplicaLeft:
@@ -127,7 +126,9 @@ class Dispatcher:
             deltas = failover.stream(route, call, job.deadline)
             budget = min(route.config.timeouts.first_token_s, job.deadline - started)
             try:
-                first: Delta | None = await asyncio.wait_for(anext(deltas), budget)
+                first: Delta | None
+                async with asyncio.timeout(budget):
+                    first = await anext(deltas)
             except StopAsyncIteration:
                 first = None
             except TimeoutError:

@@ -14,7 +14,7 @@ import argparse
 import shutil
 import statistics
 
-from loadtest.stack import bench_stack, wrk, wrk_script
+from loadtest.stack import bench_stack, cpu_seconds, wrk, wrk_script
 
 
 def main() -> None:
@@ -38,13 +38,18 @@ def main() -> None:
         for _ in range(args.rounds):
             for connections in (1, 32):
                 for name, url in targets.items():
+                    cpu = cpu_seconds(stack.gateway_pid)
                     run = wrk(url, connections, args.seconds, script)
+                    # The gateway's CPU per request (zero-ish for the upstream's runs).
+                    used = cpu_seconds(stack.gateway_pid) - cpu
+                    run["cpu_us"] = 1e6 * used / run["requests"]
                     results.setdefault((name, connections), []).append(run)
-    print("| target | concurrency | requests/s | p50 ms | p99 ms |")
-    print("|---|---|---|---|---|")
+    print("| target | concurrency | requests/s | p50 ms | p99 ms | gateway CPU us/request |")
+    print("|---|---|---|---|---|---|")
     for (name, connections), runs in results.items():
-        med = {k: statistics.median(r[k] for r in runs) for k in ("rps", "p50", "p99")}
-        row = f"{med['rps']:.0f} | {med['p50']:.2f} | {med['p99']:.2f}"
+        med = {k: statistics.median(r[k] for r in runs) for k in ("rps", "p50", "p99", "cpu_us")}
+        cpu = f"{med['cpu_us']:.0f}" if name.startswith("gateway") else ""
+        row = f"{med['rps']:.0f} | {med['p50']:.2f} | {med['p99']:.2f} | {cpu}"
         print(f"| {name} | {connections} | {row} |")
 
 

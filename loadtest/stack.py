@@ -67,6 +67,28 @@ def _latency(out: str, label: str) -> float:
     return value / 1000 if unit == "us" else value * 1000 if unit == "s" else value
 
 
+def cpu_seconds(pid: int) -> float:
+    """CPU time (user + system) used so far by process `pid` and its live children."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for candidate in [pid, *_children(pid)]:
+        try:
+            fields = Path(f"/proc/{candidate}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / ticks  # utime, stime
+    return total
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        children = (task / "children").read_text().split()
+        for child in map(int, children):
+            found += [child, *_children(child)]
+    return found
+
+
 @dataclass
 class Stack:
     upstream_url: str

@@ -11,10 +11,13 @@ coalescer queues the calls and sends them as one pipeline:
 * urgent calls made while an urgent round trip is in flight wait for it, then go out
   together (group commit);
 * other calls (charges and settles, off the critical path) ride along with the next
-  round trip, or go out on their own when nothing is in flight.
+  round trip that starts within `background_delay_s`, or go out on their own then.
 
-Under load many requests share a round trip, and the decisions stay exact: every call
-still runs its script whole in Redis, in the order the calls were made.
+Under load many requests share a round trip; even one client alone costs one round
+trip a request, its settle riding with its next admission. The decisions stay exact:
+every call still runs its script whole in Redis, in the order the calls were made. A
+settle's refund and lease release reach Redis at most `background_delay_s` later,
+which can only make the limits stricter for that moment, never looser.
 """
 
 from __future__ import annotations
@@ -26,8 +29,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from redis.asyncio import Redis
+from redis.asyncio.connection import AbstractConnection as Connection
 from redis.commands.core import AsyncScript
-from redis.exceptions import NoScriptError
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import NoScriptError, ResponseError
 
 # Told the number of calls and the seconds of each round trip.
 RoundTripObserver = Callable[[int, float], None]
@@ -42,16 +47,34 @@ class _Call:
 
 
 class ScriptCoalescer:
-    """Sends the script calls of one moment to one Redis server in one pipeline."""
+    """Sends the script calls of one moment to one Redis server in one pipeline.
 
-    def __init__(self, redis: Redis, observe: RoundTripObserver | None = None) -> None:
+    It keeps two connections of its own, one for each sender, outside redis-py's pool:
+    checking a connection out of the pool, the pipeline object and redis-py's per-call
+    socket timeouts (each a task of its own) cost more than the round trip itself. One
+    timeout (`timeout_s`) covers each round trip instead.
+    """
+
+    def __init__(
+        self,
+        redis: Redis,
+        observe: RoundTripObserver | None = None,
+        background_delay_s: float = 0.002,
+        timeout_s: float | None = None,
+    ) -> None:
         self._redis = redis
         self._observe = observe
+        self._delay_s = background_delay_s
+        pool = redis.connection_pool
+        self._timeout_s = timeout_s or pool.connection_kwargs.get("socket_timeout") or 5.0
+        own = {**pool.connection_kwargs, "socket_timeout": None}
+        self._connections = {urgent: pool.connection_class(**own) for urgent in (True, False)}
         self._queue: list[_Call] = []
         # The task sending urgent calls, and the one sending the rest when nothing urgent
-        # is going on. Either sends whatever is queued.
+        # came to take them along. Either sends whatever is queued.
         self._urgent: asyncio.Task[None] | None = None
         self._background: asyncio.Task[None] | None = None
+        self._background_timer: asyncio.TimerHandle | None = None
 
     def call(
         self, script: AsyncScript, keys: Sequence[str], args: Sequence[Any], urgent: bool = True
@@ -63,25 +86,33 @@ class ScriptCoalescer:
         if urgent:
             if self._urgent is None:
                 self._urgent = asyncio.create_task(self._send_all(urgent=True))
-        elif self._urgent is None and self._background is None:
-            self._background = asyncio.create_task(self._send_all(urgent=False))
+        elif self._background_timer is None and self._background is None:
+            self._background_timer = asyncio.get_running_loop().call_later(
+                self._delay_s, self._send_background
+            )
         return reply
 
+    def _send_background(self) -> None:
+        self._background_timer = None
+        if self._queue and self._urgent is None and self._background is None:
+            self._background = asyncio.create_task(self._send_all(urgent=False))
+
     async def _send_all(self, urgent: bool) -> None:
+        connection = self._connections[urgent]
         try:
             while self._queue:
                 batch, self._queue = self._queue, []
-                await self._send(batch)
+                await self._send(connection, batch)
         finally:
             if urgent:
                 self._urgent = None
             else:
                 self._background = None
 
-    async def _send(self, batch: list[_Call]) -> None:
+    async def _send(self, connection: Connection, batch: list[_Call]) -> None:
         started = time.perf_counter()
         try:
-            replies = await self._execute(batch)
+            replies = await self._execute(connection, batch)
         except BaseException as exc:
             # The connection failed: so did every call in the batch.
             for call in batch:
@@ -100,38 +131,53 @@ class ScriptCoalescer:
             else:
                 call.reply.set_result(reply)
 
-    async def _execute(self, batch: Sequence[_Call]) -> list[Any]:
-        if len(batch) == 1:
-            # Alone: a plain EVALSHA costs less than a pipeline of one.
-            call = batch[0]
-            try:
-                return [await self._evalsha(call)]
-            except NoScriptError:
-                await self._redis.script_load(call.script.script)
-                return [await self._evalsha(call)]
-        replies = await self._pipeline(batch)
+    async def _execute(self, connection: Connection, batch: Sequence[_Call]) -> list[Any]:
+        try:
+            replies = await self._round_trip(connection, batch)
+        except (RedisConnectionError, OSError):
+            # A connection Redis closed (a restart, an idle timeout) fails on first use.
+            # Like redis-py's own retry, send the batch once more on a new connection.
+            replies = await self._round_trip(connection, batch)
         missing = [i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
         if missing:
             # Redis lost its scripts (a restart, a failover, SCRIPT FLUSH): load them and
             # send again the calls that found them missing.
             for script in {batch[i].script for i in missing}:
                 await self._redis.script_load(script.script)
-            again = await self._pipeline([batch[i] for i in missing])
+            again = await self._round_trip(connection, [batch[i] for i in missing])
             for i, reply in zip(missing, again, strict=True):
                 replies[i] = reply
         return replies
 
-    async def _evalsha(self, call: _Call) -> Any:
-        return await self._redis.evalsha(call.script.sha, len(call.keys), *call.keys, *call.args)
-
-    async def _pipeline(self, batch: Sequence[_Call]) -> list[Any]:
-        pipe = self._redis.pipeline(transaction=False)
-        for call in batch:
-            pipe.evalsha(call.script.sha, len(call.keys), *call.keys, *call.args)
-        return list(await pipe.execute(raise_on_error=False))
+    async def _round_trip(self, connection: Connection, batch: Sequence[_Call]) -> list[Any]:
+        """Send every call of `batch` at once and read their replies, in order."""
+        commands = [
+            ("EVALSHA", call.script.sha, len(call.keys), *call.keys, *call.args) for call in batch
+        ]
+        replies: list[Any] = []
+        try:
+            async with asyncio.timeout(self._timeout_s):
+                await connection.send_packed_command(
+                    connection.pack_commands(commands), check_health=False
+                )
+                for _ in batch:
+                    try:
+                        replies.append(await connection.read_response())
+                    except ResponseError as error:  # this call's own error
+                        replies.append(error)
+        except BaseException:
+            # Replies may be left unread on the connection: it cannot be used again.
+            await connection.disconnect(nowait=True)
+            raise
+        return replies
 
     async def close(self) -> None:
-        """Wait for the calls already queued to be sent."""
+        """Send the calls already queued, then close the connections."""
+        if self._background_timer is not None:
+            self._background_timer.cancel()
+            self._send_background()
         for sender in (self._urgent, self._background):
             if sender is not None:
                 await asyncio.shield(sender)
+        for connection in self._connections.values():
+            await connection.disconnect()

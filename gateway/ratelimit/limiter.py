@@ -296,6 +296,7 @@ class RateLimiter:
         """Finish pending settles (briefly) and stop probing."""
         if self._adjusting:
             await asyncio.wait(self._adjusting, timeout=2.0)
+        await self._store.close()
         if self._probe is not None:
             self._probe.cancel()
 

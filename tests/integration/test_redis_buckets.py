@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from redis import Redis as SyncRedis
-from redis.asyncio import RedisCluster
+from redis.asyncio import Redis, RedisCluster
 from redis.exceptions import RedisClusterException
 
 from gateway.ratelimit.buckets import (
@@ -31,6 +31,7 @@ from gateway.ratelimit.buckets import (
     wait_ms,
 )
 from gateway.ratelimit.redis_store import ADJUST_LUA, TAKE_LUA, RedisBuckets
+from gateway.storage import EMBEDDED_URL
 from tests.integration.conftest import Backend
 
 
@@ -396,3 +397,21 @@ async def test_a_batch_reloads_flushed_scripts(backend: Backend) -> None:
     )
     assert taken.allowed
     assert taken.buckets[0].remaining == pytest.approx(70, abs=1e-3)
+
+
+async def test_a_connection_redis_closed_is_replaced_unseen(redis_url: str) -> None:
+    if redis_url == EMBEDDED_URL:
+        pytest.skip("needs redis-server: fakeredis has no CLIENT KILL")
+    client = Redis.from_url(redis_url)
+    store = RedisBuckets(client)
+    try:
+        spec = BucketSpec(bucket_key("it", fresh_tenant(), "requests"), 10, 1e-9, 1)
+        assert (await store.take([spec])).allowed
+        # As after a Redis restart or an idle timeout: the server drops the connection.
+        assert await client.client_kill_filter(_type="normal", skipme=True) >= 1
+        again = await store.take([spec])
+        assert again.allowed
+        assert again.buckets[0].remaining == pytest.approx(8)  # taken once, not twice
+    finally:
+        await store.close()
+        await client.aclose()
