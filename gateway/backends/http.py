@@ -22,7 +22,7 @@ _RETRYABLE_STATUS = frozenset({404, 408, 429, 500, 502, 503, 504})
 
 
 def new_session(
-    connect_timeout_s: float, headers: dict[str, str] | None = None
+    connect_timeout_s: float, total_timeout_s: float | None, headers: dict[str, str] | None = None
 ) -> aiohttp.ClientSession:
     """A keep-alive session; measured several times faster per request than httpx here."""
     connector = aiohttp.TCPConnector(
@@ -32,24 +32,36 @@ def new_session(
     )
     return aiohttp.ClientSession(
         connector=connector,
-        timeout=aiohttp.ClientTimeout(total=None, sock_connect=connect_timeout_s),
+        # One timeout for every request: a request's own would replace it whole, connect
+        # timeout included, and cost a new object each time.
+        timeout=aiohttp.ClientTimeout(total=total_timeout_s, sock_connect=connect_timeout_s),
         json_serialize=lambda obj: orjson.dumps(obj).decode(),
         skip_auto_headers=("User-Agent",),
         headers=headers,
+        # An upstream's cookies must not follow one tenant's request into another's.
+        cookie_jar=aiohttp.DummyCookieJar(),
     )
 
 
 class LazySession:
     """One pooled session per backend, made on first use inside the running event loop."""
 
-    def __init__(self, connect_timeout_s: float, headers: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        connect_timeout_s: float,
+        total_timeout_s: float | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
         self._connect_timeout_s = connect_timeout_s
+        self._total_timeout_s = total_timeout_s
         self._headers = headers
         self._session: aiohttp.ClientSession | None = None
 
     def get(self) -> aiohttp.ClientSession:
         if self._session is None:
-            self._session = new_session(self._connect_timeout_s, self._headers)
+            self._session = new_session(
+                self._connect_timeout_s, self._total_timeout_s, self._headers
+            )
         return self._session
 
     async def close(self) -> None:
@@ -82,16 +94,12 @@ def _error_message(body: bytes) -> str:
 
 @asynccontextmanager
 async def post(
-    session: aiohttp.ClientSession, url: str, payload: bytes, timeout_s: float
+    session: aiohttp.ClientSession, url: str, payload: bytes
 ) -> AsyncIterator[aiohttp.ClientResponse]:
-    """POST JSON; map transport failures and error statuses to backend errors."""
+    """POST JSON within the session's timeouts; map transport failures and error
+    statuses to backend errors."""
     try:
-        async with session.post(
-            url,
-            data=payload,
-            headers=JSON_HEADERS,
-            timeout=aiohttp.ClientTimeout(total=timeout_s, sock_connect=None),
-        ) as response:
+        async with session.post(url, data=payload, headers=JSON_HEADERS) as response:
             if response.status != 200:
                 raise error_from_status(response.status, await response.read())
             yield response
@@ -99,7 +107,7 @@ async def post(
         # Refused, reset, or cut mid-body (a replica that died).
         raise ReplicaUnavailable(f"{type(exc).__name__}: {exc}") from exc
     except TimeoutError as exc:
-        raise UpstreamTimeout(f"no answer within {timeout_s:g}s") from exc
+        raise UpstreamTimeout(f"no answer within {session.timeout.total:g}s") from exc
 
 
 async def sse_payloads(response: aiohttp.ClientResponse) -> AsyncIterator[bytes]:

@@ -21,13 +21,10 @@ class OpenAIBackend:
         self, connect_timeout_s: float, total_timeout_s: float, api_key: str | None = None
     ) -> None:
         headers = {"authorization": f"Bearer {api_key}"} if api_key else None
-        self._session = LazySession(connect_timeout_s, headers)
-        self._total_timeout_s = total_timeout_s
+        self._session = LazySession(connect_timeout_s, total_timeout_s, headers)
 
     async def complete(self, url: str, call: UpstreamCall) -> Completion:
-        async with post(
-            self._session.get(), _endpoint(url, call), _payload(call, False), self._total_timeout_s
-        ) as r:
+        async with post(self._session.get(), _endpoint(url, call), _payload(call, False)) as r:
             data = orjson.loads(await r.read())
         try:
             choice = data["choices"][0]
@@ -45,9 +42,7 @@ class OpenAIBackend:
         )
 
     async def stream(self, url: str, call: UpstreamCall) -> AsyncGenerator[Delta, None]:
-        async with post(
-            self._session.get(), _endpoint(url, call), _payload(call, True), self._total_timeout_s
-        ) as r:
+        async with post(self._session.get(), _endpoint(url, call), _payload(call, True)) as r:
             async for payload in sse_payloads(r):
                 if payload == b"[DONE]":
                     return

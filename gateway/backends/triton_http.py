@@ -22,14 +22,11 @@ class TritonHTTPBackend:
     renders_prompt = True
 
     def __init__(self, connect_timeout_s: float, total_timeout_s: float) -> None:
-        self._session = LazySession(connect_timeout_s)
-        self._total_timeout_s = total_timeout_s
+        self._session = LazySession(connect_timeout_s, total_timeout_s)
 
     async def complete(self, url: str, call: UpstreamCall) -> Completion:
         endpoint = f"{url}/v2/models/{call.upstream_model}/generate"
-        async with post(
-            self._session.get(), endpoint, _payload(call, False), self._total_timeout_s
-        ) as r:
+        async with post(self._session.get(), endpoint, _payload(call, False)) as r:
             data = orjson.loads(await r.read())
         delta = _delta(data)
         usage = Usage(
@@ -41,9 +38,7 @@ class TritonHTTPBackend:
 
     async def stream(self, url: str, call: UpstreamCall) -> AsyncGenerator[Delta, None]:
         endpoint = f"{url}/v2/models/{call.upstream_model}/generate_stream"
-        async with post(
-            self._session.get(), endpoint, _payload(call, True), self._total_timeout_s
-        ) as r:
+        async with post(self._session.get(), endpoint, _payload(call, True)) as r:
             async for payload in sse_payloads(r):
                 yield _delta(orjson.loads(payload))
 
