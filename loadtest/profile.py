@@ -24,8 +24,9 @@ from loadtest.stack import bench_stack, wrk, wrk_script
 def _collapsed(pid: int, seconds: int, out: Path, rate: int) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         [
-            str(Path(sys.executable).parent / "py-spy"), "record", "--pid", str(pid), "--duration", str(seconds),
-            "--rate", str(rate), "--format", "raw", "--output", str(out),
+            str(Path(sys.executable).parent / "py-spy"), "record", "--pid", str(pid),
+            "--duration", str(seconds), "--rate", str(rate), "--format", "raw",
+            "--output", str(out),
         ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

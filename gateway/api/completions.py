@@ -7,12 +7,12 @@ fallback chain, replicas) -> response (JSON, or SSE) -> settle (background).
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
+from collections.abc import AsyncGenerator, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from starlette.requests import Request
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import Response
 
 from gateway.admission import Overloaded, Shed
 from gateway.api import errors
@@ -21,6 +21,7 @@ from gateway.api.errors import APIError, rate_limited
 from gateway.api.idempotency import claim
 from gateway.api.requests import decode_json, parse_chat, parse_completion, requested_model
 from gateway.api.responses import SSE_DONE, ChunkWriter, completion_body, new_id, sse_error
+from gateway.api.streaming import EventStreamResponse, StreamCut
 from gateway.auth import Identity
 from gateway.backends.base import UpstreamError, UpstreamRejected, UpstreamTimeout
 from gateway.dispatch import DeadlineMissed, Job, Served
@@ -83,6 +84,8 @@ class _Exchange:
     decision: Decision
     prompt_estimate: int
     record: RequestRecord
+    # Why a stream ended before its last event, if it did.
+    cut: StreamCut | None = None
 
     @property
     def response_id(self) -> str:
@@ -95,6 +98,11 @@ class _Exchange:
     def settle(self, used_tokens: int) -> None:
         if self.decision.ticket is not None:
             self.runtime.limiter.settle(self.decision.ticket, used_tokens)
+
+    def cut_short(self, reason: StreamCut) -> None:
+        """The client stopped reading or left: the stream ends here."""
+        self.cut = reason
+        metrics.labels(metrics.STREAMS_CUT, self.route.name, reason.value).inc()
 
     def headers(self, served: Served) -> dict[str, str]:
         headers = dict(self.decision.headers)
@@ -261,10 +269,11 @@ async def _stream(exchange: _Exchange) -> Response:
         exchange.settle(0)
         raise dispatch_error(exchange.route.name, exc) from exc
     headers = {**_SSE_HEADERS, **exchange.headers(served)}
-    return StreamingResponse(
+    return EventStreamResponse(
         _sse_events(exchange, served, first, deltas),
-        media_type="text/event-stream",
+        stall_timeout_s=exchange.runtime.config.gateway.server.stream_stall_timeout_s,
         headers=headers,
+        on_cut=exchange.cut_short,
     )
 
 
@@ -273,7 +282,7 @@ async def _sse_events(
     served: Served,
     first: Delta | None,
     deltas: AsyncGenerator[Delta, None],
-) -> AsyncIterator[bytes]:
+) -> AsyncGenerator[bytes, None]:
     request = exchange.job.request
     writer = ChunkWriter(request, response_id=exchange.response_id, model=served.route.name)
     meter = UsageMeter()
@@ -308,7 +317,8 @@ async def _sse_events(
         usage = meter.usage(exchange.prompt_estimate)
         exchange.settle(usage.total_tokens)
         exchange.served_by(served, usage)
-        exchange.record.finish(status)
+        # 499, as nginx logs it: the client closed the request (or stopped reading).
+        exchange.record.finish(499 if exchange.cut is not None else status)
 
 
 def dispatch_error(model: str, exc: Exception) -> APIError:

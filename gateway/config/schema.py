@@ -36,6 +36,9 @@ class ServerConfig(Strict):
     max_body_bytes: PositiveInt = 1_048_576
     # Seconds a graceful shutdown waits for in-flight requests.
     shutdown_grace_s: PositiveFloat = 10.0
+    # A streaming client that takes no event for this long is cut off (the upstream
+    # request is cancelled); until then flow control pauses the relay.
+    stream_stall_timeout_s: PositiveFloat = 30.0
     # Log prompts in clear text (off: they are never logged).
     log_prompts: bool = False
     # Reload the tenants file when it changes (SIGHUP and the admin API always work).

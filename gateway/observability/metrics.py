@@ -141,6 +141,12 @@ RETRY_BUDGET_EXHAUSTED = Counter(
     ["model"],
     registry=REGISTRY,
 )
+STREAMS_CUT = Counter(
+    "gateway_streams_cut_total",
+    "Streams ended early by the client: it left (client_gone) or stopped reading (client_stalled).",
+    ["model", "reason"],
+    registry=REGISTRY,
+)
 REDIS_DURATION = Histogram(
     "gateway_redis_duration_seconds",
     "Time of one round trip of the rate limiter to Redis (the script calls of one moment).",

@@ -13,11 +13,11 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from gateway.devstack import free_port, stop
+from gateway.devstack import stop
 from gateway.sim.server import TritonSim
-from tests import ports
 from tests.e2e.stack import Gateway, model, start_gateway, tenant
 from tests.e2e.test_rate_limits import key
+from tests.e2e.upstreams import no_models, serve_in_thread
 
 SHORT = [{"role": "user", "content": "hi"}]
 LONG = [{"role": "user", "content": "tell me about " + "the weather " * 30}]
@@ -49,45 +49,18 @@ def failing_upstream() -> Iterator[tuple[list[str], Counter[str]]]:
     503: the case a retry budget exists for. Counts the completion calls they get."""
     hits: Counter[str] = Counter()
 
-    async def models(request: web.Request) -> web.Response:
-        return web.json_response({"object": "list", "data": []})
-
     async def fail(request: web.Request) -> web.Response:
         hits[request.host] += 1
         return web.json_response({"error": {"message": "overloaded"}}, status=503)
 
-    loop = asyncio.new_event_loop()
-    runners: list[web.AppRunner] = []
-    urls = []
+    apps = []
     for _ in range(2):
         app = web.Application()
-        app.router.add_get("/v1/models", models)
+        app.router.add_get("/v1/models", no_models)
         app.router.add_post("/v1/chat/completions", fail)
-        runner = web.AppRunner(app)
-        loop.run_until_complete(runner.setup())
-        start = ports.FAILING_UPSTREAMS + 1000 * len(urls)
-        port = free_port(start=start, end=start + 1000)
-        loop.run_until_complete(web.TCPSite(runner, "127.0.0.1", port).start())
-        runners.append(runner)
-        urls.append(f"http://127.0.0.1:{port}")
-    thread_stop = asyncio.Event()
-
-    import threading
-
-    def run() -> None:
-        asyncio.set_event_loop(loop)
-        loop.run_until_complete(thread_stop.wait())
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    try:
+        apps.append(app)
+    with serve_in_thread(apps) as urls:
         yield urls, hits
-    finally:
-        loop.call_soon_threadsafe(thread_stop.set)
-        thread.join(5)
-        for runner in runners:
-            loop.run_until_complete(runner.cleanup())
-        loop.close()
 
 
 @pytest.fixture(scope="module")

@@ -156,6 +156,8 @@ def test_dashboard_covers_every_metric_and_recording_rule() -> None:
         "gateway_ratelimit_fallback_decisions_total",
         "gateway_redis_errors_total",
         "gateway_redis_duration_seconds",
+        "gateway_redis_calls_per_round_trip",
+        "gateway_streams_cut_total",
         "gateway_config_reloads_total",
         "gateway_config_info",
         "gateway_admission_in_flight",
