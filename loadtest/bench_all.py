@@ -21,11 +21,14 @@ import statistics
 import subprocess
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
+
+from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.devstack import free_port, gateway_command, spawn, start_redis, stop, wait_http_ok
 from loadtest.instant_upstream import STREAM_CHUNKS, start_nginx
-from loadtest.stack import BENCH_CONFIG, STREAM_BODY, wrk, wrk_script
+from loadtest.stack import BENCH_CONFIG, STREAM_BODY, cpu_seconds, wrk, wrk_script
 
 START, END = "<!-- bench:start -->", "<!-- bench:end -->"
 
@@ -76,7 +79,7 @@ def main() -> None:
         wait_http_ok(f"http://127.0.0.1:{upstream_port}/v1/models", 10, nginx)
         for process, port in gateways.values():
             wait_http_ok(f"http://127.0.0.1:{port}/readyz", 60, process)
-        rows = run(args, upstream_port, {w: p for w, (_, p) in gateways.items()})
+        rows = run(args, upstream_port, {w: (p.pid, port) for w, (p, port) in gateways.items()})
     finally:
         for process, _ in gateways.values():
             stop(process)
@@ -91,32 +94,69 @@ def main() -> None:
         args.write.write_text(f"{before}{START}\n{table}\n{END}{after}")
 
 
+def redis_totals(base_url: str) -> tuple[float, float]:
+    """Round trips the gateway's limiter made to Redis, and script calls they carried."""
+    with urllib.request.urlopen(f"{base_url}/metrics") as response:
+        text = response.read().decode()
+    totals = {
+        "gateway_redis_duration_seconds_count": 0.0,
+        "gateway_redis_calls_per_round_trip_sum": 0.0,
+    }
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name in totals:
+                totals[sample.name] += sample.value
+    return totals["gateway_redis_duration_seconds_count"], totals[
+        "gateway_redis_calls_per_round_trip_sum"
+    ]
+
+
+def measure(
+    url: str, connections: int, seconds: int, script: Path, gateway: tuple[int, str] | None
+) -> dict[str, float]:
+    """One wrk run; for a gateway, also its CPU and Redis round trips per request."""
+    if gateway is None:
+        return wrk(url, connections, seconds, script)
+    pid, base_url = gateway
+    cpu, (trips, calls) = cpu_seconds(pid), redis_totals(base_url)
+    result = wrk(url, connections, seconds, script)
+    after_trips, after_calls = redis_totals(base_url)
+    requests = max(result["requests"], 1.0)
+    result["cpu_us"] = 1e6 * (cpu_seconds(pid) - cpu) / requests
+    result["round_trips"] = (after_trips - trips) / requests
+    result["script_calls"] = (after_calls - calls) / requests
+    return result
+
+
 def run(
-    args: argparse.Namespace, upstream_port: int, gateway_ports: dict[int, int]
+    args: argparse.Namespace, upstream_port: int, gateways: dict[int, tuple[int, int]]
 ) -> dict[tuple[str, int], dict[str, float]]:
     plain, stream = wrk_script(), wrk_script(body=STREAM_BODY)
-    targets = {"upstream directly": f"http://127.0.0.1:{upstream_port}/v1/chat/completions"}
-    for workers, port in gateway_ports.items():
-        targets[f"gateway --workers {workers}"] = f"http://127.0.0.1:{port}/v1/chat/completions"
-    for url in targets.values():
+    targets: dict[str, tuple[str, tuple[int, str] | None]] = {
+        "upstream directly": (f"http://127.0.0.1:{upstream_port}/v1/chat/completions", None)
+    }
+    for workers, (pid, port) in gateways.items():
+        base = f"http://127.0.0.1:{port}"
+        targets[f"gateway --workers {workers}"] = (f"{base}/v1/chat/completions", (pid, base))
+    for url, _ in targets.values():
         wrk(url, 8, 2, plain)  # warm up connections, caches and the JIT-less interpreter
     runs: dict[tuple[str, int], list[dict[str, float]]] = {}
     for _ in range(args.rounds):
         for connections in (1, 32, 128):
-            for name, url in targets.items():
+            for name, (url, gateway) in targets.items():
                 runs.setdefault((name, connections), []).append(
-                    wrk(url, connections, args.seconds, plain)
+                    measure(url, connections, args.seconds, plain, gateway)
                 )
                 time.sleep(0.5)
         direct_stream = f"http://127.0.0.1:{upstream_port + 1}/v1/chat/completions"
         stream_targets = {
-            "upstream directly (stream)": direct_stream,
+            "upstream directly (stream)": (direct_stream, None),
             "gateway --workers 1 (stream)": targets["gateway --workers 1"],
         }
-        for name, url in stream_targets.items():
-            runs.setdefault((name, 32), []).append(wrk(url, 32, args.seconds, stream))
+        for name, (url, gateway) in stream_targets.items():
+            runs.setdefault((name, 32), []).append(measure(url, 32, args.seconds, stream, gateway))
     return {
-        key: {k: statistics.median(r[k] for r in results) for k in ("rps", "p50", "p99")}
+        key: {k: statistics.median(r[k] for r in results) for k in results[0]}
         for key, results in runs.items()
     }
 
@@ -125,10 +165,13 @@ def render(rows: dict[tuple[str, int], dict[str, float]], args: argparse.Namespa
     lines = [
         f"Measured {time.strftime('%Y-%m-%d')} with `loadtest/bench --seconds {args.seconds} "
         f"--rounds {args.rounds}`; {versions()}. wrk (one thread), nginx, redis-server and "
-        "the gateway share the machine's cores.",
+        "the gateway share the machine's cores. CPU is the gateway's (all its processes) "
+        "per request; Redis round trips and script calls are the limiter's per request, "
+        "from the gateway's own metrics.",
         "",
-        "| target | concurrency | requests/s | p50 ms | p99 ms | vs upstream |",
-        "|---|---|---|---|---|---|",
+        "| target | concurrency | requests/s | p50 ms | p99 ms | vs upstream "
+        "| gateway CPU µs/req | Redis round trips/req | script calls/req |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for (name, connections), row in rows.items():
         base = rows.get(("upstream directly", connections))
@@ -138,11 +181,36 @@ def render(rows: dict[tuple[str, int], dict[str, float]], args: argparse.Namespa
             ratio = f"{row['rps'] / base['rps']:.3f}x req/s, +{row['p50'] - base['p50']:.2f} ms p50"
         if streamed:
             ratio = f"{row['rps'] * STREAM_CHUNKS:.0f} chunks/s"
+        extra = " | | |"
+        if "cpu_us" in row:
+            extra = f" {row['cpu_us']:.0f} | {row['round_trips']:.2f} | {row['script_calls']:.2f} |"
         lines.append(
             f"| {name} | {connections} | {row['rps']:.0f} | {row['p50']:.2f} "
-            f"| {row['p99']:.2f} | {ratio} |"
+            f"| {row['p99']:.2f} | {ratio} |{extra}"
         )
+    lines += ["", *targets(rows)]
     return "\n".join(lines)
+
+
+def targets(rows: dict[tuple[str, int], dict[str, float]]) -> list[str]:
+    """Issue 7's targets for the full path at --workers 1, each met or not."""
+    one, up1 = rows[("gateway --workers 1", 1)], rows[("upstream directly", 1)]
+    c32, c32w2 = rows[("gateway --workers 1", 32)], rows[("gateway --workers 2", 32)]
+    added = one["p50"] - up1["p50"]
+    checks = [
+        (c32["rps"] >= 3000, f"at least 3,000 requests/s at concurrency 32: {c32['rps']:.0f}"),
+        (added <= 0.5, f"at most 0.5 ms added to p50 at concurrency 1: {added:.2f} ms"),
+        (
+            c32["round_trips"] < 1,
+            f"fewer than one Redis round trip per request under load (c32): "
+            f"{c32['round_trips']:.2f}",
+        ),
+        (
+            c32w2["rps"] > c32["rps"],
+            f"throughput grows with --workers (c32): {c32['rps']:.0f} -> {c32w2['rps']:.0f}",
+        ),
+    ]
+    return [f"- {'met' if ok else 'MISSED'}: {text}" for ok, text in checks]
 
 
 if __name__ == "__main__":
