@@ -1,4 +1,4 @@
-"""The `gateway` command: serve | demo | check-config | triton-sim | hash-key."""
+"""The `gateway` command: serve | demo | check-config | place | simulate | triton-sim | hash-key."""
 
 from __future__ import annotations
 
@@ -82,6 +82,12 @@ def _demo(args: argparse.Namespace) -> int:
     return code
 
 
+def _place(args: argparse.Namespace) -> int:
+    from gateway.scheduler.place_cli import run_place_command
+
+    return run_place_command(args)
+
+
 def _simulate_packing(args: argparse.Namespace) -> int:
     from gateway.scheduler.cli import run_packing_command
 
@@ -119,6 +125,12 @@ def parser() -> argparse.ArgumentParser:
         help="comma-separated names; NAME=MS sets the per-token delay in milliseconds",
     )
     sim.set_defaults(run=_triton_sim)
+
+    from gateway.scheduler.place_cli import add_place_arguments
+
+    place = sub.add_parser("place", help="place cluster.yaml's model replicas on its nodes")
+    add_place_arguments(place)
+    place.set_defaults(run=_place)
 
     hash_key = sub.add_parser("hash-key", help="print the stored form of an API key")
     hash_key.add_argument("key", help="the key, or - to read it from standard input")

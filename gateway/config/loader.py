@@ -103,7 +103,7 @@ def _check_gateway(source: Source) -> tuple[GatewayConfig | None, list[Problem]]
     problems += _fallback_problems(source)
     problems += _upstream_key_problems(source)
     problems += _template_problems(source)
-    gateway, invalid = _validate(GatewayConfig, source)
+    gateway, invalid = validate_source(GatewayConfig, source)
     problems += invalid
     return (None if problems else gateway), _sorted(problems)
 
@@ -118,7 +118,7 @@ def _check_tenants(
     problems += _key_problems(source)
     problems += _tenant_model_problems(source, models)
     problems += _priority_problems(source, classes)
-    tenants, invalid = _validate(TenantsConfig, source)
+    tenants, invalid = validate_source(TenantsConfig, source)
     problems += invalid
     return (None if problems else tenants), _sorted(problems)
 
@@ -160,7 +160,8 @@ def _with_env_overrides(gateway: GatewayConfig) -> GatewayConfig:
 # --- pydantic errors -------------------------------------------------------
 
 
-def _validate(model: type[M], source: Source) -> tuple[M | None, list[Problem]]:
+def validate_source(model: type[M], source: Source) -> tuple[M | None, list[Problem]]:
+    """`source`'s data as a `model`, or the problems that stop it, each at its line."""
     try:
         return model.model_validate(source.data), []
     except ValidationError as e:

@@ -123,7 +123,9 @@ class _Tracked(Policy):
         nodes = self.cluster.nodes
         seen: set[Signature] = set()
         for index, sig in enumerate(self._sig):
-            if sig in seen:
+            # Health is not part of the signature: a node that is down must not stand
+            # for the healthy ones in its state.
+            if sig in seen or not nodes[index].healthy:
                 continue
             seen.add(sig)
             if pod.fits(nodes[index]):

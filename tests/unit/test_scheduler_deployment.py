@@ -1,0 +1,144 @@
+"""cluster.yaml: placing model replicas on nodes, and placing them again after a failure."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from gateway.config.source import ConfigError
+from gateway.scheduler.cluster_config import ClusterConfig, load_cluster
+from gateway.scheduler.deployment import plan_deployments
+from gateway.scheduler.fragmentation import target_workload
+from gateway.scheduler.model import Cluster, Node, Pod
+from gateway.scheduler.policies import POLICY_NAMES, make_policy
+
+
+def cluster(nodes: dict[str, int], *deployments: dict[str, Any]) -> ClusterConfig:
+    return ClusterConfig.model_validate(
+        {
+            "nodes": [
+                {"name": name, "url": f"http://127.0.0.1:{8100 + 10 * i}", "gpus": gpus}
+                for i, (name, gpus) in enumerate(nodes.items())
+            ],
+            "deployments": list(deployments),
+        }
+    )
+
+
+def where(plan: Any) -> dict[str, list[str]]:
+    found: dict[str, list[str]] = {}
+    for p in plan.placements:
+        found.setdefault(p.model, []).append(p.node)
+    return found
+
+
+def test_higher_priority_is_placed_when_capacity_runs_short() -> None:
+    plan = plan_deployments(
+        cluster(
+            {"a": 1},
+            {"model": "chat", "priority": 0},
+            {"model": "search", "priority": 5},
+        )
+    )
+    assert where(plan) == {"search": ["a"]}
+    assert plan.unplaced == {"chat": 1}
+
+
+def test_replicas_of_a_model_spread_over_nodes() -> None:
+    plan = plan_deployments(cluster({"a": 4, "b": 4, "c": 4}, {"model": "chat", "replicas": 3}))
+    assert sorted(where(plan)["chat"]) == ["a", "b", "c"]
+
+
+def test_replicas_share_a_node_when_no_other_fits() -> None:
+    plan = plan_deployments(cluster({"a": 2, "b": 0 + 1}, {"model": "chat", "replicas": 3}))
+    assert sorted(where(plan)["chat"]) == ["a", "a", "b"]
+    assert plan.unplaced == {}
+
+
+def test_shared_replicas_take_halves_of_one_gpu() -> None:
+    plan = plan_deployments(
+        cluster({"a": 1}, {"model": "small", "replicas": 2, "gpus": 1, "gpu_milli": 500})
+    )
+    assert [(p.node, p.gpus) for p in plan.placements] == [("a", (0,)), ("a", (0,))]
+
+
+def test_after_a_node_fails_only_its_replicas_move() -> None:
+    config = cluster(
+        {"a": 2, "b": 2, "c": 2},
+        {"model": "large", "replicas": 2, "priority": 1},
+        {"model": "small", "replicas": 2},
+    )
+    before = plan_deployments(config)
+    lost = {p for p in before.placements if p.node == "a"}
+    assert lost
+    after = plan_deployments(config, down={"a"}, keep=before)
+    # Every replica that was not on `a` is still where it was ...
+    assert {p for p in before.placements if p.node != "a"} <= set(after.placements)
+    # ... and the lost ones run again elsewhere.
+    assert all(p.node != "a" for p in after.placements)
+    assert len(after.placements) == 4
+    assert after.unplaced == {}
+
+
+def test_lost_replicas_wait_when_no_capacity_is_left() -> None:
+    config = cluster({"a": 1, "b": 1}, {"model": "large", "replicas": 2})
+    before = plan_deployments(config)
+    after = plan_deployments(config, down={"b"}, keep=before)
+    assert where(after) == {"large": ["a"]}
+    assert after.unplaced == {"large": 1}
+
+
+def write(tmp_path: Path, data: dict[str, Any]) -> str:
+    path = tmp_path / "cluster.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return str(path)
+
+
+def test_a_bad_cluster_file_is_refused_with_file_and_line(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        {
+            "policy": "fastest",
+            "nodes": [
+                {"name": "a", "url": "http://127.0.0.1:8100", "gpus": 2},
+                {"name": "a", "url": "http://127.0.0.1:8110", "gpus": -1},
+            ],
+            "deployments": [{"model": "chat", "gpus": 2, "gpu_milli": 500}],
+        },
+    )
+    with pytest.raises(ConfigError) as caught:
+        load_cluster(path)
+    messages = [str(p) for p in caught.value.problems]
+    assert any(m.startswith(f"{path}:") and "gpus" in m and "nodes[1]" in m for m in messages)
+    assert any("gpu_milli below 1000" in m for m in messages)
+    # Cross checks run once the file has the right shape.
+    fixed = yaml.safe_load(Path(path).read_text())
+    fixed["nodes"][1]["gpus"] = 2
+    fixed["deployments"][0]["gpus"] = 1
+    with pytest.raises(ConfigError) as again:
+        load_cluster(write(tmp_path, fixed))
+    lines = [str(p) for p in again.value.problems]
+    assert any("duplicate name 'a'" in m and ":6:" in m for m in lines), lines
+    assert any("policy: unknown" in m and ":1:" in m for m in lines), lines
+
+
+def test_the_shipped_cluster_file_places_every_replica() -> None:
+    config = load_cluster(str(Path(__file__).parents[2] / "config/cluster.yaml"))
+    plan = plan_deployments(config)
+    assert plan.unplaced == {}
+    assert len(plan.placements) == sum(d.replicas for d in config.deployments)
+
+
+@pytest.mark.parametrize("name", POLICY_NAMES)
+def test_a_down_node_does_not_hide_its_healthy_twin(name: str) -> None:
+    down, twin = Node("a", 2, "A100", 8000, 8192), Node("b", 2, "A100", 8000, 8192)
+    down.healthy = False
+    pod = Pod("p", 1, 1000, 1000, 1024)
+    policy = make_policy(name, seed=1, shapes=target_workload([pod]))
+    policy.bind(Cluster([down, twin]))
+    placement = policy.choose(pod)
+    assert placement is not None
+    assert placement.node == 1
