@@ -22,6 +22,7 @@ from gateway.backends.triton_metrics import default_metrics_url
 from gateway.config import BackendKind, Config, ModelConfig, TenantsConfig, key_index
 from gateway.dispatch import Dispatcher
 from gateway.observability import metrics
+from gateway.placement import ClusterPlacement
 from gateway.ratelimit.limiter import RateLimiter
 from gateway.ratelimit.redis_store import RedisBuckets
 from gateway.resilience.health import HealthChecker
@@ -91,6 +92,8 @@ class Runtime:
     admission: AdmissionController
     dispatcher: Dispatcher
     idempotency: IdempotencyStore
+    # Models served where cluster.yaml's deployments are placed, when gateway.yaml says so.
+    placement: ClusterPlacement | None = None
 
     @classmethod
     def build(cls, config: Config) -> Runtime:
@@ -107,6 +110,9 @@ class Runtime:
         admission = AdmissionController(config.gateway.admission.classes)
         for route in routes.values():
             admission.configure_model(route.name, route.config.queue.max_queued, _capacity(route))
+        placement = ClusterPlacement.load(
+            config.gateway, config.gateway_path, routes, on_change=admission.capacity_changed
+        )
         return cls(
             config=config,
             routes=routes,
@@ -119,6 +125,7 @@ class Runtime:
             idempotency=IdempotencyStore(
                 redis, config.gateway.redis.key_prefix, config.gateway.idempotency.ttl_s
             ),
+            placement=placement,
         )
 
     def apply_tenants(self, tenants: TenantsConfig) -> None:
@@ -146,10 +153,14 @@ class Runtime:
                 await self.redis.initialize()
             except (RedisError, OSError) as exc:
                 log.warning("Redis Cluster not reachable at start (%s)", exc)
+        if self.placement is not None:
+            await self.placement.start()
         await self.health.check_all()
         self.health.start()
 
     async def close(self) -> None:
+        if self.placement is not None:
+            await self.placement.stop()
         await self.limiter.close()
         await self.health.stop()
         for route in self.routes.values():

@@ -103,6 +103,7 @@ def _check_gateway(source: Source) -> tuple[GatewayConfig | None, list[Problem]]
     problems += _fallback_problems(source)
     problems += _upstream_key_problems(source)
     problems += _template_problems(source)
+    problems += _replica_problems(source)
     gateway, invalid = validate_source(GatewayConfig, source)
     problems += invalid
     return (None if problems else gateway), _sorted(problems)
@@ -290,6 +291,22 @@ def _key_problems(source: Source) -> list[Problem]:
             else:
                 owners[hex_digest] = (name, source.line(loc))
     return problems
+
+
+def _replica_problems(source: Source) -> list[Problem]:
+    """Models without replicas, unless a cluster file may place them."""
+    data = _as_dict(source.data)
+    if data.get("cluster_file"):
+        return []  # checked against the cluster when the gateway starts
+    return [
+        source.problem(
+            ("models", name, "replicas"),
+            f"models.{name}.replicas: at least one is needed (or a cluster_file that places "
+            "the model)",
+        )
+        for name, model in _as_dict(data.get("models")).items()
+        if isinstance(model, dict) and not model.get("replicas")
+    ]
 
 
 def _template_problems(source: Source) -> list[Problem]:

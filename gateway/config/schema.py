@@ -132,7 +132,8 @@ class ModelConfig(Strict):
     backend: BackendKind
     # The model's name at the backend; defaults to the gateway's name for it.
     upstream_model: str | None = None
-    replicas: Annotated[list[Replica], Field(min_length=1)]
+    # Empty only for a model placed by the cluster file (`cluster_file`).
+    replicas: list[Replica] = Field(default_factory=list)
     # A built-in template name (see gateway/backends/prompt.py) or a Jinja template.
     prompt_template: str = "chatml"
     max_tokens_default: PositiveInt = 256
@@ -174,6 +175,13 @@ class GatewayConfig(Strict):
     ratelimit: RateLimitConfig = RateLimitConfig()
     # Path of the tenants file, relative to gateway.yaml.
     tenants_file: str = "tenants.yaml"
+    # A cluster file (relative to gateway.yaml): models deployed there are served where
+    # the scheduler places them, and `replicas` may be left out for them.
+    cluster_file: str | None = None
+    # Seconds between probes of the cluster's nodes, and failed probes in a row after
+    # which a node is down and its replicas are placed elsewhere.
+    node_probe_interval_s: PositiveFloat = 2.0
+    node_down_after: PositiveInt = 3
     models: Annotated[dict[str, ModelConfig], Field(min_length=1)]
 
 

@@ -141,3 +141,6 @@ def configure_logging(level: str | None = None) -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level or os.environ.get("GATEWAY_LOG_LEVEL", "INFO"))
+    # watchfiles logs every change in the watched directory at INFO; the reloader logs
+    # what matters (a reload applied or refused).
+    logging.getLogger("watchfiles").setLevel(logging.WARNING)

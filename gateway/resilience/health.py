@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterable
 from gateway.backends.http import LazySession
 from gateway.backends.triton_metrics import scrape_queue
 from gateway.routes import ModelRoute
+from gateway.scheduler.routing import Replica
 
 log = logging.getLogger("gateway.health")
 
@@ -31,8 +32,7 @@ class HealthChecker:
         await asyncio.gather(*(self._check_route(route) for route in self._routes))
 
     async def _check_route(self, route: ModelRoute) -> None:
-        async def check(replica_index: int) -> None:
-            replica = route.pool.replicas[replica_index]
+        async def check(replica: Replica) -> None:
             healthy = await route.backend.ready(
                 replica.url, route.upstream_model, route.config.health.timeout_s
             )
@@ -59,7 +59,8 @@ class HealthChecker:
             if changed and self._on_change is not None:
                 self._on_change(route.name)
 
-        await asyncio.gather(*(check(i) for i in range(len(route.pool.replicas))))
+        # A snapshot: a new placement may change the pool while the checks run.
+        await asyncio.gather(*(check(replica) for replica in list(route.pool.replicas)))
 
     async def _loop(self, route: ModelRoute) -> None:
         while True:

@@ -76,6 +76,18 @@ class ReplicaPool:
         finally:
             replica.outstanding -= 1
 
+    def set_urls(self, urls: Sequence[str], metrics_urls: Sequence[str | None] = ()) -> None:
+        """Serve from `urls` from now on (a new placement). Replicas that stay keep their
+        counts; the list is changed in place, as others hold it."""
+        current = {r.url: r for r in self.replicas}
+        replicas = []
+        for index, url in enumerate(urls):
+            replica = current.get(url) or Replica(url)
+            if replica.url not in current and index < len(metrics_urls):
+                replica.metrics_url = metrics_urls[index]
+            replicas.append(replica)
+        self.replicas[:] = replicas
+
     def mark_checked(self, replica: Replica, healthy: bool) -> None:
         """Record the result of an active health check."""
         replica.healthy = healthy
