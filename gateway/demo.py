@@ -20,8 +20,9 @@ from gateway.devstack import (
 )
 from gateway.storage import EMBEDDED_URL
 
-# Two replicas of llm-large and one of llm-small, on two Triton servers.
-_SERVERS = (("DEMO_LARGE_1_URL", "llm-large,llm-small"), ("DEMO_LARGE_2_URL", "llm-large"))
+# Two Triton servers, the nodes of config/cluster.yaml. Both have both models; the
+# gateway loads and unloads them where the scheduler places cluster.yaml's deployments.
+_SERVERS = (("NODE_A_URL", "llm-large,llm-small"), ("NODE_B_URL", "llm-large,llm-small"))
 
 
 def _examples(port: int) -> str:
@@ -82,8 +83,6 @@ def run_demo(port: int, config_path: str) -> int:
             children.append(process)
             sims.append((sim_port, models, process))
             env[variable] = f"http://127.0.0.1:{sim_port}"
-        # llm-small is served over gRPC from the first server.
-        env["DEMO_SMALL_1_URL"] = f"127.0.0.1:{sims[0][0] + 1}"
         for sim_port, models, process in sims:
             for model in models.split(","):
                 url = f"http://127.0.0.1:{sim_port}/v2/models/{model}/ready"
