@@ -43,6 +43,9 @@ async def backend(request: pytest.FixtureRequest) -> AsyncIterator[Backend]:
     elif request.param == "cluster":
         ports: list[int] = request.getfixturevalue("redis_cluster")
         client = RedisCluster(host="127.0.0.1", port=ports[0], max_connections=MAX_CONNECTIONS)
+        # As the gateway does at start: redis-py's cluster client can fail a burst of
+        # first commands before it has learnt the slot map.
+        await client.initialize()
     else:
         client = FakeAsyncRedis(max_connections=MAX_CONNECTIONS)
     try:
