@@ -33,12 +33,12 @@ def start_sim(models: str) -> TritonSim:
     return sim
 
 
-@pytest.fixture(scope="session")
-def sims() -> Iterator[tuple[TritonSim, TritonSim]]:
-    """Server A serves llm-large, llm-small and llm-slow, server B another llm-large."""
-    a = start_sim(f"{LARGE},{SMALL},{SLOW}")
+@contextmanager
+def two_sims(models_a: str, models_b: str) -> Iterator[tuple[TritonSim, TritonSim]]:
+    """Two Triton servers, both stopped at the end whatever happens."""
+    a = start_sim(models_a)
     try:
-        b = start_sim(LARGE)
+        b = start_sim(models_b)
     except Exception:
         a.stop()
         raise
@@ -47,6 +47,13 @@ def sims() -> Iterator[tuple[TritonSim, TritonSim]]:
     finally:
         b.stop()
         a.stop()
+
+
+@pytest.fixture(scope="session")
+def sims() -> Iterator[tuple[TritonSim, TritonSim]]:
+    """Server A serves llm-large, llm-small and llm-slow, server B another llm-large."""
+    with two_sims(f"{LARGE},{SMALL},{SLOW}", LARGE) as pair:
+        yield pair
 
 
 @pytest.fixture(scope="session")

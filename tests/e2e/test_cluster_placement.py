@@ -13,7 +13,7 @@ import yaml
 from openai import OpenAI, OpenAIError
 
 from gateway.sim.server import TritonSim
-from tests.e2e.conftest import start_sim
+from tests.e2e.conftest import two_sims
 from tests.e2e.stack import KEYS, Gateway, model, start_gateway
 
 
@@ -21,17 +21,8 @@ from tests.e2e.stack import KEYS, Gateway, model, start_gateway
 def nodes() -> Iterator[tuple[TritonSim, TritonSim]]:
     """Two Triton servers of this module's own (the test kills one); both start with
     llm-small loaded."""
-    a = start_sim("llm-small=1")
-    try:
-        b = start_sim("llm-small=1")
-    except Exception:
-        a.stop()
-        raise
-    try:
-        yield a, b
-    finally:
-        b.stop()
-        a.stop()
+    with two_sims("llm-small=1", "llm-small=1") as pair:
+        yield pair
 
 
 @pytest.fixture(scope="module")
