@@ -114,9 +114,13 @@ class ScriptCoalescer:
         try:
             replies = await self._execute(connection, batch)
         except BaseException as exc:
-            # The connection failed: so did every call in the batch.
+            # The connection failed (or the sender was cancelled): so did every call.
             for call in batch:
-                if not call.reply.done():
+                if call.reply.done():
+                    continue
+                if isinstance(exc, asyncio.CancelledError):
+                    call.reply.cancel()
+                else:
                     call.reply.set_exception(exc)
             if isinstance(exc, asyncio.CancelledError):
                 raise
