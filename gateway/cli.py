@@ -94,6 +94,18 @@ def _simulate_packing(args: argparse.Namespace) -> int:
     return run_packing_command(args)
 
 
+def _simulate_queue(args: argparse.Namespace) -> int:
+    from gateway.scheduler.queue_cli import run_queue_command
+
+    return run_queue_command(args)
+
+
+def _simulate_trace(args: argparse.Namespace) -> int:
+    from gateway.scheduler.queue_cli import run_trace_command
+
+    return run_trace_command(args)
+
+
 def parser() -> argparse.ArgumentParser:
     """The command line, with one sub-command per job."""
     top = argparse.ArgumentParser(prog="gateway", description=__doc__)
@@ -143,6 +155,16 @@ def parser() -> argparse.ArgumentParser:
     packing = experiments.add_parser("packing", help="GPU packing on the openb trace")
     add_packing_arguments(packing)
     packing.set_defaults(run=_simulate_packing)
+    from gateway.scheduler.queue_cli import add_queue_arguments, add_trace_arguments
+
+    queue = experiments.add_parser(
+        "queue", help="replay a job trace: quotas, fair share, preemption, failures"
+    )
+    add_queue_arguments(queue)
+    queue.set_defaults(run=_simulate_queue)
+    trace = experiments.add_parser("trace", help="derive a job trace from the openb pod list")
+    add_trace_arguments(trace)
+    trace.set_defaults(run=_simulate_trace)
     return top
 
 
