@@ -38,6 +38,18 @@ class Node:
         if self.memory_free < 0:
             self.memory_free = self.memory_mib
 
+    def emptied(self) -> Node:
+        """A node like this one with nothing placed on it."""
+        return Node(
+            name=self.name,
+            gpus=self.gpus,
+            gpu_model=self.gpu_model,
+            cpu_milli=self.cpu_milli,
+            memory_mib=self.memory_mib,
+            domain=self.domain,
+            healthy=self.healthy,
+        )
+
     @property
     def gpu_free_milli(self) -> int:
         """Idle GPU on the node, in thousandths of a GPU."""

@@ -67,18 +67,6 @@ class PackingResult:
         }
 
 
-def _fresh(node: Node) -> Node:
-    return Node(
-        name=node.name,
-        gpus=node.gpus,
-        gpu_model=node.gpu_model,
-        cpu_milli=node.cpu_milli,
-        memory_mib=node.memory_mib,
-        domain=node.domain,
-        healthy=node.healthy,
-    )
-
-
 def run_packing(
     nodes: Sequence[Node],
     pods: Sequence[Pod],
@@ -88,7 +76,7 @@ def run_packing(
 ) -> PackingResult:
     """Run the experiment once. `nodes` are copied empty; the target workload for the
     fragmentation measure (and for `fgd`) is the popularity of the pod list's shapes."""
-    cluster = Cluster([_fresh(node) for node in nodes])
+    cluster = Cluster([node.emptied() for node in nodes])
     capacity = cluster.capacity_milli
     if capacity == 0:
         raise ValueError("the cluster has no GPU")

@@ -36,17 +36,6 @@ FINISH, REPAIR, FAIL, ARRIVE, WAKE = range(5)
 _NO_POD = Pod("refresh", 0, 0, 0, 0)  # what `_refresh` hands the policy's `placed`
 
 
-def _fresh(node: Node) -> Node:
-    return Node(
-        name=node.name,
-        gpus=node.gpus,
-        gpu_model=node.gpu_model,
-        cpu_milli=node.cpu_milli,
-        memory_mib=node.memory_mib,
-        domain=node.domain,
-    )
-
-
 class QueueState:
     """Everything a replay tracks, and the operations that keep it consistent."""
 
@@ -59,7 +48,7 @@ class QueueState:
         failures: FailureSource | None = None,
     ) -> None:
         self.config = config
-        self.cluster = Cluster([_fresh(node) for node in nodes])
+        self.cluster = Cluster([node.emptied() for node in nodes])
         self.nodes = self.cluster.nodes
         self.quotas = Quotas(tenants)
         unknown = {job.tenant for job in jobs} - set(self.quotas.tenants)
