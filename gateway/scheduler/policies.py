@@ -179,6 +179,12 @@ class FragmentationGradient(_Tracked):
         super().placed(pod, placement)
         self._frag[placement.node] = self.fragmentation.of_node(self.cluster.nodes[placement.node])
 
+    def _extra_cost(self, pod: Pod, index: int, sig: Signature) -> float:
+        """A cost, in thousandths of a GPU, added to every candidate on node `index` for
+        `pod`; none here. It may depend on the node only through its state `sig`: of nodes
+        in the same state only the first is evaluated."""
+        return 0.0
+
     def choose(self, pod: Pod) -> Placement | None:
         """The candidate with the smallest fragmentation increase; among equal ones, the
         node best-fit would pick (it keeps emptier nodes for the shapes still to come)."""
@@ -190,7 +196,8 @@ class FragmentationGradient(_Tracked):
             model, free, cpu_free, memory_free, _, _ = sig
             cpu_after = cpu_free - pod.cpu_milli
             memory_after = memory_free - pod.memory_mib
-            before = self._frag[index]
+            # What the node costs besides its fragmentation increase (subclasses).
+            before = self._frag[index] - self._extra_cost(pod, index, sig)
             candidates: list[tuple[int, tuple[int, ...]]]
             if pod.shared:
                 # One candidate per distinct free share that can take the pod.
@@ -225,17 +232,24 @@ class FragmentationGradient(_Tracked):
         return Placement(best_index, pod.gpu_choice(node))
 
 
-POLICY_NAMES = ("first-fit", "random", "best-fit", "fgd")
-BEST_POLICY = "fgd"
+POLICY_NAMES = ("first-fit", "random", "best-fit", "fgd", "fgd-plus", "topology")
+BEST_POLICY = "fgd-plus"  # beats fgd on the default workload and every derived family
 
 
 def make_policy(name: str, seed: int, shapes: Sequence[Shape]) -> Policy:
-    """A policy by name; `seed` drives `random`, `shapes` (the target workload) `fgd`."""
+    """A policy by name; `seed` drives `random`, `shapes` (the target workload) the
+    fragmentation-aware ones."""
+    # Imported here: these modules build on the classes above.
+    from gateway.scheduler.fgd_plus import FragmentationGradientPlus
+    from gateway.scheduler.topology import TopologyAware
+
     factories: dict[str, Callable[[], Policy]] = {
         "first-fit": FirstFit,
         "random": lambda: RandomFit(seed),
         "best-fit": BestFit,
         "fgd": lambda: FragmentationGradient(shapes),
+        "fgd-plus": lambda: FragmentationGradientPlus(shapes),
+        "topology": lambda: TopologyAware(shapes),
     }
     factory = factories.get(name)
     if factory is None:

@@ -308,7 +308,7 @@ def test_cli_prints_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     argv = ["simulate", "packing", "--nodes", str(nodes_csv), "--pods", str(pods_csv)]
     assert main([*argv, "--seed", "5", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert doc["policy"] == "fgd" and doc["seed"] == 5 and len(doc["allocated_gpu_pct"]) == 131
+    assert doc["policy"] == "fgd-plus" and doc["seed"] == 5 and len(doc["allocated_gpu_pct"]) == 131
     assert main([*argv, "--seed", "5", "--policy", "random"]) == 0
     assert "random seed 5" in capsys.readouterr().out
     assert (
