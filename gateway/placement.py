@@ -20,6 +20,7 @@ from urllib.parse import urlsplit
 
 import aiohttp
 
+from gateway.backends.http import LazySession, get_ok
 from gateway.backends.triton_metrics import default_metrics_url
 from gateway.backends.triton_repository import RepositoryError, apply_plan
 from gateway.config import BackendKind, GatewayConfig
@@ -28,6 +29,8 @@ from gateway.scheduler.cluster_config import ClusterConfig, ClusterNode, load_cl
 from gateway.scheduler.deployment import DeploymentPlan, plan_deployments
 
 log = logging.getLogger("gateway.placement")
+
+PROBE_TIMEOUT_S = 1.0
 
 
 def cluster_path(config: GatewayConfig, gateway_path: str) -> str | None:
@@ -40,7 +43,7 @@ def cluster_path(config: GatewayConfig, gateway_path: str) -> str | None:
 def replica_url(node: ClusterNode, backend: BackendKind) -> str:
     """Where a model's backend reaches the node's Triton: HTTP as given; gRPC on the
     next port (Triton's default layout, 8000 and 8001)."""
-    url = str(node.url).rstrip("/")
+    url = node.base_url
     if backend is not BackendKind.TRITON_GRPC:
         return url
     parts = urlsplit(url)
@@ -66,6 +69,9 @@ class ClusterPlacement:
         self._down_after = down_after
         self._on_change = on_change
         self._failures = {node.name: 0 for node in cluster.nodes}
+        self._nodes = {node.name: node for node in cluster.nodes}
+        self._urls = [node.base_url for node in cluster.nodes]
+        self._session = LazySession(connect_timeout_s=PROBE_TIMEOUT_S)
         self._task: asyncio.Task[None] | None = None
         # Deployed but not served through the gateway: placed and loaded all the same.
         self.unrouted = sorted({d.model for d in cluster.deployments} - set(routes))
@@ -103,6 +109,7 @@ class ClusterPlacement:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
             self._task = None
+        await self._session.close()
 
     async def _watch(self) -> None:
         while True:
@@ -116,8 +123,11 @@ class ClusterPlacement:
 
     async def _probe_all(self) -> bool:
         """Probe every node; True when a node went down or came back."""
-        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=1.0)) as session:
-            results = await asyncio.gather(*(self._ready(session, n) for n in self.cluster.nodes))
+        # Live, not ready: Triton is not "ready" while it loads or unloads a model.
+        session = self._session.get()
+        results = await asyncio.gather(
+            *(get_ok(session, f"{url}/v2/health/live", PROBE_TIMEOUT_S) for url in self._urls)
+        )
         changed = False
         for node, ready in zip(self.cluster.nodes, results, strict=True):
             self._failures[node.name] = 0 if ready else self._failures[node.name] + 1
@@ -134,19 +144,10 @@ class ClusterPlacement:
                 changed = True
         return changed
 
-    @staticmethod
-    async def _ready(session: aiohttp.ClientSession, node: ClusterNode) -> bool:
-        # Live, not ready: Triton is not "ready" while it loads or unloads a model.
-        try:
-            async with session.get(f"{str(node.url).rstrip('/')}/v2/health/live") as response:
-                return response.status == 200
-        except (aiohttp.ClientError, OSError, TimeoutError):
-            return False
-
     async def _replace(self) -> None:
         """Plan again around the nodes that are down, apply it, and serve from it."""
         # Isolate first: nothing more goes to a node that is down, whatever happens next.
-        self._point_pools(lambda route, urls: [u for u in urls if u not in self._down_urls(route)])
+        self._point_pools(self._without_down_nodes)
         plan = plan_deployments(self.cluster, down=self.down, keep=self.plan)
         up = [n.name for n in self.cluster.nodes if n.name not in self.down]
         try:
@@ -166,11 +167,11 @@ class ClusterPlacement:
         self._point_pools(lambda route, _: self._plan_urls(route))
 
     def _node_url(self, name: str, route: ModelRoute) -> str:
-        node = next(n for n in self.cluster.nodes if n.name == name)
-        return replica_url(node, route.config.backend)
+        return replica_url(self._nodes[name], route.config.backend)
 
-    def _down_urls(self, route: ModelRoute) -> set[str]:
-        return {self._node_url(name, route) for name in self.down}
+    def _without_down_nodes(self, route: ModelRoute, urls: list[str]) -> list[str]:
+        down = {self._node_url(name, route) for name in self.down}
+        return [url for url in urls if url not in down]
 
     def _plan_urls(self, route: ModelRoute) -> list[str]:
         # A node hosting two replicas of a model is still one endpoint.

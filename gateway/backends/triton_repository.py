@@ -61,7 +61,7 @@ async def apply_plan(
     """
     deployed = {d.model for d in cluster.deployments}
     wanted = set(nodes) if nodes is not None else {n.name for n in cluster.nodes}
-    urls = {n.name: str(n.url).rstrip("/") for n in cluster.nodes if n.name in wanted}
+    urls = {n.name: n.base_url for n in cluster.nodes if n.name in wanted}
     actions: list[Action] = []
     async with aiohttp.ClientSession(timeout=_TIMEOUT) as session:
         present = {name: await loaded_models(session, url) for name, url in urls.items()}

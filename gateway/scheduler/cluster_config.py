@@ -30,6 +30,11 @@ class ClusterNode(Strict):
     # An interconnect domain (NVLink island, rack): the topology policy keeps jobs in one.
     domain: str = ""
 
+    @property
+    def base_url(self) -> str:
+        """`url` without a trailing slash, to append API paths to."""
+        return str(self.url).rstrip("/")
+
 
 class Deployment(Strict):
     """A model and how many replicas of what size it runs."""
