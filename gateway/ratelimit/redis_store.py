@@ -62,12 +62,11 @@ class RedisBuckets:
         await self._redis.script_load(TAKE_LUA)
         await self._redis.script_load(ADJUST_LUA)
 
-    def _call(
-        self, script: AsyncScript, keys: list[str], args: list[Any], urgent: bool = True
-    ) -> asyncio.Future[Any]:
+    async def _run(self, script: AsyncScript, keys: list[str], args: list[Any]) -> Any:
+        """A call the caller waits for: with the calls of the moment, or alone."""
         if self._coalescer is not None:
-            return self._coalescer.call(script, keys, args, urgent)
-        return asyncio.ensure_future(self._call_alone(script, keys, args))
+            return await self._coalescer.call(script, keys, args)
+        return await self._call_alone(script, keys, args)
 
     async def _call_alone(self, script: AsyncScript, keys: list[str], args: list[Any]) -> Any:
         started = time.perf_counter()
@@ -87,7 +86,7 @@ class RedisBuckets:
         if lease is not None:
             keys.append(lease.key)
             args += (lease.member, lease.limit, lease.ttl_ms)
-        reply = await self._call(self._take, keys, args)
+        reply = await self._run(self._take, keys, args)
 
         results: list[BucketResult] = []
         i = 2
@@ -112,7 +111,7 @@ class RedisBuckets:
         (`lease_held` is False then).
         """
         keys, args = _adjust_call(bucket, release, renew)
-        reply = await self._call(self._adjust, keys, args)
+        reply = await self._run(self._adjust, keys, args)
         return AdjustResult([float(r) for r in reply[2:]], reply[1] == 1, float(reply[0]))
 
     def adjust_soon(
@@ -123,7 +122,10 @@ class RedisBuckets:
         For charges and settles off the request's critical path: under load they share
         round trips with the other calls of the moment. The future tells of errors.
         """
-        return self._call(self._adjust, *_adjust_call(buckets, release, None), urgent=False)
+        keys, args = _adjust_call(buckets, release, None)
+        if self._coalescer is not None:
+            return self._coalescer.call(self._adjust, keys, args, urgent=False)
+        return asyncio.ensure_future(self._call_alone(self._adjust, keys, args))
 
     async def close(self) -> None:
         """Wait for the calls already queued to be sent."""
