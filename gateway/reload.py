@@ -93,8 +93,14 @@ class TenantsReloader:
                     set(self._runtime.routes),
                     self._runtime.config.gateway.admission.classes,
                 )
-            except ConfigError as exc:
-                problems = [str(p) for p in exc.problems]
+            except Exception as exc:
+                # Anything else is a bug in the loader, but the running tenants still stay
+                # and the watcher lives on.
+                problems = (
+                    [str(p) for p in exc.problems]
+                    if isinstance(exc, ConfigError)
+                    else [f"{self._path}: cannot be loaded ({type(exc).__name__}: {exc})"]
+                )
                 metrics.CONFIG_RELOADS.labels("rejected").inc()
                 log.error(
                     "reload (%s) refused, the running tenants stay:\n  %s",
@@ -123,10 +129,15 @@ class TenantsReloader:
     async def _watch(self) -> None:
         # Watch the directory: editors and Kubernetes replace the file rather than write it.
         directory, name = os.path.split(self._path)
-        async for changes in awatch(directory, debounce=200, step=50, recursive=False):
-            # `..data` is the symlink a Kubernetes ConfigMap swaps on update.
-            if any(os.path.basename(path) in (name, "..data") for _, path in changes):
-                await self.reload("file changed")
+        while True:
+            try:
+                async for changes in awatch(directory, debounce=200, step=50, recursive=False):
+                    # `..data` is the symlink a Kubernetes ConfigMap swaps on update.
+                    if any(os.path.basename(path) in (name, "..data") for _, path in changes):
+                        await self.reload("file changed")
+            except Exception:  # e.g. the directory went away for a moment
+                log.exception("watching %s failed; watching again in 1 s", directory)
+            await asyncio.sleep(1.0)
 
     def start(self) -> None:
         """Begin watching the file (unless configured off) and listening for SIGHUP."""

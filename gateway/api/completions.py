@@ -38,10 +38,6 @@ Parser = Callable[[Mapping[str, Any], int], InferenceRequest]
 
 _SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
 
-# A concurrency lease outlives the longest request by this much before it expires on
-# its own (which only matters when a gateway dies holding it).
-LEASE_MARGIN_S = 10.0
-
 # What the dispatcher may raise instead of answering.
 _DISPATCH_ERRORS = (UpstreamError, NoReplicaLeft, DeadlineMissed, Overloaded)
 
@@ -168,12 +164,7 @@ async def _serve_model(
     prompt_estimate = call.prompt_estimate
     cost = prompt_estimate + _completion_reserve(runtime, inference)
     try:
-        decision = await runtime.limiter.admit(
-            identity.name,
-            route.name,
-            cost,
-            lease_ttl_s=route.config.timeouts.total_s + LEASE_MARGIN_S,
-        )
+        decision = await runtime.limiter.admit(identity.name, route.name, cost)
         if not decision.allowed:
             raise rate_limited(decision)
         chain = [route] + [

@@ -181,6 +181,13 @@ def bucket_keys(prefix: str, tenant: str, model: str) -> BucketKeys:
     )
 
 
+def check_costs(buckets: Sequence[BucketSpec]) -> None:
+    """Refuse a take of a negative cost: it would add tokens (refunds go through adjust)."""
+    for b in buckets:
+        if b.cost < 0:
+            raise ValueError(f"bucket {b.key}: a take's cost must be >= 0, not {b.cost}")
+
+
 def monotonic_ms() -> float:
     """A clock for `LocalBuckets` as the in-process fallback (never goes back)."""
     return time.monotonic() * 1000.0
@@ -226,6 +233,7 @@ class LocalBuckets:
         self, buckets: Sequence[BucketSpec], lease: LeaseSpec | None, now_ms: float
     ) -> TakeResult:
         """Take every bucket's cost and a lease slot at `now_ms`, or nothing at all."""
+        check_costs(buckets)
         now = float(now_ms)
         refilled = [
             self._refill(b.key, float(b.capacity), float(b.refill_per_ms), now) for b in buckets

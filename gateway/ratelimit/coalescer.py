@@ -136,29 +136,37 @@ class ScriptCoalescer:
                 call.reply.set_result(reply)
 
     async def _execute(self, connection: Connection, batch: Sequence[_Call]) -> list[Any]:
+        replies: list[Any] = []
         try:
-            replies = await self._round_trip(connection, batch)
+            await self._round_trip(connection, batch, replies)
         except (RedisConnectionError, OSError):
-            # A connection Redis closed (a restart, an idle timeout) fails on first use.
-            # Like redis-py's own retry, send the batch once more on a new connection.
-            replies = await self._round_trip(connection, batch)
+            if replies:
+                # Redis answered part of the batch, so it ran those calls: sending them
+                # again would take twice. The rest fail with the connection.
+                raise
+            # A connection Redis closed (a restart, an idle timeout) fails on first use,
+            # before any reply: send the batch once more on a new connection.
+            await self._round_trip(connection, batch, replies)
         missing = [i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
         if missing:
             # Redis lost its scripts (a restart, a failover, SCRIPT FLUSH): load them and
             # send again the calls that found them missing.
             for script in {batch[i].script for i in missing}:
                 await self._redis.script_load(script.script)
-            again = await self._round_trip(connection, [batch[i] for i in missing])
+            again: list[Any] = []
+            await self._round_trip(connection, [batch[i] for i in missing], again)
             for i, reply in zip(missing, again, strict=True):
                 replies[i] = reply
         return replies
 
-    async def _round_trip(self, connection: Connection, batch: Sequence[_Call]) -> list[Any]:
-        """Send every call of `batch` at once and read their replies, in order."""
+    async def _round_trip(
+        self, connection: Connection, batch: Sequence[_Call], replies: list[Any]
+    ) -> None:
+        """Send every call of `batch` at once and append their replies to `replies`, in
+        order (those read before a failure stay there)."""
         commands = [
             ("EVALSHA", call.script.sha, len(call.keys), *call.keys, *call.args) for call in batch
         ]
-        replies: list[Any] = []
         try:
             async with asyncio.timeout(self._timeout_s):
                 await connection.send_packed_command(
@@ -173,7 +181,6 @@ class ScriptCoalescer:
             # Replies may be left unread on the connection: it cannot be used again.
             await connection.disconnect(nowait=True)
             raise
-        return replies
 
     async def close(self) -> None:
         """Send the calls already queued, then close the connections."""

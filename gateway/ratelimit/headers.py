@@ -2,20 +2,25 @@
 
 from __future__ import annotations
 
+import math
+
 
 def duration(ms: float) -> str:
-    """A reset time in OpenAI's format: `20ms`, `1s`, `1.5s`, `6m0s`, `1h2m3s`."""
-    if ms < 1000:
-        return f"{max(0, int(ms + 0.999))}ms"
-    seconds = ms / 1000
-    hours, rest = divmod(seconds, 3600)
-    minutes, secs = divmod(rest, 60)
-    text = f"{secs:.3f}".rstrip("0").rstrip(".") + "s"
-    if hours >= 1:
-        return f"{int(hours)}h{int(minutes)}m{text}"
-    if minutes >= 1:
-        return f"{int(minutes)}m{text}"
-    return text
+    """A reset time in OpenAI's format: `20ms`, `1s`, `1.5s`, `6m0s`, `1h2m3s`.
+
+    Rounded up to a whole ms, so a wait is never reported shorter than it is.
+    """
+    whole = max(0, math.ceil(ms))
+    if whole < 1000:
+        return f"{whole}ms"
+    hours, rest = divmod(whole, 3_600_000)
+    minutes, rest = divmod(rest, 60_000)
+    seconds = f"{rest / 1000:.3f}".rstrip("0").rstrip(".") + "s"
+    if hours:
+        return f"{hours}h{minutes}m{seconds}"
+    if minutes:
+        return f"{minutes}m{seconds}"
+    return seconds
 
 
 def bucket_headers(kind: str, limit: int, remaining: float, reset_ms: float) -> dict[str, str]:

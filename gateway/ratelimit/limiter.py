@@ -3,7 +3,9 @@
 One Redis call admits a request: it takes one request from each request bucket, the
 reserved tokens from each token bucket, and a concurrency lease, all or nothing.
 Tokens are charged further while a response streams and settled to the actual usage
-at the end, off the request's critical path.
+at the end, off the request's critical path. A lease lives `LEASE_TTL_S` unless renewed:
+the limiter renews the leases of running requests every `LEASE_RENEW_S`, so a request may
+run for as long as it needs while a gateway that dies frees its slots within `LEASE_TTL_S`.
 """
 
 from __future__ import annotations
@@ -11,11 +13,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from gateway.api.errors import APIError
+from gateway.api.errors import APIError, invalid_api_key
 from gateway.config import RateLimitConfig, RateLimits, RedisFailureMode, Tenant, TenantsConfig
 from gateway.ids import unique_id
 from gateway.observability import metrics
@@ -35,6 +38,14 @@ from gateway.storage import REDIS_ERRORS
 log = logging.getLogger("gateway.ratelimit")
 
 Kind = Literal["requests", "tokens"]
+
+# A concurrency slot outlives a gateway that died by at most this long.
+LEASE_TTL_S = 30.0
+# How often the leases of running requests are renewed (a third of their life, so one
+# lost renewal does not cost a slot).
+LEASE_RENEW_S = 10.0
+# Settles and lease releases kept while Redis is unreachable, sent when it is back.
+MAX_UNSENT_SETTLES = 10_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,9 +151,22 @@ class RateLimiter:
         self._tenants = tenants.tenants
         self._redis_down = False
         self._probe: asyncio.Task[None] | None = None
-        # Charges and settles sent to Redis and not answered yet.
-        self._adjusting: set[asyncio.Future[Any]] = set()
+        # Charges and settles sent to Redis and not answered yet, with the lease each
+        # one releases (if any).
+        self._adjusting: dict[asyncio.Future[Any], LeaseSpec | None] = {}
+        # Settles that could not reach Redis: (buckets, lease to release).
+        self._unsent: deque[tuple[list[BucketSpec], LeaseSpec | None]] = deque(
+            maxlen=MAX_UNSENT_SETTLES
+        )
+        # The tickets of running requests that hold a lease, by lease member.
+        self._leased: dict[str, Ticket] = {}
+        self._renewer: asyncio.Task[None] | None = None
         metrics.RATELIMIT_BACKEND_UP.set(1)
+
+    @property
+    def redis_up(self) -> bool:
+        """False while Redis is unreachable and the fallback mode decides."""
+        return not self._redis_down
 
     def update_tenants(self, tenants: TenantsConfig) -> None:
         """Apply reloaded limits; bucket levels in Redis carry over."""
@@ -152,13 +176,15 @@ class RateLimiter:
     def _plan(self, tenant: str, model: str) -> _Plan:
         plan = self._plans.get((tenant, model))
         if plan is None:
-            plan = plan_for(self._prefix, tenant, self._tenants[tenant], model)
+            config = self._tenants.get(tenant)
+            if config is None:
+                # A reload removed the tenant after its key was checked.
+                raise invalid_api_key()
+            plan = plan_for(self._prefix, tenant, config, model)
             self._plans[(tenant, model)] = plan
         return plan
 
-    async def admit(
-        self, tenant: str, model: str, reserve_tokens: int, lease_ttl_s: float
-    ) -> Decision:
+    async def admit(self, tenant: str, model: str, reserve_tokens: int) -> Decision:
         """Take what one request needs from every bucket that applies, or refuse."""
         plan = self._plan(tenant, model)
         if plan.unlimited:
@@ -166,19 +192,24 @@ class RateLimiter:
         lease = None
         if plan.max_concurrent is not None:
             lease = LeaseSpec(
-                plan.inflight_key,
-                unique_id(),
-                plan.max_concurrent,
-                int(lease_ttl_s * 1000),
+                plan.inflight_key, unique_id(), plan.max_concurrent, int(LEASE_TTL_S * 1000)
             )
         costs = [1 if b.kind == "requests" else reserve_tokens for b in plan.buckets]
-        result, local = await self._take(plan.buckets, costs, lease)
+        result, local = await self._take(plan.buckets, costs, lease, plan.shadow)
         if result is None:  # `open` mode without Redis
             return Decision(allowed=True)
         decision = _decide(plan, result)
+        if local and decision.never_fits:
+            # The local buckets hold a share of the limit; the whole one may fit.
+            fits = all(cost <= b.capacity for b, cost in zip(plan.buckets, costs, strict=True))
+            if fits:
+                decision.never_fits = False
+                decision.retry_after_s = self._config.redis_retry_s
         if decision.allowed:
             token_buckets = tuple(b for b in plan.buckets if b.kind == "tokens")
             decision.ticket = Ticket(token_buckets, lease, reserve_tokens, local)
+            if lease is not None:
+                self._hold_lease(decision.ticket, lease)
             metrics.labels(metrics.RATELIMIT_DECISIONS, tenant, "allowed").inc()
         elif plan.shadow:
             log.info("shadow: tenant %s would be refused by %s", tenant, decision.refused_by)
@@ -189,7 +220,11 @@ class RateLimiter:
         return decision
 
     async def _take(
-        self, buckets: Sequence[_Bucket], costs: Sequence[int], lease: LeaseSpec | None
+        self,
+        buckets: Sequence[_Bucket],
+        costs: Sequence[int],
+        lease: LeaseSpec | None,
+        shadow: bool,
     ) -> tuple[TakeResult | None, bool]:
         if not self._redis_down:
             specs = [b.spec(cost) for b, cost in zip(buckets, costs, strict=True)]
@@ -198,14 +233,19 @@ class RateLimiter:
             except REDIS_ERRORS as exc:
                 metrics.REDIS_ERRORS.labels("take").inc()
                 self._mark_down(exc)
-        return self._take_without_redis(buckets, costs, lease), True
+        return self._take_without_redis(buckets, costs, lease, shadow), True
 
     def _take_without_redis(
-        self, buckets: Sequence[_Bucket], costs: Sequence[int], lease: LeaseSpec | None
+        self,
+        buckets: Sequence[_Bucket],
+        costs: Sequence[int],
+        lease: LeaseSpec | None,
+        shadow: bool,
     ) -> TakeResult | None:
         mode = self._config.on_redis_error
         metrics.RATELIMIT_FALLBACK_DECISIONS.labels(mode.value).inc()
-        if mode is RedisFailureMode.OPEN:
+        # A shadow tenant's limits are never enforced, so `closed` does not refuse it.
+        if mode is RedisFailureMode.OPEN or (shadow and mode is RedisFailureMode.CLOSED):
             return None
         if mode is RedisFailureMode.CLOSED:
             raise APIError(
@@ -237,30 +277,60 @@ class RateLimiter:
 
     def _adjust(self, ticket: Ticket, delta: int, release: bool) -> None:
         lease = ticket.lease if release else None
+        if lease is not None:
+            self._leased.pop(lease.member, None)
         share = self._config.gateway_replicas if ticket.local else 1
         specs = [b.spec(delta, share) for b in ticket.token_buckets] if delta else []
         if not specs and lease is None:
             return
         if ticket.local:
             self._local.adjust(specs, lease, monotonic_ms())
-            return
-        if self._redis_down:
-            return  # taken from a Redis that is gone; its state is lost with it
+        elif self._redis_down:
+            # Sent when Redis is back: a lease left held would keep the tenant's slot
+            # taken until it expires, and a refund would be lost.
+            self._unsent.append((specs, lease))
+        else:
+            self._send_adjust(specs, lease)
+
+    def _send_adjust(self, specs: list[BucketSpec], lease: LeaseSpec | None) -> None:
         # Off the critical path: sent with the other calls of this moment.
         adjusted = self._store.adjust_soon(specs, lease)
-        self._adjusting.add(adjusted)
+        self._adjusting[adjusted] = lease
         adjusted.add_done_callback(self._adjusted)
 
     def _adjusted(self, adjusted: asyncio.Future[Any]) -> None:
-        self._adjusting.discard(adjusted)
+        lease = self._adjusting.pop(adjusted, None)
         if adjusted.cancelled():
             return
         exc = adjusted.exception()
         if isinstance(exc, REDIS_ERRORS):
             metrics.REDIS_ERRORS.labels("adjust").inc()
+            if lease is not None:
+                # Whether the charge was applied is unknown, so it is not sent twice;
+                # releasing a lease is safe to repeat.
+                self._unsent.append(([], lease))
             self._mark_down(exc)
         elif exc is not None:
             log.error("settling a rate-limit charge failed", exc_info=exc)
+
+    def _hold_lease(self, ticket: Ticket, lease: LeaseSpec) -> None:
+        self._leased[lease.member] = ticket
+        if self._renewer is None:
+            self._renewer = asyncio.create_task(self._renew_leases())
+
+    async def _renew_leases(self) -> None:
+        """Keep the leases of running requests alive, all of them every LEASE_RENEW_S."""
+        while True:
+            await asyncio.sleep(LEASE_RENEW_S)
+            for ticket in list(self._leased.values()):
+                lease = ticket.lease
+                assert lease is not None
+                if ticket.local:
+                    self._local.adjust(None, None, monotonic_ms(), renew=lease)
+                elif not self._redis_down:
+                    renewed = self._store.adjust_soon([], renew=lease)
+                    self._adjusting[renewed] = None
+                    renewed.add_done_callback(self._adjusted)
 
     def _mark_down(self, exc: BaseException) -> None:
         if self._redis_down:
@@ -287,15 +357,22 @@ class RateLimiter:
             break
         self._redis_down = False
         metrics.RATELIMIT_BACKEND_UP.set(1)
+        unsent = list(self._unsent)
+        self._unsent.clear()
         log.warning(
-            "Redis reachable again: rate limiting in Redis",
+            "Redis reachable again: rate limiting in Redis (%d held settles sent)",
+            len(unsent),
             extra={"fields": {"event": "fail_mode", "redis_up": True}},
         )
+        for specs, lease in unsent:
+            self._send_adjust(specs, lease)
 
     async def close(self) -> None:
         """Finish pending settles (briefly) and stop probing."""
+        if self._renewer is not None:
+            self._renewer.cancel()
         if self._adjusting:
-            await asyncio.wait(self._adjusting, timeout=2.0)
+            await asyncio.wait(list(self._adjusting), timeout=2.0)
         await self._store.close()
         if self._probe is not None:
             self._probe.cancel()

@@ -27,6 +27,7 @@ from gateway.ratelimit.buckets import (
     LeaseResult,
     LeaseSpec,
     TakeResult,
+    check_costs,
 )
 from gateway.ratelimit.coalescer import RoundTripObserver, ScriptCoalescer
 
@@ -79,6 +80,7 @@ class RedisBuckets:
         self, buckets: Sequence[BucketSpec], lease: LeaseSpec | None = None
     ) -> TakeResult:
         """Take every bucket's cost and a lease slot, or nothing: one round trip."""
+        check_costs(buckets)
         keys = [b.key for b in buckets]
         args: list[Any] = [len(keys)]
         for b in buckets:
@@ -115,14 +117,19 @@ class RedisBuckets:
         return AdjustResult([float(r) for r in reply[2:]], reply[1] == 1, float(reply[0]))
 
     def adjust_soon(
-        self, buckets: Sequence[BucketSpec], release: LeaseSpec | None = None
+        self,
+        buckets: Sequence[BucketSpec],
+        release: LeaseSpec | None = None,
+        renew: LeaseSpec | None = None,
     ) -> asyncio.Future[Any]:
-        """Charge or refund `buckets` and release a lease, without waiting for the reply.
+        """Charge or refund `buckets` and release or renew a lease, without waiting for
+        the reply.
 
-        For charges and settles off the request's critical path: under load they share
-        round trips with the other calls of the moment. The future tells of errors.
+        For charges, settles and renewals off the request's critical path: under load
+        they share round trips with the other calls of the moment. The future tells of
+        errors.
         """
-        keys, args = _adjust_call(buckets, release, None)
+        keys, args = _adjust_call(buckets, release, renew)
         if self._coalescer is not None:
             return self._coalescer.call(self._adjust, keys, args, urgent=False)
         return asyncio.ensure_future(self._call_alone(self._adjust, keys, args))

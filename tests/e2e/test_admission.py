@@ -18,6 +18,7 @@ from gateway.sim.server import TritonSim
 from tests.e2e.stack import Gateway, model, start_gateway, tenant
 from tests.e2e.test_rate_limits import key
 from tests.e2e.upstreams import no_models, serve_in_thread
+from tests.polling import wait_until
 
 SHORT = [{"role": "user", "content": "hi"}]
 LONG = [{"role": "user", "content": "tell me about " + "the weather " * 30}]
@@ -288,12 +289,3 @@ async def in_flight(session: aiohttp.ClientSession, gw: Gateway, model_name: str
             if line.startswith(f'gateway_admission_in_flight{{model="{model_name}"}}'):
                 return float(line.split()[-1])
     raise AssertionError("no in-flight gauge")
-
-
-async def wait_until(check: Any, timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if await check():
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError("condition never held (hang guard)")

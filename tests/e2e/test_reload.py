@@ -18,6 +18,7 @@ from gateway.devstack import stop
 from gateway.sim.server import TritonSim
 from tests.e2e.stack import Gateway, model, start_gateway, tenant
 from tests.e2e.test_rate_limits import chat, key
+from tests.polling import wait_until
 
 TENANTS: dict[str, Any] = {
     "ops": tenant("ops", ["*"], admin=True),
@@ -57,16 +58,6 @@ def unwatched(
 async def limit_of(session: aiohttp.ClientSession, gw: Gateway, who: str) -> str | None:
     status, headers, _ = await chat(session, gw, who)
     return headers.get("x-ratelimit-limit-requests") if status in (200, 429) else str(status)
-
-
-async def wait_until(check: Any, timeout_s: float = 10.0) -> float:
-    """Seconds until `check()` held; fails after `timeout_s` (a hang guard, not a target)."""
-    started = time.monotonic()
-    while time.monotonic() - started < timeout_s:
-        if await check():
-            return time.monotonic() - started
-        await asyncio.sleep(0.05)
-    raise AssertionError("the change was never applied")
 
 
 async def test_file_change_applies_under_load(gateway: Gateway) -> None:

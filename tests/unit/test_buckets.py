@@ -418,3 +418,10 @@ def test_bad_prefix_or_tenant_is_refused() -> None:
         bucket_key("gw{x}", "acme", "requests")
     with pytest.raises(ValueError, match="empty"):
         bucket_key("gw", "", "requests")
+
+
+def test_a_take_of_a_negative_cost_is_refused() -> None:
+    """A negative take would add tokens; refunds go through adjust."""
+    store = LocalBuckets()
+    with pytest.raises(ValueError, match="cost must be >= 0"):
+        store.take([BucketSpec("k", 10, 0.01, -1)], None, 0)

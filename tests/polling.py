@@ -1,0 +1,17 @@
+"""Waiting in tests for something that happens in the background."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+
+
+async def wait_until(check: Callable[[], Awaitable[bool]], timeout_s: float = 10.0) -> float:
+    """Seconds until `check()` held; fails after `timeout_s` (a hang guard, not a target)."""
+    started = time.monotonic()
+    while time.monotonic() - started < timeout_s:
+        if await check():
+            return time.monotonic() - started
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"still not so after {timeout_s} s")
