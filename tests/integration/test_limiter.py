@@ -202,3 +202,37 @@ async def test_a_tenant_removed_by_a_reload_is_refused_as_an_unknown_key(
         assert refused.value.status == 401
     finally:
         await limiter.close()
+
+
+async def test_tokens_are_charged_in_batches_while_streaming_and_settled_at_the_end(
+    own_redis: OwnRedis,
+) -> None:
+    """The reservation is taken at admission; tokens beyond it are charged while the
+    response streams, before it ends; the settle brings the charge to the usage."""
+    limiter = make_limiter(
+        own_redis.url,
+        tenants(tokens_per_minute=1, burst_tokens=1000),  # refill is negligible here
+        charge_batch_tokens=64,
+    )
+    inspect = Redis.from_url(own_redis.url)
+    bucket = bucket_key(PREFIX, "t", "tokens", None)
+
+    async def level() -> float:
+        state = await inspect.get(bucket)
+        assert state is not None
+        return float(state.split()[0])
+
+    async def level_is(expected: float) -> bool:
+        return abs(await level() - expected) < 0.5
+
+    try:
+        admitted = await limiter.admit("t", "m", 100)
+        assert admitted.allowed and admitted.ticket is not None
+        assert await level_is(900)
+        limiter.charge(admitted.ticket, 170)  # mid-stream, 70 beyond the reservation
+        await wait_until(lambda: level_is(830))
+        limiter.settle(admitted.ticket, 120)  # the response used 120: 50 come back
+        await wait_until(lambda: level_is(880))
+    finally:
+        await limiter.close()
+        await inspect.aclose()
