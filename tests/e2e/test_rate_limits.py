@@ -17,6 +17,7 @@ from gateway.devstack import free_port, start_redis, stop
 from gateway.sim.server import TritonSim
 from tests import ports
 from tests.e2e.stack import Gateway, model, start_gateway, tenant
+from tests.polling import wait_until
 
 HELLO = [{"role": "user", "content": "hi"}]
 
@@ -221,7 +222,10 @@ async def test_redis_killed_and_restarted_under_load(
     mode: str,
 ) -> None:
     port, processes = own_redis
-    tenants = {"t": tenant("t", ["*"], limits={"requests_per_minute": 5})}
+    tenants = {
+        "t": tenant("t", ["*"], limits={"requests_per_minute": 5}),
+        "long": tenant("long", ["*"], limits={"max_concurrent": 2}),
+    }
     gw = start_gateway(
         tmp_path,
         small_model(sims),
@@ -232,15 +236,25 @@ async def test_redis_killed_and_restarted_under_load(
     try:
         async with aiohttp.ClientSession() as session:
             before = [await chat(session, gw, "t") for _ in range(6)]
+            # Two streams of 40 tokens at 40 ms each, admitted by Redis, are running.
+            streaming = asyncio.Event()
+            running = [asyncio.create_task(_long_stream(session, gw, streaming)) for _ in range(2)]
+            await streaming.wait()
             stop(processes.pop())  # Redis is gone
             during = await asyncio.gather(*(chat(session, gw, "t") for _ in range(8)))
             async with session.get(f"{gw.url}/metrics") as response:
                 down_metrics = await response.text()
             processes.append(start_redis(port))  # back, empty
-            back = await _wait_for(lambda: _redis_up(session, gw))
+            await wait_until(lambda: _redis_up(session, gw))
             after = [await chat(session, gw, "t") for _ in range(6)]
+            streams = await asyncio.gather(*running)
     finally:
         stop(gw.process)
+    log = (gw.config_dir / "gateway.log").read_text()
+    assert f"rate limiting in {mode} mode until it is back" in log
+    assert "Redis reachable again" in log
+    # Requests in flight when Redis went away end as if nothing happened.
+    assert streams == [(200, True), (200, True)]
     assert [s for s, _, _ in before] == [200] * 5 + [429]
     statuses = Counter(s for s, _, _ in during)
     if mode == "local":
@@ -254,23 +268,30 @@ async def test_redis_killed_and_restarted_under_load(
         assert all(b["error"]["code"] == "rate_limiter_unavailable" for _, _, b in during)
     assert "gateway_ratelimit_redis_up 0.0" in down_metrics
     assert f'gateway_ratelimit_fallback_decisions_total{{mode="{mode}"}}' in down_metrics
-    assert back
     # The restarted Redis is empty: a full bucket again, enforced in Redis.
     assert [s for s, _, _ in after] == [200] * 5 + [429]
+
+
+async def _long_stream(
+    session: aiohttp.ClientSession, gw: Gateway, started: asyncio.Event
+) -> tuple[int, bool]:
+    """Stream 40 tokens of llm-slow; set `started` at the first chunk. Returns the status
+    and whether the stream ended with `data: [DONE]`."""
+    body = {"model": "llm-slow", "messages": HELLO, "max_tokens": 40, "stream": True}
+    async with session.post(
+        f"{gw.base_url}/chat/completions", json=body, headers=key("long")
+    ) as response:
+        last = b""
+        async for line in response.content:
+            started.set()
+            if line.strip():
+                last = line.strip()
+        return response.status, last == b"data: [DONE]"
 
 
 async def _redis_up(session: aiohttp.ClientSession, gw: Gateway) -> bool:
     async with session.get(f"{gw.url}/metrics") as response:
         return "gateway_ratelimit_redis_up 1.0" in await response.text()
-
-
-async def _wait_for(check: Any, timeout_s: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if await check():
-            return True
-        await asyncio.sleep(0.1)
-    return False
 
 
 # --- other Redis deployments --------------------------------------------------------
