@@ -1,10 +1,20 @@
-"""Prometheus metrics. Names start with `gateway_`; labels stay low-cardinality."""
+"""Prometheus metrics. Names start with `gateway_`; labels stay low-cardinality.
+
+With several worker processes (`gateway serve --workers N`), prometheus-client's
+multiprocess mode: each worker writes its samples to memory-mapped files in
+`PROMETHEUS_MULTIPROC_DIR`, and `/metrics` of whichever worker answers adds them up.
+Counters and histograms sum over all workers, dead ones included; gauges use `live*`
+modes, whose files are removed when their worker has exited (see `forget_dead_workers`).
+"""
 
 from __future__ import annotations
 
+import contextlib
+import glob
 import os
-from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from prometheus_client import (
     CollectorRegistry,
@@ -13,6 +23,7 @@ from prometheus_client import (
     Histogram,
     generate_latest,
     multiprocess,
+    values,
 )
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.metrics import MetricWrapperBase
@@ -55,8 +66,8 @@ RATELIMIT_BACKEND_UP = Gauge(
     "gateway_ratelimit_redis_up",
     "1 while the rate limiter reaches Redis, 0 while it runs on its failure mode.",
     registry=REGISTRY,
-    # Across worker processes: 0 if any worker is in its failure mode.
-    multiprocess_mode="min",
+    # Across worker processes: 0 if any running worker is in its failure mode.
+    multiprocess_mode="livemin",
 )
 RATELIMIT_FALLBACK_DECISIONS = Counter(
     "gateway_ratelimit_fallback_decisions_total",
@@ -170,7 +181,8 @@ CONFIG_INFO = Gauge(
     "1 for the version (digest of gateway.yaml and the tenants file) that is loaded.",
     ["version"],
     registry=REGISTRY,
-    multiprocess_mode="max",
+    # Across worker processes: 1 for each version some running worker has loaded.
+    multiprocess_mode="livemax",
 )
 CONFIG_RELOADS = Counter(
     "gateway_config_reloads_total",
@@ -178,22 +190,6 @@ CONFIG_RELOADS = Counter(
     ["result"],
     registry=REGISTRY,
 )
-
-
-def render() -> bytes:
-    """The text exposition of every gateway metric.
-
-    With several worker processes (`PROMETHEUS_MULTIPROC_DIR` set by `gateway serve
-    --workers N`) counters and histograms are summed over all workers, whichever worker
-    answers the scrape; the queue and replica gauges are that worker's own view.
-    """
-    if MULTIPROCESS_DIR_ENV not in os.environ:
-        return generate_latest(REGISTRY)
-    registry = CollectorRegistry()
-    multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
-    if _state_collector is not None:
-        registry.register(_state_collector)
-    return generate_latest(registry)
 
 
 # Series that alerts watch for increases exist from the start at 0, so their first
@@ -214,71 +210,145 @@ def set_config_version(version: str) -> None:
     _loaded_version = version
 
 
+# -- state: admission queues and replicas ------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class StateMetric:
+    """A value read from the running gateway's state rather than counted per request."""
+
+    # As on the `# TYPE` line: a counter's samples add `_total`.
+    name: str
+    help: str
+    labels: tuple[str, ...]
+    # How `/metrics` combines worker processes' values (prometheus-client's
+    # multiprocess mode): the workers' own queues add up; replica state and Triton's
+    # numbers, which every worker reads for itself, take the highest.
+    mode: Literal["livesum", "livemax"]
+    # Re-exported from Triton, where it is a counter.
+    counter: bool = False
+
+    @property
+    def sample_name(self) -> str:
+        return f"{self.name}_total" if self.counter else self.name
+
+
+ADMISSION_IN_FLIGHT = StateMetric(
+    "gateway_admission_in_flight", "Requests upstream, by model.", ("model",), "livesum"
+)
+ADMISSION_QUEUED = StateMetric(
+    "gateway_admission_queued",
+    "Requests waiting in the admission queue, by model and priority.",
+    ("model", "priority"),
+    "livesum",
+)
+REPLICA_HEALTHY = StateMetric(
+    "gateway_replica_healthy",
+    "1 while a replica passes its active health check.",
+    ("model", "replica"),
+    # 1 while any worker's check passes: 0 means every worker fails to reach it.
+    "livemax",
+)
+REPLICA_EJECTED = StateMetric(
+    "gateway_replica_ejected",
+    "1 while a replica is ejected by the passive outlier check.",
+    ("model", "replica"),
+    # 1 while any worker has ejected it.
+    "livemax",
+)
+TRITON_PENDING = StateMetric(
+    "gateway_triton_pending_requests",
+    "Requests queued in Triton on a replica (all clients), scraped from its metrics.",
+    ("model", "replica"),
+    "livemax",
+)
+TRITON_QUEUE_TIME = StateMetric(
+    "gateway_triton_queue_duration_seconds",
+    "Time requests spent queued in Triton on a replica, scraped from its metrics.",
+    ("model", "replica"),
+    # The freshest worker's reading: the highest, as the counter only grows.
+    "livemax",
+    counter=True,
+)
+STATE_METRICS = (
+    ADMISSION_IN_FLIGHT,
+    ADMISSION_QUEUED,
+    REPLICA_HEALTHY,
+    REPLICA_EJECTED,
+    TRITON_PENDING,
+    TRITON_QUEUE_TIME,
+)
+# Multiprocess mode: each worker writes its state here (in no registry: `render` reads
+# the files). The Triton counter is written as a gauge and typed back in `render`.
+_WORKER_GAUGES = {
+    m.name: Gauge(m.sample_name, m.help, m.labels, registry=None, multiprocess_mode=m.mode)
+    for m in STATE_METRICS
+}
+# Series per replica: in multiprocess mode, only those of the current replicas show.
+_REPLICA_SERIES = {m.sample_name for m in STATE_METRICS if "replica" in m.labels}
+
+
 class StateCollector(Collector):
-    """Admission queues and replica state, read from the running gateway at scrape time."""
+    """Admission queues and replica state, read from the running gateway.
 
-    def __init__(self, admission: AdmissionController, routes: Sequence[ModelRoute]) -> None:
+    One process: read at scrape time. Several: each worker writes its own values to its
+    files after every health-check round of a model (`publish_state`) and the worker
+    answering a scrape once more just before; `render` combines them.
+    """
+
+    def __init__(self, admission: AdmissionController, routes: Iterable[ModelRoute]) -> None:
         self._admission = admission
-        self._routes = list(routes)
-        self._models = [route.name for route in self._routes]
+        self._routes = {route.name: route for route in routes}
 
-    def collect(self) -> Iterator[Metric]:
-        yield from self._admission_metrics()
-        yield from self._replica_metrics()
-
-    def _replica_metrics(self) -> Iterator[Metric]:
+    def values(self, model: str | None = None) -> Iterator[tuple[StateMetric, list[str], float]]:
+        """Every state sample now, or `model`'s only."""
         from gateway.resilience.outlier import ReplicaState
 
-        healthy = GaugeMetricFamily(
-            "gateway_replica_healthy",
-            "1 while a replica passes its active health check.",
-            labels=["model", "replica"],
-        )
-        ejected = GaugeMetricFamily(
-            "gateway_replica_ejected",
-            "1 while a replica is ejected by the passive outlier check.",
-            labels=["model", "replica"],
-        )
-        pending = GaugeMetricFamily(
-            "gateway_triton_pending_requests",
-            "Requests queued in Triton on a replica (all clients), scraped from its metrics.",
-            labels=["model", "replica"],
-        )
-        queue_time = CounterMetricFamily(
-            "gateway_triton_queue_duration_seconds",
-            "Time requests spent queued in Triton on a replica, scraped from its metrics.",
-            labels=["model", "replica"],
-        )
-        for route in self._routes:
+        if model is None:
+            routes: Iterable[ModelRoute] = self._routes.values()
+        else:
+            routes = [self._routes[model]] if model in self._routes else []
+        for route in routes:
+            snapshot = self._admission.snapshot(route.name)
+            yield ADMISSION_IN_FLIGHT, [route.name], snapshot.in_flight
+            for priority, count in snapshot.queued.items():
+                yield ADMISSION_QUEUED, [route.name, priority], count
+            outlier = route.resilience.outlier
             for replica in route.pool.replicas:
                 labels = [route.name, replica.url]
-                healthy.add_metric(labels, 1 if replica.healthy else 0)
-                state = route.resilience.outlier.state(replica)
-                ejected.add_metric(labels, 1 if state is ReplicaState.EJECTED else 0)
+                yield REPLICA_HEALTHY, labels, 1 if replica.healthy else 0
+                ejected = outlier.state(replica) is ReplicaState.EJECTED
+                yield REPLICA_EJECTED, labels, 1 if ejected else 0
                 if replica.metrics_url is not None:
-                    pending.add_metric(labels, replica.upstream_pending)
-                    queue_time.add_metric(labels, replica.upstream_queue_seconds)
-        yield healthy
-        yield ejected
-        yield pending
-        yield queue_time
+                    yield TRITON_PENDING, labels, replica.upstream_pending
+                    yield TRITON_QUEUE_TIME, labels, replica.upstream_queue_seconds
 
-    def _admission_metrics(self) -> Iterator[Metric]:
-        in_flight = GaugeMetricFamily(
-            "gateway_admission_in_flight", "Requests upstream, by model.", labels=["model"]
-        )
-        queued = GaugeMetricFamily(
-            "gateway_admission_queued",
-            "Requests waiting in the admission queue, by model and priority.",
-            labels=["model", "priority"],
-        )
-        for model in self._models:
-            snapshot = self._admission.snapshot(model)
-            in_flight.add_metric([model], snapshot.in_flight)
-            for priority, count in snapshot.queued.items():
-                queued.add_metric([model, priority], count)
-        yield in_flight
-        yield queued
+    def collect(self) -> Iterator[Metric]:
+        families: dict[StateMetric, GaugeMetricFamily | CounterMetricFamily] = {
+            m: (CounterMetricFamily if m.counter else GaugeMetricFamily)(
+                m.name, m.help, labels=m.labels
+            )
+            for m in STATE_METRICS
+        }
+        for metric, label_values, value in self.values():
+            families[metric].add_metric(label_values, value)
+        yield from families.values()
+
+    def publish(self, model: str | None = None) -> None:
+        """Write this process's values (`model`'s only, when given) to its metric files."""
+        for metric, label_values, value in self.values(model):
+            labels(_WORKER_GAUGES[metric.name], *label_values).set(value)
+
+    def add_replicas(self, model: str) -> None:
+        """Create `model`'s ejection series at 0, also for replicas placed later."""
+        route = self._routes.get(model)
+        if route is not None:
+            for replica in route.pool.replicas:
+                labels(REPLICA_EJECTIONS, route.name, replica.url)
+
+    def replicas(self) -> set[tuple[str, str]]:
+        """(model, replica URL) of every replica served now."""
+        return {(r.name, replica.url) for r in self._routes.values() for replica in r.pool.replicas}
 
 
 _state_collector: StateCollector | None = None
@@ -292,8 +362,154 @@ def watch_state(admission: AdmissionController, routes: Sequence[ModelRoute]) ->
     _state_collector = StateCollector(admission, routes)
     REGISTRY.register(_state_collector)
     for route in routes:
-        for replica in route.pool.replicas:
-            REPLICA_EJECTIONS.labels(route.name, replica.url)
+        publish_state(route.name)
+
+
+def publish_state(model: str) -> None:
+    """After a health-check round of `model` (not per request): create its replicas'
+    ejection series and, with several workers, write this worker's queue and replica
+    state for `/metrics` of every worker."""
+    state = _state_collector
+    if state is None:
+        return
+    state.add_replicas(model)
+    if _multiprocess():
+        state.publish(model)
+
+
+# -- exposition ----------------------------------------------------------------------------
+
+
+def _multiprocess() -> bool:
+    """Whether this process writes its samples to files (prometheus-client chooses so on
+    import, from `PROMETHEUS_MULTIPROC_DIR`)."""
+    return bool(getattr(values.ValueClass, "_multiprocess", False))
+
+
+def render() -> bytes:
+    """The text exposition of every gateway metric.
+
+    With several worker processes (`PROMETHEUS_MULTIPROC_DIR` set by `gateway serve
+    --workers N`), whichever worker answers: counters and histograms summed over all
+    workers, gauges combined over the running ones by their multiprocess mode.
+    """
+    if not _multiprocess():
+        return generate_latest(REGISTRY)
+    path = os.environ[MULTIPROCESS_DIR_ENV]
+    state = _state_collector
+    if state is not None:
+        state.publish()  # this worker's own values, current
+    forget_dead_workers(path)
+    registry = CollectorRegistry()
+    registry.register(_WorkersCollector(path, state.replicas() if state is not None else None))
+    return generate_latest(registry)
+
+
+class _WorkersCollector(Collector):
+    """The workers' files, added up by prometheus-client's `MultiProcessCollector`.
+
+    Series per replica are kept for `replicas` only (a file keeps a replica a placement
+    removed), and the Triton queue time, written as a gauge, is typed as a counter.
+    """
+
+    def __init__(self, path: str, replicas: set[tuple[str, str]] | None) -> None:
+        self._path = path
+        self._replicas = replicas
+
+    def collect(self) -> Iterator[Metric]:
+        files = multiprocess.MultiProcessCollector(None, self._path)  # type: ignore[no-untyped-call]
+        family: Metric
+        for family in files.collect():  # type: ignore[no-untyped-call]
+            if self._replicas is not None and family.name in _REPLICA_SERIES:
+                family.samples = [
+                    s
+                    for s in family.samples
+                    if (s.labels.get("model"), s.labels.get("replica")) in self._replicas
+                ]
+            if family.name == TRITON_QUEUE_TIME.sample_name:
+                counter = Metric(TRITON_QUEUE_TIME.name, family.documentation, "counter")
+                counter.samples = family.samples
+                family = counter
+            yield family
+
+
+def forget_dead_workers(path: str) -> list[int]:
+    """Remove the live-gauge files of worker processes that have exited; their pids.
+
+    prometheus-client's collector adds up every file in the directory: it does not
+    know which processes still run, `live*` gauge modes only mark the files that
+    `multiprocess.mark_process_dead(pid)` removes. uvicorn's supervisor, which sees a
+    worker exit, offers no hook to call it, so the worker answering a scrape does it
+    for all, before reading. Counter and histogram files stay: what a dead worker
+    counted stays counted.
+    """
+    pids: set[int] = set()
+    for file in glob.glob(os.path.join(glob.escape(path), "gauge_live*_*.db")):
+        name = os.path.basename(file).rsplit("_", 1)[1].removesuffix(".db")
+        if name.isdigit():
+            pids.add(int(name))
+    dead = sorted(pid for pid in pids if not _running(pid))
+    for pid in dead:
+        # Another worker's scrape may remove them at the same time.
+        with contextlib.suppress(FileNotFoundError):
+            multiprocess.mark_process_dead(pid, path)  # type: ignore[no-untyped-call]
+    return dead
+
+
+def _running(pid: int) -> bool:
+    """Whether process `pid` exists and has not exited (a zombie has)."""
+    if pid == os.getpid():
+        return True
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as file:
+            stat = file.read()
+    except FileNotFoundError:
+        if os.path.isdir("/proc/self"):
+            return False
+        try:  # no procfs (macOS): ask the kernel
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+    except OSError:
+        return True
+    # "pid (command) state ...": the command may hold spaces and parentheses.
+    fields = stat.rpartition(b")")[2].split()
+    return not fields or fields[0] not in (b"Z", b"X")
+
+
+def clear_multiprocess_dir(*, keep_own: bool) -> None:
+    """Remove the `*.db` files earlier runs left in `PROMETHEUS_MULTIPROC_DIR` (at start).
+
+    The collector adds up every file there, so an old run's counters and gauges would
+    show, also in a directory the operator chose. Other files stay. `keep_own`: keep this
+    process's files (metrics created on import, when the variable was set before), for
+    a process that serves; a supervisor's, which never change, would show for good (its
+    `gateway_ratelimit_redis_up` at 0). Nothing happens when the variable is unset.
+    """
+    path = os.environ.get(MULTIPROCESS_DIR_ENV)
+    if not path:
+        return
+    os.makedirs(path, exist_ok=True)
+    own = f"_{os.getpid()}.db"
+    for file in glob.glob(os.path.join(glob.escape(path), "*.db")):
+        if not (keep_own and file.endswith(own)):
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(file)
+
+
+def metric_families() -> dict[str, str]:
+    """Name (as on the `# TYPE` line) and type of every gateway metric, state included."""
+    families = {
+        family.name: family.type
+        for value in list(globals().values())
+        if isinstance(value, MetricWrapperBase)
+        for family in value.describe()
+    }
+    families.update({m.name: "counter" if m.counter else "gauge" for m in STATE_METRICS})
+    return families
 
 
 def observe_redis_round_trip(calls: int, seconds: float) -> None:

@@ -1,4 +1,5 @@
-"""Active health checks: poll every replica's readiness and mark it in its pool."""
+"""Active health checks: poll every replica's readiness and mark it in its pool; after
+each round of a model, publish its state for `/metrics` (see `metrics.publish_state`)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from collections.abc import Callable, Iterable
 
 from gateway.backends.http import LazySession
 from gateway.backends.triton_metrics import scrape_queue
+from gateway.observability import metrics
 from gateway.routes import ModelRoute
 from gateway.scheduler.routing import Replica
 
@@ -55,12 +57,16 @@ class HealthChecker:
                 pending = queue.pending if queue else 0
                 changed = changed or pending != replica.upstream_pending
                 replica.upstream_pending = pending
-                replica.upstream_queue_seconds = queue.queue_seconds if queue else 0.0
+                # A counter, re-exported: without an answer it keeps its last value (0
+                # would read as a counter reset, and its rate as a spike).
+                if queue is not None:
+                    replica.upstream_queue_seconds = queue.queue_seconds
             if changed and self._on_change is not None:
                 self._on_change(route.name)
 
         # A snapshot: a new placement may change the pool while the checks run.
         await asyncio.gather(*(check(replica) for replica in list(route.pool.replicas)))
+        metrics.publish_state(route.name)
 
     async def _loop(self, route: ModelRoute) -> None:
         while True:

@@ -1,4 +1,5 @@
-"""Prometheus rules (config/alerts) and the Grafana dashboard (config/grafana).
+"""Prometheus rules (config/alerts), the Grafana dashboard (config/grafana) and
+docs/operations.md, against each other and the metrics the code defines.
 
 The rules are checked and unit-tested with `promtool` (Debian package `prometheus`).
 Without promtool the rule tests fail on CI (CI=true) and are skipped elsewhere; the
@@ -16,12 +17,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
+
+from gateway.observability import metrics
 
 ROOT = Path(__file__).resolve().parents[2]
 ALERTS = ROOT / "config" / "alerts"
 RULES = ALERTS / "gateway.rules.yaml"
 RULE_TESTS = sorted((ALERTS / "tests").glob("*.yaml"))
 DASHBOARD = ROOT / "config" / "grafana" / "gateway.json"
+DOCS = ROOT / "docs" / "operations.md"
 
 # Every alert the rules file must define (and the tests must cover).
 ALERT_NAMES = {
@@ -135,41 +140,70 @@ def test_dashboard_is_well_formed() -> None:
             assert target["datasource"]["uid"] == "${datasource}", title
 
 
+def _documented_name(name: str, kind: str) -> str:
+    """How docs/operations.md names a metric family: counters with their `_total`."""
+    return f"{name}_total" if kind == "counter" else name
+
+
+def _series_names() -> set[str]:
+    """Every series name /metrics exposes (histograms' `_bucket`/`_sum`/`_count` too)."""
+    names = set()
+    for name, kind in metrics.metric_families().items():
+        if kind == "counter":
+            names.add(f"{name}_total")
+        elif kind == "histogram":
+            names.update(name + suffix for suffix in ("", "_bucket", "_sum", "_count"))
+        else:
+            names.add(name)
+    return names
+
+
+# A gateway metric's name, not part of a recording rule's (`level:gateway_x:op`).
+METRIC_NAME = re.compile(r"(?<![\w:])gateway_\w+(?![\w:])")
+RECORDING_RULE_NAME = re.compile(r"(?<![\w:])\w+:\w+:\w+(?![\w:])")
+
+
+def _recorded() -> set[str]:
+    rules = yaml.safe_load(RULES.read_text())
+    return {r["record"] for g in rules["groups"] for r in g["rules"] if "record" in r}
+
+
 def test_dashboard_covers_every_metric_and_recording_rule() -> None:
     exprs = "\n".join(t["expr"] for p in _panels(_dashboard()) for t in p["targets"])
-    for metric in (
-        "gateway_requests_total",
-        "gateway_refusals_total",
-        "gateway_queue_wait_seconds",
-        "gateway_time_to_first_token_seconds",
-        "gateway_request_duration_seconds",
-        "gateway_tokens_total",
-        "gateway_replica_tokens_total",
-        "gateway_replica_requests_total",
-        "gateway_replica_healthy",
-        "gateway_replica_ejected",
-        "gateway_replica_ejections_total",
-        "gateway_fallbacks_total",
-        "gateway_retries_total",
-        "gateway_retry_budget_exhausted_total",
-        "gateway_ratelimit_redis_up",
-        "gateway_ratelimit_fallback_decisions_total",
-        "gateway_redis_errors_total",
-        "gateway_redis_duration_seconds",
-        "gateway_redis_calls_per_round_trip",
-        "gateway_streams_cut_total",
-        "gateway_config_reloads_total",
-        "gateway_config_info",
-        "gateway_admission_in_flight",
-        "gateway_admission_queued",
-        "gateway_triton_pending_requests",
-    ):
+    for name, kind in metrics.metric_families().items():
         # Directly, or through a recording rule (`level:gateway_x:op` drops `_total`).
-        assert metric.removesuffix("_total") in exprs, f"{metric} not on the dashboard"
+        assert name in exprs, f"{_documented_name(name, kind)} not on the dashboard"
     # Recording rules used by the dashboard exist in the rules file.
-    rules_text = RULES.read_text()
-    for record in set(re.findall(r"\b\w+:\w+:\w+\b", exprs)):
-        assert f"record: {record}\n" in rules_text, record
+    assert set(RECORDING_RULE_NAME.findall(exprs)) <= _recorded()
+
+
+def test_docs_describe_every_metric() -> None:
+    docs = DOCS.read_text()
+    for name, kind in metrics.metric_families().items():
+        documented = _documented_name(name, kind)
+        assert f"`{documented}`" in docs, f"{documented} not in docs/operations.md"
+
+
+def test_dashboard_rules_and_docs_name_only_existing_metrics() -> None:
+    """No metric or recording rule that the code or the rules file does not define."""
+    series, recorded = _series_names(), _recorded()
+    rules = yaml.safe_load(RULES.read_text())
+    texts = {
+        "dashboard": "\n".join(t["expr"] for p in _panels(_dashboard()) for t in p["targets"]),
+        "rules": "\n".join(
+            "\n".join([r["expr"], *r.get("annotations", {}).values()])
+            for g in rules["groups"]
+            for r in g["rules"]
+        ),
+        "rule tests": "\n".join(p.read_text() for p in RULE_TESTS),
+        "docs": DOCS.read_text(),
+    }
+    for where, text in texts.items():
+        unknown = set(METRIC_NAME.findall(text)) - series
+        assert not unknown, f"{where} names metrics the gateway does not export: {unknown}"
+        if where != "rule tests":
+            unknown = set(RECORDING_RULE_NAME.findall(text)) - recorded
+            assert not unknown, f"{where} names unknown recording rules: {unknown}"
 
 
 def test_dashboard_queries_parse(tmp_path: Path) -> None:
