@@ -30,6 +30,10 @@ def _serve(args: argparse.Namespace) -> int:
         os.environ.setdefault(
             "PROMETHEUS_MULTIPROC_DIR", tempfile.mkdtemp(prefix="gateway-metrics-")
         )
+    # The files an earlier run left there would be added in, also in the operator's dir.
+    from gateway.observability.metrics import clear_multiprocess_dir
+
+    clear_multiprocess_dir(keep_own=args.workers == 1)
     uvicorn.run(
         "gateway.app:app_from_env",
         factory=True,
@@ -120,7 +124,12 @@ def parser() -> argparse.ArgumentParser:
 
     demo = sub.add_parser("demo", help="run local Triton replicas, Redis and the gateway")
     demo.add_argument("--port", type=int, default=8080)
-    demo.add_argument("--config", default="config/gateway.yaml")
+    demo.add_argument(
+        "--config",
+        default="config/gateway.yaml",
+        help="gateway.yaml to run (default: config/gateway.yaml, from the current directory "
+        "or else from the source tree); checked before anything starts",
+    )
     demo.set_defaults(run=_demo)
 
     check = sub.add_parser(

@@ -9,11 +9,15 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
+
+# No proxies: an http_proxy in the environment must not intercept calls to 127.0.0.1.
+_HTTP = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
 def port_is_free(port: int) -> bool:
@@ -59,21 +63,40 @@ def free_port(span: int = 1, start: int = 20000, end: int | None = None) -> int:
     )
 
 
+class Cancelled(Exception):
+    """A wait was given up because a stop was requested (e.g. Ctrl-C)."""
+
+
+def _pause(seconds: float, cancel: threading.Event | None) -> None:
+    """Sleep, or return early when `cancel` is set; Cancelled if it is."""
+    if cancel is None:
+        time.sleep(seconds)
+    elif cancel.wait(seconds):
+        raise Cancelled("stop requested")
+
+
 def wait_http_ok(
-    url: str, timeout_s: float, process: subprocess.Popen[bytes] | None = None
+    url: str,
+    timeout_s: float,
+    process: subprocess.Popen[bytes] | None = None,
+    cancel: threading.Event | None = None,
 ) -> None:
-    """Poll `url` until it answers 200; fail early if `process` exits."""
+    """Poll `url` until it answers 200; fail early if `process` exits.
+
+    Raises Cancelled as soon as `cancel` is set (within about a second).
+    """
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
+        _pause(0, cancel)
         if process is not None and process.poll() is not None:
             raise RuntimeError(f"{process.args!r} exited with {process.returncode}")
         try:
-            with urllib.request.urlopen(url, timeout=1.0) as response:
+            with _HTTP.open(url, timeout=1.0) as response:
                 if response.status == 200:
                     return
         except (urllib.error.URLError, OSError):
             pass
-        time.sleep(0.1)
+        _pause(0.1, cancel)
     raise TimeoutError(f"{url} was not ready within {timeout_s:g}s")
 
 
@@ -81,7 +104,7 @@ def redis_server_path() -> str | None:
     return shutil.which("redis-server")
 
 
-def start_redis(port: int) -> subprocess.Popen[bytes]:
+def start_redis(port: int, cancel: threading.Event | None = None) -> subprocess.Popen[bytes]:
     """A throwaway redis-server on `port` that keeps nothing on disk."""
     path = redis_server_path()
     if path is None:
@@ -92,21 +115,30 @@ def start_redis(port: int) -> subprocess.Popen[bytes]:
         stderr=subprocess.DEVNULL,
         start_new_session=True,
     )
-    return wait_listening(process, port, "redis-server")
+    return wait_listening(process, port, "redis-server", cancel=cancel)
 
 
 def wait_listening(
-    process: subprocess.Popen[bytes], port: int, what: str, timeout_s: float = 10.0
+    process: subprocess.Popen[bytes],
+    port: int,
+    what: str,
+    timeout_s: float = 10.0,
+    cancel: threading.Event | None = None,
 ) -> subprocess.Popen[bytes]:
-    """Wait until `process` accepts connections on `port`; stop it and fail otherwise."""
+    """Wait until `process` accepts connections on `port`; stop it and fail otherwise
+    (Cancelled when `cancel` is set first)."""
     deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        with socket.socket() as sock:
-            if sock.connect_ex(("127.0.0.1", port)) == 0:
-                return process
-        if process.poll() is not None:
-            raise RuntimeError(f"{what} on port {port} exited with {process.returncode}")
-        time.sleep(0.05)
+    try:
+        while time.monotonic() < deadline:
+            with socket.socket() as sock:
+                if sock.connect_ex(("127.0.0.1", port)) == 0:
+                    return process
+            if process.poll() is not None:
+                raise RuntimeError(f"{what} on port {port} exited with {process.returncode}")
+            _pause(0.05, cancel)
+    except Cancelled:
+        stop(process)
+        raise
     stop(process)
     raise TimeoutError(f"{what} on port {port} did not start")
 

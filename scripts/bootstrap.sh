@@ -10,21 +10,26 @@ if ! "$PYTHON" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))'; then
   echo "bootstrap: Python 3.11 is required (found $("$PYTHON" --version 2>&1))" >&2
   exit 1
 fi
+PYVER=3.11
 
-if [ ! -x .venv/bin/python ]; then
-  "$PYTHON" -m venv .venv
-fi
-stamp=.venv/.installed-$(sha256sum pyproject.toml | cut -c1-16)
-if [ ! -f "$stamp" ]; then
-  .venv/bin/python -m pip install --quiet --upgrade pip
-  .venv/bin/python -m pip install --quiet -e '.[dev]'
-  rm -f .venv/.installed-*
-  touch "$stamp"
-fi
-
-# The tests want a real redis-server (the demo too), faketime (clock-skew tests) and
-# prometheus/promtool (alert rules, scraping); install them where we may (root on Debian).
+# System packages, installed where we may (root on Debian) before the venv needs them:
+# - python3.11-venv: Debian's python3.11 cannot create a venv without it (no ensurepip);
+# - libpython3.11: the shared libpython that triton-sim's Python backend stub links;
+# - redis-server (tests, demo), faketime (clock-skew tests), prometheus/promtool (alert
+#   rules, scraping).
 missing=()
+if [ ! -x .venv/bin/python ] && ! "$PYTHON" -c 'import ensurepip' 2>/dev/null; then
+  missing+=("python$PYVER-venv")
+fi
+# The stub looks next to the interpreter (its LIBDIR), then where the loader looks.
+if ! "$PYTHON" -c '
+import ctypes.util, os, sys, sysconfig
+v = "%d.%d" % sys.version_info[:2]
+libdir = sysconfig.get_config_var("LIBDIR") or ""
+found = os.path.exists(os.path.join(libdir, f"libpython{v}.so.1.0"))
+sys.exit(0 if found or ctypes.util.find_library(f"python{v}") else 1)'; then
+  missing+=("libpython$PYVER")
+fi
 command -v redis-server >/dev/null || missing+=(redis-server)
 command -v faketime >/dev/null || missing+=(faketime)
 command -v promtool >/dev/null || missing+=(prometheus)
@@ -39,4 +44,23 @@ if [ ${#missing[@]} -gt 0 ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/nu
   # The tests start their own servers; a daemon the packages started is not wanted.
   case " ${missing[*]} " in *" prometheus "*) pkill -x prometheus || true ;; esac
   case " ${missing[*]} " in *" nginx-light "*) pkill -x nginx || true ;; esac
+elif [[ " ${missing[*]} " == *" libpython$PYVER "* ]]; then
+  echo "bootstrap: triton-sim (demo, tests) needs libpython$PYVER:" \
+    "apt-get install libpython$PYVER" >&2
+fi
+
+if [ ! -x .venv/bin/python ]; then
+  if ! "$PYTHON" -c 'import ensurepip' 2>/dev/null; then
+    echo "bootstrap: $PYTHON cannot create a virtual environment;" \
+      "install python$PYVER-venv (apt-get install python$PYVER-venv)" >&2
+    exit 1
+  fi
+  "$PYTHON" -m venv .venv
+fi
+stamp=.venv/.installed-$(sha256sum pyproject.toml | cut -c1-16)
+if [ ! -f "$stamp" ]; then
+  .venv/bin/python -m pip install --quiet --upgrade pip
+  .venv/bin/python -m pip install --quiet -e '.[dev]'
+  rm -f .venv/.installed-*
+  touch "$stamp"
 fi

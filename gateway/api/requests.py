@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import orjson
@@ -17,10 +17,29 @@ from gateway.inference import (
 
 _ROLES = frozenset({"system", "user", "assistant", "tool", "developer"})
 _MAX_STOP = 4
+_INT64 = (-(2**63), 2**63 - 1)
 
-# Fields OpenAI defines that this gateway does not implement: refuse them loudly rather
-# than silently return something else than asked.
-_UNSUPPORTED = ("tools", "functions", "logprobs", "response_format", "best_of", "suffix")
+
+def _is_int(value: object, wanted: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value == wanted
+
+
+# Fields OpenAI defines for behaviour this gateway does not implement. A value that asks
+# for the default behaviour is accepted (SDKs and frameworks send them); any other value
+# is refused loudly rather than silently answered with something else than asked.
+# name -> (is the default, what is accepted)
+_DEFAULT_ONLY: dict[str, tuple[Callable[[object], bool], str]] = {
+    "tools": (lambda v: v == [], "an empty list"),
+    "functions": (lambda v: v == [], "an empty list"),
+    "tool_choice": (lambda v: v in ("none", "auto"), '"none" or "auto" (there are no tools)'),
+    "function_call": (lambda v: v in ("none", "auto"), '"none" or "auto"'),
+    "logprobs": (lambda v: v is False, "false"),
+    "top_logprobs": (lambda v: _is_int(v, 0), "0"),
+    "response_format": (lambda v: v == {"type": "text"}, '{"type": "text"}'),
+    "best_of": (lambda v: _is_int(v, 1), "1"),
+    "suffix": (lambda v: v == "", "an empty string"),
+    "echo": (lambda v: v is False, "false"),
+}
 
 
 def decode_json(body: bytes) -> Mapping[str, Any]:
@@ -71,9 +90,12 @@ def _request(
     messages: tuple[ChatMessage, ...] = (),
     prompt: str = "",
 ) -> InferenceRequest:
-    for name in _UNSUPPORTED:
-        if data.get(name) is not None:
-            raise bad_request(f"`{name}` is not supported by this gateway.", name)
+    for name, (is_default, accepted) in _DEFAULT_ONLY.items():
+        value = data.get(name)
+        if value is not None and not is_default(value):
+            raise bad_request(
+                f"`{name}` is not supported by this gateway: only {accepted} is accepted.", name
+            )
     n = _optional_int(data, "n", minimum=1)
     if n not in (None, 1):
         raise bad_request("Only `n` = 1 is supported.", "n")
@@ -101,7 +123,7 @@ def _request(
         temperature=_optional_float(data, "temperature", 0.0, 2.0),
         top_p=_optional_float(data, "top_p", 0.0, 1.0),
         stop=_stop(data.get("stop")),
-        seed=_optional_int(data, "seed"),
+        seed=_optional_int(data, "seed", *_INT64),
     )
     return InferenceRequest(
         kind=kind,
@@ -160,13 +182,17 @@ def _stop(raw: object) -> tuple[str, ...]:
     raise bad_request(f"`stop` must be a string or up to {_MAX_STOP} non-empty strings.", "stop")
 
 
-def _optional_int(data: Mapping[str, Any], name: str, minimum: int | None = None) -> int | None:
+def _optional_int(
+    data: Mapping[str, Any], name: str, minimum: int | None = None, maximum: int | None = None
+) -> int | None:
     value = data.get(name)
     if value is None:
         return None
     # bool is an int in Python; a JSON `true` is not a number.
     if not isinstance(value, int) or isinstance(value, bool):
         raise bad_request(f"`{name}` must be an integer.", name)
+    if maximum is not None and minimum is not None and not minimum <= value <= maximum:
+        raise bad_request(f"`{name}` must be between {minimum} and {maximum}.", name)
     if minimum is not None and value < minimum:
         raise bad_request(f"`{name}` must be at least {minimum}.", name)
     return value

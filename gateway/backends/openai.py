@@ -13,7 +13,10 @@ from gateway.inference import Completion, Delta, RequestKind, UpstreamCall, Usag
 
 
 class OpenAIBackend:
-    """Forwards chat and text completions to `{url}/v1/...`, renaming the model."""
+    """Forwards chat and text completions to `{url}/v1/...`, renaming the model.
+
+    The replica URL may end in `/v1` or not (`http://vllm:8000` or `http://vllm:8000/v1`).
+    """
 
     renders_prompt = False
 
@@ -51,15 +54,21 @@ class OpenAIBackend:
                     yield delta
 
     async def ready(self, url: str, upstream_model: str, timeout_s: float) -> bool:
-        return await get_ok(self._session.get(), f"{url}/v1/models", timeout_s)
+        return await get_ok(self._session.get(), f"{_api_base(url)}/models", timeout_s)
 
     async def close(self) -> None:
         await self._session.close()
 
 
+def _api_base(url: str) -> str:
+    """`http://host:port/v1` from the replica URL, given with or without its `/v1`."""
+    base = url.rstrip("/")
+    return base if base.endswith("/v1") else base + "/v1"
+
+
 def _endpoint(url: str, call: UpstreamCall) -> str:
-    path = "/v1/chat/completions" if call.kind is RequestKind.CHAT else "/v1/completions"
-    return url.rstrip("/") + path
+    path = "/chat/completions" if call.kind is RequestKind.CHAT else "/completions"
+    return _api_base(url) + path
 
 
 def _payload(call: UpstreamCall, stream: bool) -> bytes:

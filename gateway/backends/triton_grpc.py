@@ -6,6 +6,7 @@ cannot tell when a request is finished; the raw stub from `tritonclient.grpc` ca
 
 from __future__ import annotations
 
+import asyncio
 import struct
 from collections.abc import AsyncGenerator, AsyncIterator
 
@@ -34,10 +35,12 @@ class TritonGRPCBackend:
 
     def __init__(self, connect_timeout_s: float, total_timeout_s: float) -> None:
         self._channels: dict[str, grpc.aio.Channel] = {}
+        # Channels seen connected; the others wait at most connect_timeout_s to connect.
+        self._connected: set[str] = set()
         self._connect_timeout_s = connect_timeout_s
         self._total_timeout_s = total_timeout_s
 
-    def _stub(self, url: str) -> service_pb2_grpc.GRPCInferenceServiceStub:
+    def _channel(self, url: str) -> grpc.aio.Channel:
         channel = self._channels.get(url)
         if channel is None:
             channel = grpc.aio.insecure_channel(
@@ -45,6 +48,29 @@ class TritonGRPCBackend:
                 options=[("grpc.max_receive_message_length", 64 * 1024 * 1024)],
             )
             self._channels[url] = channel
+        return channel
+
+    def _stub(self, url: str) -> service_pb2_grpc.GRPCInferenceServiceStub:
+        return service_pb2_grpc.GRPCInferenceServiceStub(self._channel(url))
+
+    async def _connected_stub(self, url: str) -> service_pb2_grpc.GRPCInferenceServiceStub:
+        """The stub once the channel is connected: ReplicaUnavailable if the connection
+        fails, or is not made within connect_s.
+
+        Checked on first use and after a failure only: a call on a channel seen
+        connected costs nothing more.
+        """
+        channel = self._channel(url)
+        if url not in self._connected:
+            try:
+                state = await asyncio.wait_for(_connect(channel), self._connect_timeout_s)
+            except TimeoutError:
+                raise ReplicaUnavailable(
+                    f"gRPC: no connection to {url} within {self._connect_timeout_s:g} s"
+                ) from None
+            if state is not grpc.ChannelConnectivity.READY:
+                raise ReplicaUnavailable(f"gRPC: cannot connect to {url} ({state.name})")
+            self._connected.add(url)
         return service_pb2_grpc.GRPCInferenceServiceStub(channel)
 
     async def complete(self, url: str, call: UpstreamCall) -> Completion:
@@ -71,7 +97,8 @@ class TritonGRPCBackend:
         async def requests() -> AsyncIterator[service_pb2.ModelInferRequest]:
             yield request
 
-        responses = self._stub(url).ModelStreamInfer(requests(), timeout=self._total_timeout_s)
+        stub = await self._connected_stub(url)
+        responses = stub.ModelStreamInfer(requests(), timeout=self._total_timeout_s)
         try:
             async for response in responses:
                 if response.error_message:
@@ -82,6 +109,8 @@ class TritonGRPCBackend:
                 if result.parameters["triton_final_response"].bool_param:
                     return
         except grpc.aio.AioRpcError as exc:
+            if exc.code() is grpc.StatusCode.UNAVAILABLE:
+                self._connected.discard(url)  # the next call waits for a connection again
             raise _error(exc) from exc
         finally:
             responses.cancel()
@@ -91,7 +120,9 @@ class TritonGRPCBackend:
             reply = await self._stub(url).ModelReady(
                 service_pb2.ModelReadyRequest(name=upstream_model), timeout=timeout_s
             )
-        except grpc.aio.AioRpcError:
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() is grpc.StatusCode.UNAVAILABLE:
+                self._connected.discard(url)
             return False
         return bool(reply.ready)
 
@@ -99,6 +130,16 @@ class TritonGRPCBackend:
         for channel in self._channels.values():
             await channel.close()
         self._channels.clear()
+        self._connected.clear()
+
+
+async def _connect(channel: grpc.aio.Channel) -> grpc.ChannelConnectivity:
+    """Wait while the channel connects: READY, or the failure it ended in."""
+    state = channel.get_state(try_to_connect=True)
+    while state in (grpc.ChannelConnectivity.IDLE, grpc.ChannelConnectivity.CONNECTING):
+        await channel.wait_for_state_change(state)
+        state = channel.get_state(try_to_connect=True)
+    return state
 
 
 def _request(call: UpstreamCall, stream: bool) -> service_pb2.ModelInferRequest:

@@ -53,13 +53,17 @@ def check_config(path: str) -> list[str]:
     """Every problem in a config file as a `file:line: message` line; empty if valid.
 
     A file with a top-level `tenants` key and no `models` is checked as a bare
-    tenants file; anything else as gateway.yaml together with its tenants file.
+    tenants file: its priorities against the classes, and its models against the
+    models, of the `gateway.yaml` next to it when that one names it as its tenants
+    file (else the default classes, and models are not checked). Anything else is
+    checked as gateway.yaml together with its tenants file and cluster file.
     """
     source = read_source(path)
     data = source.data
     try:
         if isinstance(data, dict) and "tenants" in data and "models" not in data:
-            _, problems = _check_tenants(source, models=None)
+            models, classes = _sibling_gateway(path)
+            _, problems = _check_tenants(source, models, classes)
             return [str(p) for p in problems]
         _load_config(source)
     except ConfigError as e:
@@ -78,6 +82,7 @@ def key_index(tenants: TenantsConfig) -> dict[str, str]:
 
 def _load_config(source: Source) -> Config:
     gateway, problems = _check_gateway(source)
+    problems = _sorted(problems + _cluster_problems(source))
     tenants_path = _tenants_path(source)
     tenants = None
     if tenants_path is not None:
@@ -133,6 +138,31 @@ def _tenants_path(source: Source) -> str | None:
     if not isinstance(name, str) or ("tenants_file",) in source.unresolved:
         return None
     return os.path.join(os.path.dirname(source.file), name)
+
+
+def _cluster_path(source: Source) -> str | None:
+    """The cluster file, relative to gateway.yaml; None if gateway.yaml names none."""
+    name = _as_dict(source.data).get("cluster_file") if source.parsed else None
+    if not isinstance(name, str) or ("cluster_file",) in source.unresolved:
+        return None
+    return os.path.join(os.path.dirname(source.file), name)
+
+
+def _sibling_gateway(tenants_path: str) -> tuple[set[str] | None, list[str]]:
+    """Models and priority classes for checking a bare tenants file.
+
+    From the `gateway.yaml` in the same directory when it names this tenants file;
+    otherwise no models (not checked) and the default classes.
+    """
+    default: list[str] = AdmissionConfig.model_fields["classes"].default
+    sibling = os.path.join(os.path.dirname(tenants_path), "gateway.yaml")
+    if not os.path.isfile(sibling):
+        return None, default
+    source = read_source(sibling)
+    named = _tenants_path(source)
+    if named is None or os.path.realpath(named) != os.path.realpath(tenants_path):
+        return None, default
+    return _model_names(source), _classes(source)
 
 
 def _classes(source: Source) -> list[str]:
@@ -293,11 +323,48 @@ def _key_problems(source: Source) -> list[Problem]:
     return problems
 
 
+def _cluster_problems(source: Source) -> list[Problem]:
+    """The cluster file's own problems, and how it fits gateway.yaml's models.
+
+    Every deployment must be of a model gateway.yaml defines, and every model without
+    `replicas` must be deployed. Problems are at the line of the file they are in.
+    """
+    path = _cluster_path(source)
+    if path is None:
+        return []
+    # Imported here: the cluster schema builds on this module.
+    from gateway.scheduler.cluster_config import check_cluster
+
+    _, cluster_source, problems = check_cluster(path)
+    if not cluster_source.parsed:
+        return problems  # unreadable or not YAML: its deployments are unknown
+    # On the plain data, so these show up along with the file's own problems.
+    models = _as_dict(_as_dict(source.data).get("models"))
+    gateway_name = os.path.basename(source.file)
+    deployed = set()
+    for i, deployment in enumerate(_as_list(_as_dict(cluster_source.data).get("deployments"))):
+        model = _as_dict(deployment).get("model")
+        if not isinstance(model, str):
+            continue  # the file's own check reports it
+        deployed.add(model)
+        if model not in models:
+            loc: Loc = ("deployments", i, "model")
+            message = f"model '{model}' is not defined in {gateway_name}"
+            problems.append(cluster_source.problem(loc, _at(loc, message)))
+    cluster_name = os.path.basename(path)
+    for name, config in models.items():
+        if isinstance(config, dict) and not config.get("replicas") and name not in deployed:
+            loc = ("models", name, "replicas")
+            message = f"no replicas, and {cluster_name} has no deployment of '{name}'"
+            problems.append(source.problem(loc, _at(loc, message)))
+    return problems
+
+
 def _replica_problems(source: Source) -> list[Problem]:
     """Models without replicas, unless a cluster file may place them."""
     data = _as_dict(source.data)
     if data.get("cluster_file"):
-        return []  # checked against the cluster when the gateway starts
+        return []  # `_cluster_problems` checks them against the cluster's deployments
     return [
         source.problem(
             ("models", name, "replicas"),

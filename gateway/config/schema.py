@@ -7,13 +7,40 @@ line number rather than a silently ignored setting.
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, HttpUrl, SecretStr
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, HttpUrl, SecretStr
+from pydantic import Strict as StrictMode
 
-NonNegativeInt = Annotated[int, Field(ge=0)]
-PositiveInt = Annotated[int, Field(gt=0)]
-PositiveFloat = Annotated[float, Field(gt=0)]
+from gateway.config.source import EnvText
+
+
+def _env_int(value: Any) -> Any:
+    """The number a `${VAR}` substitution spelled; anything else is left to refuse."""
+    if isinstance(value, EnvText):
+        try:
+            return int(value)
+        except ValueError:
+            return value
+    return value
+
+
+def _env_float(value: Any) -> Any:
+    if isinstance(value, EnvText):
+        try:
+            return float(value)
+        except ValueError:
+            return value
+    return value
+
+
+# Strict numbers: `true` is not 1 and "12" is not 12 (pydantic's lax mode takes both).
+# Only a value substituted from the environment may be a text that spells a number.
+Int = Annotated[int, StrictMode(), BeforeValidator(_env_int)]
+Float = Annotated[float, StrictMode(), BeforeValidator(_env_float)]  # ints are accepted
+NonNegativeInt = Annotated[Int, Field(ge=0)]
+PositiveInt = Annotated[Int, Field(gt=0)]
+PositiveFloat = Annotated[Float, Field(gt=0)]
 
 
 class Strict(BaseModel):
@@ -32,7 +59,7 @@ class BackendKind(StrEnum):
 
 class ServerConfig(Strict):
     host: str = "127.0.0.1"
-    port: Annotated[int, Field(ge=1, le=65535)] = 8080
+    port: Annotated[Int, Field(ge=1, le=65535)] = 8080
     max_body_bytes: PositiveInt = 1_048_576
     # Seconds a graceful shutdown waits for in-flight requests.
     shutdown_grace_s: PositiveFloat = 10.0
@@ -115,8 +142,8 @@ class RetryPolicy(Strict):
     backoff_base_s: PositiveFloat = 0.05
     backoff_cap_s: PositiveFloat = 1.0
     # At most this fraction of recent requests may be retries (at least min_per_s).
-    budget_ratio: Annotated[float, Field(ge=0, le=10)] = 0.2
-    budget_min_per_s: Annotated[float, Field(ge=0)] = 1.0
+    budget_ratio: Annotated[Float, Field(ge=0, le=10)] = 0.2
+    budget_min_per_s: Annotated[Float, Field(ge=0)] = 1.0
     budget_window_s: PositiveFloat = 10.0
 
 

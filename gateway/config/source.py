@@ -28,6 +28,17 @@ _ENV_TOKEN = re.compile(rf"\$\$\{{|\$\{{({_NAME})(?::-([^}}]*))?\}}|\$\{{")
 _ENV_WHOLE = re.compile(rf"\$\{{({_NAME})(?::-([^}}]*))?\}}")
 
 
+class EnvText(str):
+    """A scalar that `${VAR}` substitution produced.
+
+    YAML types a plain scalar before substitution, so `${PORT:-8080}` is text; the
+    schema's numeric types accept such a text when it spells a number (and refuse
+    other strings, and booleans, which they never coerce).
+    """
+
+    __slots__ = ()
+
+
 @dataclass(frozen=True)
 class Problem:
     """One thing wrong with a config file; `str()` gives `file:line: message`."""
@@ -102,7 +113,18 @@ def read_source(path: str, environ: Mapping[str, str] | None = None) -> Source:
     return source
 
 
-def _syntax_problem(file: str, text: str, e: yaml.MarkedYAMLError) -> Problem:
+def _syntax_problem(file: str, text: str, e: yaml.YAMLError) -> Problem:
+    """`file:line: invalid YAML: why` for any error PyYAML raises while parsing `text`."""
+    if isinstance(e, yaml.reader.ReaderError):
+        # A character YAML does not allow (e.g. a control character): no mark, a position.
+        line = text.count("\n", 0, e.position) + 1
+        column = e.position - (text.rfind("\n", 0, e.position) + 1) + 1
+        code = e.character if isinstance(e.character, int) else ord(e.character)
+        return Problem(
+            file, line, f"invalid YAML: character #x{code:02x} at column {column}: {e.reason}"
+        )
+    if not isinstance(e, yaml.MarkedYAMLError):
+        return Problem(file, None, f"invalid YAML: {e}")
     mark = e.problem_mark or e.context_mark
     message = f"invalid YAML: {e.problem or e.context}"
     if e.context and e.problem and e.context_mark is not None:
@@ -124,17 +146,24 @@ class _Walker:
         self.active: set[int] = set()
 
     def parse(self, text: str) -> None:
-        self.loader = yaml.SafeLoader(text)
         try:
+            # Inside the try: the loader checks the text for unprintable characters at once.
+            self.loader = yaml.SafeLoader(text)
             root = self.loader.get_single_node()
             if root is not None:
                 self.source.data = self.node(root, ())
             self.source.parsed = True
-        except yaml.MarkedYAMLError as e:
+        except yaml.YAMLError as e:
             self.source.data = None
             self.source.problems.append(_syntax_problem(self.source.file, text, e))
+        except RecursionError:
+            self.source.data = None
+            self.source.problems.append(
+                Problem(self.source.file, None, "invalid YAML: nested too deeply")
+            )
         finally:
-            self.loader.dispose()
+            if self.loader is not None:
+                self.loader.dispose()
 
     def node(self, node: yaml.Node, loc: Loc) -> Any:
         self.source.value_lines[loc] = node.start_mark.line + 1
@@ -185,7 +214,9 @@ class _Walker:
         whole = _ENV_WHOLE.fullmatch(text)
         if whole and self.lookup(whole.group(1), whole.group(2)) is not None:
             self.source.env_vars[loc] = whole.group(1)
-        return _ENV_TOKEN.sub(lambda m: self.substitute(m, loc), text)
+        result = _ENV_TOKEN.sub(lambda m: self.substitute(m, loc), text)
+        # `port: ${PORT:-8080}`: numeric settings may read a substituted text as a number.
+        return EnvText(result) if _ENV_WHOLE.search(text) else result
 
     def lookup(self, name: str, default: str | None) -> str | None:
         """The variable's value, or None when the default (if any) applies.

@@ -12,7 +12,7 @@ from typing import Annotated
 from pydantic import Field, HttpUrl, model_validator
 
 from gateway.config.loader import validate_source
-from gateway.config.schema import NonNegativeInt, PositiveInt, Strict
+from gateway.config.schema import Int, NonNegativeInt, PositiveInt, Strict
 from gateway.config.source import ConfigError, Problem, Source, read_source
 from gateway.scheduler.policies import POLICY_NAMES
 
@@ -43,14 +43,14 @@ class Deployment(Strict):
     replicas: PositiveInt = 1
     # Whole GPUs per replica, or `gpu_milli` thousandths of one GPU (shared) when below 1000.
     gpus: NonNegativeInt = 1
-    gpu_milli: Annotated[int, Field(ge=1, le=1000)] = 1000
+    gpu_milli: Annotated[Int, Field(ge=1, le=1000)] = 1000
     cpu_milli: NonNegativeInt = 4_000
     memory_mib: NonNegativeInt = 16_384
     # Allowed GPU models; empty: any.
     gpu_models: list[str] = Field(default_factory=list)
     tenant: str = ""
     # Higher numbers are placed first and keep their place when capacity runs short.
-    priority: int = 0
+    priority: Int = 0
 
     @model_validator(mode="after")
     def _one_gpu_when_shared(self) -> Deployment:
@@ -70,19 +70,28 @@ class ClusterConfig(Strict):
 
 def load_cluster(path: str) -> ClusterConfig:
     """The cluster file at `path`, validated; raises ConfigError listing every problem."""
+    cluster, _, problems = check_cluster(path)
+    if problems or cluster is None:
+        raise ConfigError(problems)
+    return cluster
+
+
+def check_cluster(path: str) -> tuple[ClusterConfig | None, Source, list[Problem]]:
+    """Read and validate the cluster file: (the config or None, its source, problems).
+
+    The source lets a caller report its own cross checks at the file's lines.
+    """
     source = read_source(path)
     problems = list(source.problems)
     cluster = None
-    if not problems:
+    if source.parsed and not problems:
         cluster, problems = validate_source(ClusterConfig, source)
     if cluster is not None:
         problems += _duplicates(source, cluster)
         if cluster.policy != "best" and cluster.policy not in POLICY_NAMES:
             choices = ", ".join(("best", *POLICY_NAMES))
             problems.append(source.problem(("policy",), f"policy: unknown, choose from {choices}"))
-    if problems or cluster is None:
-        raise ConfigError(problems)
-    return cluster
+    return (None if problems else cluster), source, problems
 
 
 def _duplicates(source: Source, cluster: ClusterConfig) -> list[Problem]:

@@ -8,6 +8,7 @@ processes too, even the ones that outlive a crashed or killed server.
 from __future__ import annotations
 
 import contextlib
+import ctypes.util
 import os
 import secrets
 import shutil
@@ -90,6 +91,9 @@ class TritonSim:
         if self._process is not None and self._process.poll() is None:
             raise TritonSimError("already running")
         self.stop()  # clean up after an earlier run, if any
+        missing = libpython_problem()
+        if missing is not None:
+            raise TritonSimError(missing)
         for port in (self.port, self.port + 1, self.port + 2):
             _ensure_port_free(port)
         self.workdir = Path(tempfile.mkdtemp(prefix="triton-sim-"))
@@ -217,6 +221,27 @@ class TritonSim:
         traceback: TracebackType | None,
     ) -> None:
         self.stop()
+
+
+def libpython_problem() -> str | None:
+    """Why the Python backend stub cannot load this interpreter's libpython; None if it can.
+
+    The stub links `libpython3.X.so.1.0`. It is looked for next to this interpreter
+    (its LIBDIR, which `_server_env` puts first), then where the dynamic loader looks.
+    On Debian the system interpreter's copy comes in the `libpython3.X` package, which a
+    bare `python3.X` does not pull in.
+    """
+    version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    soname = f"libpython{version}.so.1.0"
+    libdir = sysconfig.get_config_var("LIBDIR")
+    if libdir and (Path(libdir) / soname).exists():
+        return None
+    if ctypes.util.find_library(f"python{version}") is not None:
+        return None
+    return (
+        f"{soname} not found (in {libdir} or the loader's path): tritonserver's Python "
+        f"backend needs it; install it: apt-get install libpython{version}"
+    )
 
 
 def _server_env() -> dict[str, str]:

@@ -1,14 +1,20 @@
-"""Parsing OpenAI request bodies: what is accepted, and the 400 that names the field."""
+"""Parsing OpenAI request bodies (what is accepted, the 400 that names the field), and
+where the backends send them."""
 
 from __future__ import annotations
 
+import socket
+import time
 from typing import Any
 
 import pytest
 
 from gateway.api.errors import APIError
 from gateway.api.requests import decode_json, parse_chat, parse_completion
-from gateway.inference import ChatMessage, RequestKind
+from gateway.backends.base import ReplicaUnavailable
+from gateway.backends.openai import _endpoint
+from gateway.backends.triton_grpc import TritonGRPCBackend
+from gateway.inference import ChatMessage, RequestKind, SamplingParams, UpstreamCall
 
 USER = [{"role": "user", "content": "hi"}]
 
@@ -89,10 +95,53 @@ def test_stream_options_include_usage() -> None:
         ({"stream_options": {"include_usage": True}}, "stream_options"),
         ({"tools": [{"type": "function"}]}, "tools"),
         ({"seed": 1.5}, "seed"),
+        ({"seed": 2**63}, "seed"),
+        ({"seed": -(2**63) - 1}, "seed"),
+        ({"seed": 2**64 - 1}, "seed"),
+        ({"n": 2}, "n"),
+        ({"logprobs": True}, "logprobs"),
+        ({"top_logprobs": 2}, "top_logprobs"),
+        ({"response_format": {"type": "json_object"}}, "response_format"),
+        ({"tool_choice": "required"}, "tool_choice"),
+        ({"functions": [{"name": "f"}]}, "functions"),
+        ({"best_of": 2}, "best_of"),
+        ({"best_of": True}, "best_of"),
+        ({"suffix": "x"}, "suffix"),
+        ({"echo": True}, "echo"),
     ],
 )
 def test_invalid_fields_are_refused_by_name(fields: dict[str, Any], param: str) -> None:
     assert refused(chat(**fields)).param == param
+
+
+def test_seed_takes_the_whole_int64_range() -> None:
+    for seed in (2**63 - 1, -(2**63), 0):
+        assert parse_chat(chat(seed=seed), default_max_tokens=8).params.seed == seed
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"n": 1},
+        {"logprobs": False},
+        {"top_logprobs": 0},
+        {"tools": []},
+        {"functions": []},
+        {"tool_choice": "none"},
+        {"tool_choice": "auto"},
+        {"function_call": "none"},
+        {"response_format": {"type": "text"}},
+        {"best_of": 1},
+        {"suffix": ""},
+        {"echo": False},
+        {"tools": None, "logprobs": None, "response_format": None},
+    ],
+)
+def test_fields_asking_for_the_default_behaviour_are_accepted(fields: dict[str, Any]) -> None:
+    request = parse_chat(chat(**fields), default_max_tokens=8)
+    assert request.messages == (ChatMessage("user", "hi"),)
+    completion = parse_completion({"model": "m", "prompt": "p", **fields}, 8)
+    assert completion.prompt == "p"
 
 
 def test_completion_takes_a_string_or_a_single_prompt_list() -> None:
@@ -108,3 +157,35 @@ def test_body_that_is_not_a_json_object_is_400(body: bytes) -> None:
     with pytest.raises(APIError) as caught:
         decode_json(body)
     assert caught.value.status == 400
+
+
+# --- requests to upstreams ---------------------------------------------------------
+
+
+def _call(kind: RequestKind) -> UpstreamCall:
+    return UpstreamCall(kind, "m", "hi", (), SamplingParams(max_tokens=4), 1)
+
+
+@pytest.mark.parametrize(
+    "url", ["http://h:8000", "http://h:8000/", "http://h:8000/v1", "http://h:8000/v1/"]
+)
+def test_openai_upstream_url_may_end_in_v1_or_not(url: str) -> None:
+    assert _endpoint(url, _call(RequestKind.CHAT)) == "http://h:8000/v1/chat/completions"
+    assert _endpoint(url, _call(RequestKind.COMPLETION)) == "http://h:8000/v1/completions"
+
+
+async def test_grpc_replica_that_does_not_connect_fails_within_connect_s() -> None:
+    # A port that accepts TCP but never speaks HTTP/2: the channel stays CONNECTING.
+    with socket.socket() as silent, socket.socket() as closed:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        closed.bind(("127.0.0.1", 0))  # bound, not listening: connections are refused
+        backend = TritonGRPCBackend(connect_timeout_s=0.3, total_timeout_s=30)
+        try:
+            for port, within in ((silent.getsockname()[1], 2.0), (closed.getsockname()[1], 1.0)):
+                started = time.monotonic()
+                with pytest.raises(ReplicaUnavailable):
+                    await backend.complete(f"127.0.0.1:{port}", _call(RequestKind.COMPLETION))
+                assert time.monotonic() - started < within
+        finally:
+            await backend.close()
