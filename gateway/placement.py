@@ -158,7 +158,9 @@ class ClusterPlacement:
         for action in actions:
             log.info("placement: %s", action)
         if plan.placements != self.plan.placements or plan.unplaced != self.plan.unplaced:
-            log.warning(
+            # A change is worth a warning only when something could not be placed.
+            log.log(
+                logging.WARNING if plan.unplaced else logging.INFO,
                 "placement: %s; unplaced: %s",
                 ", ".join(f"{p.model}#{p.index}@{p.node}" for p in plan.placements) or "none",
                 ", ".join(f"{m} x{n}" for m, n in sorted(plan.unplaced.items())) or "none",
