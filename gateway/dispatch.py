@@ -9,7 +9,11 @@ tenant may use) the dispatcher:
    when the queue is full;
 3. calls the model (retrying on other replicas before any output); a stream that has
    not produced its first token within `timeouts.first_token_s` is cancelled upstream
-   and the next model is tried.
+   and the next model is tried. A stream that has started runs until the request's
+   deadline at most, then ends with UpstreamTimeout (a terminal SSE error event).
+
+Timed-out attempts teach the model's latency averages a lower bound, so the predicted
+wait of step 1 learns that a model turned slow even when nothing it does finishes.
 
 Each move is recorded as a `Fallback`, which the response reports.
 """
@@ -20,9 +24,11 @@ import asyncio
 import time
 from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any
 
 from gateway.admission import AdmissionController, DeadlineExceeded, Overloaded, Slot
-from gateway.backends.base import UpstreamError
+from gateway.backends.base import UpstreamError, UpstreamTimeout
 from gateway.config import FallbackReason
 from gateway.inference import Completion, Delta, InferenceRequest, UpstreamCall, UsageMeter
 from gateway.observability import metrics
@@ -96,7 +102,11 @@ class Dispatcher:
                 async with asyncio.timeout(job.deadline - started):
                     completion = await failover.complete(route, call, job.deadline)
             except TimeoutError:
+                _learn_too_slow(route, job, time.monotonic() - started)
                 raise DeadlineMissed(f"{route.name} did not answer before the deadline") from None
+            except UpstreamTimeout:
+                _learn_too_slow(route, job, time.monotonic() - started)
+                raise
             except NoReplicaLeft:
                 if self._may_fall_back(job, index, FallbackReason.REPLICA_ERROR, fallbacks):
                     continue
@@ -114,7 +124,10 @@ class Dispatcher:
     async def stream(self, job: Job) -> tuple[Delta | None, AsyncGenerator[Delta, None], Served]:
         """The first piece of the answer, the rest of it, and who serves it.
 
-        The stream holds its admission slot until it ends or is closed.
+        The rest holds the admission slot until it ends, fails or is closed, and no
+        longer than the request's deadline, past which reading it raises UpstreamTimeout.
+        Its `aclose` gives the slot back even if it was never iterated (and again does
+        nothing). With no first piece (an empty answer) the slot is back already.
         """
         fallbacks: list[Fallback] = []
         for index, route in enumerate(job.chain):
@@ -123,55 +136,36 @@ class Dispatcher:
                 continue
             call = job.first_call if index == 0 else route.upstream_call(job.request)
             started = time.monotonic()
-            deltas = failover.stream(route, call, job.deadline)
-            budget = min(route.config.timeouts.first_token_s, job.deadline - started)
+            # The first piece must come within the model's budget (and the deadline);
+            # failover bounds each attempt by it, and blames a replica that stays silent.
+            first_by = started + min(route.config.timeouts.first_token_s, job.deadline - started)
+            deltas = failover.stream(route, call, job.deadline, first_by)
+            first: Delta | None
             try:
-                first: Delta | None
-                async with asyncio.timeout(budget):
-                    first = await anext(deltas)
+                first = await anext(deltas)
             except StopAsyncIteration:
                 first = None
             except TimeoutError:
                 await deltas.aclose()  # cancels the upstream request
                 self._admission.release(slot, 0)
+                _learn_slow_start(route, time.monotonic() - started)
                 if self._may_fall_back(job, index, FallbackReason.TTFT_TIMEOUT, fallbacks):
                     continue
                 raise DeadlineMissed(f"no first token from {route.name} in time") from None
-            except (UpstreamError, NoReplicaLeft):
+            except (UpstreamError, NoReplicaLeft) as exc:
                 await deltas.aclose()
                 self._admission.release(slot, 0)
+                if isinstance(exc, UpstreamTimeout):
+                    _learn_slow_start(route, time.monotonic() - started)
                 if self._may_fall_back(job, index, FallbackReason.REPLICA_ERROR, fallbacks):
                     continue
                 raise
             ttft = time.monotonic() - started
             metrics.labels(metrics.TTFT, route.name).observe(ttft)
             served = Served(route, fallbacks, slot.waited_s, ttft)
-            return first, self._hold(slot, route, first, deltas, started, ttft), served
+            rest = _Rest(self._admission, slot, route, first, deltas, started, ttft, job.deadline)
+            return first, rest, served
         raise DeadlineMissed("no model of the fallback chain could take the request in time")
-
-    async def _hold(
-        self,
-        slot: Slot,
-        route: ModelRoute,
-        first: Delta | None,
-        deltas: AsyncGenerator[Delta, None],
-        started: float,
-        ttft: float,
-    ) -> AsyncGenerator[Delta, None]:
-        """The rest of a stream, releasing its slot (with the work done) when it ends."""
-        meter = UsageMeter()
-        if first is not None:
-            meter.add(first)
-        try:
-            async for delta in deltas:
-                meter.add(delta)
-                yield delta
-            route.resilience.latency.observe(
-                ttft, time.monotonic() - started, meter.completion_tokens
-            )
-        finally:
-            await deltas.aclose()
-            self._admission.release(slot, meter.usage(0).total_tokens)
 
     async def _admit(self, job: Job, index: int, fallbacks: list[Fallback]) -> Slot | None:
         """A slot on the chain's model `index`, or None when the job moves on."""
@@ -212,3 +206,183 @@ class Dispatcher:
             return False
         fallbacks.append(Fallback(route.name, job.chain[index + 1].name, reason))
         return True
+
+
+def _learn_slow_start(route: ModelRoute, waited_s: float) -> None:
+    """A stream with no first piece after `waited_s`: its TTFT is at least that.
+
+    A lower bound only ever raises the model's TTFT average, so the predicted wait
+    learns that a model turned slow even though its requests time out instead of
+    finishing; a short wait (a tight deadline) teaches nothing.
+    """
+    latency = route.resilience.latency
+    if latency.ttft_s is None or waited_s > latency.ttft_s:
+        latency.observe(waited_s, waited_s, 0)
+
+
+def _learn_too_slow(route: ModelRoute, job: Job, waited_s: float) -> None:
+    """A whole answer still missing after `waited_s`: a lower bound, as in
+    `_learn_slow_start`, when it exceeds what the model is expected to take.
+
+    Counted as if it would have run to `max_tokens`, which gives a time per token no
+    larger than the real one (the answer had at most that many tokens, and took longer).
+    """
+    latency = route.resilience.latency
+    max_tokens = job.request.params.max_tokens
+    if waited_s <= latency.expected_s(False, max_tokens):
+        return
+    if max_tokens > 1:
+        latency.observe(None, waited_s, max_tokens)
+    else:
+        latency.observe(waited_s, waited_s, max_tokens)
+
+
+class _Rest(AsyncGenerator[Delta, None]):
+    """The rest of a stream after its first piece; holds the admission slot, and is
+    bounded by the request's deadline.
+
+    The slot goes back once (with the tokens seen), at the first of: the stream ends or
+    fails, `aclose` (even before any iteration), the deadline. The deadline is one timer
+    per stream: if it passes while the reader waits for a piece, that wait is cancelled
+    (which cancels the upstream request) and UpstreamTimeout raised in its place; if it
+    passes between pieces, the slot goes back at once and the next read raises it. A
+    cancel of the reader's task from anywhere else passes through untouched.
+    """
+
+    __slots__ = (
+        "_admission",
+        "_cancelling",
+        "_deltas",
+        "_ended",
+        "_expired",
+        "_meter",
+        "_reader",
+        "_route",
+        "_slot",
+        "_started",
+        "_timer",
+        "_ttft",
+    )
+
+    def __init__(
+        self,
+        admission: AdmissionController,
+        slot: Slot,
+        route: ModelRoute,
+        first: Delta | None,
+        deltas: AsyncGenerator[Delta, None],
+        started: float,
+        ttft: float,
+        deadline: float,
+    ) -> None:
+        self._admission = admission
+        self._slot = slot
+        self._route = route
+        self._deltas = deltas
+        self._started = started
+        self._ttft = ttft
+        self._meter = UsageMeter()
+        self._expired = False
+        self._ended = False
+        # The task waiting in __anext__, while one is.
+        self._reader: asyncio.Task[Any] | None = None
+        # Its cancel requests before the deadline timer added one.
+        self._cancelling = 0
+        self._timer: asyncio.TimerHandle | None = None
+        if first is None:
+            # Failover's stream has returned: nothing more will come.
+            self._end(observe=True)
+            return
+        self._meter.add(first)
+        self._timer = asyncio.get_running_loop().call_later(
+            max(0.0, deadline - time.monotonic()), self._expire
+        )
+
+    def __aiter__(self) -> _Rest:
+        return self
+
+    async def __anext__(self) -> Delta:
+        if self._expired:
+            self._expired = False  # reported once; then the stream is just over
+            await self.aclose()
+            raise self._timeout()
+        if self._ended:
+            raise StopAsyncIteration
+        reader = self._reader = asyncio.current_task()
+        try:
+            delta = await anext(self._deltas)
+        except BaseException as exc:
+            self._reader = None
+            # `_expired` now means the deadline timer cancelled this read. Only its cancel
+            # (no other one pending) becomes the timeout; the upstream generator is closed
+            # by it, and the request with it.
+            if self._expired and reader is not None and reader.uncancel() <= self._cancelling:
+                self._expired = False  # reported once; then the stream is just over
+                self._end(observe=True)
+                cause = None if isinstance(exc, asyncio.CancelledError) else exc
+                raise self._timeout() from cause
+            self._end(observe=isinstance(exc, StopAsyncIteration))
+            raise
+        self._reader = None
+        if self._expired and reader is not None:
+            reader.uncancel()  # the upstream swallowed the cancel; the next read times out
+        self._meter.add(delta)
+        return delta
+
+    async def asend(self, value: None) -> Delta:
+        return await self.__anext__()
+
+    async def athrow(
+        self,
+        typ: type[BaseException] | BaseException,
+        val: object = None,
+        tb: TracebackType | None = None,
+    ) -> Delta:
+        """Close the stream, then raise the exception given."""
+        await self.aclose()
+        if isinstance(typ, BaseException):
+            raise typ
+        if isinstance(val, BaseException):
+            raise val
+        raise typ() if val is None else typ(val)
+
+    async def aclose(self) -> None:
+        """Cancel the upstream request, if still open, and give the slot back."""
+        try:
+            await self._deltas.aclose()
+        finally:
+            self._end(observe=False)
+
+    def _expire(self) -> None:
+        """The deadline timer."""
+        self._timer = None
+        self._expired = True
+        reader = self._reader
+        if reader is not None:
+            self._cancelling = reader.cancelling()
+            reader.cancel()  # __anext__ turns it into UpstreamTimeout
+        else:
+            # Between pieces (the reader is busy with the last one, or went away without
+            # closing): the stream is over, whenever the next read or aclose comes.
+            self._end(observe=True)
+
+    def _timeout(self) -> UpstreamTimeout:
+        return UpstreamTimeout(f"{self._route.name} did not finish before the request deadline")
+
+    def _end(self, *, observe: bool) -> None:
+        """Give the slot back (once) with the tokens seen; when `observe`, record the
+        stream's latency (it ended, or was cut at the deadline: either way a real sample
+        of its time per token)."""
+        if self._ended:
+            return
+        self._ended = True
+        timer = self._timer
+        if timer is not None:
+            self._timer = None
+            timer.cancel()
+        meter = self._meter
+        if observe:
+            self._route.resilience.latency.observe(
+                self._ttft, time.monotonic() - self._started, meter.completion_tokens
+            )
+        self._admission.release(self._slot, meter.usage(0).total_tokens)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -27,8 +28,9 @@ from gateway.ratelimit.limiter import RateLimiter
 from gateway.ratelimit.redis_store import RedisBuckets
 from gateway.resilience.health import HealthChecker
 from gateway.resilience.idempotency import IdempotencyStore
+from gateway.resilience.outlier import ReplicaState
 from gateway.routes import ModelRoute, RouteResilience
-from gateway.scheduler.routing import ReplicaPool
+from gateway.scheduler.routing import Replica, ReplicaPool
 from gateway.storage import REDIS_ERRORS, RedisClient, connect_redis
 
 log = logging.getLogger("gateway")
@@ -62,23 +64,61 @@ def _route(name: str, model: ModelConfig) -> ModelRoute:
 
 
 def _capacity(route: ModelRoute) -> Callable[[], int]:
-    """Requests the model may have upstream at once: a share per healthy replica.
+    """Requests the model may have upstream at once: a share per replica in use.
 
-    Never 0: with no healthy replica, requests go on to fail fast with a 503 rather than
-    wait in the queue for their deadline; a replica busy with other clients' requests
-    still takes one at a time.
+    In use: healthy and in service with the outlier detector (`max_in_flight_per_replica`
+    each, less other clients' requests queued there), or half-open (its one probe). An
+    ejected replica counts for nothing. Never 0: with no replica in use (none healthy, or
+    every healthy one ejected, when the detector sends everything to one of them),
+    a replica's share, so requests go on to fail fast with a 503 (or to that one) rather
+    than wait in the queue for their deadline; a replica busy with other clients'
+    requests still takes one at a time.
     """
     per_replica = route.config.queue.max_in_flight_per_replica
     replicas = route.pool.replicas
+    state = route.resilience.outlier.state
 
     def capacity() -> int:
-        healthy = [r for r in replicas if r.healthy]
-        if not healthy:
-            return per_replica  # let requests through to fail fast with a 503
-        # Other clients' requests queued on a replica (scraped from Triton) take its slots.
-        return max(1, sum(max(0, per_replica - r.external) for r in healthy))
+        total = 0
+        in_use = False
+        for replica in replicas:
+            if not replica.healthy:
+                continue
+            match state(replica):
+                case ReplicaState.IN_SERVICE:
+                    in_use = True
+                    # Other clients' requests queued on a replica (scraped from Triton)
+                    # take its slots.
+                    total += max(0, per_replica - replica.external)
+                case ReplicaState.HALF_OPEN:
+                    in_use = True
+                    total += 1
+        if not in_use:
+            return per_replica
+        return max(1, total)
 
     return capacity
+
+
+def _follow_ejections(route: ModelRoute, admission: AdmissionController) -> None:
+    """Recount the model's slots when the outlier detector ejects a replica or puts it
+    back, and when a cool-down ends (the replica takes a probe again)."""
+    outlier = route.resilience.outlier
+    model = route.name
+
+    def changed(replica: Replica) -> None:
+        admission.capacity_changed(model)
+        until = outlier.cooldown_end(replica)
+        if until is None:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # not serving (a tool driving the detector by hand)
+            return
+        # One timer per ejection (rare); the detector's clock is time.monotonic.
+        loop.call_later(max(0.0, until - time.monotonic()), admission.capacity_changed, model)
+
+    outlier.on_change = changed
 
 
 @dataclass
@@ -110,6 +150,7 @@ class Runtime:
         admission = AdmissionController(config.gateway.admission.classes)
         for route in routes.values():
             admission.configure_model(route.name, route.config.queue.max_queued, _capacity(route))
+            _follow_ejections(route, admission)
         placement = ClusterPlacement.load(
             config.gateway, config.gateway_path, routes, on_change=admission.capacity_changed
         )

@@ -26,7 +26,9 @@ soonest. Only that one: a fleet-wide outage does not fan out across all replicas
 `available` knows the other replicas through the `replicas` given at construction
 (pass `pool.replicas`); without them it never panics.
 
-State is the detector's own: `Replica` and `ReplicaPool` are only read.
+State is the detector's own: `Replica` and `ReplicaPool` are only read. Whoever counts
+capacity from the replicas in use sets `on_change`: it is told the replica when one is
+ejected or put back in service, and can ask `cooldown_end` when to look again.
 """
 
 from __future__ import annotations
@@ -68,7 +70,7 @@ class _Record:
 class OutlierDetector:
     """Ejects the replicas of one pool that fail too often. One event loop uses it."""
 
-    __slots__ = ("_base_s", "_clock", "_max_s", "_records", "_replicas", "_threshold")
+    __slots__ = ("_base_s", "_clock", "_max_s", "_records", "_replicas", "_threshold", "on_change")
 
     def __init__(
         self,
@@ -94,6 +96,8 @@ class OutlierDetector:
         # Kept by reference: the pool's own list, for panic mode.
         self._replicas = replicas
         self._records: dict[Replica, _Record] = {}
+        # Told the replica after it was ejected or put back in service.
+        self.on_change: Callable[[Replica], None] | None = None
 
     def state(self, replica: Replica) -> ReplicaState:
         """Whether `replica` is in service, ejected, or past its cool-down (for metrics)."""
@@ -103,6 +107,11 @@ class OutlierDetector:
         if self._clock() < record.until:
             return ReplicaState.EJECTED
         return ReplicaState.HALF_OPEN
+
+    def cooldown_end(self, replica: Replica) -> float | None:
+        """When `replica`'s cool-down ends (on the detector's clock); None in service."""
+        record = self._records.get(replica)
+        return None if record is None else record.until
 
     def available(self, replica: Replica) -> bool:
         """Whether a new request may go to `replica`, as far as outlier ejection goes.
@@ -135,8 +144,11 @@ class OutlierDetector:
         record = self._records.get(replica)
         if record is None:
             return
-        if record.until is None or self._clock() >= record.until:
+        if record.until is None:
             del self._records[replica]
+        elif self._clock() >= record.until:
+            del self._records[replica]
+            self._changed(replica)  # back in service
         # During the cool-down, a success (a request sent before the ejection, or in
         # panic mode) does not cut it short: the half-open probe decides.
 
@@ -150,11 +162,17 @@ class OutlierDetector:
             record.failures += 1
             if record.failures >= self._threshold:
                 self._eject(record, now)
+                self._changed(replica)
         elif now >= record.until:
             # Half-open: the probe (or whatever reported first) failed.
             self._eject(record, now)
+            self._changed(replica)
         # During the cool-down, failures change nothing (they are mostly requests that
         # were in flight when the replica was ejected).
+
+    def _changed(self, replica: Replica) -> None:
+        if self.on_change is not None:
+            self.on_change(replica)
 
     def _eject(self, record: _Record, now: float) -> None:
         record.ejections += 1

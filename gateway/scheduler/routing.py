@@ -53,12 +53,16 @@ class ReplicaPool:
         self,
         exclude: Sequence[Replica] = (),
         available: Callable[[Replica], bool] | None = None,
+        max_in_flight: int | None = None,
     ) -> Replica | None:
-        """The least-loaded healthy replica not in `exclude` (and `available`, when given:
-        the passive outlier check), or None."""
+        """The least-loaded healthy replica not in `exclude`, with fewer than
+        `max_in_flight` of the gateway's requests outstanding, and `available` (the passive
+        outlier check), when those are given; or None."""
         best: Replica | None = None
         for replica in self.replicas:
             if not replica.healthy or replica in exclude:
+                continue
+            if max_in_flight is not None and replica.outstanding >= max_in_flight:
                 continue
             if available is not None and not available(replica):
                 continue

@@ -375,3 +375,24 @@ def test_outlier_detector_rejects_bad_settings() -> None:
         OutlierDetector(3, 10.0, 5.0)
     with pytest.raises(ValueError):
         OutlierDetector(3, 0.0, 5.0)
+
+
+def test_ejection_and_return_are_reported() -> None:
+    clock = FakeClock()
+    pool = ReplicaPool(["a", "b"])
+    a, _ = pool.replicas
+    det = detector(pool, clock, failures=2, base=5.0)
+    changes: list[tuple[str, float | None]] = []
+    det.on_change = lambda replica: changes.append((replica.url, det.cooldown_end(replica)))
+    fail(det, a)
+    det.record_success(a)  # in service all along: nothing to report
+    assert changes == [] and det.cooldown_end(a) is None
+    fail(det, a, 2)
+    assert changes == [("a", 1005.0)]
+    fail(det, a)  # during the cool-down: no change
+    clock.advance(5.0)
+    fail(det, a)  # the half-open probe failed: ejected again, for twice as long
+    assert changes[-1] == ("a", 1015.0)
+    clock.advance(10.0)
+    det.record_success(a)  # back in service
+    assert changes[-1] == ("a", None) and len(changes) == 3
