@@ -8,12 +8,18 @@ from typing import TYPE_CHECKING
 import orjson
 from starlette.responses import Response
 
+from gateway.observability.logging import redact
+
 if TYPE_CHECKING:
     from gateway.ratelimit.limiter import Decision
 
 
 class APIError(Exception):
-    """An error the client sees, with its HTTP status and OpenAI error body."""
+    """An error the client sees, with its HTTP status and OpenAI error body.
+
+    `message` is redacted once, here: upstream error text it carries never shows a
+    secret to the client (JSON body, SSE error event) or to the logs.
+    """
 
     def __init__(
         self,
@@ -27,6 +33,7 @@ class APIError(Exception):
         headers: dict[str, str] | None = None,
         reason: str | None = None,
     ) -> None:
+        message = redact(message)
         super().__init__(message)
         self.status = status
         self.message = message

@@ -12,31 +12,103 @@ import logging
 import os
 import re
 import time
+from collections.abc import Callable
 from typing import Any
 
 import orjson
 
-_SECRET_ASSIGNMENT = re.compile(
-    r"(?i)\b(aws_secret_access_key|secret|password|passwd|api_key|token)(\s*[=:]\s*)[^\s,;\"']+"
+# Key names whose value is a secret: `password`, `client_secret`, `AZURE_CLIENT_SECRET`,
+# `access_token`, `aws_session_token`, `x-api-key`, `AccountKey`, `Authorization`... A name
+# must end with one of these words: `prompt_tokens` or `token_count` is not a secret.
+_SECRET_WORDS = (
+    r"(?:secret|passw(?:or)?d|token|authorization"
+    r"|(?:api|access|private|account|subscription)[_-]?key)(?:[_-]?key)?"
 )
-_PATTERNS = [
-    # Authorization headers and bearer tokens.
-    (re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]+"), r"\1 [REDACTED]"),
-    # OpenAI-style and gateway keys (sk-..., sk-proj-...), GitHub and Slack tokens.
-    (re.compile(r"\b(?:sk|pk|rk)-[A-Za-z0-9_-]{4,}"), "[REDACTED]"),
-    (re.compile(r"\b(?:ghp|gho|ghs|github_pat|xox[abpr])_[A-Za-z0-9_-]{10,}"), "[REDACTED]"),
-    # AWS access key ids and secrets given as key=value.
-    (re.compile(r"\b(?:AKIA|ASIA)[A-Z0-9]{16}\b"), "[REDACTED]"),
-    (_SECRET_ASSIGNMENT, r"\1\2[REDACTED]"),
-    # PEM private keys, whole.
+# A field whose key is a secret name has its whole value redacted, whatever its type.
+_SECRET_KEY = re.compile(rf"(?is).*{_SECRET_WORDS}")
+# `key=value`, `key: value`, `"key": "value"`, `'key': 'value'` and `\"key\": \"value\"`
+# (JSON inside a JSON string). Names are matched whole: the lookbehind, not `\b`, which
+# would not match after the `_` in `client_secret`. A quoted value runs to its closing
+# quote (or the end of the line, when the text was cut off); `Authorization: Bearer X`
+# keeps its scheme.
+_KEY_VALUE = re.compile(
+    rf"""(?ix)
+    (?P<key>(?<![A-Za-z0-9_.-])[A-Za-z0-9_.-]*?{_SECRET_WORDS})
+    (?P<sep>\\?["']?[ \t]*[=:][ \t]*)
+    (?:(?P<scheme>(?:bearer|basic|digest|token)[ \t]+)(?=[^\s,;"'`]{{6}})
+      |(?!(?:bearer|basic|digest)[ \t]))
+    (?P<value>
+        \\"(?:[^"\\]|\\(?!"))*(?:\\")?
+      | "(?:[^"\\\n]|\\.)*"?
+      | '(?:[^'\\\n]|\\.)*'?
+      | [^\s,;"'`]+
+    )
+    """
+)
+
+
+def _redact_value(match: re.Match[str]) -> str:
+    """The key/value `match` with only its value replaced, quotes and scheme kept."""
+    head = match["key"] + match["sep"]
+    value = match["value"]
+    for quote in ('\\"', '"', "'"):
+        if value.startswith(quote):
+            closed = len(value) >= 2 * len(quote) and value.endswith(quote)
+            return f"{head}{quote}[REDACTED]{quote if closed else ''}"
+    return f"{head}{match['scheme'] or ''}[REDACTED]"
+
+
+_Replacement = str | Callable[[re.Match[str]], str]
+# Not a letter or digit before: `\b` would not match after `_` (`KEY_sk-...`).
+_START = r"(?<![A-Za-z0-9])"
+_PATTERNS: list[tuple[re.Pattern[str], _Replacement]] = [
+    # PEM private keys: from BEGIN to END, or to the end of a text cut off before END.
     (
-        re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----.*?-----END [A-Z ]*PRIVATE KEY-----", re.S),
+        re.compile(
+            r"-----BEGIN[A-Z0-9 ]*PRIVATE KEY[A-Z ]*-----.*?"
+            r"(?:-----END[A-Z0-9 ]*PRIVATE KEY[A-Z ]*-----|\Z)",
+            re.S,
+        ),
         "[REDACTED]",
     ),
-    # Passwords in URLs: scheme://user:password@host.
-    (re.compile(r"(\b[a-z][a-z0-9+.-]*://[^/\s:@]+):[^@\s/]+@"), r"\1:[REDACTED]@"),
-    # E-mail addresses.
-    (re.compile(r"\b[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]{2,}\b"), "[REDACTED]"),
+    # Passwords in URLs: scheme://user:password@host, user possibly empty
+    # (`redis://:pw@host`) or an e-mail address (redacted below). The password runs to
+    # the last `@` before the host, first trying without `/` (`https://u:pw@host/a@b`),
+    # then with it (`u:p/w@rd@host`; at most 256 characters: an unbounded run to the
+    # end of the text is quadratic).
+    (
+        re.compile(
+            r"(?i)(?<![A-Za-z0-9+.-])([a-z][a-z0-9+.-]*://[^\s:/?#\"'<>`]*)"
+            r":(?:[^\s/\"'<>`]*|[^\s?#\"'<>`]{0,256})@"
+        ),
+        r"\1:[REDACTED]@",
+    ),
+    # Authorization headers and bearer tokens (`Bearer KEY`, a placeholder, stays).
+    (re.compile(rf"(?i){_START}(bearer|basic)\s+[A-Za-z0-9._~+/=-]{{6,}}"), r"\1 [REDACTED]"),
+    # OpenAI-style and gateway keys (sk-..., sk-proj-...), GitHub, Slack, Hugging Face.
+    (re.compile(rf"{_START}(?:sk|pk|rk)-[A-Za-z0-9_-]{{4,}}"), "[REDACTED]"),
+    (re.compile(rf"{_START}(?:gh[pousr]|github_pat)_[A-Za-z0-9_]{{10,}}"), "[REDACTED]"),
+    (re.compile(rf"{_START}xox[abposr]-[A-Za-z0-9-]{{10,}}"), "[REDACTED]"),
+    (re.compile(rf"{_START}hf_[A-Za-z0-9]{{20,}}"), "[REDACTED]"),
+    # AWS access key ids; Google API keys and OAuth access tokens.
+    (re.compile(rf"{_START}(?:AKIA|ASIA)[A-Z0-9]{{16}}(?![A-Za-z0-9])"), "[REDACTED]"),
+    (re.compile(rf"{_START}AIza[A-Za-z0-9_-]{{30,}}"), "[REDACTED]"),
+    (re.compile(rf"{_START}ya29\.[A-Za-z0-9._-]{{10,}}"), "[REDACTED]"),
+    # JSON Web Tokens without their `Bearer`: header.payload.signature.
+    (
+        re.compile(r"(?<![A-Za-z0-9_-])eyJ[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]*"),
+        "[REDACTED]",
+    ),
+    # Azure SAS signatures (`...&sig=...`); AccountKey= is a secret name below.
+    (re.compile(rf"(?i){_START}(sig=)[^\s&\"'<>`,;]+"), r"\1[REDACTED]"),
+    # Secrets given as key=value, key: value, or JSON / Python dict entries.
+    (_KEY_VALUE, _redact_value),
+    # E-mail addresses. Tried only where a local part starts (not at every `\b` in it:
+    # quadratic on `x.x.x...@`).
+    (
+        re.compile(r"(?<![A-Za-z0-9._%+-])[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]{2,}\b"),
+        "[REDACTED]",
+    ),
 ]
 
 
@@ -44,14 +116,28 @@ _PATTERNS = [
 # is clean, and looking for them (plain substring tests on the lowered text, ten times
 # faster than one case-insensitive regex) is much cheaper than trying every pattern.
 _MARKERS = (
-    "bearer", "basic", "sk-", "pk-", "rk-", "ghp_", "gho_", "ghs_", "github_pat", "xox",
-    "akia", "asia", "secret", "passw", "api_key", "token", "private key", "://", "@",
+    "bearer", "basic", "secret", "passw", "token", "key", "authoriz", "://", "@",
+    "github_pat", "xox", "hf_", "akia", "asia", "aiza", "ya29.", "eyj", "sig=",
 )  # fmt: skip
+# Markers behind a shorter one they all contain: clean text pays one test for the group.
+_GATED_MARKERS = (
+    ("k-", ("sk-", "pk-", "rk-")),
+    ("gh", ("ghp_", "gho_", "ghs_", "ghu_", "ghr_")),
+)
 
 
 def _may_hold_secret(text: str) -> bool:
     lowered = text.lower()
-    return any(marker in lowered for marker in _MARKERS)
+    # A loop, not any() over a generator: the clean path runs every test.
+    for marker in _MARKERS:
+        if marker in lowered:
+            return True
+    for gate, markers in _GATED_MARKERS:
+        if gate in lowered:
+            for marker in markers:
+                if marker in lowered:
+                    return True
+    return False
 
 
 def redact(text: str) -> str:
@@ -63,25 +149,54 @@ def redact(text: str) -> str:
     return text
 
 
+# Field keys seen not to be secret names (bounded: keys are a small fixed set in practice).
+_CLEAN_KEYS: set[str] = set()
+_CLEAN_KEYS_MAX = 4096
+
+
+def _is_secret_key(key: object) -> bool:
+    return _SECRET_KEY.fullmatch(str(key)) is not None
+
+
 def _maybe_secret(fields: dict[str, Any]) -> bool:
-    """Whether any value of `fields` could hold a secret: one scan of them all at once."""
+    """Whether any field of `fields` could hold a secret: one scan of them all at once."""
+    keys = fields.keys()
+    if not keys <= _CLEAN_KEYS:
+        for key in keys - _CLEAN_KEYS:
+            if _is_secret_key(key):
+                return True
+            if len(_CLEAN_KEYS) < _CLEAN_KEYS_MAX:
+                _CLEAN_KEYS.add(key)
     texts = []
     for value in fields.values():
         if isinstance(value, str):
             texts.append(value)
+        elif value is None or isinstance(value, int | float):
+            continue
         elif isinstance(value, list | tuple | dict):
             texts.append(str(value))  # its repr holds every string in it
+        else:
+            return True  # an exception or other object: _scrub makes it a redacted str
     return _may_hold_secret("\n".join(texts))
 
 
 def _scrub(value: Any) -> Any:
     if isinstance(value, str):
         return redact(value)
+    if value is None or isinstance(value, int | float):
+        return value
     if isinstance(value, dict):
-        return {k: _scrub(v) for k, v in value.items()}
+        return {k: _scrub_field(k, v) for k, v in value.items()}
     if isinstance(value, list | tuple):
         return [_scrub(v) for v in value]
-    return value
+    # Exceptions and other objects would go out as str() through orjson's default.
+    return redact(str(value))
+
+
+def _scrub_field(key: object, value: Any) -> Any:
+    if value is not None and not isinstance(value, bool) and _is_secret_key(key):
+        return "[REDACTED]"
+    return _scrub(value)
 
 
 class JsonFormatter(logging.Formatter):
@@ -113,7 +228,9 @@ class JsonFormatter(logging.Formatter):
             entry.update(_scrub(fields) if _maybe_secret(fields) else fields)
         if record.exc_info:
             entry["exception"] = redact(self.formatException(record.exc_info))
-        return orjson.dumps(entry, default=str).decode()
+        # Dataclasses go through str() (their repr, which the pre-scan read and which
+        # leaves out repr=False fields), not field by field.
+        return orjson.dumps(entry, default=str, option=orjson.OPT_PASSTHROUGH_DATACLASS).decode()
 
 
 class RedactingFilter(logging.Filter):

@@ -1,50 +1,126 @@
-"""Structured logs: JSON lines, and no secret survives any path into them."""
+"""Structured logs and client errors: JSON lines, and no secret survives any path into them."""
 
 from __future__ import annotations
 
+import io
 import logging
 import sys
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 
 import orjson
 import pytest
 
+from gateway.api import errors
+from gateway.api.errors import APIError
+from gateway.api.responses import sse_error
 from gateway.observability.logging import JsonFormatter, RedactingFilter, redact
 
-SECRETS = {
-    "gateway key": "sk-acme-demo-1234567890",
-    "project key": "sk-proj-AbCdEf0123456789",
-    "bearer token": "Bearer eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxIn0.c2lnbmF0dXJl",
-    "aws key id": "AKIAIOSFODNN7EXAMPLE",
-    "aws secret": "aws_secret_access_key=wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
-    "github token": "ghp_16C7e42F292c6912E7710c838347Ae178B4a",
-    "private key": (
-        "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEA\n-----END RSA PRIVATE KEY-----"
+JWT = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxIn0.c2lnbmF0dXJl"
+# name: (text holding the secret, what must not be left of it after redaction)
+SECRETS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "gateway key": ("sk-acme-demo-1234567890", ("1234567890",)),
+    "project key": ("sk-proj-AbCdEf0123456789", ("AbCdEf0123456789",)),
+    "bearer token": (f"Bearer {JWT}", ("eyJhbGciOiJIUzI1NiJ9", "c2lnbmF0dXJl")),
+    "bare jwt": (f"id_token {JWT}", ("eyJhbGciOiJIUzI1NiJ9", "eyJzdWIiOiIxIn0")),
+    "aws key id": ("AKIAIOSFODNN7EXAMPLE", ("IOSFODNN7EXAMPLE",)),
+    "aws secret": (
+        "aws_secret_access_key=wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+        ("wJalrXUtnFEMI",),
     ),
-    "url password": "redis://default:hunter2-secret@10.0.0.7:6379/0",
-    "password field": "password=correct-horse-battery",
-    "e-mail": "jane.doe@example.com",
+    "aws secret in json": (
+        '{"aws_secret_access_key": "wJalrXUtnFEMI/K7MDENG bPxRfiCYEXAMPLEKEY"}',
+        ("wJalrXUtnFEMI", "bPxRfiCY"),
+    ),
+    "aws session token": ("aws_session_token=FwoGZXIvYXdzEJr1234", ("FwoGZXIvYXdzEJr",)),
+    "github token": ("ghp_16C7e42F292c6912E7710c838347Ae178B4a", ("16C7e42F292c6912",)),
+    "slack token": ("xoxb-123456789012-abcdefghijKLMN", ("abcdefghijKLMN",)),
+    "hugging face token": ("hf_AbCdEfGhIjKlMnOpQrStUvWxYz012345", ("AbCdEfGhIjKlMnOp",)),
+    "google api key": ("AIzaSyDaGmWKa4JsXZ-HjGw7ISLn_3namBGewQe", ("SyDaGmWKa4JsXZ",)),
+    "google oauth token": ("ya29.a0AfH6SMBx3kq-ZyXwVuTsRqPoN", ("a0AfH6SMBx3kq",)),
+    "private key": (
+        "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEA\n-----END RSA PRIVATE KEY-----",
+        ("MIIEowIBAAKCAQEA",),
+    ),
+    "private key cut off": (
+        "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA\nAAAAC3Nz",
+        ("b3BlbnNzaC1rZXktdjEAAAAA", "AAAAC3Nz"),
+    ),
+    "url password": ("redis://default:hunter2-secret@10.0.0.7:6379/0", ("hunter2-secret",)),
+    "url password, empty user": ("redis://:hunter2@10.0.0.8:6379", ("hunter2",)),
+    "url password with / and @": (
+        "postgres://app:pa/ss@w0rd@db.internal:5432/app",
+        ("pa/ss", "w0rd"),
+    ),
+    "url password, e-mail user": (
+        "postgres://jane@corp.example:pw-s3cret@10.0.0.9/app",
+        ("pw-s3cret", "jane"),
+    ),
+    "password field": ("password=correct-horse-battery", ("correct-horse-battery",)),
+    "password in a dict repr": ("{'password': 'horse battery, staple'}", ("horse", "staple")),
+    "password in escaped json": ('{\\"password\\": \\"s3cr3t-pw\\"}', ("s3cr3t-pw",)),
+    "client secret": ("client_secret=Zx8~vQ.cl13nt", ("Zx8~vQ.cl13nt",)),
+    "access token": ("?access_token=at-998877&model=m", ("998877",)),
+    "azure client secret": ("AZURE_CLIENT_SECRET=azS3cr~et.value", ("azS3cr~et",)),
+    "azure account key": (
+        "DefaultEndpointsProtocol=https;AccountName=acct;AccountKey=Zm9vYmFyYmF6+/==;"
+        "EndpointSuffix=core.windows.net",
+        ("Zm9vYmFyYmF6",),
+    ),
+    "azure sas signature": (
+        "https://acct.blob.core.windows.net/c/b?sv=2022-11-02&sp=r&sig=AbC%2BdEf%3D&se=1",
+        ("AbC%2BdEf",),
+    ),
+    "x-api-key header": ("x-api-key: k3y-abc123def456", ("abc123def456",)),
+    "e-mail": ("jane.doe@example.com", ("jane.doe",)),
 }
-# What must not be left of each secret after redaction.
-LEFTOVERS = {
-    "gateway key": "1234567890",
-    "project key": "AbCdEf0123456789",
-    "bearer token": "eyJhbGciOiJIUzI1NiJ9",
-    "aws key id": "IOSFODNN7EXAMPLE",
-    "aws secret": "wJalrXUtnFEMI",
-    "github token": "16C7e42F292c6912",
-    "private key": "MIIEowIBAAKCAQEA",
-    "url password": "hunter2-secret",
-    "password field": "correct-horse-battery",
-    "e-mail": "jane.doe",
-}
+ALL_SECRETS = " ".join(text for text, _ in SECRETS.values())
+ALL_LEFTOVERS = [leftover for _, leftovers in SECRETS.values() for leftover in leftovers]
+
+# Text without a secret: redaction must leave it exactly as it is.
+NORMAL_TEXT = [
+    "llama-3.1-8b-instruct deepseek-r1-distill-qwen-7b gpt-4o-mini mistral-7b-instruct",
+    "https://api.openai.com/v1/chat/completions http://10.0.0.7:8000/v1/models?limit=10",
+    "redis://redis.internal:6379/0 grpc://triton:8001",
+    "prompt_tokens=512 completion_tokens=128 max_tokens: 1024 status=200 duration_ms=1234.56",
+    "req_01J9ZK3QW8X4T2M6N7P5R chatcmpl-9f8e7d6c5b4a task-queue disk-cache network-policy",
+    "Rate limit reached for tokens per minute; retry after the indicated time.",
+    "A request with this Idempotency-Key is still running; retry later.",
+    errors.invalid_api_key().message,
+    "GET /v1/models -> 200 in 3.2 ms, 42 replicas, 99.9% healthy",
+]
+
+
+def leftovers_in(text: str) -> list[str]:
+    return [leftover for leftover in ALL_LEFTOVERS if leftover in text]
 
 
 @pytest.mark.parametrize("name", sorted(SECRETS))
 def test_every_known_secret_shape_is_redacted(name: str) -> None:
-    clean = redact(f"context before {SECRETS[name]} and after")
-    assert LEFTOVERS[name] not in clean
+    secret, leftovers = SECRETS[name]
+    clean = redact(f"context before {secret} and after")
+    for leftover in leftovers:
+        assert leftover not in clean
     assert "[REDACTED]" in clean
     assert clean.startswith("context before ")
+    assert redact(clean) == clean  # redacting again changes nothing
+
+
+def test_every_secret_shape_is_redacted_in_one_text() -> None:
+    assert leftovers_in(redact(ALL_SECRETS)) == []
+
+
+def test_redaction_keeps_the_shape_of_what_it_redacts() -> None:
+    json = '{"password": "a b", "user": "bob"}'
+    assert redact(json) == '{"password": "[REDACTED]", "user": "bob"}'
+    assert redact("redis://:pw@host:6379/0") == "redis://:[REDACTED]@host:6379/0"
+    assert redact("Authorization: Bearer abc.def") == "Authorization: Bearer [REDACTED]"
+    assert redact("sp=r&sig=AbC%3D&se=1") == "sp=r&sig=[REDACTED]&se=1"
+
+
+@pytest.mark.parametrize("text", NORMAL_TEXT)
+def test_normal_text_is_not_altered(text: str) -> None:
+    assert redact(text) == text
 
 
 def record(message: str, *args: object, **fields: object) -> logging.LogRecord:
@@ -55,10 +131,9 @@ def record(message: str, *args: object, **fields: object) -> logging.LogRecord:
 
 def test_json_lines_carry_fields_and_scrub_message_fields_and_exceptions() -> None:
     formatter = JsonFormatter()
-    secrets = " ".join(SECRETS.values())
-    entry = record("upstream said %s", secrets, tenant="acme", detail=[secrets], status=429)
+    entry = record("upstream said %s", ALL_SECRETS, tenant="acme", detail=[ALL_SECRETS], status=429)
     try:
-        raise RuntimeError(f"failed with {SECRETS['url password']}")
+        raise RuntimeError(f"failed with {SECRETS['url password'][0]}")
     except RuntimeError:
         entry.exc_info = sys.exc_info()
     line = formatter.format(entry)
@@ -68,11 +143,120 @@ def test_json_lines_carry_fields_and_scrub_message_fields_and_exceptions() -> No
     assert data["tenant"] == "acme" and data["status"] == 429
     assert data["ts"].endswith("Z")
     assert "\n" not in line
-    for leftover in LEFTOVERS.values():
-        assert leftover not in line
+    assert leftovers_in(line) == []
+
+
+@dataclass
+class Credentials:
+    user: str
+    password: str = field(repr=False)
+
+
+@pytest.fixture
+def json_log() -> Iterator[tuple[logging.Logger, io.StringIO]]:
+    """A logger writing through the handler and formatter `configure_logging` installs."""
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(JsonFormatter())
+    logger = logging.getLogger("gateway.test.redaction")
+    logger.handlers[:] = [handler]
+    logger.propagate = False
+    logger.setLevel(logging.INFO)
+    yield logger, stream
+    logger.handlers.clear()
+
+
+def lines(stream: io.StringIO) -> list[dict[str, object]]:
+    return [orjson.loads(line) for line in stream.getvalue().splitlines()]
+
+
+def test_logged_fields_of_any_type_are_scrubbed(
+    json_log: tuple[logging.Logger, io.StringIO],
+) -> None:
+    logger, stream = json_log
+    fields = {
+        "error": RuntimeError(f"upstream refused Bearer {SECRETS['gateway key'][0]}"),
+        "errors": [ValueError(SECRETS["url password"][0])],
+        "password": "hunter2-plain",
+        "api_key": 123456789,
+        "client": {"x-api-key": "plainkey42", "name": "acme"},
+        "credentials": Credentials("bob", "repr-hidden-pw"),
+        "model": "llama-3.1-8b-instruct",
+        "prompt_tokens": 512,
+        "stream": True,
+        "reason": None,
+    }
+    logger.warning("call failed", extra={"fields": fields})
+    text = stream.getvalue()
+    (line,) = lines(stream)
+    for secret in ("sk-acme", "hunter2", "123456789", "plainkey42", "repr-hidden-pw"):
+        assert secret not in text
+    assert leftovers_in(text) == []
+    assert line["error"] == "upstream refused Bearer [REDACTED]"
+    assert line["password"] == "[REDACTED]" and line["api_key"] == "[REDACTED]"
+    assert line["client"] == {"x-api-key": "[REDACTED]", "name": "acme"}
+    assert line["model"] == "llama-3.1-8b-instruct" and line["prompt_tokens"] == 512
+    assert line["stream"] is True and line["reason"] is None
+
+
+def test_clean_fields_go_out_unchanged(json_log: tuple[logging.Logger, io.StringIO]) -> None:
+    logger, stream = json_log
+    fields = {
+        "request_id": "req_01J9ZK3QW8X4T2M6N7P5R",
+        "tenant": "acme",
+        "model": "deepseek-r1-distill-qwen-7b",
+        "fallbacks": ["gpt-4o-mini"],
+        "prompt_tokens": 512,
+        "completion_tokens": 128,
+        "duration_ms": 1234.56,
+        "stream": False,
+        "reason": None,
+    }
+    logger.info("request", extra={"fields": fields})
+    (line,) = lines(stream)
+    assert {key: line[key] for key in fields} == fields
+
+
+def test_logger_exception_traceback_is_scrubbed(
+    json_log: tuple[logging.Logger, io.StringIO],
+) -> None:
+    logger, stream = json_log
+    try:
+        try:
+            raise ConnectionError(f"cannot reach {SECRETS['url password, empty user'][0]}")
+        except ConnectionError as exc:
+            raise RuntimeError(f"backend said: {ALL_SECRETS}") from exc
+    except RuntimeError:
+        logger.exception("calling %s failed", SECRETS["url password with / and @"][0])
+    (line,) = lines(stream)
+    assert "Traceback" in str(line["exception"]) and "ConnectionError" in str(line["exception"])
+    assert leftovers_in(stream.getvalue()) == []
 
 
 def test_plain_handlers_get_redacted_messages_too() -> None:
-    entry = record("key %s", SECRETS["gateway key"])
+    entry = record("key %s", SECRETS["gateway key"][0])
     RedactingFilter().filter(entry)
     assert entry.getMessage() == "key [REDACTED]"
+
+
+def test_client_errors_never_carry_a_secret() -> None:
+    error = errors.upstream_failed("m1", f"upstream error: {ALL_SECRETS}")
+    assert leftovers_in(error.message) == []
+    assert leftovers_in(str(error)) == []
+    assert leftovers_in(orjson.dumps(error.body()).decode()) == []
+    assert leftovers_in(bytes(error.response().body).decode()) == []
+    assert leftovers_in(sse_error(error.body()).decode()) == []
+    direct = APIError(400, f"bad value {SECRETS['aws secret in json'][0]}")
+    assert leftovers_in(orjson.dumps(direct.body()).decode()) == []
+
+
+def test_client_errors_without_secrets_are_unchanged() -> None:
+    assert errors.model_not_found("llama-3.1-8b-instruct").message == (
+        "The model `llama-3.1-8b-instruct` does not exist."
+    )
+    assert errors.invalid_api_key().message == (
+        "Incorrect API key provided. Pass it as `Authorization: Bearer KEY`."
+    )
+    assert errors.upstream_failed("m1", "HTTP 500 from http://10.0.0.7:8000/v1").message == (
+        "The backend for `m1` failed: HTTP 500 from http://10.0.0.7:8000/v1"
+    )
