@@ -160,6 +160,10 @@ class Dispatcher:
                 if self._may_fall_back(job, index, FallbackReason.REPLICA_ERROR, fallbacks):
                     continue
                 raise
+            except BaseException:  # cancelled (the client left): the slot goes back
+                await deltas.aclose()
+                self._admission.release(slot, 0)
+                raise
             ttft = time.monotonic() - started
             metrics.labels(metrics.TTFT, route.name).observe(ttft)
             served = Served(route, fallbacks, slot.waited_s, ttft)

@@ -18,6 +18,7 @@ from watchfiles import awatch
 
 from gateway.config import ConfigError, TenantsConfig, load_tenants
 from gateway.observability import metrics
+from gateway.observability.logging import redact
 from gateway.runtime import Runtime
 
 log = logging.getLogger("gateway.reload")
@@ -96,11 +97,16 @@ class TenantsReloader:
             except Exception as exc:
                 # Anything else is a bug in the loader, but the running tenants still stay
                 # and the watcher lives on.
-                problems = (
-                    [str(p) for p in exc.problems]
-                    if isinstance(exc, ConfigError)
-                    else [f"{self._path}: cannot be loaded ({type(exc).__name__}: {exc})"]
-                )
+                # Redacted: the admin endpoint returns them, and a problem may quote a
+                # line holding a secret (a plain key where a hash belongs).
+                problems = [
+                    redact(p)
+                    for p in (
+                        [str(p) for p in exc.problems]
+                        if isinstance(exc, ConfigError)
+                        else [f"{self._path}: cannot be loaded ({type(exc).__name__}: {exc})"]
+                    )
+                ]
                 metrics.CONFIG_RELOADS.labels("rejected").inc()
                 log.error(
                     "reload (%s) refused, the running tenants stay:\n  %s",

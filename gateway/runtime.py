@@ -27,7 +27,7 @@ from gateway.placement import ClusterPlacement
 from gateway.ratelimit.limiter import RateLimiter
 from gateway.ratelimit.redis_store import RedisBuckets
 from gateway.resilience.health import HealthChecker
-from gateway.resilience.idempotency import IdempotencyStore
+from gateway.resilience.idempotency import DEFAULT_IN_PROGRESS_TTL_S, IdempotencyStore
 from gateway.resilience.outlier import ReplicaState
 from gateway.routes import ModelRoute, RouteResilience
 from gateway.scheduler.routing import Replica, ReplicaPool
@@ -164,7 +164,14 @@ class Runtime:
             admission=admission,
             dispatcher=Dispatcher(admission),
             idempotency=IdempotencyStore(
-                redis, config.gateway.redis.key_prefix, config.gateway.idempotency.ttl_s
+                redis,
+                config.gateway.redis.key_prefix,
+                config.gateway.idempotency.ttl_s,
+                # A run's "in progress" marker outlives the longest run it can be.
+                in_progress_ttl_s=max(
+                    [DEFAULT_IN_PROGRESS_TTL_S]
+                    + [m.timeouts.total_s + 10.0 for m in config.gateway.models.values()]
+                ),
             ),
             placement=placement,
         )

@@ -2,27 +2,34 @@
 
 auth -> body -> model -> parse -> idempotency -> rate limit -> dispatch (admission,
 fallback chain, replicas) -> response (JSON, or SSE) -> settle (background).
+
+Every request that arrives is answered (or its client is gone) and ends in one
+`RequestRecord`: counted and logged once, whatever ended it. While a request is queued or
+waits for the upstream, a `DisconnectWatch` notices its client leaving and cancels it
+(queue place, slot and upstream call go at once; logged 499).
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import time
 from collections.abc import AsyncGenerator, Callable, Mapping
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, NoReturn
 
 from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import Response
 
-from gateway.admission import Overloaded, Shed
+from gateway.admission import DeadlineExceeded, Overloaded, Shed
 from gateway.api import errors
 from gateway.api.endpoints import runtime_of
 from gateway.api.errors import APIError, rate_limited
 from gateway.api.idempotency import claim
 from gateway.api.requests import decode_json, parse_chat, parse_completion, requested_model
 from gateway.api.responses import SSE_DONE, ChunkWriter, completion_body, new_id, sse_error
-from gateway.api.streaming import EventStreamResponse, StreamCut
+from gateway.api.streaming import ClientGone, DisconnectWatch, EventStreamResponse, StreamCut
 from gateway.auth import Identity
 from gateway.backends.base import UpstreamError, UpstreamRejected, UpstreamTimeout
 from gateway.dispatch import DeadlineMissed, Job, Served
@@ -33,6 +40,8 @@ from gateway.ratelimit.limiter import Decision
 from gateway.resilience.failover import NoReplicaLeft
 from gateway.routes import ModelRoute
 from gateway.runtime import Runtime
+
+log = logging.getLogger("gateway")
 
 Parser = Callable[[Mapping[str, Any], int], InferenceRequest]
 
@@ -122,20 +131,78 @@ class _Exchange:
         for step in served.fallbacks:
             metrics.FALLBACKS.labels(step.source, step.target, step.reason.value).inc()
 
+    def watch(self, request: Request) -> DisconnectWatch:
+        """A watch that cancels this task when the client leaves (its body has been read).
+
+        Unless the client is gone already (`gone`, and nothing cancelled): check first.
+        """
+        watch = DisconnectWatch(request.receive)
+        task = asyncio.current_task()
+        if not watch.gone and task is not None:
+            watch.on_gone = task.cancel
+        return watch
+
+    def failed(self, exc: BaseException, watch: DisconnectWatch, dispatched: float) -> NoReturn:
+        """Raise what a failed dispatch means for the client: its APIError, ClientGone
+        for the watch's own cancel (taken back), or `exc` itself."""
+        if isinstance(exc, _DISPATCH_ERRORS):
+            raise self.refused(exc, dispatched) from exc
+        if isinstance(exc, asyncio.CancelledError) and watch.gone:
+            task = asyncio.current_task()
+            if task is not None and task.uncancel() == 0:  # nobody else cancelled it
+                raise ClientGone from None
+        raise exc
+
+    def refused(self, exc: Exception, dispatched: float) -> APIError:
+        """The client's error for a request the dispatcher could not serve, with the rate
+        limit headers; the time it spent queued first, if it was, goes in its record."""
+        waited: float | None = None
+        queue: str = ""
+        context = exc.__context__
+        if isinstance(context, DeadlineExceeded):  # still queued at its deadline
+            waited, queue = context.waited_s, context.model
+        elif isinstance(exc, Shed):  # queued, then gave way to a higher class
+            waited, queue = time.monotonic() - dispatched, exc.model
+        if waited:  # 0: the deadline had passed before it could queue
+            self.record.queue_wait_s, self.record.queue_model = waited, queue
+        error = dispatch_error(self.route.name, exc)
+        if self.decision.headers:
+            error.headers = {**self.decision.headers, **error.headers}
+        return error
+
 
 async def _serve(request: Request, parse: Parser) -> Response:
-    runtime = runtime_of(request)
-    identity = runtime.auth.identify(request.headers.get("authorization"))
-    body = await read_body(request, runtime.config.gateway.server.max_body_bytes)
-    data = decode_json(body)
-    route = _route(runtime, identity, requested_model(data))
-    # From here on the request is counted under its tenant and model, whatever happens.
-    record = RequestRecord(new_id(_KINDS[parse]), identity.name, route.name)
+    # Counted and logged from the start, whatever happens: tenant and model are "-" until
+    # known (a model only once it is a configured one).
+    record = RequestRecord(new_id(_KINDS[parse]))
     try:
+        runtime = runtime_of(request)
+        identity = runtime.auth.identify(request.headers.get("authorization"))
+        record.tenant = identity.name
+        body = await read_body(request, runtime.config.gateway.server.max_body_bytes)
+        data = decode_json(body)
+        route = _route(runtime, identity, requested_model(data), record)
         return await _serve_model(request, runtime, identity, route, parse, data, record)
     except APIError as error:
         record.finish(error.status, error.reason)
+        error.headers["x-request-id"] = record.request_id
         raise
+    except ClientGone:
+        # 499, as nginx logs it. Nobody reads the response; the server needs one.
+        record.finish(499)
+        return Response(status_code=499)
+    except asyncio.CancelledError:
+        record.finish(499)
+        raise
+    except Exception as exc:
+        record.finish(500)
+        log.exception("unhandled error on %s %s", request.method, request.url.path)
+        raise APIError(
+            500,
+            "The gateway failed to handle the request.",
+            type="server_error",
+            headers={"x-request-id": record.request_id},
+        ) from exc
 
 
 async def _serve_model(
@@ -150,21 +217,23 @@ async def _serve_model(
     inference = parse(data, route.config.max_tokens_default)
     record.stream = inference.stream
     if inference.params.max_tokens > route.config.max_tokens_limit:
+        field = "max_completion_tokens" if data.get("max_completion_tokens") else "max_tokens"
         raise errors.bad_request(
-            f"`max_tokens` may be at most {route.config.max_tokens_limit} for `{route.name}`.",
-            "max_tokens",
+            f"`{field}` may be at most {route.config.max_tokens_limit} for `{route.name}`.",
+            field,
         )
     priority = record.priority = _priority(runtime, identity, request.headers.get("x-priority"))
     deadline = _deadline(route, request.headers.get("x-request-timeout"))
     idempotency = await claim(runtime, identity, request, inference, data)
     if isinstance(idempotency, Response):
+        record.finish(idempotency.status_code)
         return idempotency  # the stored answer to an earlier run
 
     call = route.upstream_call(inference)
     prompt_estimate = call.prompt_estimate
     cost = prompt_estimate + _completion_reserve(runtime, inference)
     try:
-        decision = await runtime.limiter.admit(identity.name, route.name, cost)
+        decision = await runtime.limiter.admit(identity.name, route.name, cost, deadline)
         if not decision.allowed:
             raise rate_limited(decision)
         chain = [route] + [
@@ -175,20 +244,21 @@ async def _serve_model(
         )
         exchange = _Exchange(runtime, route, job, decision, prompt_estimate, record)
         if inference.stream:
-            return await _stream(exchange)
-        response = await _complete(exchange)
-    except Exception:
-        # Whatever failed, a retry with the same key must be able to run.
+            return await _stream(exchange, request)
+        response = await _complete(exchange, request)
+    except BaseException:
+        # Whatever failed, cancels included, a retry with the same key must be able to run.
         await idempotency.abandon()
         raise
     await idempotency.complete(response)
     return response
 
 
-def _route(runtime: Runtime, identity: Identity, model: str) -> ModelRoute:
+def _route(runtime: Runtime, identity: Identity, model: str, record: RequestRecord) -> ModelRoute:
     route = runtime.routes.get(model)
     if route is None:
         raise errors.model_not_found(model)
+    record.model = route.name
     if not identity.may_use(model):
         raise errors.model_not_allowed(model)
     return route
@@ -230,16 +300,21 @@ def _completion_reserve(runtime: Runtime, inference: InferenceRequest) -> int:
     return min(inference.params.max_tokens, estimate)
 
 
-async def _complete(exchange: _Exchange) -> Response:
+async def _complete(exchange: _Exchange, request: Request) -> Response:
     used = 0
+    dispatched = time.monotonic()
+    watch = exchange.watch(request)
     try:
+        if watch.gone:
+            raise ClientGone
         completion, served = await exchange.runtime.dispatcher.complete(exchange.job)
         if completion.usage.prompt_tokens == 0:
             completion.usage.prompt_tokens = exchange.prompt_estimate
         used = completion.usage.total_tokens
-    except _DISPATCH_ERRORS as exc:
-        raise dispatch_error(exchange.route.name, exc) from exc
+    except BaseException as exc:
+        exchange.failed(exc, watch, dispatched)
     finally:
+        watch.stop()  # before the answer goes out: its end looks like a disconnect
         exchange.settle(used)
     exchange.served_by(served, completion.usage)
     body = completion_body(
@@ -261,21 +336,59 @@ async def _answered(record: RequestRecord) -> None:
     record.finish(200)
 
 
-async def _stream(exchange: _Exchange) -> Response:
+async def _stream(exchange: _Exchange, request: Request) -> Response:
     # The dispatcher answers after the first piece, so a failure up to here is a plain
     # HTTP error (and another replica or model could still be tried).
+    dispatched = time.monotonic()
+    watch = exchange.watch(request)
     try:
+        if watch.gone:
+            raise ClientGone
         first, deltas, served = await exchange.runtime.dispatcher.stream(exchange.job)
-    except _DISPATCH_ERRORS as exc:
+    except BaseException as exc:
+        watch.stop()
         exchange.settle(0)
-        raise dispatch_error(exchange.route.name, exc) from exc
+        exchange.failed(exc, watch, dispatched)
+    # From here the relay watches the client (no more cancelling this task).
+    watch.on_gone = None
     headers = {**_SSE_HEADERS, **exchange.headers(served)}
+    end = _StreamEnd(exchange, served, deltas)
     return EventStreamResponse(
-        _sse_events(exchange, served, first, deltas),
+        _sse_events(exchange, served, first, deltas, end),
         stall_timeout_s=exchange.runtime.config.gateway.server.stream_stall_timeout_s,
         headers=headers,
         on_cut=exchange.cut_short,
+        on_close=end,
+        watch=watch,
     )
+
+
+@dataclass(slots=True)
+class _StreamEnd:
+    """What ends a stream, run once: by the events generator when it ends, or by the
+    response when the generator never started (its `finally` would not run then)."""
+
+    exchange: _Exchange
+    served: Served
+    deltas: AsyncGenerator[Delta, None]
+    meter: UsageMeter = field(default_factory=UsageMeter)
+    # 499, as nginx logs it, unless the stream ran to its end or its error event.
+    status: int = 499
+    done: bool = False
+
+    async def __call__(self) -> None:
+        if self.done:
+            return
+        self.done = True
+        exchange = self.exchange
+        try:
+            await self.deltas.aclose()  # cancels the upstream request if still open
+        finally:
+            usage = self.meter.usage(exchange.prompt_estimate)
+            exchange.settle(usage.total_tokens)
+            exchange.served_by(self.served, usage)
+            # The client closed the request or stopped reading.
+            exchange.record.finish(499 if exchange.cut is not None else self.status)
 
 
 async def _sse_events(
@@ -283,10 +396,11 @@ async def _sse_events(
     served: Served,
     first: Delta | None,
     deltas: AsyncGenerator[Delta, None],
+    end: _StreamEnd,
 ) -> AsyncGenerator[bytes, None]:
     request = exchange.job.request
     writer = ChunkWriter(request, response_id=exchange.response_id, model=served.route.name)
-    meter = UsageMeter()
+    meter = end.meter
     status = 200
     charging = exchange.decision.ticket is not None
     try:
@@ -314,12 +428,8 @@ async def _sse_events(
         status = api_error.status
         yield sse_error(api_error.body())
     finally:
-        await deltas.aclose()
-        usage = meter.usage(exchange.prompt_estimate)
-        exchange.settle(usage.total_tokens)
-        exchange.served_by(served, usage)
-        # 499, as nginx logs it: the client closed the request (or stopped reading).
-        exchange.record.finish(499 if exchange.cut is not None else status)
+        end.status = status
+        await end()
 
 
 def dispatch_error(model: str, exc: Exception) -> APIError:

@@ -8,16 +8,21 @@ that takes nothing for `stall_timeout_s` is cut off, and so is the stream of a c
 that has gone away: the relay stops, the events generator is closed (which cancels the
 upstream request and settles the request's slot and tokens), and the connection is
 dropped.
+
+`DisconnectWatch` is how the gateway learns that a client left, from the moment its
+request body has been read: before a stream starts (queued, or waiting for the upstream)
+as well as during it.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, Callable, Mapping
+from collections.abc import AsyncGenerator, Awaitable, Callable, Generator, Mapping
 from enum import StrEnum
+from typing import Any
 
 from starlette.responses import Response
-from starlette.types import Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 
 
 class StreamCut(StrEnum):
@@ -27,8 +32,72 @@ class StreamCut(StrEnum):
     CLIENT_GONE = "client_gone"  # closed the connection
 
 
+class ClientGone(Exception):
+    """The client closed its connection before its answer was ready."""
+
+
+class DisconnectWatch:
+    """Notices the client closing its connection, with no task of its own.
+
+    Once the request body has been read, the server's next `receive()` message is
+    `http.disconnect`: when the client leaves, or when the response is complete (so a
+    watch must be stopped before a response is sent, or it reports that as well). uvicorn
+    does not cancel a handler whose client left, and its `send` then does nothing, so only
+    `receive` tells.
+
+    The watch runs that `receive()` itself, the way a task would: it steps the coroutine
+    from the done-callback of the future it waits on. Nothing runs until the message
+    comes, no task is created, and `stop` just closes the coroutine. Then `gone` is True
+    and `on_gone` (if set then) is called.
+    """
+
+    __slots__ = ("_coro", "_receive", "gone", "on_gone")
+
+    def __init__(self, receive: Receive) -> None:
+        self._receive = receive
+        self.gone = False
+        self.on_gone: Callable[[], object] | None = None
+        # `receive()` as a task would run it: what its `__await__` gives.
+        self._coro: Generator[Any, None, Message] | None = receive().__await__()
+        self._step()
+
+    def stop(self) -> None:
+        """Stop watching; later messages go unread. Stopping again does nothing."""
+        coro = self._coro
+        if coro is not None:
+            self._coro = None
+            coro.close()
+
+    def _step(self, _: object = None) -> None:
+        """Run `receive()` on until it waits again, or returns (what a task step does)."""
+        while (coro := self._coro) is not None:
+            try:
+                waiting = coro.send(None)
+            except StopIteration as done:
+                if done.value["type"] != "http.disconnect":
+                    self._coro = self._receive().__await__()  # body nobody reads: wait on
+                    continue
+                self._coro = None
+                self.gone = True
+                if self.on_gone is not None:
+                    self.on_gone()
+                return
+            except (Exception, asyncio.CancelledError):
+                self._coro = None  # the server's receive failed: nothing more to learn
+                return
+            if getattr(waiting, "_asyncio_future_blocking", False):
+                waiting._asyncio_future_blocking = False
+                waiting.add_done_callback(self._step)
+            else:  # a bare yield (`asyncio.sleep(0)`): on at the next loop turn
+                asyncio.get_running_loop().call_soon(self._step)
+            return
+
+
 class EventStreamResponse(Response):
-    """`text/event-stream` from an async generator of encoded events."""
+    """`text/event-stream` from an async generator of encoded events.
+
+    `watch` notices the client leaving (one made earlier, for the request, or a new one).
+    """
 
     media_type = "text/event-stream"
 
@@ -38,6 +107,8 @@ class EventStreamResponse(Response):
         stall_timeout_s: float,
         headers: Mapping[str, str] | None = None,
         on_cut: Callable[[StreamCut], None] | None = None,
+        on_close: Callable[[], Awaitable[None]] | None = None,
+        watch: DisconnectWatch | None = None,
     ) -> None:
         self.status_code = 200
         self.background = None
@@ -45,15 +116,17 @@ class EventStreamResponse(Response):
         self._events = events
         self._stall_timeout_s = stall_timeout_s
         self._on_cut = on_cut
-        self._client_gone = False
+        self._on_close = on_close
+        self._watch = watch
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         # uvicorn's `send` does nothing once the client is gone; only `receive` says so.
-        watcher = asyncio.create_task(self._watch(receive))
+        watch = self._watch or DisconnectWatch(receive)
+        watch.on_gone = None  # the relay looks at `gone` before each event
         try:
             await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
             async for event in self._events:
-                if self._client_gone:
+                if watch.gone:
                     self._cut(StreamCut.CLIENT_GONE)
                     return
                 try:
@@ -66,13 +139,13 @@ class EventStreamResponse(Response):
                     return
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         finally:
-            watcher.cancel()
-            await self._events.aclose()
-
-    async def _watch(self, receive: Receive) -> None:
-        while (await receive())["type"] != "http.disconnect":
-            pass
-        self._client_gone = True
+            watch.stop()
+            try:
+                await self._events.aclose()
+            finally:
+                # Closing a generator that never started skips its cleanup: this runs it.
+                if self._on_close is not None:
+                    await self._on_close()
 
     def _cut(self, reason: StreamCut) -> None:
         if self._on_cut is not None:

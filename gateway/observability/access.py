@@ -11,20 +11,31 @@ from gateway.observability import metrics
 log = logging.getLogger("gateway.access")
 
 
+# Tenant or model of a request not known (yet): no key, an unknown model, a bad body.
+UNKNOWN = "-"
+
+
 @dataclass(slots=True)
 class RequestRecord:
-    """What happened to one request; filled in along the path, emitted once at the end."""
+    """What happened to one request; filled in along the path, emitted once at the end.
+
+    Made as the request arrives, so that every request is counted and logged, however it
+    ends. `tenant` and `model` are metric labels: only configured names go there (never
+    what a client sent), `UNKNOWN` until known.
+    """
 
     request_id: str
-    tenant: str
-    model: str
+    tenant: str = UNKNOWN
+    model: str = UNKNOWN
     stream: bool = False
     priority: str = ""
     served_model: str = ""
     status: int = 0
     # Why the gateway refused it (rate_requests, queue_full, ...); empty when it did not.
     reason: str = ""
+    # Time spent in `queue_model`'s admission queue; None if the request never queued.
     queue_wait_s: float | None = None
+    queue_model: str = ""
     ttft_s: float | None = None
     prompt_tokens: int = 0
     completion_tokens: int = 0
@@ -51,8 +62,10 @@ class RequestRecord:
             metrics.labels(tokens, self.tenant, self.served_model, "prompt").inc(self.prompt_tokens)
             completion = metrics.labels(tokens, self.tenant, self.served_model, "completion")
             completion.inc(self.completion_tokens)
-        if self.queue_wait_s is not None and self.served_model:
-            queue_wait = metrics.labels(metrics.QUEUE_WAIT, self.served_model, self.priority)
+        if self.queue_wait_s is not None:
+            # Every request that was queued: served, shed, or still queued at its deadline.
+            model = self.queue_model or self.served_model or self.model
+            queue_wait = metrics.labels(metrics.QUEUE_WAIT, model, self.priority)
             queue_wait.observe(self.queue_wait_s)
         if log.isEnabledFor(logging.INFO):
             log.info(

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import time
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -90,6 +91,9 @@ class Ticket:
     charged: int
     # Taken from the in-process buckets (Redis was down) rather than from Redis.
     local: bool
+    # The request's deadline (time.monotonic()): its lease is not renewed after it, so a
+    # request that is never settled (a bug) cannot hold its slot for good.
+    deadline: float = math.inf
 
 
 @dataclass(slots=True)
@@ -184,8 +188,14 @@ class RateLimiter:
             self._plans[(tenant, model)] = plan
         return plan
 
-    async def admit(self, tenant: str, model: str, reserve_tokens: int) -> Decision:
-        """Take what one request needs from every bucket that applies, or refuse."""
+    async def admit(
+        self, tenant: str, model: str, reserve_tokens: int, deadline: float = math.inf
+    ) -> Decision:
+        """Take what one request needs from every bucket that applies, or refuse.
+
+        `deadline` (time.monotonic()) is when the request ends at the latest; its lease
+        is renewed until then.
+        """
         plan = self._plan(tenant, model)
         if plan.unlimited:
             return Decision(allowed=True)
@@ -207,7 +217,7 @@ class RateLimiter:
                 decision.retry_after_s = self._config.redis_retry_s
         if decision.allowed:
             token_buckets = tuple(b for b in plan.buckets if b.kind == "tokens")
-            decision.ticket = Ticket(token_buckets, lease, reserve_tokens, local)
+            decision.ticket = Ticket(token_buckets, lease, reserve_tokens, local, deadline)
             if lease is not None:
                 self._hold_lease(decision.ticket, lease)
             metrics.labels(metrics.RATELIMIT_DECISIONS, tenant, "allowed").inc()
@@ -322,10 +332,15 @@ class RateLimiter:
         """Keep the leases of running requests alive, all of them every LEASE_RENEW_S."""
         while True:
             await asyncio.sleep(LEASE_RENEW_S)
-            for ticket in list(self._leased.values()):
+            now = time.monotonic()
+            for member, ticket in list(self._leased.items()):
                 lease = ticket.lease
                 assert lease is not None
-                if ticket.local:
+                if now > ticket.deadline:
+                    # Past its request's deadline and never settled: let it expire.
+                    del self._leased[member]
+                    log.error("a concurrency lease was never released; it expires now")
+                elif ticket.local:
                     self._local.adjust(None, None, monotonic_ms(), renew=lease)
                 elif not self._redis_down:
                     renewed = self._store.adjust_soon([], renew=lease)

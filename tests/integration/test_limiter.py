@@ -8,6 +8,7 @@ import asyncio
 import os
 import signal
 import subprocess
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -236,3 +237,22 @@ async def test_tokens_are_charged_in_batches_while_streaming_and_settled_at_the_
     finally:
         await limiter.close()
         await inspect.aclose()
+
+
+async def test_a_lease_never_released_is_not_renewed_past_its_deadline(
+    own_redis: OwnRedis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A request that is never settled (a bug) must not hold its slot for good."""
+    monkeypatch.setattr(limiter_module, "LEASE_TTL_S", 1.0)
+    monkeypatch.setattr(limiter_module, "LEASE_RENEW_S", 0.2)
+    limiter = make_limiter(own_redis.url, tenants(max_concurrent=1))
+    try:
+        forgotten = await limiter.admit("t", "m", 1, deadline=time.monotonic() + 0.5)
+        assert forgotten.allowed
+
+        async def free() -> bool:
+            return (await limiter.admit("t", "m", 1)).allowed
+
+        await wait_until(free)
+    finally:
+        await limiter.close()

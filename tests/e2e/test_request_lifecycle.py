@@ -1,0 +1,279 @@
+"""Every request ends in one access-log line and one count, however it ends; a client that
+leaves before its answer gives its place back at once. Real Triton, real Redis."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import aiohttp
+import orjson
+import pytest
+from aiohttp import web
+
+from gateway.devstack import stop
+from gateway.sim.server import TritonSim
+from tests.e2e.stack import Gateway, model, start_gateway, tenant
+from tests.e2e.test_rate_limits import key
+from tests.e2e.upstreams import no_models, serve_in_thread
+from tests.polling import wait_until
+
+MESSAGES = [{"role": "user", "content": "hi"}]
+
+
+# How long the `lazy` upstream takes to its first piece.
+LAZY_FIRST_PIECE_S = 3.0
+
+
+@pytest.fixture(scope="module")
+def lazy_upstream() -> Iterator[str]:
+    """An OpenAI-style upstream that takes its time before it answers anything."""
+
+    async def answer(request: web.Request) -> web.StreamResponse:
+        await asyncio.sleep(LAZY_FIRST_PIECE_S)
+        return web.json_response({"error": {"message": "too late"}}, status=503)
+
+    app = web.Application()
+    app.router.add_get("/v1/models", no_models)
+    app.router.add_post("/v1/chat/completions", answer)
+    with serve_in_thread([app]) as urls:
+        yield urls[0]
+
+
+@pytest.fixture(scope="module")
+def lifecycle_gateway(
+    sims: tuple[TritonSim, TritonSim],
+    lazy_upstream: str,
+    redis_url: str,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Gateway]:
+    grpc = [sims[0].grpc_target]
+    models = {
+        # llm-slow (40 ms a token), one request at a time: the next one queues.
+        "solo": model(
+            "triton_grpc", grpc, upstream_model="llm-slow",
+            queue={"max_queued": 8, "max_in_flight_per_replica": 1},
+        ),
+        "lazy": model("openai", [lazy_upstream], timeouts={"first_token_s": 10}),
+    }  # fmt: skip
+    # With limits, so that answers carry x-ratelimit-* headers.
+    limits = {"requests_per_minute": 100_000, "tokens_per_minute": 10_000_000}
+    tenants = {"web": tenant("web", ["*"], priority="online", limits=limits)}
+    gw = start_gateway(tmp_path_factory.mktemp("lifecycle"), models, redis_url, tenants=tenants)
+    try:
+        yield gw
+    finally:
+        stop(gw.process)
+
+
+def access_lines(gw: Gateway) -> list[dict[str, Any]]:
+    lines = (orjson.loads(line) for line in gw.log.splitlines() if line.startswith("{"))
+    return [line for line in lines if line.get("logger") == "gateway.access"]
+
+
+async def metric(session: aiohttp.ClientSession, gw: Gateway, name: str, **labels: str) -> float:
+    """The sum of the `name` samples whose labels include `labels`."""
+    wanted = [f'{label}="{value}"' for label, value in labels.items()]
+    total = 0.0
+    async with session.get(f"{gw.url}/metrics") as response:
+        for line in (await response.text()).splitlines():
+            if line.startswith(name + "{") and all(w in line for w in wanted):
+                total += float(line.split()[-1])
+    return total
+
+
+def raw_request(gw: Gateway, body: dict[str, Any], headers: dict[str, str]) -> bytes:
+    payload = orjson.dumps(body)
+    host = gw.url.removeprefix("http://")
+    head = [
+        "POST /v1/chat/completions HTTP/1.1",
+        f"host: {host}",
+        "content-type: application/json",
+        f"content-length: {len(payload)}",
+        *(f"{name}: {value}" for name, value in headers.items()),
+    ]
+    return ("\r\n".join(head) + "\r\n\r\n").encode() + payload
+
+
+async def send_and_leave_later(
+    gw: Gateway, body: dict[str, Any], headers: dict[str, str]
+) -> asyncio.StreamWriter:
+    """Send a whole request on a connection of its own; close the writer to leave."""
+    host, port = gw.url.removeprefix("http://").split(":")
+    _, writer = await asyncio.open_connection(host, int(port))
+    writer.write(raw_request(gw, body, headers))
+    await writer.drain()
+    return writer
+
+
+async def post(
+    session: aiohttp.ClientSession,
+    gw: Gateway,
+    body: dict[str, Any],
+    headers: dict[str, str],
+) -> tuple[int, dict[str, str], dict[str, Any]]:
+    async with session.post(f"{gw.base_url}/chat/completions", json=body, headers=headers) as r:
+        found = {name.lower(): value for name, value in r.headers.items()}
+        return r.status, found, await r.json(content_type=None)
+
+
+@pytest.mark.parametrize(
+    ("who", "body", "status", "tenant_label"),
+    [
+        ("nobody", orjson.dumps({"model": "solo", "messages": MESSAGES}), 401, "-"),
+        ("web", b'{"model": "solo", "messages": [', 400, "web"),
+        ("web", orjson.dumps({"model": "no-such-model", "messages": MESSAGES}), 404, "web"),
+    ],
+    ids=["unknown-key", "bad-json", "unknown-model"],
+)
+async def test_a_refused_request_is_logged_and_counted_once(
+    lifecycle_gateway: Gateway, who: str, body: bytes, status: int, tenant_label: str
+) -> None:
+    gw = lifecycle_gateway
+    # The model label only ever takes configured names: "-" for all three.
+    labels = {"tenant": tenant_label, "model": "-", "served_model": "-", "status": str(status)}
+    async with aiohttp.ClientSession() as session:
+        before = await metric(session, gw, "gateway_requests_total", **labels)
+        async with session.post(
+            f"{gw.base_url}/chat/completions",
+            data=body,
+            headers={**key(who), "content-type": "application/json"},
+        ) as response:
+            assert response.status == status
+            assert set((await response.json())["error"]) == {"message", "type", "param", "code"}
+            request_id = response.headers["x-request-id"]
+        after = await metric(session, gw, "gateway_requests_total", **labels)
+    assert after == before + 1
+
+    async def logged() -> bool:
+        return any(line["request_id"] == request_id for line in access_lines(gw))
+
+    await wait_until(logged, timeout_s=5)
+    [line] = [line for line in access_lines(gw) if line["request_id"] == request_id]
+    assert (line["status"], line["tenant"], line["model"]) == (status, tenant_label, "-")
+    assert "no-such-model" not in orjson.dumps(line).decode()
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
+async def test_a_client_that_leaves_while_queued_gives_its_place_back(
+    lifecycle_gateway: Gateway, stream: bool
+) -> None:
+    gw = lifecycle_gateway
+    queued = {"model": "solo", "priority": "online"}
+    async with aiohttp.ClientSession() as session:
+
+        async def queue_depth() -> float:
+            return await metric(session, gw, "gateway_admission_queued", **queued)
+
+        async def in_flight() -> float:
+            return await metric(session, gw, "gateway_admission_in_flight", model="solo")
+
+        gone = {"model": "solo", "status": "499"}
+        gone_before = await metric(session, gw, "gateway_requests_total", **gone)
+        seen = {line["request_id"] for line in access_lines(gw)}
+        # A holds the only slot for about 2 s.
+        first = {"model": "solo", "messages": MESSAGES, "max_tokens": 50}
+        holder = asyncio.create_task(post(session, gw, first, key("web")))
+        await wait_until(lambda: _equals(in_flight, 1))
+        # B queues behind it, for a long answer (12 s), and its client leaves.
+        leaving = {"model": "solo", "messages": MESSAGES, "max_tokens": 300, "stream": stream}
+        writer = await send_and_leave_later(gw, leaving, key("web"))
+        await wait_until(lambda: _equals(queue_depth, 1))
+        writer.close()
+        # Its place goes at once, while A still runs (not at A's end, nor B's deadline).
+        await wait_until(lambda: _equals(queue_depth, 0), timeout_s=1.5)
+        assert not holder.done()
+        # So C runs right after A, not after B's 12 s.
+        started = time.monotonic()
+        after = {"model": "solo", "messages": MESSAGES, "max_tokens": 2}
+        status, _, _ = await post(session, gw, after, key("web"))
+        assert status == 200
+        assert time.monotonic() - started < 6
+        assert (await holder)[0] == 200
+        gone_after = await metric(session, gw, "gateway_requests_total", **gone)
+    assert gone_after == gone_before + 1
+    new = [line for line in access_lines(gw) if line["request_id"] not in seen]
+    assert sorted(line["status"] for line in new) == [200, 200, 499]
+    [line] = [line for line in new if line["status"] == 499]
+    assert (line["tenant"], line["model"], line["served_model"]) == ("web", "solo", None)
+    assert line["stream"] is stream
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
+async def test_a_client_that_leaves_while_its_answer_is_awaited_frees_the_slot(
+    lifecycle_gateway: Gateway, stream: bool
+) -> None:
+    gw = lifecycle_gateway
+    async with aiohttp.ClientSession() as session:
+
+        async def in_flight() -> float:
+            return await metric(session, gw, "gateway_admission_in_flight", model="lazy")
+
+        seen = {line["request_id"] for line in access_lines(gw)}
+        body = {"model": "lazy", "messages": MESSAGES, "stream": stream}
+        writer = await send_and_leave_later(gw, body, key("web"))
+        await wait_until(lambda: _equals(in_flight, 1))
+        writer.close()
+        # At once, not when the upstream answers (or the first-token timeout).
+        await wait_until(lambda: _equals(in_flight, 0), timeout_s=LAZY_FIRST_PIECE_S / 2)
+    [line] = [line for line in access_lines(gw) if line["request_id"] not in seen]
+    assert (line["status"], line["model"], line["stream"]) == (499, "lazy", stream)
+
+
+async def test_a_request_cancelled_by_its_client_frees_its_idempotency_key(
+    lifecycle_gateway: Gateway,
+) -> None:
+    gw = lifecycle_gateway
+    once = {**key("web"), "idempotency-key": f"order-{time.time_ns()}"}
+    body = {"model": "solo", "messages": MESSAGES, "max_tokens": 20}
+    async with aiohttp.ClientSession() as session:
+
+        async def in_flight() -> float:
+            return await metric(session, gw, "gateway_admission_in_flight", model="solo")
+
+        await wait_until(lambda: _equals(in_flight, 0))
+        writer = await send_and_leave_later(gw, body, once)
+        await wait_until(lambda: _equals(in_flight, 1))  # running upstream
+        writer.close()
+        await wait_until(lambda: _equals(in_flight, 0), timeout_s=1.5)
+        # At once: not a 409 until the in-progress marker expires.
+        status, headers, answer = await post(session, gw, body, once)
+    assert status == 200, answer
+    assert "idempotent-replayed" not in headers
+
+
+async def test_a_request_still_queued_at_its_deadline_is_a_504_with_its_wait_and_limits(
+    lifecycle_gateway: Gateway,
+) -> None:
+    gw = lifecycle_gateway
+    waits = {"model": "solo", "priority": "online"}
+    async with aiohttp.ClientSession() as session:
+
+        async def in_flight() -> float:
+            return await metric(session, gw, "gateway_admission_in_flight", model="solo")
+
+        observed = await metric(session, gw, "gateway_queue_wait_seconds_count", **waits)
+        first = {"model": "solo", "messages": MESSAGES, "max_tokens": 40}
+        holder = asyncio.create_task(post(session, gw, first, key("web")))
+        await wait_until(lambda: _equals(in_flight, 1))
+        late = {"model": "solo", "messages": MESSAGES, "max_tokens": 5}
+        status, headers, answer = await post(
+            session, gw, late, {**key("web"), "x-request-timeout": "0.4"}
+        )
+        assert (await holder)[0] == 200
+        # The holder's wait (0: it took a free slot) and the late one's.
+        assert await metric(session, gw, "gateway_queue_wait_seconds_count", **waits) == (
+            observed + 2
+        )
+    assert status == 504, answer
+    assert answer["error"]["code"] == "deadline_exceeded"
+    assert headers["x-ratelimit-limit-requests"] == "100000"
+    [line] = [line for line in access_lines(gw) if line["request_id"] == headers["x-request-id"]]
+    assert line["reason"] == "deadline"
+    assert line["queue_wait_ms"] >= 300
+
+
+async def _equals(read: Any, value: float) -> bool:
+    return bool(await read() == value)
