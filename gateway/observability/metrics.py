@@ -84,7 +84,7 @@ REQUESTS = Counter(
 REFUSALS = Counter(
     "gateway_refusals_total",
     "Requests refused, by tenant, model and reason (rate_requests, rate_tokens, "
-    "concurrency, queue_full, shed, deadline, no_replica).",
+    "concurrency, limiter_unavailable, queue_full, shed, deadline, no_replica).",
     ["tenant", "model", "reason"],
     registry=REGISTRY,
 )

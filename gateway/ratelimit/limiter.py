@@ -264,6 +264,7 @@ class RateLimiter:
                 type="server_error",
                 code="rate_limiter_unavailable",
                 retry_after_s=self._config.redis_retry_s,
+                reason="limiter_unavailable",
             )
         share = self._config.gateway_replicas
         specs = [b.spec(cost, share) for b, cost in zip(buckets, costs, strict=True)]

@@ -266,6 +266,7 @@ async def test_redis_killed_and_restarted_under_load(
         assert statuses == Counter({503: 8})
         assert all(h.get("retry-after") for _, h, _ in during)
         assert all(b["error"]["code"] == "rate_limiter_unavailable" for _, _, b in during)
+        assert 'reason="limiter_unavailable"' in down_metrics
     assert "gateway_ratelimit_redis_up 0.0" in down_metrics
     assert f'gateway_ratelimit_fallback_decisions_total{{mode="{mode}"}}' in down_metrics
     # The restarted Redis is empty: a full bucket again, enforced in Redis.
