@@ -17,7 +17,7 @@ import time
 from collections.abc import AsyncGenerator, AsyncIterator
 
 from gateway.backends.base import ReplicaUnavailable, UpstreamTimeout
-from gateway.inference import Completion, Delta, UpstreamCall
+from gateway.inference import Completion, Delta, UpstreamCall, UsageMeter
 from gateway.observability import metrics
 from gateway.resilience.outlier import ReplicaState
 from gateway.routes import ModelRoute
@@ -139,11 +139,12 @@ async def stream(
                         _failed(route, replica)
                     raise
                 outlier.record_success(replica)
-                pieces = 1
+                meter = UsageMeter()
+                meter.add(first)
                 yield first
                 try:
                     async for delta in upstream:
-                        pieces += 1
+                        meter.add(delta)
                         yield delta
                 except (ReplicaUnavailable, UpstreamTimeout):
                     # Died or hung mid-stream: too late to move this request, not too late
@@ -151,8 +152,8 @@ async def stream(
                     _failed(route, replica)
                     raise
                 finally:
-                    # About one token per piece: the replica's effective throughput.
-                    _served(route, replica, pieces)
+                    # The replica's effective throughput, in the tokens it produced.
+                    _served(route, replica, meter.usage(0).completion_tokens)
                 return
             finally:
                 await upstream.aclose()

@@ -223,3 +223,32 @@ def fetch_text(url: str) -> str:
 
     with urllib.request.urlopen(url, timeout=5) as response:
         return str(response.read().decode())
+
+
+def _replica_tokens(gateway: Gateway, model: str) -> float:
+    prefix = f'gateway_replica_tokens_total{{model="{model}",'
+    return sum(
+        float(line.split()[-1])
+        for line in fetch_text(f"{gateway.url}/metrics").splitlines()
+        if line.startswith(prefix)
+    )
+
+
+def test_replica_throughput_counts_the_tokens_a_stream_produced(
+    acme: OpenAI, gateway: Gateway
+) -> None:
+    """Counted in tokens (the upstream's usage), not in chunks: an OpenAI upstream's
+    stream ends with chunks that carry no token."""
+    before = _replica_tokens(gateway, "relay")
+    chunks = list(
+        acme.chat.completions.create(
+            model="relay",
+            messages=[{"role": "user", "content": "count my tokens"}],
+            max_tokens=9,
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+    )
+    usage = chunks[-1].usage
+    assert usage is not None and usage.completion_tokens == 9
+    assert _replica_tokens(gateway, "relay") - before == usage.completion_tokens
