@@ -110,6 +110,11 @@ def _follow_ejections(route: ModelRoute, admission: AdmissionController) -> None
         admission.capacity_changed(model)
         until = outlier.cooldown_end(replica)
         if until is None:
+            log.warning(
+                "replica back in service",
+                extra={"fields": {"event": "readmission", "model": model,
+                                  "replica": replica.url}},
+            )  # fmt: skip
             return
         try:
             loop = asyncio.get_running_loop()

@@ -40,12 +40,15 @@ class HealthChecker:
             )
             changed = healthy != replica.healthy
             if changed:
+                state = "healthy" if healthy else "unhealthy"
                 log.warning(
                     "replica %s of %s is now %s",
                     replica.url,
                     route.name,
-                    "healthy" if healthy else "unhealthy",
-                )
+                    state,
+                    extra={"fields": {"event": "health", "model": route.name,
+                                      "replica": replica.url, "state": state}},
+                )  # fmt: skip
             route.pool.mark_checked(replica, healthy)
             if replica.metrics_url is not None:
                 queue = await scrape_queue(
