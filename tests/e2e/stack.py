@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import orjson
 import yaml
 
 from gateway.config import hash_key
@@ -44,6 +46,19 @@ class Gateway:
     def log(self) -> str:
         """What the gateway has logged so far."""
         return (self.config_dir / "gateway.log").read_text()
+
+    def access_record(self, request_id: str, timeout_s: float = 10.0) -> dict[str, Any]:
+        """The access-log record of one request (written just after its response)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            for line in self.log.splitlines():
+                if request_id in line and line.startswith("{"):
+                    record: dict[str, Any] = orjson.loads(line)
+                    if record.get("request_id") == request_id:
+                        return record
+            if time.monotonic() > deadline:
+                raise AssertionError(f"no access-log line for {request_id}")
+            time.sleep(0.05)
 
     @property
     def tenants_path(self) -> Path:

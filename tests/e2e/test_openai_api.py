@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import aiohttp
 import openai
-import orjson
 import pytest
 from openai import OpenAI
 
@@ -196,6 +195,9 @@ def test_metrics_and_the_request_log_show_the_request_without_key_or_prompt(
     response = acme.chat.completions.create(
         model="llm-large", messages=[{"role": "user", "content": prompt}], max_tokens=3
     )
+    # Counted and logged just after the response: wait for its log line first.
+    record = gateway.access_record(response.id)
+    assert record["tenant"] == "acme" and record["status"] == 200
     exposition = fetch_text(f"{gateway.url}/metrics")
     series = (
         'gateway_requests_total{model="llm-large",served_model="llm-large",'
@@ -209,11 +211,8 @@ def test_metrics_and_the_request_log_show_the_request_without_key_or_prompt(
     # Triton's own queue, scraped from each replica and re-exported.
     assert 'gateway_triton_pending_requests{model="llm-large",replica="' in exposition
     assert 'gateway_triton_queue_duration_seconds_total{model="llm-large",replica="' in exposition
-    records = [orjson.loads(line) for line in gateway.log.splitlines() if line.startswith("{")]
-    mine = [r for r in records if r.get("request_id") == response.id]
-    assert len(mine) == 1
-    assert mine[0]["tenant"] == "acme" and mine[0]["status"] == 200
-    assert mine[0]["completion_tokens"] == 3
+    assert sum(response.id in line for line in gateway.log.splitlines()) == 1
+    assert record["completion_tokens"] == 3
     assert prompt not in gateway.log
     assert KEYS["acme"] not in gateway.log
 
@@ -252,3 +251,26 @@ def test_replica_throughput_counts_the_tokens_a_stream_produced(
     usage = chunks[-1].usage
     assert usage is not None and usage.completion_tokens == 9
     assert _replica_tokens(gateway, "relay") - before == usage.completion_tokens
+
+
+@pytest.mark.parametrize(
+    ("who", "asked", "served_as"),
+    [("globex", "online", "batch"), ("acme", "batch", "batch"), ("acme", None, "online")],
+)
+def test_a_request_may_lower_its_priority_but_not_raise_it(
+    acme: OpenAI, globex: OpenAI, gateway: Gateway, who: str, asked: str | None, served_as: str
+) -> None:
+    client = {"acme": acme, "globex": globex}[who]
+    headers = {} if asked is None else {"x-priority": asked}
+    response = client.chat.completions.create(
+        model="llm-small", messages=HELLO, max_tokens=1, extra_headers=headers
+    )
+    assert gateway.access_record(response.id)["priority"] == served_as
+
+
+def test_an_unknown_priority_is_400(acme: OpenAI) -> None:
+    with pytest.raises(openai.BadRequestError) as refused:
+        acme.chat.completions.create(
+            model="llm-small", messages=HELLO, extra_headers={"x-priority": "urgent"}
+        )
+    assert refused.value.body["param"] == "x-priority"  # type: ignore[index]
