@@ -244,8 +244,12 @@ async def test_redis_killed_and_restarted_under_load(
             during = await asyncio.gather(*(chat(session, gw, "t") for _ in range(8)))
             async with session.get(f"{gw.url}/metrics") as response:
                 down_metrics = await response.text()
+            async with session.get(f"{gw.url}/readyz") as response:
+                ready_while_down = response.status
             processes.append(start_redis(port))  # back, empty
             await wait_until(lambda: _redis_up(session, gw))
+            async with session.get(f"{gw.url}/readyz") as response:
+                ready_when_back = response.status
             after = [await chat(session, gw, "t") for _ in range(6)]
             streams = await asyncio.gather(*running)
     finally:
@@ -253,6 +257,8 @@ async def test_redis_killed_and_restarted_under_load(
     log = (gw.config_dir / "gateway.log").read_text()
     assert f"rate limiting in {mode} mode until it is back" in log
     assert "Redis reachable again" in log
+    # Not ready without Redis (a load balancer sends traffic elsewhere), ready again after.
+    assert (ready_while_down, ready_when_back) == (503, 200)
     # Requests in flight when Redis went away end as if nothing happened.
     assert streams == [(200, True), (200, True)]
     assert [s for s, _, _ in before] == [200] * 5 + [429]
