@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import tempfile
 import time
 import urllib.request
@@ -64,7 +65,12 @@ def write_config(directory: Path, a: TritonSim, b: TritonSim, redis_port: int) -
 
 
 async def client(
-    session: aiohttp.ClientSession, url: str, who: str, until: float, outcomes: Counter[str]
+    session: aiohttp.ClientSession,
+    url: str,
+    who: str,
+    until: float,
+    killed: asyncio.Event,
+    outcomes: Counter[tuple[str, str]],
 ) -> None:
     body = {
         "model": "llm-large",
@@ -74,34 +80,51 @@ async def client(
     }
     headers = {"authorization": f"Bearer sk-load-{who}", "x-request-timeout": "3"}
     while time.monotonic() < until:
+        # The phase the request started in: before or after the replica was killed.
+        phase = "after" if killed.is_set() else "before"
         async with session.post(url, json=body, headers=headers) as response:
             text = await response.text()
             if response.status != 200:
                 retry = (
                     "with Retry-After" if "Retry-After" in response.headers else "no Retry-After"
                 )
-                outcomes[f"{response.status} {retry}"] += 1
+                outcomes[(f"{response.status} {retry}", phase)] += 1
                 await asyncio.sleep(0.2)
                 continue
             fallback = response.headers.get("x-gateway-fallback")
             if '"error"' in text:
-                outcomes["200 stream ended by an error event"] += 1
+                code = _error_code(text)
+                outcomes[(f"200 stream ended by an error event ({code})", phase)] += 1
             elif text.rstrip().endswith("data: [DONE]"):
-                outcomes["200 complete" + (" (fallback)" if fallback else "")] += 1
+                outcomes["200 complete" + (" (fallback)" if fallback else ""), phase] += 1
             else:
-                outcomes["200 cut short"] += 1
+                outcomes[("200 cut short", phase)] += 1
 
 
-async def load(url: str, seconds: float, clients: int, kill: TritonSim) -> Counter[str]:
-    outcomes: Counter[str] = Counter()
+def _error_code(text: str) -> str:
+    """The `code` of the SSE error event that ended a stream."""
+    for line in text.splitlines():
+        if line.startswith("data: {") and '"error"' in line:
+            error = json.loads(line.removeprefix("data: ")).get("error", {})
+            return str(error.get("code"))
+    return "?"
+
+
+async def load(url: str, seconds: float, clients: int, kill: TritonSim) -> Counter[tuple[str, str]]:
+    """(outcome, phase) counts; phase is when the request started, before or after the
+    kill. A request that started before and ended after counts as before."""
+    outcomes: Counter[tuple[str, str]] = Counter()
     until = time.monotonic() + seconds
     timeout = aiohttp.ClientTimeout(total=30)
+    killed = asyncio.Event()
     async with aiohttp.ClientSession(timeout=timeout) as session:
         whos = ["web", "bulk"] * (clients // 2 - 1) + ["capped", "capped"]
-        tasks = [asyncio.create_task(client(session, url, who, until, outcomes)) for who in whos]
+        tasks = [
+            asyncio.create_task(client(session, url, who, until, killed, outcomes)) for who in whos
+        ]
         await asyncio.sleep(seconds / 3)
         kill.kill()
-        outcomes["(replica 2 killed)"] = 0
+        killed.set()
         await asyncio.gather(*tasks)
     return outcomes
 
@@ -136,9 +159,10 @@ def main() -> None:
         a.stop()
         b.stop()
         stop(redis)
-    print("| outcome | requests |\n|---|---|")
-    for outcome, count in sorted(outcomes.items()):
-        print(f"| {outcome} | {count} |")
+    print("| outcome | started before the kill | started after | all |\n|---|---|---|---|")
+    for outcome in sorted({outcome for outcome, _ in outcomes}):
+        before, after = outcomes[(outcome, "before")], outcomes[(outcome, "after")]
+        print(f"| {outcome} | {before} | {after} | {before + after} |")
     print("\n" + "\n".join(fallbacks))
 
 

@@ -21,6 +21,7 @@ from prometheus_client import (
     Counter,
     Gauge,
     Histogram,
+    disable_created_metrics,
     generate_latest,
     multiprocess,
     values,
@@ -36,6 +37,8 @@ if TYPE_CHECKING:
 # prometheus-client's multiprocess mode: each worker writes its samples here.
 MULTIPROCESS_DIR_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
+# No `_created` series: no alert or panel reads them, and they double the counters' series.
+disable_created_metrics()  # type: ignore[no-untyped-call]
 REGISTRY = CollectorRegistry(auto_describe=True)
 
 MetricT = TypeVar("MetricT", bound=MetricWrapperBase)
