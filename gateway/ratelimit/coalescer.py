@@ -111,11 +111,18 @@ class ScriptCoalescer:
 
     async def _send(self, connection: Connection, batch: list[_Call]) -> None:
         started = time.perf_counter()
+        # Replies in the order of `batch`; those read before a failure still count:
+        # Redis ran those calls.
+        replies: list[Any] = []
         try:
-            replies = await self._execute(connection, batch)
+            await self._execute(connection, batch, replies)
         except BaseException as exc:
-            # The connection failed (or the sender was cancelled): so did every call.
-            for call in batch:
+            # The connection failed (or the sender was cancelled): so did every call
+            # that has no reply.
+            for i, call in enumerate(batch):
+                if i < len(replies) and not isinstance(replies[i], NoScriptError):
+                    _settle(call, replies[i])
+                    continue
                 if call.reply.done():
                     continue
                 if isinstance(exc, asyncio.CancelledError):
@@ -128,17 +135,17 @@ class ScriptCoalescer:
         if self._observe is not None:
             self._observe(len(batch), time.perf_counter() - started)
         for call, reply in zip(batch, replies, strict=True):
-            if call.reply.done():  # its caller gave up waiting
-                continue
-            if isinstance(reply, Exception):
-                call.reply.set_exception(reply)
-            else:
-                call.reply.set_result(reply)
+            _settle(call, reply)
 
-    async def _execute(self, connection: Connection, batch: Sequence[_Call]) -> list[Any]:
-        replies: list[Any] = []
+    async def _execute(
+        self, connection: Connection, batch: Sequence[_Call], replies: list[Any]
+    ) -> None:
         try:
             await self._round_trip(connection, batch, replies)
+        except TimeoutError:
+            # Redis did not answer in time: the batch may still run when it does, so it
+            # is not sent again. (TimeoutError is an OSError: this comes first.)
+            raise
         except (RedisConnectionError, OSError):
             if replies:
                 # Redis answered part of the batch, so it ran those calls: sending them
@@ -157,7 +164,6 @@ class ScriptCoalescer:
             await self._round_trip(connection, [batch[i] for i in missing], again)
             for i, reply in zip(missing, again, strict=True):
                 replies[i] = reply
-        return replies
 
     async def _round_trip(
         self, connection: Connection, batch: Sequence[_Call], replies: list[Any]
@@ -192,3 +198,13 @@ class ScriptCoalescer:
                 await asyncio.shield(sender)
         for connection in self._connections.values():
             await connection.disconnect()
+
+
+def _settle(call: _Call, reply: Any) -> None:
+    """Give `call` its reply (an error reply as its exception)."""
+    if call.reply.done():  # its caller gave up waiting
+        return
+    if isinstance(reply, Exception):
+        call.reply.set_exception(reply)
+    else:
+        call.reply.set_result(reply)
