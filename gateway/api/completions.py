@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
 from starlette.background import BackgroundTask
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
 from gateway.admission import DeadlineExceeded, Overloaded, Shed
@@ -72,11 +72,14 @@ async def read_body(request: Request, limit: int) -> bytes:
         raise errors.body_too_large(limit)
     chunks: list[bytes] = []
     size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise errors.body_too_large(limit)
-        chunks.append(chunk)
+    try:
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise errors.body_too_large(limit)
+            chunks.append(chunk)
+    except ClientDisconnect:
+        raise ClientGone from None  # left while sending its body: 499, not a 500
     return b"".join(chunks)
 
 
@@ -401,7 +404,8 @@ async def _sse_events(
     request = exchange.job.request
     writer = ChunkWriter(request, response_id=exchange.response_id, model=served.route.name)
     meter = end.meter
-    status = 200
+    # 499 until the stream has run to its end or to its error event.
+    status = 499
     charging = exchange.decision.ticket is not None
     try:
         if first is not None:
@@ -422,11 +426,20 @@ async def _sse_events(
         if request.include_usage:
             yield writer.usage(usage)
         yield SSE_DONE
+        status = 200
     except (UpstreamError, NoReplicaLeft) as exc:
         # Headers are gone: the failure becomes a terminal error event.
         api_error = dispatch_error(served.route.name, exc)
         status = api_error.status
         yield sse_error(api_error.body())
+    except Exception:
+        # A bug, or an upstream that sent what no backend expects: still a terminal event.
+        log.exception("stream of %s failed", served.route.name)
+        status = 500
+        failed = APIError(
+            500, "The gateway failed while streaming the answer.", type="server_error"
+        )
+        yield sse_error(failed.body())
     finally:
         end.status = status
         await end()

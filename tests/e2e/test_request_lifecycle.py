@@ -43,9 +43,31 @@ def lazy_upstream() -> Iterator[str]:
 
 
 @pytest.fixture(scope="module")
+def garbled_upstream() -> Iterator[str]:
+    """An OpenAI-style upstream whose stream turns to garbage after its first chunk."""
+
+    async def answer(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"content-type": "text/event-stream"})
+        await response.prepare(request)
+        delta = {"index": 0, "delta": {"content": "hi"}, "finish_reason": None}
+        chunk = {"id": "x", "object": "chat.completion.chunk", "created": 0, "choices": [delta]}
+        await response.write(b"data: " + orjson.dumps(chunk) + b"\n\n")
+        await response.write(b"data: {this is not json\n\n")
+        await response.write(b"data: [DONE]\n\n")
+        return response
+
+    app = web.Application()
+    app.router.add_get("/v1/models", no_models)
+    app.router.add_post("/v1/chat/completions", answer)
+    with serve_in_thread([app]) as urls:
+        yield urls[0]
+
+
+@pytest.fixture(scope="module")
 def lifecycle_gateway(
     sims: tuple[TritonSim, TritonSim],
     lazy_upstream: str,
+    garbled_upstream: str,
     redis_url: str,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[Gateway]:
@@ -57,6 +79,7 @@ def lifecycle_gateway(
             queue={"max_queued": 8, "max_in_flight_per_replica": 1},
         ),
         "lazy": model("openai", [lazy_upstream], timeouts={"first_token_s": 10}),
+        "garbled": model("openai", [garbled_upstream]),
     }  # fmt: skip
     # With limits, so that answers carry x-ratelimit-* headers.
     limits = {"requests_per_minute": 100_000, "tokens_per_minute": 10_000_000}
@@ -277,3 +300,43 @@ async def test_a_request_still_queued_at_its_deadline_is_a_504_with_its_wait_and
 
 async def _equals(read: Any, value: float) -> bool:
     return bool(await read() == value)
+
+
+async def test_a_client_that_leaves_while_sending_its_body_is_a_499_not_a_500(
+    lifecycle_gateway: Gateway,
+) -> None:
+    gw = lifecycle_gateway
+    request = raw_request(gw, {"model": "solo", "messages": MESSAGES}, key("web"))
+    host, port = gw.url.removeprefix("http://").split(":")
+    _, writer = await asyncio.open_connection(host, int(port))
+    writer.write(request[:-10])  # the head and most of the body: the rest never comes
+    await writer.drain()
+    seen = {line["request_id"] for line in access_lines(gw)}
+    await asyncio.sleep(0.2)  # the gateway is reading the body now
+    writer.close()
+    await writer.wait_closed()
+
+    async def logged() -> bool:
+        return any(line["request_id"] not in seen for line in access_lines(gw))
+
+    await wait_until(logged)
+    [line] = [line for line in access_lines(gw) if line["request_id"] not in seen]
+    assert (line["status"], line["tenant"]) == (499, "web")
+    assert "unhandled error" not in gw.log
+
+
+async def test_a_stream_that_fails_midway_ends_with_an_error_event_and_is_logged_500(
+    lifecycle_gateway: Gateway,
+) -> None:
+    gw = lifecycle_gateway
+    body = {"model": "garbled", "messages": MESSAGES, "stream": True}
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(f"{gw.base_url}/chat/completions", json=body, headers=key("web")) as response,
+    ):
+        text = await response.text()
+        request_id = response.headers["x-request-id"]
+    events = [line for line in text.splitlines() if line.startswith("data: ")]
+    assert '"hi"' in events[0]
+    assert '"error"' in events[-1] and "[DONE]" not in text
+    assert gw.access_record(request_id)["status"] == 500
