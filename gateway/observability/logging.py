@@ -76,10 +76,11 @@ _PATTERNS: list[tuple[re.Pattern[str], _Replacement]] = [
     # the last `@` before the host, first trying without `/` (`https://u:pw@host/a@b`),
     # then with it (`u:p/w@rd@host`; at most 256 characters: an unbounded run to the
     # end of the text is quadratic).
+    # Not a host's port (`https://h:443/p@v2`), nor an IPv6 host (`http://[::1]:80/a@b`).
     (
         re.compile(
-            r"(?i)(?<![A-Za-z0-9+.-])([a-z][a-z0-9+.-]*://[^\s:/?#\"'<>`]*)"
-            r":(?:[^\s/\"'<>`]*|[^\s?#\"'<>`]{0,256})@"
+            r"(?i)(?<![A-Za-z0-9+.-])([a-z][a-z0-9+.-]*://(?!\[)[^\s:/?#\"'<>`]*)"
+            r":(?!\d{1,5}(?:[/?#\s]|$))(?:[^\s/\"'<>`]*|[^\s?#\"'<>`]{0,256})@"
         ),
         r"\1:[REDACTED]@",
     ),

@@ -88,6 +88,9 @@ NORMAL_TEXT = [
     "A request with this Idempotency-Key is still running; retry later.",
     errors.invalid_api_key().message,
     "GET /v1/models -> 200 in 3.2 ms, 42 replicas, 99.9% healthy",
+    # A port and an `@` later in the path are not a password.
+    "https://api.example.com:443/models/foo@v2 docker://registry:5000/img@sha256:0a1b",
+    "http://[::1]:8000/v1@x",
 ]
 
 
