@@ -45,6 +45,10 @@ LEASE_TTL_S = 30.0
 # How often the leases of running requests are renewed (a third of their life, so one
 # lost renewal does not cost a slot).
 LEASE_RENEW_S = 10.0
+# How long after its request's deadline a lease is still renewed: a stream cut at its
+# deadline settles once its last events have reached the client, which may take up to
+# `server.stream_stall_timeout_s` (30 s by default).
+LEASE_AFTER_DEADLINE_S = 60.0
 # Settles and lease releases kept while Redis is unreachable, sent when it is back.
 MAX_UNSENT_SETTLES = 10_000
 
@@ -337,10 +341,10 @@ class RateLimiter:
             for member, ticket in list(self._leased.items()):
                 lease = ticket.lease
                 assert lease is not None
-                if now > ticket.deadline:
-                    # Past its request's deadline and never settled: let it expire.
+                if now > ticket.deadline + LEASE_AFTER_DEADLINE_S:
+                    # Long past its request's deadline and never settled: let it expire.
                     del self._leased[member]
-                    log.error("a concurrency lease was never released; it expires now")
+                    log.warning("a concurrency lease was never released; it expires now")
                 elif ticket.local:
                     self._local.adjust(None, None, monotonic_ms(), renew=lease)
                 elif not self._redis_down:

@@ -243,6 +243,7 @@ async def test_a_lease_never_released_is_not_renewed_past_its_deadline(
     own_redis: OwnRedis, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A request that is never settled (a bug) must not hold its slot for good."""
+    monkeypatch.setattr(limiter_module, "LEASE_AFTER_DEADLINE_S", 0.5)
     monkeypatch.setattr(limiter_module, "LEASE_TTL_S", 1.0)
     monkeypatch.setattr(limiter_module, "LEASE_RENEW_S", 0.2)
     limiter = make_limiter(own_redis.url, tenants(max_concurrent=1))
