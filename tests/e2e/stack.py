@@ -79,12 +79,11 @@ def start_gateway(
     tenants: dict[str, Any] | None = None,
     gateway: dict[str, Any] | None = None,
     env: dict[str, str] | None = None,
-    wrapper: list[str] | None = None,
     workers: int = 1,
 ) -> Gateway:
     """Write gateway.yaml + tenants.yaml into `tmp` and serve them on a free port.
 
-    `gateway` adds sections to gateway.yaml; `wrapper` prefixes the command (faketime).
+    `gateway` adds sections to gateway.yaml; `env` adds to the process's environment.
     The config may use `${SELF_URL}`: the gateway's own URL (for relaying to itself).
     """
     tmp.mkdir(parents=True, exist_ok=True)
@@ -96,7 +95,7 @@ def start_gateway(
     process_env = {k: v for k, v in os.environ.items() if k != "GATEWAY_REDIS_URL"}
     process_env.update(env or {})
     process_env["SELF_URL"] = f"http://127.0.0.1:{port}"
-    command = (wrapper or []) + gateway_command(
+    command = gateway_command(
         "serve", "--config", str(tmp / "gateway.yaml"), "--host", "127.0.0.1",
         "--port", str(port), "--workers", str(workers),
     )  # fmt: skip

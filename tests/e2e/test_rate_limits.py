@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-import shutil
+import email.utils
+import glob
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -159,14 +160,31 @@ async def test_shadow_tenant_is_reported_but_not_refused(limited: Gateway) -> No
 # --- several gateways, one Redis ----------------------------------------------------
 
 
+def faketime_env(offset: str) -> dict[str, str]:
+    """Environment that runs a process under libfaketime, `offset` from the real clock.
+
+    Preloaded directly rather than through the `faketime` command, so the faked process
+    is the gateway itself (its pid names the shared memory libfaketime makes).
+    """
+    found = sorted(glob.glob("/usr/lib/*/faketime/libfaketime.so.1"))
+    if not found:
+        pytest.fail("libfaketime is not installed (scripts/bootstrap.sh installs faketime)")
+    return {"LD_PRELOAD": found[0], "FAKETIME": offset, "FAKETIME_DONT_RESET": "1"}
+
+
+def remove_faketime_shm(pid: int) -> None:
+    """libfaketime leaves behind the shared memory it made for process `pid`."""
+    for leftover in (f"faketime_shm_{pid}", f"sem.faketime_sem_{pid}"):
+        Path("/dev/shm", leftover).unlink(missing_ok=True)
+
+
 @pytest.mark.parametrize("skew", ["none", "+2h"])
 async def test_two_gateways_share_one_bucket(
     sims: tuple[TritonSim, TritonSim], redis_url: str, tmp_path: Path, skew: str
 ) -> None:
     """The admitted total stays within one bucket, not one per gateway, whatever the
     gateways' clocks say: refill uses Redis server time."""
-    if skew != "none" and shutil.which("faketime") is None:
-        pytest.fail("faketime is not installed (scripts/bootstrap.sh installs it)")
+    skewed_env = None if skew == "none" else faketime_env(skew)
     burst, per_minute = 20, 60  # 20 at once, then one per second
     tenants = {
         "shared": tenant(
@@ -175,14 +193,13 @@ async def test_two_gateways_share_one_bucket(
     }
     prefix = {"redis": {"url": redis_url, "key_prefix": f"skew{skew}-{time.time_ns()}"}}
     a = start_gateway(tmp_path / "a", small_model(sims), redis_url, tenants=tenants, gateway=prefix)
-    wrapper = None if skew == "none" else ["faketime", "-f", skew]
     b = start_gateway(
         tmp_path / "b",
         small_model(sims),
         redis_url,
         tenants=tenants,
         gateway=prefix,
-        wrapper=wrapper,
+        env=skewed_env,
     )
     try:
         async with aiohttp.ClientSession() as session:
@@ -191,9 +208,15 @@ async def test_two_gateways_share_one_bucket(
                 *(chat(session, gw, "shared", max_tokens=1) for gw in (a, b) for _ in range(40))
             )
             elapsed = time.monotonic() - started
+        async with aiohttp.ClientSession() as session, session.get(f"{b.url}/healthz") as response:
+            b_clock = email.utils.parsedate_to_datetime(response.headers["date"]).timestamp()
     finally:
         stop(a.process)
         stop(b.process)
+        if skewed_env is not None:
+            remove_faketime_shm(b.process.pid)
+    # The second gateway's clock really is off (its HTTP Date header says so).
+    assert abs(b_clock - time.time()) > 3600 if skew != "none" else abs(b_clock - time.time()) < 60
     counts = Counter(status for status, _, _ in results)
     assert set(counts) <= {200, 429}
     # Never more than one bucket's worth, and never fewer than the burst that fits.
