@@ -11,8 +11,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from gateway.config import BackendKind
 
 PENDING = "nv_inference_pending_request_count"
-# A counter, although the exposition may call it untyped or append no suffix.
+# Counters, although the exposition may call them untyped or append no suffix.
 QUEUE_DURATION = "nv_inference_queue_duration_us"
+REQUESTS = "nv_inference_request_success"
 
 
 def default_metrics_url(kind: BackendKind, url: str) -> str | None:
@@ -34,6 +35,18 @@ class TritonQueue:
     pending: int
     # Cumulative time requests spent queued in Triton, in seconds.
     queue_seconds: float
+    # Requests Triton has completed, cumulative.
+    requests: float = 0.0
+
+
+def queue_delay(before: TritonQueue, now: TritonQueue) -> float | None:
+    """The mean time a request spent queued in Triton between two scrapes, in seconds;
+    None when no request completed in between (or a counter went back: a restart)."""
+    served = now.requests - before.requests
+    queued = now.queue_seconds - before.queue_seconds
+    if served <= 0 or queued < 0:
+        return None
+    return queued / served
 
 
 async def scrape_queue(
@@ -49,10 +62,12 @@ async def scrape_queue(
         return None
     found: dict[str, float] = {}
     for family in text_string_to_metric_families(text):
-        if family.name in (PENDING, QUEUE_DURATION):
+        if family.name in (PENDING, QUEUE_DURATION, REQUESTS):
             for sample in family.samples:
                 if sample.labels.get("model") == model:
                     found[family.name] = found.get(family.name, 0.0) + sample.value
     if PENDING not in found:
         return None
-    return TritonQueue(int(found[PENDING]), found.get(QUEUE_DURATION, 0.0) / 1e6)
+    return TritonQueue(
+        int(found[PENDING]), found.get(QUEUE_DURATION, 0.0) / 1e6, found.get(REQUESTS, 0.0)
+    )

@@ -8,10 +8,10 @@ import logging
 from collections.abc import Callable, Iterable
 
 from gateway.backends.http import LazySession
-from gateway.backends.triton_metrics import scrape_queue
+from gateway.backends.triton_metrics import TritonQueue, queue_delay, scrape_queue
 from gateway.observability import metrics
 from gateway.routes import ModelRoute
-from gateway.scheduler.routing import Replica
+from gateway.scheduler.routing import QUEUE_DELAY_STEP_S, Replica
 
 log = logging.getLogger("gateway.health")
 
@@ -63,7 +63,7 @@ class HealthChecker:
                 # A counter, re-exported: without an answer it keeps its last value (0
                 # would read as a counter reset, and its rate as a spike).
                 if queue is not None:
-                    replica.upstream_queue_seconds = queue.queue_seconds
+                    _follow(replica, queue)
             if changed and self._on_change is not None:
                 self._on_change(route.name)
 
@@ -89,3 +89,16 @@ class HealthChecker:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks = []
         await self._session.close()
+
+
+def _follow(replica: Replica, queue: TritonQueue) -> None:
+    """Take in a scrape of the replica's Triton queue; its recent queue delay is kept when
+    no request completed since the last scrape."""
+    before = TritonQueue(
+        replica.upstream_pending, replica.upstream_queue_seconds, replica.upstream_requests
+    )
+    replica.upstream_queue_seconds = queue.queue_seconds
+    replica.upstream_requests = queue.requests
+    delay = queue_delay(before, queue)
+    if delay is not None:
+        replica.upstream_delay_steps = int(delay / QUEUE_DELAY_STEP_S)

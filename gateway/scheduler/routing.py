@@ -1,10 +1,14 @@
-"""Per-request replica choice: the healthy replica with the fewest outstanding requests."""
+"""Per-request replica choice: the healthy replica with the fewest outstanding requests;
+among equals, the one whose Triton queue has been quickest lately, then each in turn."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+
+# Triton queue delays are compared in steps of this many seconds.
+QUEUE_DELAY_STEP_S = 0.01
 
 
 @dataclass(eq=False, slots=True)
@@ -14,10 +18,15 @@ class Replica:
     url: str
     outstanding: int = 0
     healthy: bool = True
-    # Triton's own count of requests queued on this replica (all clients), and the
-    # cumulative time requests spent in that queue, scraped from its metrics endpoint.
+    # Triton's own count of requests queued on this replica (all clients), the
+    # cumulative time requests spent in that queue and the requests it completed,
+    # scraped from its metrics endpoint.
     upstream_pending: int = 0
     upstream_queue_seconds: float = 0.0
+    upstream_requests: float = 0.0
+    # Between the last two scrapes, the mean time a request waited in Triton's queue, in
+    # whole QUEUE_DELAY_STEP_S (finer differences are noise). Breaks ties in load.
+    upstream_delay_steps: int = 0
     metrics_url: str | None = None
     # Requests sent here over the gateway's life; breaks ties in turn.
     served: int = field(default=0)
@@ -66,7 +75,11 @@ class ReplicaPool:
                 continue
             if available is not None and not available(replica):
                 continue
-            if best is None or (replica.load, replica.served) < (best.load, best.served):
+            if best is None or (replica.load, replica.upstream_delay_steps, replica.served) < (
+                best.load,
+                best.upstream_delay_steps,
+                best.served,
+            ):
                 best = replica
         return best
 

@@ -21,6 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from gateway.backends.triton_metrics import TritonQueue
 from gateway.observability import metrics
 from gateway.resilience import health
+from gateway.scheduler.routing import Replica
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -205,13 +206,7 @@ def test_clear_multiprocess_dir_removes_only_db_files(
 async def test_a_failed_triton_scrape_keeps_the_queue_counter(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    replica = SimpleNamespace(
-        url="http://r1:8000",
-        healthy=True,
-        metrics_url="http://r1:8002/metrics",
-        upstream_pending=0,
-        upstream_queue_seconds=0.0,
-    )
+    replica = Replica("http://r1:8000", metrics_url="http://r1:8002/metrics")
 
     async def ready(*_: object) -> bool:
         return True
@@ -237,5 +232,41 @@ async def test_a_failed_triton_scrape_keeps_the_queue_counter(
         assert (replica.upstream_pending, replica.upstream_queue_seconds) == (2, 7.5)
         await checker.check_all()  # the scrape fails
         assert (replica.upstream_pending, replica.upstream_queue_seconds) == (0, 7.5)
+    finally:
+        await checker.stop()
+
+
+async def test_triton_scrapes_give_each_replica_its_recent_queue_delay(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Queue time and completed requests between two scrapes: 2 s over 40 requests is
+    50 ms a request, which routing compares in 10 ms steps."""
+    replica = Replica("http://r1:8000", metrics_url="http://r1:8002/metrics")
+
+    async def ready(*_: object) -> bool:
+        return True
+
+    route = SimpleNamespace(
+        name="not-watched",
+        upstream_model="m",
+        backend=SimpleNamespace(ready=ready),
+        config=SimpleNamespace(health=SimpleNamespace(timeout_s=1.0)),
+        pool=SimpleNamespace(
+            replicas=[replica], mark_checked=lambda r, ok: setattr(r, "healthy", ok)
+        ),
+    )
+    answers = [TritonQueue(0, 10.0, 100), TritonQueue(0, 12.0, 140), TritonQueue(0, 12.0, 140)]
+
+    async def scrape(*_: object) -> TritonQueue | None:
+        return answers.pop(0)
+
+    monkeypatch.setattr(health, "scrape_queue", scrape)
+    checker = health.HealthChecker([route])  # type: ignore[list-item]
+    try:
+        await checker.check_all()
+        await checker.check_all()
+        assert replica.upstream_delay_steps == 5
+        await checker.check_all()  # nothing completed since: the last delay stays
+        assert replica.upstream_delay_steps == 5
     finally:
         await checker.stop()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from gateway.backends.triton_metrics import TritonQueue, queue_delay
 from gateway.scheduler.routing import ReplicaPool
 
 
@@ -71,3 +72,19 @@ def test_triton_metrics_url_follows_the_default_port_layout() -> None:
     grpc = default_metrics_url(BackendKind.TRITON_GRPC, "10.0.0.5:8001")
     assert grpc == "http://10.0.0.5:8002/metrics"
     assert default_metrics_url(BackendKind.OPENAI, "http://vllm:8000") is None
+
+
+def test_at_equal_load_the_replica_whose_triton_queue_was_quicker_goes_first() -> None:
+    pool = ReplicaPool(["a", "b"])
+    a, b = pool.replicas
+    a.upstream_delay_steps, b.upstream_delay_steps = 5, 0  # 50 ms against under 10 ms
+    assert [pool.pick(), pool.pick()] == [b, b]
+    b.outstanding = 1  # load comes first
+    assert pool.pick() is a
+
+
+def test_queue_delay_is_the_mean_wait_of_the_requests_completed_between_scrapes() -> None:
+    before = TritonQueue(pending=0, queue_seconds=10.0, requests=100)
+    assert queue_delay(before, TritonQueue(0, 12.0, 140)) == pytest.approx(0.05)
+    assert queue_delay(before, TritonQueue(0, 10.0, 100)) is None  # nothing completed
+    assert queue_delay(before, TritonQueue(0, 1.0, 5)) is None  # Triton restarted
