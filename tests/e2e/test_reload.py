@@ -113,6 +113,29 @@ async def test_invalid_file_is_refused_and_the_running_limits_stay(gateway: Gate
     assert "refused, the running tenants stay" in gateway.log
 
 
+async def test_an_unreadable_edit_is_refused_by_the_watcher_which_goes_on_watching(
+    gateway: Gateway,
+) -> None:
+    """A control character is a YAML reader error, not a parse error: it used to escape
+    the loader and end the file watch for good."""
+    gateway.tenants_path.write_text("tenants:\n  few:\x07\n")
+    async with aiohttp.ClientSession() as session:
+
+        async def refused() -> bool:
+            return "reload (file changed) refused" in gateway.log
+
+        await wait_until(refused)
+        assert await limit_of(session, gateway, "few") == "3"  # the running limits stay
+        raised = {**TENANTS, "few": tenant("few", ["*"], limits={"requests_per_minute": 600})}
+        gateway.write_tenants(raised)
+
+        async def applied() -> bool:
+            return await limit_of(session, gateway, "few") == "600"
+
+        await wait_until(applied)
+    assert f"{gateway.tenants_path}:2: invalid YAML" in gateway.log
+
+
 async def test_sighup_reloads_and_keys_change_at_once(unwatched: Gateway) -> None:
     gateway = unwatched
     renamed = {"ops": TENANTS["ops"], "newcomer": tenant("newcomer", ["*"])}
