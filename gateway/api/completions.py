@@ -219,6 +219,10 @@ async def _serve_model(
 ) -> Response:
     inference = parse(data, route.config.max_tokens_default)
     record.stream = inference.stream
+    if runtime.config.gateway.server.log_prompts:
+        record.prompt = inference.prompt or "\n".join(
+            f"{m.role}: {m.content}" for m in inference.messages
+        )
     if inference.params.max_tokens > route.config.max_tokens_limit:
         field = "max_completion_tokens" if data.get("max_completion_tokens") else "max_tokens"
         raise errors.bad_request(

@@ -40,6 +40,8 @@ class RequestRecord:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     fallbacks: list[str] = field(default_factory=list)
+    # The prompt, only with `server.log_prompts` on (redacted like every log line).
+    prompt: str | None = None
     started: float = field(default_factory=time.perf_counter)
     _done: bool = False
 
@@ -68,27 +70,25 @@ class RequestRecord:
             queue_wait = metrics.labels(metrics.QUEUE_WAIT, model, self.priority)
             queue_wait.observe(self.queue_wait_s)
         if log.isEnabledFor(logging.INFO):
-            log.info(
-                "request",
-                extra={
-                    "fields": {
-                        "request_id": self.request_id,
-                        "tenant": self.tenant,
-                        "model": self.model,
-                        "served_model": self.served_model or None,
-                        "stream": self.stream,
-                        "priority": self.priority,
-                        "status": status,
-                        "reason": self.reason or None,
-                        "fallbacks": self.fallbacks or None,
-                        "queue_wait_ms": _ms(self.queue_wait_s),
-                        "ttft_ms": _ms(self.ttft_s),
-                        "duration_ms": _ms(duration),
-                        "prompt_tokens": self.prompt_tokens,
-                        "completion_tokens": self.completion_tokens,
-                    }
-                },
-            )
+            fields = {
+                "request_id": self.request_id,
+                "tenant": self.tenant,
+                "model": self.model,
+                "served_model": self.served_model or None,
+                "stream": self.stream,
+                "priority": self.priority,
+                "status": status,
+                "reason": self.reason or None,
+                "fallbacks": self.fallbacks or None,
+                "queue_wait_ms": _ms(self.queue_wait_s),
+                "ttft_ms": _ms(self.ttft_s),
+                "duration_ms": _ms(duration),
+                "prompt_tokens": self.prompt_tokens,
+                "completion_tokens": self.completion_tokens,
+            }
+            if self.prompt is not None:
+                fields["prompt"] = self.prompt
+            log.info("request", extra={"fields": fields})
 
 
 def _ms(seconds: float | None) -> float | None:

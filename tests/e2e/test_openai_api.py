@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import aiohttp
 import openai
 import pytest
 from openai import OpenAI
 
-from tests.e2e.stack import KEYS, Gateway
+from gateway.devstack import stop
+from gateway.sim.server import TritonSim
+from tests.e2e.stack import KEYS, Gateway, model, start_gateway
 
 HELLO = [{"role": "user", "content": "Say hello to the gateway tests"}]
 
@@ -274,3 +278,24 @@ def test_an_unknown_priority_is_400(acme: OpenAI) -> None:
             model="llm-small", messages=HELLO, extra_headers={"x-priority": "urgent"}
         )
     assert refused.value.body["param"] == "x-priority"  # type: ignore[index]
+
+
+def test_prompts_are_logged_only_when_configured_and_then_redacted(
+    sims: tuple[TritonSim, TritonSim], redis_url: str, tmp_path: Path
+) -> None:
+    """Off by default (see above); `server.log_prompts: true` logs them, secrets scrubbed."""
+    models = {"llm-small": model("triton_grpc", [sims[0].grpc_target])}
+    gw = start_gateway(tmp_path, models, redis_url, gateway={"server": {"log_prompts": True}})
+    try:
+        client = OpenAI(base_url=gw.base_url, api_key=KEYS["acme"], max_retries=0)
+        content = "summarise the memo; the db is postgres://app:hunter2@db.internal/prod"
+        response = client.chat.completions.create(
+            model="llm-small", messages=[{"role": "user", "content": content}], max_tokens=2
+        )
+        record = gw.access_record(response.id)
+    finally:
+        stop(gw.process)
+    assert record["prompt"] == (
+        "user: summarise the memo; the db is postgres://app:[REDACTED]@db.internal/prod"
+    )
+    assert "hunter2" not in gw.log
