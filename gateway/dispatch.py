@@ -79,6 +79,8 @@ class Job:
     deadline: float  # time.monotonic() seconds
     # The request as the first model of the chain takes it (already rendered).
     first_call: UpstreamCall
+    # Each admission it got, in order: (model, seconds it waited in that model's queue).
+    admissions: list[tuple[str, float]] = field(default_factory=list)
 
 
 class Dispatcher:
@@ -185,7 +187,7 @@ class Dispatcher:
         ):
             return None
         try:
-            return await self._admission.acquire(
+            slot = await self._admission.acquire(
                 route.name,
                 job.tenant,
                 priority=job.priority,
@@ -199,6 +201,8 @@ class Dispatcher:
             if self._may_fall_back(job, index, FallbackReason.QUEUE_FULL, fallbacks):
                 return None
             raise
+        job.admissions.append((route.name, slot.waited_s))
+        return slot
 
     @staticmethod
     def _may_fall_back(

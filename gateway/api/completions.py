@@ -159,15 +159,16 @@ class _Exchange:
     def refused(self, exc: Exception, dispatched: float) -> APIError:
         """The client's error for a request the dispatcher could not serve, with the rate
         limit headers; the time it spent queued first, if it was, goes in its record."""
-        waited: float | None = None
-        queue: str = ""
         context = exc.__context__
         if isinstance(context, DeadlineExceeded):  # still queued at its deadline
-            waited, queue = context.waited_s, context.model
+            if context.waited_s:  # 0: the deadline had passed before it could queue
+                self.record.queue_wait_s = context.waited_s
+                self.record.queue_model = context.model
         elif isinstance(exc, Shed):  # queued, then gave way to a higher class
-            waited, queue = time.monotonic() - dispatched, exc.model
-        if waited:  # 0: the deadline had passed before it could queue
-            self.record.queue_wait_s, self.record.queue_model = waited, queue
+            self.record.queue_wait_s = time.monotonic() - dispatched
+            self.record.queue_model = exc.model
+        elif self.job.admissions:  # admitted (at once, or after a wait), then failed
+            self.record.queue_model, self.record.queue_wait_s = self.job.admissions[-1]
         error = dispatch_error(self.route.name, exc)
         if self.decision.headers:
             error.headers = {**self.decision.headers, **error.headers}

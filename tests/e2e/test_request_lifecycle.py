@@ -340,3 +340,21 @@ async def test_a_stream_that_fails_midway_ends_with_an_error_event_and_is_logged
     assert '"hi"' in events[0]
     assert '"error"' in events[-1] and "[DONE]" not in text
     assert gw.access_record(request_id)["status"] == 500
+
+
+async def test_a_request_admitted_then_failed_upstream_records_its_queue_wait(
+    lifecycle_gateway: Gateway,
+) -> None:
+    """Its wait in the queue (here none) counts in gateway_queue_wait_seconds like that of
+    a served request: a model whose every request fails still shows its queue."""
+    gw = lifecycle_gateway
+    async with aiohttp.ClientSession() as session:
+        before = await metric(session, gw, "gateway_queue_wait_seconds_count", model="lazy")
+        status, headers, _ = await post(
+            session, gw, {"model": "lazy", "messages": MESSAGES}, key("web")
+        )
+        record = gw.access_record(headers["x-request-id"])
+        after = await metric(session, gw, "gateway_queue_wait_seconds_count", model="lazy")
+    assert status == record["status"] and status >= 500
+    assert record["queue_wait_ms"] is not None
+    assert after == before + 1
