@@ -17,7 +17,7 @@ from gateway.devstack import stop
 from gateway.sim.server import TritonSim
 from tests.e2e.stack import Gateway, model, start_gateway, tenant
 from tests.e2e.test_rate_limits import key
-from tests.e2e.upstreams import no_models, serve_in_thread
+from tests.e2e.upstreams import chat_upstream, serve_in_thread
 from tests.polling import wait_until
 
 SHORT = [{"role": "user", "content": "hi"}]
@@ -54,13 +54,7 @@ def failing_upstream() -> Iterator[tuple[list[str], Counter[str]]]:
         hits[request.host] += 1
         return web.json_response({"error": {"message": "overloaded"}}, status=503)
 
-    apps = []
-    for _ in range(2):
-        app = web.Application()
-        app.router.add_get("/v1/models", no_models)
-        app.router.add_post("/v1/chat/completions", fail)
-        apps.append(app)
-    with serve_in_thread(apps) as urls:
+    with serve_in_thread([chat_upstream(fail), chat_upstream(fail)]) as urls:
         yield urls, hits
 
 

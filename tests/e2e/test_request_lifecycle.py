@@ -17,7 +17,7 @@ from gateway.devstack import stop
 from gateway.sim.server import TritonSim
 from tests.e2e.stack import Gateway, model, start_gateway, tenant
 from tests.e2e.test_rate_limits import key
-from tests.e2e.upstreams import no_models, serve_in_thread
+from tests.e2e.upstreams import chat_upstream, serve_in_thread
 from tests.polling import wait_until
 
 MESSAGES = [{"role": "user", "content": "hi"}]
@@ -35,10 +35,7 @@ def lazy_upstream() -> Iterator[str]:
         await asyncio.sleep(LAZY_FIRST_PIECE_S)
         return web.json_response({"error": {"message": "too late"}}, status=503)
 
-    app = web.Application()
-    app.router.add_get("/v1/models", no_models)
-    app.router.add_post("/v1/chat/completions", answer)
-    with serve_in_thread([app]) as urls:
+    with serve_in_thread([chat_upstream(answer)]) as urls:
         yield urls[0]
 
 
@@ -56,10 +53,7 @@ def garbled_upstream() -> Iterator[str]:
         await response.write(b"data: [DONE]\n\n")
         return response
 
-    app = web.Application()
-    app.router.add_get("/v1/models", no_models)
-    app.router.add_post("/v1/chat/completions", answer)
-    with serve_in_thread([app]) as urls:
+    with serve_in_thread([chat_upstream(answer)]) as urls:
         yield urls[0]
 
 

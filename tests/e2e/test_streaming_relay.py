@@ -19,7 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.e2e.stack import Gateway, model, start_gateway, tenant
 from tests.e2e.test_rate_limits import key
-from tests.e2e.upstreams import no_models, serve_in_thread
+from tests.e2e.upstreams import chat_upstream, serve_in_thread
 
 # One SSE event of about 4 KB: the upstream sends them as fast as it may.
 _CHUNK = {
@@ -61,10 +61,7 @@ def endless() -> Iterator[Upstream]:
             state.hung_up += 1
             raise
 
-    app = web.Application()
-    app.router.add_get("/v1/models", no_models)
-    app.router.add_post("/v1/chat/completions", stream)
-    with serve_in_thread([app]) as (url,):
+    with serve_in_thread([chat_upstream(stream)]) as (url,):
         state.url = url
         yield state
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 
 from aiohttp import web
@@ -12,10 +12,21 @@ from aiohttp import web
 from gateway.devstack import free_port
 from tests import ports
 
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
 
 async def no_models(request: web.Request) -> web.Response:
     """`GET /v1/models`: enough for the gateway's health checks."""
     return web.json_response({"object": "list", "data": []})
+
+
+def chat_upstream(answer: Handler) -> web.Application:
+    """An OpenAI-style upstream whose `POST /v1/chat/completions` is `answer`, with the
+    `GET /v1/models` the gateway's health checks need."""
+    app = web.Application()
+    app.router.add_get("/v1/models", no_models)
+    app.router.add_post("/v1/chat/completions", answer)
+    return app
 
 
 @contextmanager

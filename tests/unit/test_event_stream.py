@@ -11,10 +11,8 @@ from starlette.types import Message
 from gateway.api.streaming import EventStreamResponse
 
 
-async def test_on_close_runs_when_the_events_never_started() -> None:
-    """Closing an async generator that never started skips its `finally`: the slot,
-    lease and token settle it holds are released by `on_close` instead."""
-    ran: list[str] = []
+def one_event_stream(ran: list[str]) -> EventStreamResponse:
+    """A response of one event whose generator cleanup and `on_close` note in `ran`."""
 
     async def events() -> AsyncGenerator[bytes, None]:
         try:
@@ -25,16 +23,24 @@ async def test_on_close_runs_when_the_events_never_started() -> None:
     async def on_close() -> None:
         ran.append("on_close")
 
-    async def receive() -> Message:
-        await asyncio.Event().wait()  # the client never leaves
-        raise AssertionError
+    return EventStreamResponse(events(), stall_timeout_s=5.0, on_close=on_close)
+
+
+async def never_leaves() -> Message:
+    await asyncio.Event().wait()  # the client stays
+    raise AssertionError
+
+
+async def test_on_close_runs_when_the_events_never_started() -> None:
+    """Closing an async generator that never started skips its `finally`: the slot,
+    lease and token settle it holds are released by `on_close` instead."""
+    ran: list[str] = []
 
     async def send(message: Message) -> None:
         raise OSError("connection reset")  # the very first send fails
 
-    response = EventStreamResponse(events(), stall_timeout_s=5.0, on_close=on_close)
     with pytest.raises(OSError):
-        await response({"type": "http"}, receive, send)
+        await one_event_stream(ran)({"type": "http"}, never_leaves, send)
     assert ran == ["on_close"]
 
 
@@ -42,23 +48,9 @@ async def test_on_close_runs_after_a_stream_that_ran() -> None:
     ran: list[str] = []
     sent: list[Message] = []
 
-    async def events() -> AsyncGenerator[bytes, None]:
-        try:
-            yield b"data: 1\n\n"
-        finally:
-            ran.append("generator cleanup")
-
-    async def on_close() -> None:
-        ran.append("on_close")
-
-    async def receive() -> Message:
-        await asyncio.Event().wait()
-        raise AssertionError
-
     async def send(message: Message) -> None:
         sent.append(message)
 
-    response = EventStreamResponse(events(), stall_timeout_s=5.0, on_close=on_close)
-    await response({"type": "http"}, receive, send)
+    await one_event_stream(ran)({"type": "http"}, never_leaves, send)
     assert [m.get("body") for m in sent[1:]] == [b"data: 1\n\n", b""]
     assert ran == ["generator cleanup", "on_close"]

@@ -203,9 +203,11 @@ def test_clear_multiprocess_dir_removes_only_db_files(
     assert (tmp_path / "new").is_dir()
 
 
-async def test_a_failed_triton_scrape_keeps_the_queue_counter(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def scripted_checker(
+    monkeypatch: pytest.MonkeyPatch, answers: list[TritonQueue | None]
+) -> tuple[health.HealthChecker, Replica]:
+    """A health checker of one always-ready replica whose Triton scrapes give `answers`,
+    one per round of checks."""
     replica = Replica("http://r1:8000", metrics_url="http://r1:8002/metrics")
 
     async def ready(*_: object) -> bool:
@@ -220,13 +222,18 @@ async def test_a_failed_triton_scrape_keeps_the_queue_counter(
             replicas=[replica], mark_checked=lambda r, ok: setattr(r, "healthy", ok)
         ),
     )
-    answers: list[TritonQueue | None] = [TritonQueue(2, 7.5), None]
 
     async def scrape(*_: object) -> TritonQueue | None:
         return answers.pop(0)
 
     monkeypatch.setattr(health, "scrape_queue", scrape)
-    checker = health.HealthChecker([route])  # type: ignore[list-item]
+    return health.HealthChecker([route]), replica  # type: ignore[list-item]
+
+
+async def test_a_failed_triton_scrape_keeps_the_queue_counter(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    checker, replica = scripted_checker(monkeypatch, [TritonQueue(2, 7.5), None])
     try:
         await checker.check_all()
         assert (replica.upstream_pending, replica.upstream_queue_seconds) == (2, 7.5)
@@ -241,27 +248,12 @@ async def test_triton_scrapes_give_each_replica_its_recent_queue_delay(
 ) -> None:
     """Queue time and completed requests between two scrapes: 2 s over 40 requests is
     50 ms a request, which routing compares in 10 ms steps."""
-    replica = Replica("http://r1:8000", metrics_url="http://r1:8002/metrics")
-
-    async def ready(*_: object) -> bool:
-        return True
-
-    route = SimpleNamespace(
-        name="not-watched",
-        upstream_model="m",
-        backend=SimpleNamespace(ready=ready),
-        config=SimpleNamespace(health=SimpleNamespace(timeout_s=1.0)),
-        pool=SimpleNamespace(
-            replicas=[replica], mark_checked=lambda r, ok: setattr(r, "healthy", ok)
-        ),
-    )
-    answers = [TritonQueue(0, 10.0, 100), TritonQueue(0, 12.0, 140), TritonQueue(0, 12.0, 140)]
-
-    async def scrape(*_: object) -> TritonQueue | None:
-        return answers.pop(0)
-
-    monkeypatch.setattr(health, "scrape_queue", scrape)
-    checker = health.HealthChecker([route])  # type: ignore[list-item]
+    answers: list[TritonQueue | None] = [
+        TritonQueue(0, 10.0, 100),
+        TritonQueue(0, 12.0, 140),
+        TritonQueue(0, 12.0, 140),
+    ]
+    checker, replica = scripted_checker(monkeypatch, answers)
     try:
         await checker.check_all()
         await checker.check_all()
