@@ -37,21 +37,11 @@ from gateway.resilience.outlier import OutlierDetector, ReplicaState
 from gateway.routes import ModelRoute
 from gateway.runtime import _capacity, _follow_ejections, _route
 from gateway.scheduler.routing import Replica, ReplicaPool
+from tests.fake_clock import FakeClock
 
 HANG = 3600.0  # seconds: a replica that never answers
 # What a scripted replica does, step by step: send a piece, wait, or fail.
 Step = str | float | type[Exception]
-
-
-class FakeClock:
-    def __init__(self, now: float = 1000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
 
 
 class ScriptedBackend:

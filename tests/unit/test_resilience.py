@@ -13,20 +13,7 @@ from gateway.resilience.backoff import Backoff
 from gateway.resilience.budget import RetryBudget
 from gateway.resilience.outlier import OutlierDetector, ReplicaState
 from gateway.scheduler.routing import Replica, ReplicaPool
-
-
-class FakeClock:
-    """Seconds that pass only when a test says so."""
-
-    def __init__(self, now: float = 1000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
-
+from tests.fake_clock import FakeClock
 
 # -- backoff ----------------------------------------------------------------------------
 
