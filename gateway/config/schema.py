@@ -6,6 +6,7 @@ line number rather than a silently ignored setting.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
@@ -15,29 +16,25 @@ from pydantic import Strict as StrictMode
 from gateway.config.source import EnvText
 
 
-def _env_int(value: Any) -> Any:
-    """The number a `${VAR}` substitution spelled; anything else is left to refuse."""
-    if isinstance(value, EnvText):
-        try:
-            return int(value)
-        except ValueError:
-            return value
-    return value
+def _from_env(number: Callable[[str], Any]) -> Callable[[Any], Any]:
+    """A validator: the number a `${VAR}` substitution spelled; anything else is left to
+    refuse."""
 
+    def parse(value: Any) -> Any:
+        if isinstance(value, EnvText):
+            try:
+                return number(value)
+            except ValueError:
+                return value
+        return value
 
-def _env_float(value: Any) -> Any:
-    if isinstance(value, EnvText):
-        try:
-            return float(value)
-        except ValueError:
-            return value
-    return value
+    return parse
 
 
 # Strict numbers: `true` is not 1 and "12" is not 12 (pydantic's lax mode takes both).
 # Only a value substituted from the environment may be a text that spells a number.
-Int = Annotated[int, StrictMode(), BeforeValidator(_env_int)]
-Float = Annotated[float, StrictMode(), BeforeValidator(_env_float)]  # ints are accepted
+Int = Annotated[int, StrictMode(), BeforeValidator(_from_env(int))]
+Float = Annotated[float, StrictMode(), BeforeValidator(_from_env(float))]  # ints are accepted
 NonNegativeInt = Annotated[Int, Field(ge=0)]
 PositiveInt = Annotated[Int, Field(gt=0)]
 PositiveFloat = Annotated[Float, Field(gt=0)]
