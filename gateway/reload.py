@@ -97,16 +97,13 @@ class TenantsReloader:
             except Exception as exc:
                 # Anything else is a bug in the loader, but the running tenants still stay
                 # and the watcher lives on.
+                if isinstance(exc, ConfigError):
+                    found = [str(p) for p in exc.problems]
+                else:
+                    found = [f"{self._path}: cannot be loaded ({type(exc).__name__}: {exc})"]
                 # Redacted: the admin endpoint returns them, and a problem may quote a
                 # line holding a secret (a plain key where a hash belongs).
-                problems = [
-                    redact(p)
-                    for p in (
-                        [str(p) for p in exc.problems]
-                        if isinstance(exc, ConfigError)
-                        else [f"{self._path}: cannot be loaded ({type(exc).__name__}: {exc})"]
-                    )
-                ]
+                problems = [redact(p) for p in found]
                 metrics.CONFIG_RELOADS.labels("rejected").inc()
                 log.error(
                     "reload (%s) refused, the running tenants stay:\n  %s",
