@@ -307,10 +307,12 @@ class RateLimiter:
         else:
             self._send_adjust(specs, lease)
 
-    def _send_adjust(self, specs: list[BucketSpec], lease: LeaseSpec | None) -> None:
+    def _send_adjust(
+        self, specs: list[BucketSpec], release: LeaseSpec | None, renew: LeaseSpec | None = None
+    ) -> None:
         # Off the critical path: sent with the other calls of this moment.
-        adjusted = self._store.adjust_soon(specs, lease)
-        self._adjusting[adjusted] = lease
+        adjusted = self._store.adjust_soon(specs, release, renew)
+        self._adjusting[adjusted] = release
         adjusted.add_done_callback(self._adjusted)
 
     def _adjusted(self, adjusted: asyncio.Future[Any]) -> None:
@@ -348,9 +350,7 @@ class RateLimiter:
                 elif ticket.local:
                     self._local.adjust(None, None, monotonic_ms(), renew=lease)
                 elif not self._redis_down:
-                    renewed = self._store.adjust_soon([], renew=lease)
-                    self._adjusting[renewed] = None
-                    renewed.add_done_callback(self._adjusted)
+                    self._send_adjust([], None, renew=lease)
 
     def _mark_down(self, exc: BaseException) -> None:
         if self._redis_down:
