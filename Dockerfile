@@ -6,8 +6,9 @@ RUN apt-get update \
     && rm -rf /var/lib/apt/lists/*
 
 WORKDIR /app
-COPY pyproject.toml README.md ./
+COPY pyproject.toml setup.py README.md ./
 COPY gateway ./gateway
+COPY lua ./lua
 COPY config ./config
 RUN pip install --no-cache-dir '.[sim]'
 

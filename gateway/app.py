@@ -16,12 +16,13 @@ from starlette.routing import Route
 
 from gateway.api import completions, endpoints
 from gateway.api.direct import DirectRoutes
-from gateway.api.errors import APIError
+from gateway.api.errors import DOMAIN_ERRORS, APIError, client_error
 from gateway.config import Config, load_config
 from gateway.observability import metrics
 from gateway.observability.logging import configure_logging
-from gateway.reload import TenantsReloader
-from gateway.runtime import Runtime
+from gateway.serving.reload import TenantsReloader
+from gateway.serving.runtime import Runtime
+from gateway.serving.state import GatewayState
 
 log = logging.getLogger("gateway")
 
@@ -33,7 +34,7 @@ def build_app(config: Config) -> DirectRoutes:
     served directly (see `gateway.api.direct`)."""
     runtime = Runtime.build(config)
     reloader = TenantsReloader(runtime)
-    metrics.watch_state(runtime.admission, list(runtime.routes.values()))
+    metrics.watch_state(GatewayState(runtime.admission, runtime.routes.values()))
     metrics.set_config_version(runtime.config_version)
 
     @asynccontextmanager
@@ -69,6 +70,7 @@ def build_app(config: Config) -> DirectRoutes:
         lifespan=lifespan,
         exception_handlers={
             APIError: _api_error,
+            **{error: _api_error for error in DOMAIN_ERRORS},
             HTTPException: _http_error,
             Exception: _unexpected_error,
         },
@@ -84,16 +86,16 @@ def app_from_env() -> DirectRoutes:
 
 async def _error(request: Request, exc: Exception) -> Response:
     """The response for an exception of a directly served endpoint."""
-    if isinstance(exc, APIError):
+    if isinstance(exc, (APIError, *DOMAIN_ERRORS)):
         return await _api_error(request, exc)
     return await _unexpected_error(request, exc)
 
 
 async def _api_error(request: Request, exc: Exception) -> Response:
-    assert isinstance(exc, APIError)
-    if exc.status >= 500:
-        log.warning("%s %s -> %d %s", request.method, request.url.path, exc.status, exc.message)
-    return exc.response()
+    error = client_error(exc)
+    if error.status >= 500:
+        log.warning("%s %s -> %d %s", request.method, request.url.path, error.status, error.message)
+    return error.response()
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:

@@ -73,21 +73,21 @@ def _hash_key(args: argparse.Namespace) -> int:
 
 
 def _triton_sim(args: argparse.Namespace) -> int:
-    from gateway.sim.server import run_triton_sim
+    from gateway.dev.sim.server import run_triton_sim
 
     code: int = run_triton_sim(args.port, args.models)
     return code
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from gateway.demo import run_demo
+    from gateway.dev.demo import run_demo
 
     code: int = run_demo(port=args.port, config_path=args.config)
     return code
 
 
 def _place(args: argparse.Namespace) -> int:
-    from gateway.scheduler.place_cli import run_place_command
+    from gateway.placement.place_cli import run_place_command
 
     return run_place_command(args)
 
@@ -147,7 +147,7 @@ def parser() -> argparse.ArgumentParser:
     )
     sim.set_defaults(run=_triton_sim)
 
-    from gateway.scheduler.place_cli import add_place_arguments
+    from gateway.placement.place_cli import add_place_arguments
 
     place = sub.add_parser("place", help="place cluster.yaml's model replicas on its nodes")
     add_place_arguments(place)

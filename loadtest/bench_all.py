@@ -9,6 +9,10 @@ loadtest/bench-config (limits, admission, metrics, logs on), at `--workers 1` an
 each target, the targets interleaved, and the streaming case (chunks relayed per second)
 at concurrency 32. Prints a Markdown table with the ratios and, with `--write`, puts it
 into that file between the `bench:start` and `bench:end` markers.
+
+`--baseline DIR` also runs the gateway of another source tree (a `git worktree` of an
+earlier commit) at `--workers 1`, with this venv, interleaved with the others: the one
+way to compare two versions on a machine whose speed drifts.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from gateway.devstack import free_port, gateway_command, spawn, start_redis, stop, wait_http_ok
+from gateway.dev.processes import free_port, gateway_command, spawn, start_redis, stop, wait_http_ok
 from loadtest.instant_upstream import STREAM_CHUNKS, start_nginx
 from loadtest.stack import BENCH_CONFIG, STREAM_BODY, cpu_seconds, wrk, wrk_script
 
@@ -53,6 +57,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=int, default=10)
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--write", type=Path, help="the Markdown file to update")
+    parser.add_argument("--baseline", type=Path, help="another source tree to compare with")
     args = parser.parse_args()
     for tool in ("wrk", "nginx"):
         if shutil.which(tool) is None and not Path(f"/usr/sbin/{tool}").exists():
@@ -65,21 +70,29 @@ def main() -> None:
     env["BENCH_UPSTREAM_URL"] = f"http://127.0.0.1:{upstream_port}"
     env["BENCH_STREAM_UPSTREAM_URL"] = f"http://127.0.0.1:{upstream_port + 1}"
     env["BENCH_REDIS_URL"] = f"redis://127.0.0.1:{redis.args[2]}/0"  # type: ignore[index]
-    gateways: dict[int, tuple[subprocess.Popen[bytes], int]] = {}
+    gateways: dict[str, tuple[subprocess.Popen[bytes], int]] = {}
+    to_start = [("gateway", 1), ("gateway", 2)]
+    if args.baseline is not None:
+        to_start.append(("baseline gateway", 1))
     try:
-        for workers in (1, 2):
-            port = free_port(start=26000 + 1000 * workers)
+        for index, (name, workers) in enumerate(to_start):
+            port = free_port(start=26000 + 1000 * index)
             command = gateway_command(
                 "serve", "--config", str(BENCH_CONFIG), "--host", "127.0.0.1",
                 "--port", str(port), "--workers", str(workers),
             )  # fmt: skip
+            own_env = env
+            if name == "baseline gateway":
+                # The other tree's package first; the working directory not on the path.
+                own_env = {**env, "PYTHONPATH": str(args.baseline.resolve()), "PYTHONSAFEPATH": "1"}
             # Logs on, as in production, into a file rather than the terminal.
-            log = Path(tempfile.mkdtemp(prefix="bench-")) / f"gateway-{workers}.log"
-            gateways[workers] = (spawn(command, env=env, log=log), port)
+            log = Path(tempfile.mkdtemp(prefix="bench-")) / f"gateway-{index}.log"
+            label = f"{name} --workers {workers}"
+            gateways[label] = (spawn(command, env=own_env, log=log), port)
         wait_http_ok(f"http://127.0.0.1:{upstream_port}/v1/models", 10, nginx)
         for process, port in gateways.values():
             wait_http_ok(f"http://127.0.0.1:{port}/readyz", 60, process)
-        rows = run(args, upstream_port, {w: (p.pid, port) for w, (p, port) in gateways.items()})
+        rows = run(args, upstream_port, {n: (p.pid, port) for n, (p, port) in gateways.items()})
     finally:
         for process, _ in gateways.values():
             stop(process)
@@ -129,15 +142,15 @@ def measure(
 
 
 def run(
-    args: argparse.Namespace, upstream_port: int, gateways: dict[int, tuple[int, int]]
+    args: argparse.Namespace, upstream_port: int, gateways: dict[str, tuple[int, int]]
 ) -> dict[tuple[str, int], dict[str, float]]:
     plain, stream = wrk_script(), wrk_script(body=STREAM_BODY)
     targets: dict[str, tuple[str, tuple[int, str] | None]] = {
         "upstream directly": (f"http://127.0.0.1:{upstream_port}/v1/chat/completions", None)
     }
-    for workers, (pid, port) in gateways.items():
+    for name, (pid, port) in gateways.items():
         base = f"http://127.0.0.1:{port}"
-        targets[f"gateway --workers {workers}"] = (f"{base}/v1/chat/completions", (pid, base))
+        targets[name] = (f"{base}/v1/chat/completions", (pid, base))
     for url, _ in targets.values():
         wrk(url, 8, 2, plain)  # warm up connections, caches and the JIT-less interpreter
     runs: dict[tuple[str, int], list[dict[str, float]]] = {}
@@ -149,10 +162,10 @@ def run(
                 )
                 time.sleep(0.5)
         direct_stream = f"http://127.0.0.1:{upstream_port + 1}/v1/chat/completions"
-        stream_targets = {
-            "upstream directly (stream)": (direct_stream, None),
-            "gateway --workers 1 (stream)": targets["gateway --workers 1"],
-        }
+        stream_targets = {"upstream directly (stream)": (direct_stream, None)}
+        for name in ("gateway --workers 1", "baseline gateway --workers 1"):
+            if name in targets:
+                stream_targets[f"{name} (stream)"] = targets[name]
         for name, (url, gateway) in stream_targets.items():
             runs.setdefault((name, 32), []).append(measure(url, 32, args.seconds, stream, gateway))
     return {
@@ -177,7 +190,7 @@ def render(rows: dict[tuple[str, int], dict[str, float]], args: argparse.Namespa
         base = rows.get(("upstream directly", connections))
         ratio = ""
         streamed = "(stream)" in name
-        if base is not None and name.startswith("gateway") and not streamed:
+        if base is not None and "gateway" in name and not streamed:
             ratio = f"{row['rps'] / base['rps']:.3f}x req/s, +{row['p50'] - base['p50']:.2f} ms p50"
         if streamed:
             ratio = f"{row['rps'] * STREAM_CHUNKS:.0f} chunks/s"

@@ -25,7 +25,7 @@ import urllib.request
 from redis import Redis as SyncRedis
 from redis.asyncio import Redis
 
-from gateway.devstack import free_port, start_redis, stop
+from gateway.dev.processes import free_port, start_redis, stop
 from gateway.ratelimit.buckets import BucketSpec, LeaseSpec, bucket_key
 from gateway.ratelimit.redis_store import TAKE_LUA, RedisBuckets
 from loadtest.stack import bench_stack, wrk, wrk_script

@@ -15,7 +15,7 @@ import subprocess
 import sys
 import time
 
-from gateway.devstack import free_port, spawn, stop, wait_http_ok
+from gateway.dev.processes import free_port, spawn, stop, wait_http_ok
 from loadtest.instant_upstream import start_nginx
 from loadtest.stack import wrk, wrk_script
 

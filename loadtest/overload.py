@@ -25,8 +25,8 @@ import aiohttp
 import yaml
 
 from gateway.config import hash_key
-from gateway.devstack import free_port, gateway_command, spawn, start_redis, stop, wait_http_ok
-from gateway.sim.server import TritonSim
+from gateway.dev.processes import free_port, gateway_command, spawn, start_redis, stop, wait_http_ok
+from gateway.dev.sim.server import TritonSim
 
 TENANTS = {
     "web": {"priority": "online"},

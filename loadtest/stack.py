@@ -11,7 +11,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from gateway.devstack import free_port, gateway_command, spawn, start_redis, stop, wait_http_ok
+from gateway.dev.processes import free_port, gateway_command, spawn, start_redis, stop, wait_http_ok
 from loadtest.instant_upstream import start_nginx
 
 ROOT = Path(__file__).resolve().parent.parent

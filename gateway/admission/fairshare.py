@@ -24,7 +24,7 @@ _COMPACT_SLACK = 32
 
 
 @dataclass(eq=False, slots=True)
-class Ticket(Generic[T]):
+class QueuePlace(Generic[T]):
     """One queued request: its tenant, share and cost, and its tag once it is a head."""
 
     item: T
@@ -34,9 +34,9 @@ class Ticket(Generic[T]):
     seq: int
     queued: bool = True
     start: float = 0.0
-    # V when the ticket was tagged: the floor of its start tag when a correction moves it.
+    # V when the place was tagged: the floor of its start tag when a correction moves it.
     base: float = 0.0
-    entry: tuple[float, int, Ticket[T]] | None = field(default=None, repr=False)
+    entry: tuple[float, int, QueuePlace[T]] | None = field(default=None, repr=False)
 
 
 @dataclass(eq=False, slots=True)
@@ -44,7 +44,7 @@ class _Flow(Generic[T]):
     """A tenant within one class: its finish tag and its queued requests, oldest first."""
 
     finish: float = 0.0
-    queue: OrderedDict[int, Ticket[T]] = field(default_factory=OrderedDict)
+    queue: OrderedDict[int, QueuePlace[T]] = field(default_factory=OrderedDict)
 
 
 class FairQueue(Generic[T]):
@@ -55,28 +55,28 @@ class FairQueue(Generic[T]):
     def __init__(self) -> None:
         self.virtual_time = 0.0
         self._flows: dict[str, _Flow[T]] = {}
-        self._heap: list[tuple[float, int, Ticket[T]]] = []
+        self._heap: list[tuple[float, int, QueuePlace[T]]] = []
         self._live = 0  # live heap entries: one per tenant with something queued
-        self._all: OrderedDict[int, Ticket[T]] = OrderedDict()  # every queued ticket, by age
+        self._all: OrderedDict[int, QueuePlace[T]] = OrderedDict()  # every queued place, by age
         self._seq = 0
 
     def __len__(self) -> int:
         return len(self._all)
 
-    def push(self, item: T, tenant: str, share: float, cost: float) -> Ticket[T]:
+    def push(self, item: T, tenant: str, share: float, cost: float) -> QueuePlace[T]:
         """Queue `item` behind the tenant's earlier requests."""
         self._seq += 1
-        ticket = Ticket(item, tenant, share, cost, self._seq)
+        place = QueuePlace(item, tenant, share, cost, self._seq)
         flow = self._flows.get(tenant)
         if flow is None:
             flow = self._flows[tenant] = _Flow()
-        flow.queue[ticket.seq] = ticket
-        self._all[ticket.seq] = ticket
+        flow.queue[place.seq] = place
+        self._all[place.seq] = place
         if len(flow.queue) == 1:
-            self._tag(ticket, flow)
-        return ticket
+            self._tag(place, flow)
+        return place
 
-    def peek(self) -> Ticket[T] | None:
+    def peek(self) -> QueuePlace[T] | None:
         """The request to dispatch next: the smallest start tag, the oldest on a tie."""
         heap = self._heap
         while heap:
@@ -86,29 +86,29 @@ class FairQueue(Generic[T]):
             heapq.heappop(heap)
         return None
 
-    def pop(self) -> Ticket[T] | None:
+    def pop(self) -> QueuePlace[T] | None:
         """Dispatch the request `peek` names: charge its tenant and advance V."""
-        ticket = self.peek()
-        if ticket is None:
+        place = self.peek()
+        if place is None:
             return None
-        flow = self._flows[ticket.tenant]
-        flow.finish = ticket.start + ticket.cost / ticket.share
-        if ticket.start > self.virtual_time:
-            self.virtual_time = ticket.start
-        self._unlink(ticket, flow)
-        return ticket
+        flow = self._flows[place.tenant]
+        flow.finish = place.start + place.cost / place.share
+        if place.start > self.virtual_time:
+            self.virtual_time = place.start
+        self._unlink(place, flow)
+        return place
 
-    def remove(self, ticket: Ticket[T]) -> bool:
+    def remove(self, place: QueuePlace[T]) -> bool:
         """Take a request out unserved (cancelled, expired, shed); its tenant is not charged.
 
         False if it had already left the queue.
         """
-        if not ticket.queued:
+        if not place.queued:
             return False
-        self._unlink(ticket, self._flows[ticket.tenant])
+        self._unlink(place, self._flows[place.tenant])
         return True
 
-    def newest(self) -> Ticket[T] | None:
+    def newest(self) -> QueuePlace[T] | None:
         """The most recently queued request, the first to shed."""
         if not self._all:
             return None
@@ -143,24 +143,24 @@ class FairQueue(Generic[T]):
             if start != head.start:
                 self._place(head, start)
 
-    def _tag(self, head: Ticket[T], flow: _Flow[T]) -> None:
+    def _tag(self, head: QueuePlace[T], flow: _Flow[T]) -> None:
         head.base = self.virtual_time
         self._place(head, max(self.virtual_time, flow.finish))
 
-    def _place(self, ticket: Ticket[T], start: float) -> None:
-        if ticket.entry is None:
+    def _place(self, place: QueuePlace[T], start: float) -> None:
+        if place.entry is None:
             self._live += 1
-        ticket.start = start
-        ticket.entry = (start, ticket.seq, ticket)
-        heapq.heappush(self._heap, ticket.entry)
+        place.start = start
+        place.entry = (start, place.seq, place)
+        heapq.heappush(self._heap, place.entry)
 
-    def _unlink(self, ticket: Ticket[T], flow: _Flow[T]) -> None:
-        ticket.queued = False
-        del self._all[ticket.seq]
-        was_head = ticket.entry is not None
-        del flow.queue[ticket.seq]
+    def _unlink(self, place: QueuePlace[T], flow: _Flow[T]) -> None:
+        place.queued = False
+        del self._all[place.seq]
+        was_head = place.entry is not None
+        del flow.queue[place.seq]
         if was_head:
-            ticket.entry = None
+            place.entry = None
             self._live -= 1
             if flow.queue:
                 self._tag(next(iter(flow.queue.values())), flow)

@@ -22,7 +22,7 @@ from typing import Protocol
 
 from gateway.admission.drain import DrainMeter
 from gateway.admission.errors import DeadlineExceeded, Overloaded, Shed
-from gateway.admission.fairshare import FairQueue, Ticket
+from gateway.admission.fairshare import FairQueue, QueuePlace
 
 DEFAULT_CLASSES = ("online", "batch")
 
@@ -83,7 +83,7 @@ class _Waiter:
     arrived: float
     deadline: float | None
     future: asyncio.Future[Slot]
-    ticket: Ticket[_Waiter] | None = None
+    place: QueuePlace[_Waiter] | None = None
     timer: Timer | None = None
 
 
@@ -300,7 +300,7 @@ class AdmissionController:
 
         loop = asyncio.get_running_loop()
         waiter = _Waiter(tenant, cls, share, cost, now, deadline, loop.create_future())
-        waiter.ticket = state.classes[cls].push(waiter, tenant, share, cost)
+        waiter.place = state.classes[cls].push(waiter, tenant, share, cost)
         state.queued += 1
         if deadline is not None:
             waiter.timer = self._call_later(deadline - now, partial(self._expire, state, waiter))
@@ -318,9 +318,9 @@ class AdmissionController:
         capacity = state.capacity()
         while state.queued and state.in_flight < capacity:
             queue = next(q for q in state.classes if q)
-            ticket = queue.peek()
-            assert ticket is not None  # a queue that is not empty has a head
-            waiter = ticket.item
+            place = queue.peek()
+            assert place is not None  # a queue that is not empty has a head
+            waiter = place.item
             if waiter.future.done():  # cancelled: its task is on its way out
                 self._unqueue(state, waiter)
             elif waiter.deadline is not None and waiter.deadline <= now:  # its timer is late
@@ -345,8 +345,8 @@ class AdmissionController:
 
     def _unqueue(self, state: _Model, waiter: _Waiter) -> bool:
         """Take a waiter out of its queue unserved; False if it was no longer queued."""
-        assert waiter.ticket is not None
-        if not state.classes[waiter.priority].remove(waiter.ticket):
+        assert waiter.place is not None
+        if not state.classes[waiter.priority].remove(waiter.place):
             return False
         state.queued -= 1
         if waiter.timer is not None:
@@ -363,9 +363,9 @@ class AdmissionController:
     def _victim(self, state: _Model, cls: int) -> _Waiter | None:
         """The newest request of the lowest class below `cls` that has any queued."""
         for queue in reversed(state.classes[cls + 1 :]):
-            ticket = queue.newest()
-            if ticket is not None:
-                return ticket.item
+            place = queue.newest()
+            if place is not None:
+                return place.item
         return None
 
     def _shed(self, state: _Model, victim: _Waiter, now: float) -> None:

@@ -30,16 +30,16 @@ from gateway.api.idempotency import claim
 from gateway.api.requests import decode_json, parse_chat, parse_completion, requested_model
 from gateway.api.responses import SSE_DONE, ChunkWriter, completion_body, new_id, sse_error
 from gateway.api.streaming import ClientGone, DisconnectWatch, EventStreamResponse, StreamCut
-from gateway.auth import Identity
 from gateway.backends.base import UpstreamError, UpstreamRejected, UpstreamTimeout
-from gateway.dispatch import DeadlineMissed, Job, Served
-from gateway.inference import Delta, InferenceRequest, RequestKind, Usage, UsageMeter
+from gateway.inference.types import Delta, InferenceRequest, RequestKind, Usage, UsageMeter
 from gateway.observability import metrics
 from gateway.observability.access import RequestRecord
 from gateway.ratelimit.limiter import Decision
-from gateway.resilience.failover import NoReplicaLeft
-from gateway.routes import ModelRoute
-from gateway.runtime import Runtime
+from gateway.serving.auth import Identity
+from gateway.serving.dispatch import DeadlineMissed, Served, Work
+from gateway.serving.runtime import Runtime
+from gateway.upstream.failover import NoReplicaLeft
+from gateway.upstream.route import ModelRoute
 
 log = logging.getLogger("gateway")
 
@@ -89,7 +89,7 @@ class _Exchange:
 
     runtime: Runtime
     route: ModelRoute
-    job: Job
+    work: Work
     decision: Decision
     prompt_estimate: int
     record: RequestRecord
@@ -101,12 +101,12 @@ class _Exchange:
         return self.record.request_id
 
     def charge(self, used_tokens: int) -> None:
-        if self.decision.ticket is not None:
-            self.runtime.limiter.charge(self.decision.ticket, used_tokens)
+        if self.decision.reservation is not None:
+            self.runtime.limiter.charge(self.decision.reservation, used_tokens)
 
     def settle(self, used_tokens: int) -> None:
-        if self.decision.ticket is not None:
-            self.runtime.limiter.settle(self.decision.ticket, used_tokens)
+        if self.decision.reservation is not None:
+            self.runtime.limiter.settle(self.decision.reservation, used_tokens)
 
     def cut_short(self, reason: StreamCut) -> None:
         """The client stopped reading or left: the stream ends here."""
@@ -167,8 +167,8 @@ class _Exchange:
         elif isinstance(exc, Shed):  # queued, then gave way to a higher class
             self.record.queue_wait_s = time.monotonic() - dispatched
             self.record.queue_model = exc.model
-        elif self.job.admissions:  # admitted (at once, or after a wait), then failed
-            self.record.queue_model, self.record.queue_wait_s = self.job.admissions[-1]
+        elif self.work.admissions:  # admitted (at once, or after a wait), then failed
+            self.record.queue_model, self.record.queue_wait_s = self.work.admissions[-1]
         error = dispatch_error(self.route.name, exc)
         if self.decision.headers:
             error.headers = {**self.decision.headers, **error.headers}
@@ -187,10 +187,13 @@ async def _serve(request: Request, parse: Parser) -> Response:
         data = decode_json(body)
         route = _route(runtime, identity, requested_model(data), record)
         return await _serve_model(request, runtime, identity, route, parse, data, record)
-    except APIError as error:
+    except (APIError, *errors.DOMAIN_ERRORS) as exc:
+        error = errors.client_error(exc)
         record.finish(error.status, error.reason)
         error.headers["x-request-id"] = record.request_id
-        raise
+        if error is exc:
+            raise
+        raise error from exc
     except ClientGone:
         # 499, as nginx logs it. Nobody reads the response; the server needs one.
         record.finish(499)
@@ -247,10 +250,10 @@ async def _serve_model(
         chain = [route] + [
             runtime.routes[name] for name in route.config.fallback if identity.may_use(name)
         ]
-        job = Job(
+        work = Work(
             inference, chain, identity.name, identity.tenant.share, priority, cost, deadline, call
         )
-        exchange = _Exchange(runtime, route, job, decision, prompt_estimate, record)
+        exchange = _Exchange(runtime, route, work, decision, prompt_estimate, record)
         if inference.stream:
             return await _stream(exchange, request)
         response = await _complete(exchange, request)
@@ -315,7 +318,7 @@ async def _complete(exchange: _Exchange, request: Request) -> Response:
     try:
         if watch.gone:
             raise ClientGone
-        completion, served = await exchange.runtime.dispatcher.complete(exchange.job)
+        completion, served = await exchange.runtime.dispatcher.complete(exchange.work)
         if completion.usage.prompt_tokens == 0:
             completion.usage.prompt_tokens = exchange.prompt_estimate
         used = completion.usage.total_tokens
@@ -326,7 +329,7 @@ async def _complete(exchange: _Exchange, request: Request) -> Response:
         exchange.settle(used)
     exchange.served_by(served, completion.usage)
     body = completion_body(
-        exchange.job.request,
+        exchange.work.request,
         completion,
         response_id=exchange.response_id,
         model=served.route.name,
@@ -352,7 +355,7 @@ async def _stream(exchange: _Exchange, request: Request) -> Response:
     try:
         if watch.gone:
             raise ClientGone
-        first, deltas, served = await exchange.runtime.dispatcher.stream(exchange.job)
+        first, deltas, served = await exchange.runtime.dispatcher.stream(exchange.work)
     except BaseException as exc:
         watch.stop()
         exchange.settle(0)
@@ -406,12 +409,12 @@ async def _sse_events(
     deltas: AsyncGenerator[Delta, None],
     end: _StreamEnd,
 ) -> AsyncGenerator[bytes, None]:
-    request = exchange.job.request
+    request = exchange.work.request
     writer = ChunkWriter(request, response_id=exchange.response_id, model=served.route.name)
     meter = end.meter
     # 499 until the stream has run to its end or to its error event.
     status = 499
-    charging = exchange.decision.ticket is not None
+    charging = exchange.decision.reservation is not None
     try:
         if first is not None:
             meter.add(first)
@@ -424,7 +427,7 @@ async def _sse_events(
                 if delta.text:
                     yield writer.text(delta.text)
         usage = meter.usage(exchange.prompt_estimate)
-        finish = meter.finish_reason or exchange.job.first_call.finish_reason(
+        finish = meter.finish_reason or exchange.work.first_call.finish_reason(
             usage.completion_tokens
         )
         yield writer.finish(finish)

@@ -9,8 +9,8 @@ from starlette.responses import JSONResponse, Response
 
 from gateway.api.errors import APIError
 from gateway.observability import metrics
-from gateway.reload import TenantsReloader
-from gateway.runtime import Runtime
+from gateway.serving.reload import TenantsReloader
+from gateway.serving.runtime import Runtime
 
 
 def runtime_of(request: Request) -> Runtime:

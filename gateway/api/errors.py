@@ -9,6 +9,8 @@ import orjson
 from starlette.responses import Response
 
 from gateway.observability.logging import redact
+from gateway.ratelimit.errors import LimiterUnavailable, UnknownTenant
+from gateway.serving.auth import InvalidApiKey
 
 if TYPE_CHECKING:
     from gateway.ratelimit.limiter import Decision
@@ -193,3 +195,30 @@ def deadline_exceeded(detail: str) -> APIError:
         code="deadline_exceeded",
         reason="deadline",
     )
+
+
+def limiter_unavailable(retry_after_s: float) -> APIError:
+    return APIError(
+        503,
+        "Rate limits cannot be checked right now; try again shortly.",
+        type="server_error",
+        code="rate_limiter_unavailable",
+        retry_after_s=retry_after_s,
+        reason="limiter_unavailable",
+    )
+
+
+# The errors of the layers below that a client is told about, as they are told.
+DOMAIN_ERRORS = (InvalidApiKey, UnknownTenant, LimiterUnavailable)
+
+
+def client_error(exc: Exception) -> APIError:
+    """The APIError for `exc`: itself, or what one of `DOMAIN_ERRORS` means to a client."""
+    if isinstance(exc, APIError):
+        return exc
+    if isinstance(exc, InvalidApiKey | UnknownTenant):
+        # A tenant a reload removed after its key was checked: its key is unknown now.
+        return invalid_api_key()
+    if isinstance(exc, LimiterUnavailable):
+        return limiter_unavailable(exc.retry_after_s)
+    raise TypeError(f"not a client error: {exc!r}")

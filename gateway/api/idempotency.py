@@ -16,17 +16,17 @@ from starlette.responses import Response
 
 from gateway.api import errors
 from gateway.api.errors import APIError
-from gateway.auth import Identity
-from gateway.inference import InferenceRequest
-from gateway.resilience.idempotency import (
+from gateway.inference.types import InferenceRequest
+from gateway.serving.auth import Identity
+from gateway.serving.runtime import Runtime
+from gateway.storage.idempotency_store import (
     IN_PROGRESS_RETRY_AFTER_S,
     BeginState,
     IdempotencyStore,
     InvalidIdempotencyKey,
     fingerprint,
 )
-from gateway.runtime import Runtime
-from gateway.storage import REDIS_ERRORS
+from gateway.storage.redis_client import REDIS_ERRORS
 
 log = logging.getLogger("gateway.idempotency")
 

@@ -8,7 +8,7 @@ from typing import Any
 import orjson
 
 from gateway.api.errors import APIError, bad_request
-from gateway.inference import (
+from gateway.inference.types import (
     ChatMessage,
     InferenceRequest,
     RequestKind,

@@ -7,8 +7,8 @@ from typing import Any
 
 import orjson
 
-from gateway.ids import unique_id
-from gateway.inference import Completion, InferenceRequest, RequestKind, Usage
+from gateway.inference.ids import unique_id
+from gateway.inference.types import Completion, InferenceRequest, RequestKind, Usage
 
 SSE_DONE = b"data: [DONE]\n\n"
 

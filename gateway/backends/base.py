@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncGenerator
 from typing import Protocol
 
-from gateway.inference import Completion, Delta, UpstreamCall
+from gateway.inference.types import Completion, Delta, UpstreamCall
 
 
 class UpstreamError(Exception):

@@ -9,7 +9,7 @@ import orjson
 
 from gateway.backends.base import UpstreamError
 from gateway.backends.http import LazySession, get_ok, post, sse_payloads
-from gateway.inference import Completion, Delta, RequestKind, UpstreamCall, Usage
+from gateway.inference.types import Completion, Delta, RequestKind, UpstreamCall, Usage
 
 
 class OpenAIBackend:

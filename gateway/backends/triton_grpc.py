@@ -20,7 +20,7 @@ from gateway.backends.base import (
     UpstreamRejected,
     UpstreamTimeout,
 )
-from gateway.inference import Completion, Delta, UpstreamCall, UsageMeter
+from gateway.inference.types import Completion, Delta, UpstreamCall, UsageMeter
 
 _UNAVAILABLE = frozenset(
     {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.NOT_FOUND, grpc.StatusCode.RESOURCE_EXHAUSTED}

@@ -12,13 +12,14 @@ import os
 from collections.abc import Iterator, Sequence
 from typing import Any, TypeVar
 
-from pydantic import BaseModel, ValidationError
-from pydantic_core import ErrorDetails
+from pydantic import BaseModel
 
-from gateway.backends.prompt import template_problem
+from gateway.config.cluster import check_cluster
 from gateway.config.keys import HASH_PREFIX, InvalidKey, parse_key_entry
 from gateway.config.schema import AdmissionConfig, Config, GatewayConfig, TenantsConfig
 from gateway.config.source import ConfigError, Loc, Problem, Source, read_source
+from gateway.config.validation import at, validate_source
+from gateway.inference.prompt import template_problem
 
 REDIS_URL_ENV = "GATEWAY_REDIS_URL"
 
@@ -188,52 +189,6 @@ def _with_env_overrides(gateway: GatewayConfig) -> GatewayConfig:
     return gateway.model_copy(update={"redis": redis})
 
 
-# --- pydantic errors -------------------------------------------------------
-
-
-def validate_source(model: type[M], source: Source) -> tuple[M | None, list[Problem]]:
-    """`source`'s data as a `model`, or the problems that stop it, each at its line."""
-    try:
-        return model.model_validate(source.data), []
-    except ValidationError as e:
-        errors = e.errors(include_url=False, include_input=False)
-        return None, [_error_problem(source, err) for err in errors if _reportable(source, err)]
-
-
-def _reportable(source: Source, error: ErrorDetails) -> bool:
-    """False for errors on values whose env substitution already failed."""
-    loc = tuple(error["loc"])
-    return not any(loc[: len(bad)] == bad for bad in source.unresolved)
-
-
-# Pydantic's wording for these names internal classes; say it in config terms.
-_MESSAGES = {
-    "model_type": "expected a mapping",
-    "model_attributes_type": "expected a mapping",
-    "dict_type": "expected a mapping",
-    "list_type": "expected a list",
-}
-
-
-def _error_problem(source: Source, error: ErrorDetails) -> Problem:
-    loc: Loc = tuple(error["loc"])
-    kind = error["type"]
-    if kind in ("extra_forbidden", "missing"):
-        what = "unknown key" if kind == "extra_forbidden" else "missing required key"
-        return source.problem(loc, _at(loc[:-1], f"{what} '{loc[-1]}'"), at_key=True)
-    if not loc and source.data is None:
-        return source.problem(loc, "file is empty")
-    return source.problem(loc, _at(loc, _MESSAGES.get(kind, error["msg"])))
-
-
-def _at(loc: Loc, message: str) -> str:
-    """`models.llm-large.replicas[0].url: message`, or just `message` at the top."""
-    path = ""
-    for part in loc:
-        path += f"[{part}]" if isinstance(part, int) else f".{part}"
-    return f"{path.lstrip('.')}: {message}" if path else message
-
-
 def _sorted(problems: list[Problem]) -> list[Problem]:
     return sorted(problems, key=lambda p: (p.file, p.line or 0))
 
@@ -264,13 +219,13 @@ def _fallback_problems(source: Source) -> list[Problem]:
     problems = []
     for name, loc, target in _fallbacks(source):
         if target == name:
-            problems.append(source.problem(loc, _at(loc, f"model '{name}' falls back to itself")))
+            problems.append(source.problem(loc, at(loc, f"model '{name}' falls back to itself")))
         elif target not in models:
-            problems.append(source.problem(loc, _at(loc, f"model '{target}' is not defined")))
+            problems.append(source.problem(loc, at(loc, f"model '{target}' is not defined")))
         else:
             edges.setdefault(name, []).append((loc, target))
     return problems + [
-        source.problem(loc, _at(loc, "fallback chain loops: " + " -> ".join(cycle)))
+        source.problem(loc, at(loc, "fallback chain loops: " + " -> ".join(cycle)))
         for loc, cycle in _cycles(edges)
     ]
 
@@ -308,7 +263,7 @@ def _key_problems(source: Source) -> list[Problem]:
             try:
                 hex_digest = parse_key_entry(entry, source.env_vars.get(loc))
             except InvalidKey as e:
-                problems.append(source.problem(loc, _at(loc, str(e))))
+                problems.append(source.problem(loc, at(loc, str(e))))
                 continue
             keys[i] = HASH_PREFIX + hex_digest  # no plain key is kept in memory
             if hex_digest in owners:
@@ -317,7 +272,7 @@ def _key_problems(source: Source) -> list[Problem]:
                     message = f"API key is listed twice for tenant '{name}' (first at line {line})"
                 else:
                     message = f"API key is already used by tenant '{owner}' (line {line})"
-                problems.append(source.problem(loc, _at(loc, message)))
+                problems.append(source.problem(loc, at(loc, message)))
             else:
                 owners[hex_digest] = (name, source.line(loc))
     return problems
@@ -332,9 +287,6 @@ def _cluster_problems(source: Source) -> list[Problem]:
     path = _cluster_path(source)
     if path is None:
         return []
-    # Imported here: the cluster schema builds on this module.
-    from gateway.scheduler.cluster_config import check_cluster
-
     _, cluster_source, problems = check_cluster(path)
     if not cluster_source.parsed:
         return problems  # unreadable or not YAML: its deployments are unknown
@@ -350,13 +302,13 @@ def _cluster_problems(source: Source) -> list[Problem]:
         if model not in models:
             loc: Loc = ("deployments", i, "model")
             message = f"model '{model}' is not defined in {gateway_name}"
-            problems.append(cluster_source.problem(loc, _at(loc, message)))
+            problems.append(cluster_source.problem(loc, at(loc, message)))
     cluster_name = os.path.basename(path)
     for name, config in models.items():
         if isinstance(config, dict) and not config.get("replicas") and name not in deployed:
             loc = ("models", name, "replicas")
             message = f"no replicas, and {cluster_name} has no deployment of '{name}'"
-            problems.append(source.problem(loc, _at(loc, message)))
+            problems.append(source.problem(loc, at(loc, message)))
     return problems
 
 
@@ -385,7 +337,7 @@ def _template_problems(source: Source) -> list[Problem]:
             why = template_problem(template)
             if why is not None:
                 loc = ("models", name, "prompt_template")
-                problems.append(source.problem(loc, _at(loc, why)))
+                problems.append(source.problem(loc, at(loc, why)))
     return problems
 
 
@@ -400,7 +352,7 @@ def _upstream_key_problems(source: Source) -> list[Problem]:
             and loc not in source.unresolved
         ):
             message = "upstream API key in file; reference an environment variable as ${VAR}"
-            problems.append(source.problem(loc, _at(loc, message)))
+            problems.append(source.problem(loc, at(loc, message)))
     return problems
 
 
@@ -414,7 +366,7 @@ def _priority_problems(source: Source, classes: Sequence[str] | None) -> list[Pr
         loc: Loc = ("tenants", name, "priority")
         if isinstance(priority, str) and priority not in classes:
             message = f"priority '{priority}' is not a class ({', '.join(classes)})"
-            problems.append(source.problem(loc, _at(loc, message)))
+            problems.append(source.problem(loc, at(loc, message)))
     return problems
 
 
@@ -426,11 +378,11 @@ def _tenant_model_problems(source: Source, models: set[str] | None) -> list[Prob
         for i, model in enumerate(_as_list(_as_dict(tenant).get("models"))):
             loc = ("tenants", name, "models", i)
             if isinstance(model, str) and model != "*" and model not in models:
-                problems.append(source.problem(loc, _at(loc, f"model '{model}' is not defined")))
+                problems.append(source.problem(loc, at(loc, f"model '{model}' is not defined")))
         limits = _as_dict(_as_dict(tenant).get("limits"))
         for model in _as_dict(limits.get("models")):
             limits_loc: Loc = ("tenants", name, "limits", "models", model)
             if model not in models:
                 message = f"limits for model '{model}', which is not defined"
-                problems.append(source.problem(limits_loc, _at(limits_loc, message), at_key=True))
+                problems.append(source.problem(limits_loc, at(limits_loc, message), at_key=True))
     return problems

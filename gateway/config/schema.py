@@ -158,7 +158,7 @@ class ModelConfig(Strict):
     upstream_model: str | None = None
     # Empty only for a model placed by the cluster file (`cluster_file`).
     replicas: list[Replica] = Field(default_factory=list)
-    # A built-in template name (see gateway/backends/prompt.py) or a Jinja template.
+    # A built-in template name (see gateway/inference/prompt.py) or a Jinja template.
     prompt_template: str = "chatml"
     max_tokens_default: PositiveInt = 256
     max_tokens_limit: PositiveInt = 4096

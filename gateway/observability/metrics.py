@@ -12,9 +12,9 @@ from __future__ import annotations
 import contextlib
 import glob
 import os
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import Any, Literal, Protocol, TypeVar
 
 from prometheus_client import (
     CollectorRegistry,
@@ -29,10 +29,6 @@ from prometheus_client import (
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.registry import Collector
-
-if TYPE_CHECKING:
-    from gateway.admission import AdmissionController
-    from gateway.routes import ModelRoute
 
 # prometheus-client's multiprocess mode: each worker writes its samples here.
 MULTIPROCESS_DIR_ENV = "PROMETHEUS_MULTIPROC_DIR"
@@ -291,6 +287,26 @@ _WORKER_GAUGES = {
 _REPLICA_SERIES = {m.sample_name for m in STATE_METRICS if "replica" in m.labels}
 
 
+StateSample = tuple[StateMetric, list[str], float]
+
+
+class StateSource(Protocol):
+    """What a running gateway tells about its queues and replicas; the app wires one in
+    (`gateway.serving.state`), so this module needs to know nothing of either."""
+
+    def models(self) -> Collection[str]:
+        """The models served now."""
+        ...
+
+    def samples(self, model: str) -> Iterator[StateSample]:
+        """Every state sample of `model` now: (metric, label values, value)."""
+        ...
+
+    def replica_urls(self, model: str) -> Iterable[str]:
+        """The URLs of `model`'s replicas now."""
+        ...
+
+
 class StateCollector(Collector):
     """Admission queues and replica state, read from the running gateway.
 
@@ -299,32 +315,14 @@ class StateCollector(Collector):
     answering a scrape once more just before; `render` combines them.
     """
 
-    def __init__(self, admission: AdmissionController, routes: Iterable[ModelRoute]) -> None:
-        self._admission = admission
-        self._routes = {route.name: route for route in routes}
+    def __init__(self, source: StateSource) -> None:
+        self._source = source
 
-    def values(self, model: str | None = None) -> Iterator[tuple[StateMetric, list[str], float]]:
+    def values(self, model: str | None = None) -> Iterator[StateSample]:
         """Every state sample now, or `model`'s only."""
-        from gateway.resilience.outlier import ReplicaState
-
-        if model is None:
-            routes: Iterable[ModelRoute] = self._routes.values()
-        else:
-            routes = [self._routes[model]] if model in self._routes else []
-        for route in routes:
-            snapshot = self._admission.snapshot(route.name)
-            yield ADMISSION_IN_FLIGHT, [route.name], snapshot.in_flight
-            for priority, count in snapshot.queued.items():
-                yield ADMISSION_QUEUED, [route.name, priority], count
-            outlier = route.resilience.outlier
-            for replica in route.pool.replicas:
-                labels = [route.name, replica.url]
-                yield REPLICA_HEALTHY, labels, 1 if replica.healthy else 0
-                ejected = outlier.state(replica) is ReplicaState.EJECTED
-                yield REPLICA_EJECTED, labels, 1 if ejected else 0
-                if replica.metrics_url is not None:
-                    yield TRITON_PENDING, labels, replica.upstream_pending
-                    yield TRITON_QUEUE_TIME, labels, replica.upstream_queue_seconds
+        models = self._source.models()
+        for name in models if model is None else [model] if model in models else []:
+            yield from self._source.samples(name)
 
     def collect(self) -> Iterator[Metric]:
         families: dict[StateMetric, GaugeMetricFamily | CounterMetricFamily] = {
@@ -344,28 +342,28 @@ class StateCollector(Collector):
 
     def add_replicas(self, model: str) -> None:
         """Create `model`'s ejection series at 0, also for replicas placed later."""
-        route = self._routes.get(model)
-        if route is not None:
-            for replica in route.pool.replicas:
-                labels(REPLICA_EJECTIONS, route.name, replica.url)
+        if model in self._source.models():
+            for url in self._source.replica_urls(model):
+                labels(REPLICA_EJECTIONS, model, url)
 
     def replicas(self) -> set[tuple[str, str]]:
         """(model, replica URL) of every replica served now."""
-        return {(r.name, replica.url) for r in self._routes.values() for replica in r.pool.replicas}
+        source = self._source
+        return {(model, url) for model in source.models() for url in source.replica_urls(model)}
 
 
 _state_collector: StateCollector | None = None
 
 
-def watch_state(admission: AdmissionController, routes: Sequence[ModelRoute]) -> None:
+def watch_state(source: StateSource) -> None:
     """Report this gateway's queues and replicas (replacing a previous app's, if any)."""
     global _state_collector
     if _state_collector is not None:
         REGISTRY.unregister(_state_collector)
-    _state_collector = StateCollector(admission, routes)
+    _state_collector = StateCollector(source)
     REGISTRY.register(_state_collector)
-    for route in routes:
-        publish_state(route.name)
+    for model in source.models():
+        publish_state(model)
 
 
 def publish_state(model: str) -> None:

@@ -13,7 +13,6 @@ from gateway.ratelimit.buckets import (
     TakeResult,
     bucket_key,
     bucket_keys,
-    hash_tag,
     monotonic_ms,
 )
 from gateway.ratelimit.redis_store import RedisBuckets
@@ -31,6 +30,5 @@ __all__ = [
     "TakeResult",
     "bucket_key",
     "bucket_keys",
-    "hash_tag",
     "monotonic_ms",
 ]

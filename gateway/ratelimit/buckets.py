@@ -19,6 +19,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
+from gateway.storage.redis_keys import hash_tag
+
 # Idle keys live this much longer than it takes them to refill (a full bucket and a
 # missing one are the same state, so expiring after that point changes nothing).
 EXPIRE_MARGIN_MS = 1000
@@ -144,17 +146,6 @@ class BucketKeys:
     model_requests: str
     model_tokens: str
     inflight: str
-
-
-def hash_tag(tenant: str) -> str:
-    """The tenant name as a Redis Cluster hash tag body: no braces, never empty.
-
-    `%`, `{` and `}` are percent-encoded, so distinct tenants get distinct tags and the
-    first `}` of a key always closes the tag.
-    """
-    if not tenant:
-        raise ValueError("tenant name must not be empty")
-    return tenant.replace("%", "%25").replace("{", "%7B").replace("}", "%7D")
 
 
 def bucket_key(prefix: str, tenant: str, kind: str, model: str | None = None) -> str:

@@ -19,9 +19,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from gateway.api.errors import APIError, invalid_api_key
 from gateway.config import RateLimitConfig, RateLimits, RedisFailureMode, Tenant, TenantsConfig
-from gateway.ids import unique_id
+from gateway.inference.ids import unique_id
 from gateway.observability import metrics
 from gateway.ratelimit.buckets import (
     BucketResult,
@@ -32,9 +31,10 @@ from gateway.ratelimit.buckets import (
     bucket_key,
     monotonic_ms,
 )
+from gateway.ratelimit.errors import LimiterUnavailable, UnknownTenant
 from gateway.ratelimit.headers import bucket_headers
 from gateway.ratelimit.redis_store import RedisBuckets
-from gateway.storage import REDIS_ERRORS
+from gateway.storage.redis_client import REDIS_ERRORS
 
 log = logging.getLogger("gateway.ratelimit")
 
@@ -86,7 +86,7 @@ class _Plan:
 
 
 @dataclass(slots=True)
-class Ticket:
+class Reservation:
     """What an admitted request took, so it can be charged and settled later."""
 
     token_buckets: tuple[_Bucket, ...]
@@ -110,7 +110,7 @@ class Decision:
     retry_after_s: float | None = None
     # The request is larger than a bucket can ever hold: waiting will not help.
     never_fits: bool = False
-    ticket: Ticket | None = None
+    reservation: Reservation | None = None
 
 
 def _buckets(prefix: str, tenant: str, model: str | None, limits: RateLimits) -> list[_Bucket]:
@@ -166,8 +166,8 @@ class RateLimiter:
         self._unsent: deque[tuple[list[BucketSpec], LeaseSpec | None]] = deque(
             maxlen=MAX_UNSENT_SETTLES
         )
-        # The tickets of running requests that hold a lease, by lease member.
-        self._leased: dict[str, Ticket] = {}
+        # The reservations of running requests that hold a lease, by lease member.
+        self._leased: dict[str, Reservation] = {}
         self._renewer: asyncio.Task[None] | None = None
         metrics.RATELIMIT_BACKEND_UP.set(1)
 
@@ -187,7 +187,7 @@ class RateLimiter:
             config = self._tenants.get(tenant)
             if config is None:
                 # A reload removed the tenant after its key was checked.
-                raise invalid_api_key()
+                raise UnknownTenant(tenant)
             plan = plan_for(self._prefix, tenant, config, model)
             self._plans[(tenant, model)] = plan
         return plan
@@ -221,9 +221,11 @@ class RateLimiter:
                 decision.retry_after_s = self._config.redis_retry_s
         if decision.allowed:
             token_buckets = tuple(b for b in plan.buckets if b.kind == "tokens")
-            decision.ticket = Ticket(token_buckets, lease, reserve_tokens, local, deadline)
+            decision.reservation = Reservation(
+                token_buckets, lease, reserve_tokens, local, deadline
+            )
             if lease is not None:
-                self._hold_lease(decision.ticket, lease)
+                self._hold_lease(decision.reservation, lease)
             metrics.labels(metrics.RATELIMIT_DECISIONS, tenant, "allowed").inc()
         elif plan.shadow:
             log.info("shadow: tenant %s would be refused by %s", tenant, decision.refused_by)
@@ -262,43 +264,36 @@ class RateLimiter:
         if mode is RedisFailureMode.OPEN or (shadow and mode is RedisFailureMode.CLOSED):
             return None
         if mode is RedisFailureMode.CLOSED:
-            raise APIError(
-                503,
-                "Rate limits cannot be checked right now; try again shortly.",
-                type="server_error",
-                code="rate_limiter_unavailable",
-                retry_after_s=self._config.redis_retry_s,
-                reason="limiter_unavailable",
-            )
+            raise LimiterUnavailable(self._config.redis_retry_s)
         share = self._config.gateway_replicas
         specs = [b.spec(cost, share) for b, cost in zip(buckets, costs, strict=True)]
         if lease is not None:
             lease = LeaseSpec(lease.key, lease.member, math.ceil(lease.limit / share), lease.ttl_ms)
         return self._local.take(specs, lease, monotonic_ms())
 
-    def charge(self, ticket: Ticket, used_tokens: int) -> None:
+    def charge(self, reservation: Reservation, used_tokens: int) -> None:
         """Charge tokens used beyond what was taken, once a batch has built up."""
-        if used_tokens - ticket.charged >= self._config.charge_batch_tokens:
-            delta = used_tokens - ticket.charged
-            ticket.charged = used_tokens
-            self._adjust(ticket, delta, release=False)
+        if used_tokens - reservation.charged >= self._config.charge_batch_tokens:
+            delta = used_tokens - reservation.charged
+            reservation.charged = used_tokens
+            self._adjust(reservation, delta, release=False)
 
-    def settle(self, ticket: Ticket, used_tokens: int) -> None:
+    def settle(self, reservation: Reservation, used_tokens: int) -> None:
         """Bring the charge to the actual usage (refunding the unused reservation) and
         release the concurrency lease, in the background."""
-        delta = used_tokens - ticket.charged
-        ticket.charged = used_tokens
-        self._adjust(ticket, delta, release=True)
+        delta = used_tokens - reservation.charged
+        reservation.charged = used_tokens
+        self._adjust(reservation, delta, release=True)
 
-    def _adjust(self, ticket: Ticket, delta: int, release: bool) -> None:
-        lease = ticket.lease if release else None
+    def _adjust(self, reservation: Reservation, delta: int, release: bool) -> None:
+        lease = reservation.lease if release else None
         if lease is not None:
             self._leased.pop(lease.member, None)
-        share = self._config.gateway_replicas if ticket.local else 1
-        specs = [b.spec(delta, share) for b in ticket.token_buckets] if delta else []
+        share = self._config.gateway_replicas if reservation.local else 1
+        specs = [b.spec(delta, share) for b in reservation.token_buckets] if delta else []
         if not specs and lease is None:
             return
-        if ticket.local:
+        if reservation.local:
             self._local.adjust(specs, lease, monotonic_ms())
         elif self._redis_down:
             # Sent when Redis is back: a lease left held would keep the tenant's slot
@@ -330,8 +325,8 @@ class RateLimiter:
         elif exc is not None:
             log.error("settling a rate-limit charge failed", exc_info=exc)
 
-    def _hold_lease(self, ticket: Ticket, lease: LeaseSpec) -> None:
-        self._leased[lease.member] = ticket
+    def _hold_lease(self, reservation: Reservation, lease: LeaseSpec) -> None:
+        self._leased[lease.member] = reservation
         if self._renewer is None:
             self._renewer = asyncio.create_task(self._renew_leases())
 
@@ -340,14 +335,14 @@ class RateLimiter:
         while True:
             await asyncio.sleep(LEASE_RENEW_S)
             now = time.monotonic()
-            for member, ticket in list(self._leased.items()):
-                lease = ticket.lease
+            for member, reservation in list(self._leased.items()):
+                lease = reservation.lease
                 assert lease is not None
-                if now > ticket.deadline + LEASE_AFTER_DEADLINE_S:
+                if now > reservation.deadline + LEASE_AFTER_DEADLINE_S:
                     # Long past its request's deadline and never settled: let it expire.
                     del self._leased[member]
                     log.warning("a concurrency lease was never released; it expires now")
-                elif ticket.local:
+                elif reservation.local:
                     self._local.adjust(None, None, monotonic_ms(), renew=lease)
                 elif not self._redis_down:
                     self._send_adjust([], None, renew=lease)

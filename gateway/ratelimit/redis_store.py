@@ -1,8 +1,8 @@
 """Token buckets in Redis: one script call per take, one per adjust.
 
-The scripts live in `gateway/ratelimit/lua/` (package data, so an installed gateway has
-them too). They are read once at import, called by SHA and loaded again when the server
-answers NOSCRIPT (after a restart, a failover, or SCRIPT FLUSH). On a single Redis the
+The scripts are `lua/take.lua` and `lua/adjust.lua` (`gateway.storage.scripts` finds them,
+installed or not). They are read once at import, called by SHA and loaded again when the
+server answers NOSCRIPT (after a restart, a failover, or SCRIPT FLUSH). On a single Redis the
 calls of concurrent requests share pipelined round trips (`ScriptCoalescer`); on Redis
 Cluster each call goes to the node of its tenant's slot on its own. Redis errors
 propagate as redis-py exceptions: the caller decides whether a dead Redis fails open,
@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Sequence
-from importlib.resources import files
 from typing import Any
 
 from redis.asyncio import Redis, RedisCluster
@@ -30,10 +29,10 @@ from gateway.ratelimit.buckets import (
     check_costs,
 )
 from gateway.ratelimit.coalescer import RoundTripObserver, ScriptCoalescer
+from gateway.storage.scripts import read_script
 
-_LUA = files(__package__) / "lua"
-TAKE_LUA = (_LUA / "take.lua").read_text(encoding="utf-8")
-ADJUST_LUA = (_LUA / "adjust.lua").read_text(encoding="utf-8")
+TAKE_LUA = read_script("take.lua")
+ADJUST_LUA = read_script("adjust.lua")
 
 # adjust.lua's lease operations (ARGV[2]).
 _NO_LEASE, _RELEASE, _RENEW = 0, 1, 2

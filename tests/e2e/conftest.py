@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from openai import OpenAI
 
-from gateway.devstack import free_port, stop
-from gateway.sim.server import TritonSim
+from gateway.dev.processes import free_port, stop
+from gateway.dev.sim.server import TritonSim
 from tests import ports
 from tests.e2e.stack import KEYS, Gateway, model, start_gateway
 

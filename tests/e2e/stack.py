@@ -13,7 +13,7 @@ import orjson
 import yaml
 
 from gateway.config import hash_key
-from gateway.devstack import free_port, gateway_command, spawn, stop, wait_http_ok
+from gateway.dev.processes import free_port, gateway_command, spawn, stop, wait_http_ok
 from tests import ports
 
 KEYS = {"acme": "sk-test-acme", "globex": "sk-test-globex"}

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.devstack import free_port, gateway_command
+from gateway.dev.processes import free_port, gateway_command
 
 SHIPPED = Path(__file__).resolve().parents[2] / "config"
 

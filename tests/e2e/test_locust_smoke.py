@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gateway.devstack import stop
-from gateway.sim.server import TritonSim
+from gateway.dev.processes import stop
+from gateway.dev.sim.server import TritonSim
 from tests.e2e.stack import model, start_gateway, tenant
 
 ROOT = Path(__file__).resolve().parents[2]

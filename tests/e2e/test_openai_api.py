@@ -9,8 +9,8 @@ import openai
 import pytest
 from openai import OpenAI
 
-from gateway.devstack import stop
-from gateway.sim.server import TritonSim
+from gateway.dev.processes import stop
+from gateway.dev.sim.server import TritonSim
 from tests.e2e.stack import KEYS, Gateway, model, start_gateway
 
 HELLO = [{"role": "user", "content": "Say hello to the gateway tests"}]

@@ -14,8 +14,8 @@ from typing import Any
 import aiohttp
 import pytest
 
-from gateway.devstack import free_port, start_redis, stop
-from gateway.sim.server import TritonSim
+from gateway.dev.processes import free_port, start_redis, stop
+from gateway.dev.sim.server import TritonSim
 from tests import ports
 from tests.e2e.stack import Gateway, model, start_gateway, tenant
 from tests.polling import wait_until

@@ -14,8 +14,8 @@ import aiohttp
 import orjson
 import pytest
 
-from gateway.devstack import stop
-from gateway.sim.server import TritonSim
+from gateway.dev.processes import stop
+from gateway.dev.sim.server import TritonSim
 from tests.e2e.stack import Gateway, model, start_gateway, tenant
 from tests.e2e.test_rate_limits import chat, key
 from tests.polling import wait_until

@@ -9,7 +9,7 @@ from contextlib import contextmanager
 
 from aiohttp import web
 
-from gateway.devstack import free_port
+from gateway.dev.processes import free_port
 from tests import ports
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]

@@ -11,7 +11,7 @@ from fakeredis import FakeAsyncRedis
 from redis.asyncio import Redis, RedisCluster
 
 from gateway.ratelimit.redis_store import RedisBuckets
-from gateway.storage import EMBEDDED_URL
+from gateway.storage.redis_client import EMBEDDED_URL
 
 
 @dataclass

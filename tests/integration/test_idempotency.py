@@ -15,8 +15,8 @@ from redis.asyncio import Redis, RedisCluster
 from redis.crc import key_slot
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from gateway.devstack import free_port
-from gateway.resilience.idempotency import (
+from gateway.dev.processes import free_port
+from gateway.storage.idempotency_store import (
     Begin,
     BeginState,
     IdempotencyStore,
@@ -24,7 +24,7 @@ from gateway.resilience.idempotency import (
     StoredResponse,
     fingerprint,
 )
-from gateway.storage import EMBEDDED_URL
+from gateway.storage.redis_client import EMBEDDED_URL
 
 PREFIX = "gw"
 TTL_S = 60.0

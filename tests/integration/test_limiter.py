@@ -16,11 +16,12 @@ from typing import Any
 import pytest
 from redis.asyncio import Redis
 
-from gateway.api.errors import APIError
+from gateway.api.errors import client_error
 from gateway.config import RateLimitConfig, RedisFailureMode, TenantsConfig
-from gateway.devstack import free_port, redis_server_path, start_redis, stop
+from gateway.dev.processes import free_port, redis_server_path, start_redis, stop
 from gateway.ratelimit import limiter as limiter_module
 from gateway.ratelimit.buckets import bucket_key
+from gateway.ratelimit.errors import LimiterUnavailable, UnknownTenant
 from gateway.ratelimit.limiter import RateLimiter
 from gateway.ratelimit.redis_store import RedisBuckets
 from tests import ports
@@ -83,11 +84,11 @@ async def test_a_lease_released_while_redis_is_unreachable_is_released_when_it_i
     inflight = bucket_key(PREFIX, "t", "inflight", None)
     try:
         first = await limiter.admit("t", "m", 100)
-        assert first.allowed and first.ticket is not None
+        assert first.allowed and first.reservation is not None
         assert await inspect.zcard(inflight) == 1
 
         own_redis.pause()
-        limiter.settle(first.ticket, 40)  # the request ends while Redis does not answer
+        limiter.settle(first.reservation, 40)  # the request ends while Redis does not answer
 
         async def down() -> bool:
             return not limiter.redis_up
@@ -139,9 +140,9 @@ async def test_closed_mode_refuses_without_redis_except_shadow_tenants() -> None
         on_redis_error=RedisFailureMode.CLOSED,
     )
     try:
-        with pytest.raises(APIError) as refused:
+        with pytest.raises(LimiterUnavailable) as refused:
             await enforced.admit("t", "m", 1)
-        assert refused.value.status == 503
+        assert client_error(refused.value).status == 503
         assert (await shadow.admit("t", "m", 1)).allowed
     finally:
         await enforced.close()
@@ -158,10 +159,10 @@ async def test_a_running_request_keeps_its_lease_beyond_the_lease_ttl(
     limiter = make_limiter(own_redis.url, tenants(max_concurrent=1))
     try:
         running = await limiter.admit("t", "m", 1)
-        assert running.allowed and running.ticket is not None
+        assert running.allowed and running.reservation is not None
         await asyncio.sleep(2.5)  # well past the lease's TTL
         assert not (await limiter.admit("t", "m", 1)).allowed, "the slot is still held"
-        limiter.settle(running.ticket, 1)
+        limiter.settle(running.reservation, 1)
 
         async def free() -> bool:
             return (await limiter.admit("t", "m", 1)).allowed
@@ -198,9 +199,9 @@ async def test_a_tenant_removed_by_a_reload_is_refused_as_an_unknown_key(
         limiter.update_tenants(
             TenantsConfig.model_validate({"tenants": {"other": {"api_keys": [KEY_HASH]}}})
         )
-        with pytest.raises(APIError) as refused:
+        with pytest.raises(UnknownTenant) as refused:
             await limiter.admit("t", "m", 1)
-        assert refused.value.status == 401
+        assert client_error(refused.value).status == 401
     finally:
         await limiter.close()
 
@@ -228,11 +229,11 @@ async def test_tokens_are_charged_in_batches_while_streaming_and_settled_at_the_
 
     try:
         admitted = await limiter.admit("t", "m", 100)
-        assert admitted.allowed and admitted.ticket is not None
+        assert admitted.allowed and admitted.reservation is not None
         assert await level_is(900)
-        limiter.charge(admitted.ticket, 170)  # mid-stream, 70 beyond the reservation
+        limiter.charge(admitted.reservation, 170)  # mid-stream, 70 beyond the reservation
         await wait_until(lambda: level_is(830))
-        limiter.settle(admitted.ticket, 120)  # the response used 120: 50 come back
+        limiter.settle(admitted.reservation, 120)  # the response used 120: 50 come back
         await wait_until(lambda: level_is(880))
     finally:
         await limiter.close()

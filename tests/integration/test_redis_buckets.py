@@ -31,7 +31,7 @@ from gateway.ratelimit.buckets import (
     wait_ms,
 )
 from gateway.ratelimit.redis_store import ADJUST_LUA, TAKE_LUA, RedisBuckets
-from gateway.storage import EMBEDDED_URL
+from gateway.storage.redis_client import EMBEDDED_URL
 from tests.integration.conftest import Backend
 
 

@@ -22,9 +22,9 @@ from gateway.ratelimit.buckets import (
     TakeResult,
     bucket_key,
     bucket_keys,
-    hash_tag,
     wait_ms,
 )
+from gateway.storage.redis_keys import hash_tag
 
 # A realistic clock (Redis TIME in ms); whole ms stay exact in floats up to 2^53.
 T0 = 1_700_000_000_000

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from gateway import demo
-from gateway.devstack import (
+from gateway.dev import demo
+from gateway.dev.processes import (
     Cancelled,
     ephemeral_ports,
     free_port,
@@ -24,7 +24,7 @@ from gateway.devstack import (
     wait_http_ok,
     wait_listening,
 )
-from gateway.sim import server
+from gateway.dev.sim import server
 
 
 def test_free_port_never_picks_an_ephemeral_port() -> None:

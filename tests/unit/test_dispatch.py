@@ -19,8 +19,7 @@ import pytest
 from gateway.admission import AdmissionController
 from gateway.backends.base import ReplicaUnavailable, UpstreamTimeout
 from gateway.config import FallbackReason, ModelConfig
-from gateway.dispatch import DeadlineMissed, Dispatcher, Job
-from gateway.inference import (
+from gateway.inference.types import (
     Completion,
     Delta,
     InferenceRequest,
@@ -30,13 +29,14 @@ from gateway.inference import (
     Usage,
 )
 from gateway.observability import metrics
-from gateway.resilience import failover
-from gateway.resilience.backoff import Backoff
-from gateway.resilience.failover import NoReplicaLeft
-from gateway.resilience.outlier import OutlierDetector, ReplicaState
-from gateway.routes import ModelRoute
-from gateway.runtime import _capacity, _follow_ejections, _route
-from gateway.scheduler.routing import Replica, ReplicaPool
+from gateway.serving.dispatch import DeadlineMissed, Dispatcher, Work
+from gateway.serving.runtime import _capacity, _follow_ejections, _route
+from gateway.upstream import failover
+from gateway.upstream.backoff import Backoff
+from gateway.upstream.failover import NoReplicaLeft
+from gateway.upstream.outlier import OutlierDetector, ReplicaState
+from gateway.upstream.pool import Replica, ReplicaPool
+from gateway.upstream.route import ModelRoute
 from tests.fake_clock import FakeClock
 
 HANG = 3600.0  # seconds: a replica that never answers
@@ -112,14 +112,14 @@ def make_route(
     return route
 
 
-def make_job(
+def make_work(
     *chain: ModelRoute, stream: bool = True, deadline_s: float = 5.0, max_tokens: int = 5
-) -> Job:
+) -> Work:
     request = InferenceRequest(
         RequestKind.COMPLETION, chain[0].name, SamplingParams(max_tokens), stream, prompt="hi"
     )
     call = chain[0].upstream_call(request)
-    return Job(request, chain, "t", 1.0, "online", 10, time.monotonic() + deadline_s, call)
+    return Work(request, chain, "t", 1.0, "online", 10, time.monotonic() + deadline_s, call)
 
 
 def admission_for(*routes: ModelRoute, max_queued: int = 8) -> AdmissionController:
@@ -147,7 +147,7 @@ def replica(route: ModelRoute, host: str) -> Replica:
 async def test_an_empty_stream_gives_its_slot_back_at_once() -> None:
     route = make_route(ScriptedBackend(a=[]))
     admission = admission_for(route)
-    first, rest, _ = await Dispatcher(admission).stream(make_job(route))
+    first, rest, _ = await Dispatcher(admission).stream(make_work(route))
     assert first is None
     assert in_flight(admission, route) == 0
     await rest.aclose()  # what the API does with an empty stream: close it unread
@@ -159,7 +159,7 @@ async def test_a_stream_closed_unread_gives_its_slot_back_and_cancels_upstream()
     backend = ScriptedBackend(a=["one", "two", HANG])
     route = make_route(backend)
     admission = admission_for(route)
-    first, rest, _ = await Dispatcher(admission).stream(make_job(route))
+    first, rest, _ = await Dispatcher(admission).stream(make_work(route))
     assert first == Delta("one")
     assert in_flight(admission, route) == 1
     # The client left at the first event: the API closes the rest without reading it.
@@ -176,7 +176,7 @@ async def test_a_stream_closed_unread_gives_its_slot_back_and_cancels_upstream()
 async def test_a_stream_read_to_the_end_charges_its_tokens() -> None:
     route = make_route(ScriptedBackend(a=["one", "two", "three"]))
     admission = admission_for(route)
-    first, rest, _ = await Dispatcher(admission).stream(make_job(route))
+    first, rest, _ = await Dispatcher(admission).stream(make_work(route))
     assert first is not None
     assert [delta.text async for delta in rest] == ["two", "three"]
     assert in_flight(admission, route) == 0
@@ -233,7 +233,7 @@ async def test_survivors_of_an_ejection_keep_their_cap() -> None:
     route.resilience.outlier.record_failure(b)
     a.outstanding = 1  # a has its one request already
     with pytest.raises(NoReplicaLeft):
-        await failover.complete(route, make_job(route).first_call, time.monotonic() + 5)
+        await failover.complete(route, make_work(route).first_call, time.monotonic() + 5)
     assert backend.calls == []
 
 
@@ -295,7 +295,7 @@ async def test_a_replica_silent_past_the_first_token_budget_is_ejected() -> None
     admission = admission_for(route)
     route.pool.replicas[1].outstanding = 1  # a is picked first
     with pytest.raises(DeadlineMissed):
-        await Dispatcher(admission).stream(make_job(route))
+        await Dispatcher(admission).stream(make_work(route))
     assert route.resilience.outlier.state(replica(route, "a")) is ReplicaState.EJECTED
     assert backend.open_streams == 0 and in_flight(admission, route) == 0
 
@@ -307,7 +307,7 @@ async def test_a_deadline_shorter_than_the_budget_blames_no_replica() -> None:
         outlier={"consecutive_failures": 1},
     )
     with pytest.raises(DeadlineMissed):
-        await Dispatcher(admission_for(route)).stream(make_job(route, deadline_s=0.03))
+        await Dispatcher(admission_for(route)).stream(make_work(route, deadline_s=0.03))
     assert route.resilience.outlier.state(route.pool.replicas[0]) is ReplicaState.IN_SERVICE
 
 
@@ -316,7 +316,7 @@ async def test_backend_timeouts_count_as_failures(stream: bool) -> None:
     route = make_route(ScriptedBackend(a=[UpstreamTimeout]), outlier={"consecutive_failures": 1})
     with pytest.raises(UpstreamTimeout):
         await getattr(Dispatcher(admission_for(route)), "stream" if stream else "complete")(
-            make_job(route, stream=stream)
+            make_work(route, stream=stream)
         )
     assert route.resilience.outlier.state(route.pool.replicas[0]) is ReplicaState.EJECTED
 
@@ -326,7 +326,7 @@ async def test_a_backend_timeout_mid_stream_counts_as_a_failure() -> None:
         ScriptedBackend(a=["one", UpstreamTimeout]), outlier={"consecutive_failures": 1}
     )
     admission = admission_for(route)
-    _, rest, _ = await Dispatcher(admission).stream(make_job(route))
+    _, rest, _ = await Dispatcher(admission).stream(make_work(route))
     with pytest.raises(UpstreamTimeout):
         await anext(rest)
     assert route.resilience.outlier.state(route.pool.replicas[0]) is ReplicaState.EJECTED
@@ -336,7 +336,7 @@ async def test_a_backend_timeout_mid_stream_counts_as_a_failure() -> None:
 async def test_a_cancelled_request_blames_no_replica() -> None:
     route = make_route(ScriptedBackend(a=[HANG]), outlier={"consecutive_failures": 1})
     admission = admission_for(route)
-    task = asyncio.ensure_future(Dispatcher(admission).stream(make_job(route)))
+    task = asyncio.ensure_future(Dispatcher(admission).stream(make_work(route)))
     await asyncio.sleep(0.02)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
@@ -358,7 +358,7 @@ async def test_a_single_replica_spends_no_retry_budget() -> None:
     assert budget.remaining() == 1
     started = time.monotonic()
     with pytest.raises(NoReplicaLeft):
-        await failover.complete(route, make_job(route).first_call, time.monotonic() + 5)
+        await failover.complete(route, make_work(route).first_call, time.monotonic() + 5)
     assert time.monotonic() - started < 0.2  # no backoff waited for nothing
     assert budget.remaining() == 1
     assert counter(metrics.RETRIES, route.name) == 0
@@ -372,7 +372,7 @@ async def test_a_retry_on_another_replica_spends_the_budget() -> None:
                "backoff_base_s": 0.001, "backoff_cap_s": 0.001},
     )  # fmt: skip
     route.pool.replicas[1].outstanding = 1  # a is picked first
-    first, rest, _ = await Dispatcher(admission_for(route)).stream(make_job(route))
+    first, rest, _ = await Dispatcher(admission_for(route)).stream(make_work(route))
     await rest.aclose()
     assert first == Delta("ok") and backend.calls == ["http://a", "http://b"]
     assert route.resilience.budget.remaining() == 0
@@ -386,12 +386,12 @@ async def test_a_started_stream_ends_with_a_timeout_at_the_deadline() -> None:
     backend = ScriptedBackend(a=["one", "two", HANG])
     route = make_route(backend, outlier={"consecutive_failures": 1})
     admission = admission_for(route)
-    job = make_job(route, deadline_s=0.1)
-    _, rest, _ = await Dispatcher(admission).stream(job)
+    work = make_work(route, deadline_s=0.1)
+    _, rest, _ = await Dispatcher(admission).stream(work)
     assert await anext(rest) == Delta("two")
     with pytest.raises(UpstreamTimeout):
         await asyncio.wait_for(anext(rest), 2.0)
-    assert job.deadline - 0.01 <= time.monotonic() < job.deadline + 0.5
+    assert work.deadline - 0.01 <= time.monotonic() < work.deadline + 0.5
     assert in_flight(admission, route) == 0
     assert backend.open_streams == 0 and route.pool.replicas[0].outstanding == 0
     # The gateway's deadline, not the replica's fault.
@@ -404,7 +404,7 @@ async def test_a_deadline_between_reads_gives_the_slot_back_at_once() -> None:
     backend = ScriptedBackend(a=["one", "two", "three"])
     route = make_route(backend)
     admission = admission_for(route)
-    _, rest, _ = await Dispatcher(admission).stream(make_job(route, deadline_s=0.03))
+    _, rest, _ = await Dispatcher(admission).stream(make_work(route, deadline_s=0.03))
     await asyncio.sleep(0.06)  # the reader is busy elsewhere
     assert in_flight(admission, route) == 0
     with pytest.raises(UpstreamTimeout):
@@ -415,7 +415,7 @@ async def test_a_deadline_between_reads_gives_the_slot_back_at_once() -> None:
 async def test_a_reader_cancelled_before_the_deadline_is_not_a_timeout() -> None:
     route = make_route(ScriptedBackend(a=["one", HANG]))
     admission = admission_for(route)
-    _, rest, _ = await Dispatcher(admission).stream(make_job(route, deadline_s=5.0))
+    _, rest, _ = await Dispatcher(admission).stream(make_work(route, deadline_s=5.0))
     reader = asyncio.ensure_future(anext(rest))
     await asyncio.sleep(0.02)
     reader.cancel()
@@ -436,13 +436,13 @@ async def test_first_token_timeouts_teach_the_predicted_wait() -> None:
     )
     small = make_route(ScriptedBackend(a=["small"]))
     dispatcher = Dispatcher(admission_for(big, small))
-    _, rest, served = await dispatcher.stream(make_job(big, small))
+    _, rest, served = await dispatcher.stream(make_work(big, small))
     await rest.aclose()
     assert served.fallbacks[-1].reason is FallbackReason.TTFT_TIMEOUT
     ttft = big.resilience.latency.ttft_s
     assert ttft is not None and ttft >= 0.045
     # Known slow now: a deadline shorter than its usual TTFT goes to `small` up front.
-    _, rest, served = await dispatcher.stream(make_job(big, small, deadline_s=0.04))
+    _, rest, served = await dispatcher.stream(make_work(big, small, deadline_s=0.04))
     await rest.aclose()
     assert served.route is small
     assert served.fallbacks[-1].reason is FallbackReason.PREDICTED_WAIT
@@ -452,7 +452,7 @@ async def test_a_short_timeout_does_not_lower_what_was_learned() -> None:
     route = make_route(ScriptedBackend(a=[HANG]), timeouts={"first_token_s": 0.02})
     route.resilience.latency.ttft_s = 10.0
     with pytest.raises(DeadlineMissed):
-        await Dispatcher(admission_for(route)).stream(make_job(route, deadline_s=20))
+        await Dispatcher(admission_for(route)).stream(make_work(route, deadline_s=20))
     assert route.resilience.latency.ttft_s == 10.0
 
 
@@ -461,7 +461,7 @@ async def test_a_deadline_miss_teaches_the_whole_answer_time() -> None:
     latency = route.resilience.latency
     with pytest.raises(DeadlineMissed):
         await Dispatcher(admission_for(route)).complete(
-            make_job(route, stream=False, deadline_s=0.05, max_tokens=5)
+            make_work(route, stream=False, deadline_s=0.05, max_tokens=5)
         )
     assert latency.expected_s(False, 5) >= 0.045
 
@@ -483,7 +483,7 @@ async def test_a_backoff_past_the_first_token_budget_is_a_first_token_timeout() 
     remaining = route.resilience.budget.remaining()
     started = time.monotonic()
     with pytest.raises(DeadlineMissed, match="no first token"):
-        await Dispatcher(admission_for(route)).stream(make_job(route))
+        await Dispatcher(admission_for(route)).stream(make_work(route))
     assert time.monotonic() - started < 0.2
     assert backend.calls == ["http://a"]
     assert route.resilience.budget.remaining() == remaining

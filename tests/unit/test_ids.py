@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from gateway.ids import unique_id
+from gateway.inference.ids import unique_id
 
 
 def test_ids_do_not_repeat() -> None:

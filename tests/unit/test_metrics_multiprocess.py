@@ -20,8 +20,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.backends.triton_metrics import TritonQueue
 from gateway.observability import metrics
-from gateway.resilience import health
-from gateway.scheduler.routing import Replica
+from gateway.upstream import health
+from gateway.upstream.pool import Replica
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -31,7 +31,8 @@ WORKER = r"""
 import json, sys
 from types import SimpleNamespace
 from gateway.observability import metrics
-from gateway.resilience.outlier import ReplicaState
+from gateway.serving.state import GatewayState
+from gateway.upstream.outlier import ReplicaState
 
 spec = json.loads(sys.argv[1])
 metrics.RATELIMIT_BACKEND_UP.set(spec["redis_up"])
@@ -52,7 +53,7 @@ route = SimpleNamespace(
     name="m", pool=SimpleNamespace(replicas=replicas),
     resilience=SimpleNamespace(outlier=outlier),
 )
-metrics.watch_state(admission, [route])
+metrics.watch_state(GatewayState(admission, [route]))
 print("ready", flush=True)
 for line in sys.stdin:
     if line.strip() == "render":

@@ -7,12 +7,12 @@ import logging
 import pytest
 from jinja2.exceptions import SecurityError
 
-from gateway.api.errors import APIError
-from gateway.auth import Authenticator
-from gateway.backends.prompt import PromptTemplate, template_problem
+from gateway.api.errors import client_error
 from gateway.config import Tenant, hash_key
-from gateway.inference import ChatMessage
+from gateway.inference.prompt import PromptTemplate, template_problem
+from gateway.inference.types import ChatMessage
 from gateway.observability.logging import RedactingFilter, redact
+from gateway.serving.auth import Authenticator, InvalidApiKey
 
 MESSAGES = [ChatMessage("system", "Be brief."), ChatMessage("user", "Hi")]
 
@@ -55,9 +55,9 @@ def test_bearer_key_maps_to_its_tenant() -> None:
 def test_missing_or_unknown_key_is_401(header: str | None) -> None:
     digest = hash_key("sk-acme").removeprefix("sha256:")
     auth = Authenticator({"acme": tenant("*")}, {digest: "acme"})
-    with pytest.raises(APIError) as caught:
+    with pytest.raises(InvalidApiKey) as caught:
         auth.identify(header)
-    assert caught.value.status == 401
+    assert client_error(caught.value).status == 401
 
 
 def test_wildcard_allows_every_model() -> None:

@@ -14,7 +14,7 @@ from gateway.api.requests import decode_json, parse_chat, parse_completion
 from gateway.backends.base import ReplicaUnavailable
 from gateway.backends.openai import _endpoint
 from gateway.backends.triton_grpc import TritonGRPCBackend
-from gateway.inference import ChatMessage, RequestKind, SamplingParams, UpstreamCall
+from gateway.inference.types import ChatMessage, RequestKind, SamplingParams, UpstreamCall
 
 USER = [{"role": "user", "content": "hi"}]
 

@@ -9,10 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.resilience.backoff import Backoff
-from gateway.resilience.budget import RetryBudget
-from gateway.resilience.outlier import OutlierDetector, ReplicaState
-from gateway.scheduler.routing import Replica, ReplicaPool
+from gateway.upstream.backoff import Backoff
+from gateway.upstream.budget import RetryBudget
+from gateway.upstream.outlier import OutlierDetector, ReplicaState
+from gateway.upstream.pool import Replica, ReplicaPool
 from tests.fake_clock import FakeClock
 
 # -- backoff ----------------------------------------------------------------------------

@@ -6,7 +6,7 @@ import orjson
 
 from gateway.api.errors import APIError
 from gateway.api.responses import SSE_DONE, ChunkWriter, completion_body, sse_error
-from gateway.inference import (
+from gateway.inference.types import (
     ChatMessage,
     Completion,
     InferenceRequest,

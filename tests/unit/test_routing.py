@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gateway.backends.triton_metrics import TritonQueue, queue_delay
-from gateway.scheduler.routing import ReplicaPool
+from gateway.upstream.pool import ReplicaPool
 
 
 def test_picks_the_least_loaded_healthy_replica() -> None:

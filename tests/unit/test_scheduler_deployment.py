@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 import yaml
 
+from gateway.config.cluster import ClusterConfig, load_cluster
 from gateway.config.source import ConfigError
-from gateway.scheduler.cluster_config import ClusterConfig, load_cluster
-from gateway.scheduler.deployment import plan_deployments
+from gateway.placement.deployment import plan_deployments
 from gateway.scheduler.fragmentation import target_workload
 from gateway.scheduler.model import Cluster, Node, Pod
 from gateway.scheduler.policies import POLICY_NAMES, make_policy

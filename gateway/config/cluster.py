@@ -1,0 +1,108 @@
+"""`cluster.yaml`: the GPU nodes (each a Triton server) and the model deployments on them.
+
+Read like the gateway's own config: YAML with line numbers, `${VAR}` substitution,
+unknown keys refused, every problem reported as `file:line: message`.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Annotated
+
+from pydantic import Field, HttpUrl, model_validator
+
+from gateway.config.schema import Int, NonNegativeInt, PositiveInt, Strict
+from gateway.config.source import ConfigError, Problem, Source, read_source
+from gateway.config.validation import validate_source
+from gateway.scheduler.policies import POLICY_NAMES
+
+
+class ClusterNode(Strict):
+    """One GPU server: its Triton HTTP endpoint and its resources."""
+
+    name: str
+    # Triton's HTTP endpoint: inference, health and the model repository API.
+    url: HttpUrl
+    gpus: PositiveInt
+    gpu_model: str = "any"
+    cpu_milli: PositiveInt = 64_000
+    memory_mib: PositiveInt = 262_144
+    # An interconnect domain (NVLink island, rack): the topology policy keeps jobs in one.
+    domain: str = ""
+
+    @property
+    def base_url(self) -> str:
+        """`url` without a trailing slash, to append API paths to."""
+        return str(self.url).rstrip("/")
+
+
+class Deployment(Strict):
+    """A model and how many replicas of what size it runs."""
+
+    model: str
+    replicas: PositiveInt = 1
+    # Whole GPUs per replica, or `gpu_milli` thousandths of one GPU (shared) when below 1000.
+    gpus: NonNegativeInt = 1
+    gpu_milli: Annotated[Int, Field(ge=1, le=1000)] = 1000
+    cpu_milli: NonNegativeInt = 4_000
+    memory_mib: NonNegativeInt = 16_384
+    # Allowed GPU models; empty: any.
+    gpu_models: list[str] = Field(default_factory=list)
+    tenant: str = ""
+    # Higher numbers are placed first and keep their place when capacity runs short.
+    priority: Int = 0
+
+    @model_validator(mode="after")
+    def _one_gpu_when_shared(self) -> Deployment:
+        if self.gpu_milli < 1000 and self.gpus != 1:
+            raise ValueError("a replica with gpu_milli below 1000 shares one GPU: set gpus: 1")
+        return self
+
+
+class ClusterConfig(Strict):
+    """The whole file."""
+
+    # A placement policy by name (`gateway simulate packing --help` lists them).
+    policy: str = "best"
+    nodes: list[ClusterNode]
+    deployments: list[Deployment] = Field(default_factory=list)
+
+
+def load_cluster(path: str) -> ClusterConfig:
+    """The cluster file at `path`, validated; raises ConfigError listing every problem."""
+    cluster, _, problems = check_cluster(path)
+    if problems or cluster is None:
+        raise ConfigError(problems)
+    return cluster
+
+
+def check_cluster(path: str) -> tuple[ClusterConfig | None, Source, list[Problem]]:
+    """Read and validate the cluster file: (the config or None, its source, problems).
+
+    The source lets a caller report its own cross checks at the file's lines.
+    """
+    source = read_source(path)
+    problems = list(source.problems)
+    cluster = None
+    if source.parsed and not problems:
+        cluster, problems = validate_source(ClusterConfig, source)
+    if cluster is not None:
+        problems += _duplicates(source, cluster)
+        if cluster.policy != "best" and cluster.policy not in POLICY_NAMES:
+            choices = ", ".join(("best", *POLICY_NAMES))
+            problems.append(source.problem(("policy",), f"policy: unknown, choose from {choices}"))
+    return (None if problems else cluster), source, problems
+
+
+def _duplicates(source: Source, cluster: ClusterConfig) -> list[Problem]:
+    problems = []
+    for section, names in (
+        ("nodes", [n.name for n in cluster.nodes]),
+        ("deployments", [d.model for d in cluster.deployments]),
+    ):
+        seen = Counter(names)
+        for index, name in enumerate(names):
+            if seen[name] > 1:
+                message = f"{section}[{index}]: duplicate name {name!r}"
+                problems.append(source.problem((section, index), message))
+    return problems

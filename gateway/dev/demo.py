@@ -1,0 +1,153 @@
+"""`gateway demo`: real Triton replicas (simulated LLMs), Redis and the gateway, on localhost."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from types import FrameType
+
+from gateway.dev.processes import (
+    Cancelled,
+    free_port,
+    gateway_command,
+    redis_server_path,
+    spawn,
+    start_redis,
+    stop,
+    wait_http_ok,
+)
+from gateway.storage.redis_client import EMBEDDED_URL
+
+# Two Triton servers, the nodes of config/cluster.yaml. Both have both models; the
+# gateway loads and unloads them where the scheduler places cluster.yaml's deployments.
+_SERVERS = (("NODE_A_URL", "llm-large,llm-small"), ("NODE_B_URL", "llm-large,llm-small"))
+
+
+# The source tree's root: `config/gateway.yaml` is found there when not in the cwd.
+_ROOT = Path(__file__).resolve().parents[2]
+
+
+def resolve_config(path: str) -> str | None:
+    """`path` if it exists, else a relative `path` under the source tree; None if neither."""
+    if os.path.exists(path):
+        return os.path.abspath(path)
+    if not os.path.isabs(path) and (_ROOT / path).exists():
+        return str(_ROOT / path)
+    return None
+
+
+def _examples(port: int) -> str:
+    base = f"http://127.0.0.1:{port}/v1"
+    # The interpreter running the demo has the openai package (and Debian has no `python`).
+    python = shlex.quote(sys.executable)
+    return f"""
+The gateway is ready at {base}   (Ctrl-C stops everything)
+
+  curl -s {base}/chat/completions -H 'Authorization: Bearer sk-acme-demo' \\
+    -H 'Content-Type: application/json' \\
+    -d '{{"model": "llm-large", "messages": [{{"role": "user", "content": "Hello!"}}]}}'
+
+  {python} - <<'PY'
+from openai import OpenAI
+client = OpenAI(base_url="{base}", api_key="sk-acme-demo")
+print(client.chat.completions.create(
+    model="llm-large", messages=[{{"role": "user", "content": "Hello!"}}]
+).choices[0].message.content)
+for chunk in client.chat.completions.create(
+    model="llm-small", messages=[{{"role": "user", "content": "Stream, please"}}], stream=True
+):
+    print(chunk.choices[0].delta.content or "", end="", flush=True)
+print()
+PY
+
+Tenants: acme   (key sk-acme-demo, online, models llm-large and llm-small)
+         globex (key sk-globex-demo, batch, model llm-small)
+"""
+
+
+def _check(config_path: str) -> str | None:
+    """The config to run (absolute), after printing its problems; None when unusable."""
+    from gateway.config import check_config
+
+    resolved = resolve_config(config_path)
+    if resolved is None:
+        print(f"demo: {config_path}: no such file (nor under {_ROOT})", file=sys.stderr)
+        return None
+    problems = check_config(resolved)
+    for problem in problems:
+        print(problem, file=sys.stderr)
+    return None if problems else resolved
+
+
+def run_demo(port: int, config_path: str) -> int:
+    """Start the stack, print how to call it, and stop it all on Ctrl-C or SIGTERM.
+
+    The config (with its tenants and cluster files) is checked before anything starts;
+    Ctrl-C while the stack starts stops what has started so far.
+    """
+    config = _check(config_path)
+    if config is None:
+        return 1
+    stopping = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stopping.set()
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+
+    env = dict(os.environ)
+    children: list[subprocess.Popen[bytes]] = []
+    try:
+        if redis_server_path() is not None:
+            redis_port = free_port()
+            children.append(start_redis(redis_port, cancel=stopping))
+            env["GATEWAY_REDIS_URL"] = f"redis://127.0.0.1:{redis_port}/0"
+            print(f"redis-server on 127.0.0.1:{redis_port}")
+        else:
+            env["GATEWAY_REDIS_URL"] = EMBEDDED_URL
+            print("redis-server not found: using the embedded fakeredis")
+
+        sims: list[tuple[int, str, subprocess.Popen[bytes]]] = []
+        for variable, models in _SERVERS:
+            sim_port = free_port(span=3, start=21000 + 100 * len(sims))
+            process = spawn(
+                gateway_command("triton-sim", "--port", str(sim_port), "--models", models)
+            )
+            children.append(process)
+            sims.append((sim_port, models, process))
+            env[variable] = f"http://127.0.0.1:{sim_port}"
+        for sim_port, models, process in sims:
+            for model in models.split(","):
+                url = f"http://127.0.0.1:{sim_port}/v2/models/{model}/ready"
+                wait_http_ok(url, timeout_s=90, process=process, cancel=stopping)
+            print(f"triton-sim {models} on 127.0.0.1:{sim_port} (gRPC {sim_port + 1})")
+
+        gateway = spawn(gateway_command("serve", "--config", config, "--port", str(port)), env=env)
+        children.append(gateway)
+        wait_http_ok(
+            f"http://127.0.0.1:{port}/readyz", timeout_s=60, process=gateway, cancel=stopping
+        )
+        print(_examples(port), flush=True)
+
+        while not stopping.wait(0.5):
+            for child in children:
+                if child.poll() is not None:
+                    print(f"{child.args!r} exited with {child.returncode}", file=sys.stderr)
+                    return 1
+        return 0
+    except Cancelled:
+        return 130  # interrupted before the stack was up
+    except (RuntimeError, TimeoutError, FileNotFoundError) as exc:
+        print(f"demo: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        print("stopping...", flush=True)
+        for child in reversed(children):
+            stop(child)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

@@ -1,0 +1,247 @@
+"""A Triton Python-backend model that imitates an LLM on the CPU.
+
+`gateway.dev.sim.repository` copies this file to `<repo>/<model>/1/model.py`. The model is
+decoupled: `execute` turns every request into an asyncio task and returns at once, so
+hundreds of streams overlap in one stub process.
+
+Text is deterministic: the words come from a hash of the prompt (and the `seed` request
+parameter), so tests can compute the expected answer with `generate_pieces`, which is
+importable without Triton.
+
+Inputs:  text_input BYTES [1], max_tokens INT32 [1] (optional, default 16),
+         stream BOOL [1] (optional, default false).
+Outputs: text_output BYTES [1], num_input_tokens INT32 [1], num_output_tokens INT32 [1].
+Request parameters (JSON): seed (changes the text), stop (JSON list of strings, or one
+plain string); temperature, top_p and anything else are accepted and ignored.
+Model config parameters (string values, seconds): token_delay, prefill_per_char.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+try:
+    import triton_python_backend_utils as pb_utils
+except ImportError:  # imported outside Triton (tests) only for the pure text functions
+    pb_utils = None
+
+VOCABULARY = (
+    "lorem", "ipsum", "dolor", "sit", "amet", "consectetur", "adipiscing", "elit",
+    "sed", "do", "eiusmod", "tempor", "incididunt", "ut", "labore", "et",
+    "dolore", "magna", "aliqua", "enim", "ad", "minim", "veniam", "quis",
+    "nostrud", "exercitation", "ullamco", "laboris", "nisi", "aliquip", "ex", "ea",
+)  # fmt: skip
+MIN_TOKENS = 8
+LENGTH_SPREAD = 57  # natural length is MIN_TOKENS + hash % LENGTH_SPREAD, so 8..64
+DEFAULT_MAX_TOKENS = 16
+_EXECUTE_GRACE = 0.01  # seconds; see TritonPythonModel.execute
+
+
+def count_input_tokens(prompt: bytes) -> int:
+    """Prompt tokens as the simulator counts them: one per 4 bytes, rounded up."""
+    return math.ceil(len(prompt) / 4)
+
+
+def _digest(prompt: bytes, seed: Any) -> bytes:
+    # hashlib, not hash(): the text must not change between processes (PYTHONHASHSEED).
+    prefix = b"" if seed is None else str(seed).encode() + b"\x00"
+    return hashlib.sha256(prefix + prompt).digest()
+
+
+def natural_length(prompt: bytes, seed: Any = None) -> int:
+    """Tokens the model generates for this prompt when max_tokens does not cut it."""
+    return MIN_TOKENS + int.from_bytes(_digest(prompt, seed)[:8], "big") % LENGTH_SPREAD
+
+
+def _word(digest: bytes, index: int) -> str:
+    h = hashlib.blake2b(digest + index.to_bytes(4, "big"), digest_size=4).digest()
+    return VOCABULARY[int.from_bytes(h, "big") % len(VOCABULARY)] + " "
+
+
+def generate_pieces(
+    prompt: bytes,
+    max_tokens: int = DEFAULT_MAX_TOKENS,
+    seed: Any = None,
+    stop: Sequence[str] = (),
+) -> list[str]:
+    """The output tokens (one word plus a space each) for a request.
+
+    With stop strings, the text is cut before the first occurrence of any of them and
+    the pieces are the words of what is left (the last one may be a partial word).
+    Streaming and non-streaming answers are both built from this list, so the
+    concatenation of the streamed tokens always equals the non-streamed text.
+    """
+    digest = _digest(prompt, seed)
+    count = max(0, min(natural_length(prompt, seed), max_tokens))
+    words = [_word(digest, i) for i in range(count)]
+    text = "".join(words)
+    cuts = [text.find(s) for s in stop if s]
+    cut = min((c for c in cuts if c >= 0), default=len(text))
+    pieces: list[str] = []
+    remaining = text[:cut]
+    for word in words:
+        if not remaining:
+            break
+        pieces.append(remaining[: len(word)])
+        remaining = remaining[len(word) :]
+    return pieces
+
+
+def parse_stop(value: Any) -> list[str]:
+    """Stop strings from a request parameter: a JSON list, a plain string, or a list."""
+    if value is None or value == "":
+        return []
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return [value]  # not JSON: one literal stop string
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, list):
+        return [str(s) for s in value]
+    raise ValueError(f"stop must be a string or a JSON list of strings, got {value!r}")
+
+
+@dataclass(frozen=True)
+class _GenerateRequest:
+    prompt: bytes
+    max_tokens: int
+    stream: bool
+    seed: Any
+    stop: list[str]
+
+
+def _first(request: Any, name: str) -> Any:
+    tensor = pb_utils.get_input_tensor_by_name(request, name)
+    if tensor is None:
+        return None
+    values = tensor.as_numpy().reshape(-1)
+    if values.size == 0:
+        raise ValueError(f"{name} is empty")
+    return values[0]
+
+
+def _parse_request(request: Any) -> _GenerateRequest:
+    prompt = _first(request, "text_input")
+    if isinstance(prompt, str):
+        prompt = prompt.encode()
+    if not prompt:
+        raise ValueError("text_input is required and must not be empty")
+    max_tokens = _first(request, "max_tokens")
+    max_tokens = DEFAULT_MAX_TOKENS if max_tokens is None else int(max_tokens)
+    if max_tokens < 0:
+        raise ValueError(f"max_tokens must be >= 0, got {max_tokens}")
+    stream = _first(request, "stream")
+    params = json.loads(request.parameters() or "{}")
+    return _GenerateRequest(
+        prompt=bytes(prompt),
+        max_tokens=max_tokens,
+        stream=bool(stream) if stream is not None else False,
+        seed=params.get("seed"),
+        stop=parse_stop(params.get("stop")),
+    )
+
+
+def _response(text: str, input_tokens: int, output_tokens: int) -> Any:
+    return pb_utils.InferenceResponse(
+        output_tensors=[
+            pb_utils.Tensor("text_output", np.array([text.encode()], dtype=np.object_)),
+            pb_utils.Tensor("num_input_tokens", np.array([input_tokens], dtype=np.int32)),
+            pb_utils.Tensor("num_output_tokens", np.array([output_tokens], dtype=np.int32)),
+        ]
+    )
+
+
+def _error(message: str) -> Any:
+    return pb_utils.InferenceResponse(error=pb_utils.TritonError(message))
+
+
+class TritonPythonModel:
+    """The Python-backend entry point."""
+
+    def initialize(self, args: dict[str, str]) -> None:
+        params = json.loads(args["model_config"]).get("parameters", {})
+
+        def seconds(key: str, default: float) -> float:
+            return float(params.get(key, {}).get("string_value", default))
+
+        self.token_delay = seconds("token_delay", 0.01)
+        self.prefill_per_char = seconds("prefill_per_char", 0.0001)
+        self.decoupled = pb_utils.using_decoupled_model_transaction_policy(
+            json.loads(args["model_config"])
+        )
+        # create_task keeps only a weak reference: hold the tasks until they finish.
+        self.tasks: set[asyncio.Task[None]] = set()
+
+    async def execute(self, requests: list[Any]) -> Any:
+        """Start one task per request; responses go through each request's sender.
+
+        A non-decoupled model instead answers each request whole, one after another.
+        """
+        if not self.decoupled:
+            return [await self._whole(request) for request in requests]
+        final = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+        for request in requests:
+            sender = request.get_response_sender()
+            try:
+                # Read the inputs now: the task outlives this call.
+                parsed = _parse_request(request)
+            except Exception as exc:
+                sender.send(_error(str(exc)), flags=final)
+                continue
+            task = asyncio.get_running_loop().create_task(self._generate(parsed, sender))
+            self.tasks.add(task)
+            task.add_done_callback(self.tasks.discard)
+        # Return only after the stub has registered this coroutine: returning at once
+        # races with the registration (triton-inference-server/server#8537), which then
+        # logs "Cannot remove future from background" and leaks the finished future.
+        await asyncio.sleep(_EXECUTE_GRACE)
+        return None
+
+    async def _whole(self, request: Any) -> Any:
+        try:
+            parsed = _parse_request(request)
+        except Exception as exc:
+            return _error(str(exc))
+        pieces = generate_pieces(parsed.prompt, parsed.max_tokens, parsed.seed, parsed.stop)
+        await asyncio.sleep(
+            self.prefill_per_char * len(parsed.prompt) + self.token_delay * len(pieces)
+        )
+        return _response("".join(pieces), count_input_tokens(parsed.prompt), len(pieces))
+
+    async def _generate(self, parsed: _GenerateRequest, sender: Any) -> None:
+        final = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+        try:
+            pieces = generate_pieces(parsed.prompt, parsed.max_tokens, parsed.seed, parsed.stop)
+            n_in = count_input_tokens(parsed.prompt)
+            await asyncio.sleep(self.prefill_per_char * len(parsed.prompt))
+            if not parsed.stream:
+                await asyncio.sleep(self.token_delay * len(pieces))
+                sender.send(_response("".join(pieces), n_in, len(pieces)), flags=final)
+                return
+            if not pieces:
+                # Still one data response, so every stream carries its usage counts.
+                sender.send(_response("", n_in, 0), flags=final)
+                return
+            for i, piece in enumerate(pieces):
+                await asyncio.sleep(self.token_delay)
+                if sender.is_cancelled():  # client went away: stop generating
+                    sender.send(flags=final)
+                    return
+                # The last token carries FINAL itself: no extra empty response is needed.
+                last = i == len(pieces) - 1
+                sender.send(_response(piece, n_in, 1), flags=final if last else 0)
+        except Exception as exc:
+            # If the sender is already closed, nothing more can reach the client.
+            with contextlib.suppress(Exception):
+                sender.send(_error(f"{type(exc).__name__}: {exc}"), flags=final)

@@ -1,0 +1,153 @@
+"""Model profiles and the on-disk model repository that `tritonserver` serves.
+
+The layout written by `write_repository(root, profiles)`:
+
+    root/repo/<model>/config.pbtxt          decoupled Python-backend model
+    root/repo/<model>/1/model.py            a copy of gateway/dev/sim/model_template.py
+    root/backends/python/*                  symlinks into the installed pytriton wheel
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import re
+import shutil
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+MODEL_TEMPLATE = Path(__file__).with_name("model_template.py")
+SYNC_SUFFIX = "-sync"
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+@dataclass(frozen=True)
+class ModelProfile:
+    """How fast one simulated model is."""
+
+    name: str
+    token_delay: float  # seconds per generated token
+    prefill_per_char: float  # seconds per prompt byte before the first token
+
+    @property
+    def decoupled(self) -> bool:
+        """Streaming (decoupled) unless the name ends in `-sync`: such a model answers once
+        per request and Triton runs its requests one at a time, queueing the rest (so
+        `nv_inference_pending_request_count` shows its queue)."""
+        return not self.name.endswith(SYNC_SUFFIX)
+
+
+LARGE = ModelProfile("llm-large", token_delay=0.04, prefill_per_char=0.0004)
+SMALL = ModelProfile("llm-small", token_delay=0.008, prefill_per_char=0.00005)
+_KNOWN = {LARGE.name: LARGE, SMALL.name: SMALL}
+
+
+def profile_for(name: str, token_delay_ms: float | None = None) -> ModelProfile:
+    """The profile for `name`: a known one, the small one, or an explicit token delay.
+
+    With `token_delay_ms`, prefill costs a hundredth of a token delay per byte.
+    """
+    if not _NAME.match(name):
+        raise ValueError(f"invalid model name {name!r}: use letters, digits, '_', '.', '-'")
+    if token_delay_ms is None:
+        base = _KNOWN.get(name, SMALL)
+        return ModelProfile(name, base.token_delay, base.prefill_per_char)
+    if not (math.isfinite(token_delay_ms) and token_delay_ms >= 0):
+        raise ValueError(f"token delay for {name!r} must be >= 0 ms, got {token_delay_ms}")
+    token_delay = token_delay_ms / 1000
+    return ModelProfile(name, token_delay, token_delay / 100)
+
+
+def parse_models(spec: str) -> list[ModelProfile]:
+    """Parse a `--models` value such as `llm-large,llm-small,fast=1`.
+
+    `name=MS` sets the per-token delay in milliseconds.
+    """
+    profiles: list[ModelProfile] = []
+    for item in (part.strip() for part in spec.split(",")):
+        if not item:
+            continue
+        name, sep, delay = item.partition("=")
+        name = name.strip()
+        try:
+            delay_ms = float(delay) if sep else None
+        except ValueError:
+            raise ValueError(f"bad token delay in {item!r}: expected name=MILLISECONDS") from None
+        profiles.append(profile_for(name, delay_ms))
+    names = [p.name for p in profiles]
+    if not names:
+        raise ValueError("no models given")
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise ValueError(f"duplicate model names: {', '.join(duplicates)}")
+    return profiles
+
+
+def render_config(profile: ModelProfile) -> str:
+    """The config.pbtxt of one simulated model."""
+    policy = "model_transaction_policy { decoupled: true }\n" if profile.decoupled else ""
+    return f"""\
+name: "{profile.name}"
+backend: "python"
+max_batch_size: 0
+{policy}input [
+  {{ name: "text_input" data_type: TYPE_STRING dims: [ 1 ] }},
+  {{ name: "max_tokens" data_type: TYPE_INT32 dims: [ 1 ] optional: true }},
+  {{ name: "stream" data_type: TYPE_BOOL dims: [ 1 ] optional: true }}
+]
+output [
+  {{ name: "text_output" data_type: TYPE_STRING dims: [ 1 ] }},
+  {{ name: "num_input_tokens" data_type: TYPE_INT32 dims: [ 1 ] }},
+  {{ name: "num_output_tokens" data_type: TYPE_INT32 dims: [ 1 ] }}
+]
+instance_group [ {{ count: 1 kind: KIND_CPU }} ]
+parameters {{ key: "token_delay" value {{ string_value: "{profile.token_delay!r}" }} }}
+parameters {{ key: "prefill_per_char" value {{ string_value: "{profile.prefill_per_char!r}" }} }}
+"""
+
+
+def tritonserver_dir() -> Path:
+    """`pytriton/tritonserver` of the installed nvidia-pytriton wheel (not imported: slow)."""
+    spec = importlib.util.find_spec("pytriton")
+    if spec is None or spec.origin is None:
+        raise RuntimeError("nvidia-pytriton is not installed: pip install 'inference-gateway[sim]'")
+    return Path(spec.origin).parent / "tritonserver"
+
+
+@dataclass(frozen=True)
+class RepositoryLayout:
+    """Paths of a generated repository."""
+
+    model_repository: Path
+    backend_directory: Path
+
+
+def write_backends(backend_directory: Path, server_dir: Path | None = None) -> None:
+    """Link the Python backend and the stub for this interpreter's version."""
+    server_dir = server_dir or tritonserver_dir()
+    python_dir = backend_directory / "python"
+    python_dir.mkdir(parents=True, exist_ok=True)
+    version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    sources = [
+        server_dir / "backends" / "python" / "libtriton_python.so",
+        server_dir / "backends" / "python" / "triton_python_backend_utils.py",
+        server_dir / "python_backend_stubs" / version / "triton_python_backend_stub",
+    ]
+    for source in sources:
+        if not source.exists():
+            raise RuntimeError(f"missing {source} in the nvidia-pytriton wheel")
+        (python_dir / source.name).symlink_to(source)
+
+
+def write_repository(root: Path, profiles: Sequence[ModelProfile]) -> RepositoryLayout:
+    """Write the model repository and the backends directory under `root`."""
+    layout = RepositoryLayout(root / "repo", root / "backends")
+    write_backends(layout.backend_directory)
+    for profile in profiles:
+        version_dir = layout.model_repository / profile.name / "1"
+        version_dir.mkdir(parents=True)
+        (version_dir.parent / "config.pbtxt").write_text(render_config(profile))
+        shutil.copyfile(MODEL_TEMPLATE, version_dir / "model.py")
+    return layout

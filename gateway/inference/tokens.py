@@ -1,0 +1,30 @@
+"""Token counts when the upstream does not report them."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from gateway.inference.types import ChatMessage
+
+# About four characters per token for English text with BPE tokenizers; used only to
+# estimate before the upstream reports exact counts.
+CHARS_PER_TOKEN = 4
+
+
+def estimate_tokens(text: str) -> int:
+    """A rough token count of `text` (at least 1 for non-empty text)."""
+    return -(-len(text) // CHARS_PER_TOKEN)
+
+
+# What a chat format adds around the messages, in tokens: about 4 per message (role and
+# delimiters) and 3 to prime the reply (OpenAI's published count for its chat models).
+TOKENS_PER_MESSAGE = 4
+TOKENS_PER_REPLY = 3
+
+
+def estimate_chat_tokens(messages: Iterable[ChatMessage]) -> int:
+    """A rough token count of chat messages as a server's own template renders them."""
+    total = TOKENS_PER_REPLY
+    for message in messages:
+        total += TOKENS_PER_MESSAGE + estimate_tokens(message.content)
+    return total

@@ -1,0 +1,196 @@
+"""Serving models where the scheduler places them, and placing them again when a node fails.
+
+With `cluster_file` in gateway.yaml, the gateway plans the cluster's deployments at
+start (`gateway.placement.deployment`), makes each node's Triton load what is placed on
+it and unload the rest (`gateway.placement.triton_repository`), and serves each placed
+model from the nodes that host it. It then probes every node's liveness: a node that
+fails `node_down_after` probes in a row is down; its replicas leave their models' pools
+at once (isolated), and are placed again on the nodes still up where capacity allows,
+every other replica staying where it is. Replicas that fit nowhere are tried again at
+each probe round, so they come back when a node does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from collections.abc import Callable, Mapping
+from urllib.parse import urlsplit
+
+import aiohttp
+
+from gateway.backends.http import LazySession, get_ok
+from gateway.backends.triton_metrics import default_metrics_url
+from gateway.config import BackendKind, GatewayConfig
+from gateway.config.cluster import ClusterConfig, ClusterNode, load_cluster
+from gateway.placement.deployment import DeploymentPlan, plan_deployments
+from gateway.placement.triton_repository import RepositoryError, apply_plan
+from gateway.upstream.route import ModelRoute
+
+log = logging.getLogger("gateway.placement.controller")
+
+PROBE_TIMEOUT_S = 1.0
+
+
+def cluster_path(config: GatewayConfig, gateway_path: str) -> str | None:
+    """The cluster file gateway.yaml names, relative to it; None when it names none."""
+    if config.cluster_file is None:
+        return None
+    return os.path.join(os.path.dirname(gateway_path), config.cluster_file)
+
+
+def replica_url(node: ClusterNode, backend: BackendKind) -> str:
+    """Where a model's backend reaches the node's Triton: HTTP as given; gRPC on the
+    next port (Triton's default layout, 8000 and 8001)."""
+    url = node.base_url
+    if backend is not BackendKind.TRITON_GRPC:
+        return url
+    parts = urlsplit(url)
+    return f"{parts.hostname}:{(parts.port or 80) + 1}"
+
+
+class ClusterPlacement:
+    """Keeps the placed models' replica pools in step with the cluster's live nodes."""
+
+    def __init__(
+        self,
+        cluster: ClusterConfig,
+        routes: Mapping[str, ModelRoute],
+        probe_interval_s: float,
+        down_after: int,
+        on_change: Callable[[str], None] | None = None,
+    ) -> None:
+        self.cluster = cluster
+        self.plan = DeploymentPlan()
+        self.down: set[str] = set()
+        self._routes = routes
+        self._interval_s = probe_interval_s
+        self._down_after = down_after
+        self._on_change = on_change
+        self._failures = {node.name: 0 for node in cluster.nodes}
+        self._nodes = {node.name: node for node in cluster.nodes}
+        self._urls = [node.base_url for node in cluster.nodes]
+        self._session = LazySession(connect_timeout_s=PROBE_TIMEOUT_S)
+        self._task: asyncio.Task[None] | None = None
+        # Deployed but not served through the gateway: placed and loaded all the same.
+        self.unrouted = sorted({d.model for d in cluster.deployments} - set(routes))
+
+    @classmethod
+    def load(
+        cls,
+        config: GatewayConfig,
+        gateway_path: str,
+        routes: Mapping[str, ModelRoute],
+        on_change: Callable[[str], None] | None = None,
+    ) -> ClusterPlacement | None:
+        """The placement for gateway.yaml's cluster file, or None when it has none."""
+        path = cluster_path(config, gateway_path)
+        if path is None:
+            return None
+        return cls(
+            load_cluster(path),
+            routes,
+            config.node_probe_interval_s,
+            config.node_down_after,
+            on_change,
+        )
+
+    async def start(self) -> None:
+        """Plan, apply the plan to the nodes, serve from it, then keep watching the nodes."""
+        if self.unrouted:
+            log.warning("deployed, not in gateway.yaml's models: %s", ", ".join(self.unrouted))
+        await self._probe_all()
+        await self._replace()
+        self._task = asyncio.create_task(self._watch())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
+        await self._session.close()
+
+    async def _watch(self) -> None:
+        while True:
+            await asyncio.sleep(self._interval_s)
+            try:
+                changed = await self._probe_all()
+                if changed or self.plan.unplaced:
+                    await self._replace()
+            except Exception:  # the watch must go on
+                log.exception("placing the cluster's deployments failed")
+
+    async def _probe_all(self) -> bool:
+        """Probe every node; True when a node went down or came back."""
+        # Live, not ready: Triton is not "ready" while it loads or unloads a model.
+        session = self._session.get()
+        results = await asyncio.gather(
+            *(get_ok(session, f"{url}/v2/health/live", PROBE_TIMEOUT_S) for url in self._urls)
+        )
+        changed = False
+        for node, ready in zip(self.cluster.nodes, results, strict=True):
+            self._failures[node.name] = 0 if ready else self._failures[node.name] + 1
+            down = self._failures[node.name] >= self._down_after or (
+                not ready and self._task is None  # at start: down at the first failure
+            )
+            if down and node.name not in self.down:
+                log.warning("node %s is down: its replicas are placed elsewhere", node.name)
+                self.down.add(node.name)
+                changed = True
+            elif ready and node.name in self.down:
+                log.warning("node %s is back", node.name)
+                self.down.discard(node.name)
+                changed = True
+        return changed
+
+    async def _replace(self) -> None:
+        """Plan again around the nodes that are down, apply it, and serve from it."""
+        # Isolate first: nothing more goes to a node that is down, whatever happens next.
+        self._point_pools(self._without_down_nodes)
+        plan = plan_deployments(self.cluster, down=self.down, keep=self.plan)
+        up = [n.name for n in self.cluster.nodes if n.name not in self.down]
+        try:
+            actions = await apply_plan(self.cluster, plan, nodes=up)
+        except (RepositoryError, aiohttp.ClientError, OSError, TimeoutError) as exc:
+            log.warning("applying the placement failed (%s); will try again", exc)
+            return
+        for action in actions:
+            log.info("placement: %s", action)
+        if plan.placements != self.plan.placements or plan.unplaced != self.plan.unplaced:
+            # A change is worth a warning only when something could not be placed.
+            log.log(
+                logging.WARNING if plan.unplaced else logging.INFO,
+                "placement: %s; unplaced: %s",
+                ", ".join(f"{p.model}#{p.index}@{p.node}" for p in plan.placements) or "none",
+                ", ".join(f"{m} x{n}" for m, n in sorted(plan.unplaced.items())) or "none",
+            )
+        self.plan = plan
+        self._point_pools(lambda route, _: self._plan_urls(route))
+
+    def _node_url(self, name: str, route: ModelRoute) -> str:
+        return replica_url(self._nodes[name], route.config.backend)
+
+    def _without_down_nodes(self, route: ModelRoute, urls: list[str]) -> list[str]:
+        down = {self._node_url(name, route) for name in self.down}
+        return [url for url in urls if url not in down]
+
+    def _plan_urls(self, route: ModelRoute) -> list[str]:
+        # A node hosting two replicas of a model is still one endpoint.
+        hosts = dict.fromkeys(self.plan.nodes_of(route.name))
+        return [self._node_url(name, route) for name in hosts]
+
+    def _point_pools(self, urls_for: Callable[[ModelRoute, list[str]], list[str]]) -> None:
+        """Give each placed model's pool the URLs `urls_for(route, current urls)`."""
+        for model in dict.fromkeys(d.model for d in self.cluster.deployments):
+            route = self._routes.get(model)
+            if route is None:
+                continue
+            current = [r.url for r in route.pool.replicas]
+            urls = urls_for(route, current)
+            if urls == current:
+                continue
+            kind = route.config.backend
+            route.pool.set_urls(urls, [default_metrics_url(kind, url) for url in urls])
+            if self._on_change is not None:
+                self._on_change(route.name)

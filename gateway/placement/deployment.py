@@ -1,0 +1,133 @@
+"""Where each model replica runs: the deployments of `cluster.yaml` placed on its nodes.
+
+Pure: no I/O. Replicas are placed one at a time by a placement policy (the same ones
+the packing experiment measures), higher priority first, then larger ones first (big
+replicas are the hard ones to fit), then by model name, so a plan is reproducible.
+Replicas of one model go to different nodes while some node that fits has none of them,
+so one node failing takes down as few replicas of a model as it can. When nodes go
+down, `plan_deployments(..., keep=previous)` keeps every replica on a healthy node where
+it is and places only the lost ones, where capacity allows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from dataclasses import dataclass, field
+
+from gateway.config.cluster import ClusterConfig, Deployment
+from gateway.scheduler.fragmentation import target_workload
+from gateway.scheduler.model import GPU_MILLI, Cluster, Node, Placement, Pod
+from gateway.scheduler.policies import BEST_POLICY, Policy, make_policy
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaPlacement:
+    """Replica `index` of `model` runs on `node`, on these GPU indices."""
+
+    model: str
+    index: int
+    node: str
+    gpus: tuple[int, ...]
+
+
+@dataclass(slots=True)
+class DeploymentPlan:
+    """Every replica's place, and how many of each model's replicas fit nowhere."""
+
+    placements: list[ReplicaPlacement] = field(default_factory=list)
+    unplaced: dict[str, int] = field(default_factory=dict)
+
+    def nodes_of(self, model: str) -> list[str]:
+        """The nodes running replicas of `model` (a node twice if it runs two)."""
+        return [p.node for p in self.placements if p.model == model]
+
+    def models_on(self, node: str) -> set[str]:
+        """The models with at least one replica on `node`."""
+        return {p.model for p in self.placements if p.node == node}
+
+
+def replica_pod(deployment: Deployment, index: int) -> Pod:
+    """One replica of `deployment` as the placement policies see it."""
+    shared = deployment.gpu_milli < GPU_MILLI
+    return Pod(
+        name=f"{deployment.model}#{index}",
+        num_gpu=1 if shared else deployment.gpus,
+        gpu_milli=deployment.gpu_milli if shared else GPU_MILLI,
+        cpu_milli=deployment.cpu_milli,
+        memory_mib=deployment.memory_mib,
+        gpu_models=frozenset(deployment.gpu_models),
+    )
+
+
+def plan_deployments(
+    cluster: ClusterConfig,
+    down: Collection[str] = (),
+    keep: DeploymentPlan | None = None,
+) -> DeploymentPlan:
+    """Place every replica of every deployment on the nodes not in `down`.
+
+    With `keep`, its replicas on nodes still up stay where they are; the rest of the
+    replicas (those that were on a node now down, or never placed) are placed anew.
+    """
+    nodes = [
+        Node(n.name, n.gpus, n.gpu_model, n.cpu_milli, n.memory_mib, domain=n.domain)
+        for n in cluster.nodes
+    ]
+    for node in nodes:
+        node.healthy = node.name not in down
+    index_of = {node.name: i for i, node in enumerate(nodes)}
+    state = Cluster(nodes)
+    deployments = sorted(
+        cluster.deployments,
+        key=lambda d: (-d.priority, -replica_pod(d, 0).requested_milli, d.model),
+    )
+    plan = DeploymentPlan()
+    kept: set[tuple[str, int]] = set()
+    by_model = {d.model: d for d in cluster.deployments}
+    for placed in keep.placements if keep is not None else ():
+        deployment = by_model.get(placed.model)
+        if deployment is None or placed.node in down or placed.node not in index_of:
+            continue
+        if placed.index >= deployment.replicas:
+            continue
+        state.place(
+            replica_pod(deployment, placed.index), Placement(index_of[placed.node], placed.gpus)
+        )
+        plan.placements.append(placed)
+        kept.add((placed.model, placed.index))
+
+    pods = [replica_pod(d, i) for d in deployments for i in range(d.replicas)]
+    name = BEST_POLICY if cluster.policy == "best" else cluster.policy
+    policy = make_policy(name, seed=0, shapes=target_workload(pods))
+    policy.bind(state)
+    for deployment in deployments:
+        for index in range(deployment.replicas):
+            if (deployment.model, index) in kept:
+                continue
+            pod = replica_pod(deployment, index)
+            placement = _spread(policy, pod, nodes, plan.nodes_of(deployment.model))
+            if placement is None:
+                plan.unplaced[deployment.model] = plan.unplaced.get(deployment.model, 0) + 1
+                continue
+            state.place(pod, placement)
+            policy.placed(pod, placement)
+            host = nodes[placement.node].name
+            plan.placements.append(ReplicaPlacement(deployment.model, index, host, placement.gpus))
+    plan.placements.sort(key=lambda p: (p.model, p.index))
+    return plan
+
+
+def _spread(policy: Policy, pod: Pod, nodes: list[Node], hosts: list[str]) -> Placement | None:
+    """The policy's choice among nodes without a replica of the model, else among all."""
+    if hosts:
+        hidden = [n for n in nodes if n.name in hosts and n.healthy]
+        for node in hidden:
+            node.healthy = False  # out of the policy's sight for this choice only
+        try:
+            placement = policy.choose(pod)
+        finally:
+            for node in hidden:
+                node.healthy = True
+        if placement is not None:
+            return placement
+    return policy.choose(pod)

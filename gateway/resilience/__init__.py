@@ -1,1 +1,0 @@
-"""Keeping requests alive when upstreams fail: failover, health checks."""

@@ -1,0 +1,49 @@
+"""API key to tenant: the key's SHA-256 digest is looked up, the key itself is never kept."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from gateway.config import Tenant
+
+
+class InvalidApiKey(Exception):
+    """No key, a malformed `Authorization` header, or a key no tenant owns."""
+
+
+@dataclass(frozen=True, slots=True)
+class Identity:
+    """Who is calling."""
+
+    name: str
+    tenant: Tenant
+
+    def may_use(self, model: str) -> bool:
+        models = self.tenant.models
+        return "*" in models or model in models
+
+
+class Authenticator:
+    """Maps `Authorization: Bearer KEY` to the tenant that owns KEY."""
+
+    def __init__(
+        self, tenants: Mapping[str, Tenant], tenant_by_key_hash: Mapping[str, str]
+    ) -> None:
+        self._by_digest = {
+            digest: Identity(name, tenants[name]) for digest, name in tenant_by_key_hash.items()
+        }
+
+    def identify(self, authorization: str | None) -> Identity:
+        """The caller's identity; `InvalidApiKey` if the header names none."""
+        if not authorization:
+            raise InvalidApiKey
+        scheme, _, key = authorization.partition(" ")
+        key = key.strip()
+        if scheme.lower() != "bearer" or not key:
+            raise InvalidApiKey
+        identity = self._by_digest.get(hashlib.sha256(key.encode()).hexdigest())
+        if identity is None:
+            raise InvalidApiKey
+        return identity

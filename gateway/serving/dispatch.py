@@ -1,0 +1,396 @@
+"""From an admitted request to upstream output: queueing, deadlines and the fallback chain.
+
+For each model of the request's chain (the model asked for, then its fallbacks that the
+tenant may use) the dispatcher:
+
+1. routes to the next model up front when the predicted wait (queue ahead over the
+   measured drain rate) plus the model's usual latency would miss the deadline;
+2. waits for a slot in the model's admission queue (priority, fair share), or moves on
+   when the queue is full;
+3. calls the model (retrying on other replicas before any output); a stream that has
+   not produced its first token within `timeouts.first_token_s` is cancelled upstream
+   and the next model is tried. A stream that has started runs until the request's
+   deadline at most, then ends with UpstreamTimeout (a terminal SSE error event).
+
+Timed-out attempts teach the model's latency averages a lower bound, so the predicted
+wait of step 1 learns that a model turned slow even when nothing it does finishes.
+
+Each move is recorded as a `Fallback`, which the response reports.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncGenerator, Sequence
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any
+
+from gateway.admission import AdmissionController, DeadlineExceeded, Overloaded, Slot
+from gateway.backends.base import UpstreamError, UpstreamTimeout
+from gateway.config import FallbackReason
+from gateway.inference.types import Completion, Delta, InferenceRequest, UpstreamCall, UsageMeter
+from gateway.observability import metrics
+from gateway.upstream import failover
+from gateway.upstream.failover import NoReplicaLeft
+from gateway.upstream.route import ModelRoute
+
+
+class DeadlineMissed(Exception):
+    """No model of the chain could answer before the request's deadline."""
+
+
+@dataclass(frozen=True, slots=True)
+class Fallback:
+    source: str
+    target: str
+    reason: FallbackReason
+
+
+@dataclass(slots=True)
+class Served:
+    """Which model served the request, and how it got there."""
+
+    route: ModelRoute
+    fallbacks: list[Fallback] = field(default_factory=list)
+    queued_s: float = 0.0
+    # Time to the first token, for streams.
+    ttft_s: float | None = None
+
+    def header(self) -> str | None:
+        """`x-gateway-fallback`: `llm-large->llm-small; reason=ttft_timeout`."""
+        if not self.fallbacks:
+            return None
+        path = "->".join([self.fallbacks[0].source, *(f.target for f in self.fallbacks)])
+        return f"{path}; reason={self.fallbacks[-1].reason.value}"
+
+
+@dataclass(frozen=True, slots=True)
+class Work:
+    """What the dispatcher needs to know about one request."""
+
+    request: InferenceRequest
+    chain: Sequence[ModelRoute]
+    tenant: str
+    share: float
+    priority: str
+    cost_tokens: int
+    deadline: float  # time.monotonic() seconds
+    # The request as the first model of the chain takes it (already rendered).
+    first_call: UpstreamCall
+    # Each admission it got, in order: (model, seconds it waited in that model's queue).
+    admissions: list[tuple[str, float]] = field(default_factory=list)
+
+
+class Dispatcher:
+    """Runs requests through admission and the fallback chain."""
+
+    def __init__(self, admission: AdmissionController) -> None:
+        self._admission = admission
+
+    async def complete(self, work: Work) -> tuple[Completion, Served]:
+        """The whole answer, from the first model of the chain that can give it in time."""
+        fallbacks: list[Fallback] = []
+        for index, route in enumerate(work.chain):
+            slot = await self._admit(work, index, fallbacks)
+            if slot is None:
+                continue
+            call = work.first_call if index == 0 else route.upstream_call(work.request)
+            started = time.monotonic()
+            used = 0
+            try:
+                # asyncio.timeout, unlike wait_for, runs the call in this task: no new task.
+                async with asyncio.timeout(work.deadline - started):
+                    completion = await failover.complete(route, call, work.deadline)
+            except TimeoutError:
+                _learn_too_slow(route, work, time.monotonic() - started)
+                raise DeadlineMissed(f"{route.name} did not answer before the deadline") from None
+            except UpstreamTimeout:
+                _learn_too_slow(route, work, time.monotonic() - started)
+                raise
+            except NoReplicaLeft:
+                if self._may_fall_back(work, index, FallbackReason.REPLICA_ERROR, fallbacks):
+                    continue
+                raise
+            else:
+                used = completion.usage.total_tokens
+                route.resilience.latency.observe(
+                    None, time.monotonic() - started, completion.usage.completion_tokens
+                )
+                return completion, Served(route, fallbacks, slot.waited_s)
+            finally:
+                self._admission.release(slot, used)
+        raise DeadlineMissed("no model of the fallback chain could take the request in time")
+
+    async def stream(self, work: Work) -> tuple[Delta | None, AsyncGenerator[Delta, None], Served]:
+        """The first piece of the answer, the rest of it, and who serves it.
+
+        The rest holds the admission slot until it ends, fails or is closed, and no
+        longer than the request's deadline, past which reading it raises UpstreamTimeout.
+        Its `aclose` gives the slot back even if it was never iterated (and again does
+        nothing). With no first piece (an empty answer) the slot is back already.
+        """
+        fallbacks: list[Fallback] = []
+        for index, route in enumerate(work.chain):
+            slot = await self._admit(work, index, fallbacks)
+            if slot is None:
+                continue
+            call = work.first_call if index == 0 else route.upstream_call(work.request)
+            started = time.monotonic()
+            # The first piece must come within the model's budget (and the deadline);
+            # failover bounds each attempt by it, and blames a replica that stays silent.
+            first_by = started + min(route.config.timeouts.first_token_s, work.deadline - started)
+            deltas = failover.stream(route, call, work.deadline, first_by)
+            first: Delta | None
+            try:
+                first = await anext(deltas)
+            except StopAsyncIteration:
+                first = None
+            except TimeoutError:
+                await deltas.aclose()  # cancels the upstream request
+                self._admission.release(slot, 0)
+                _learn_slow_start(route, time.monotonic() - started)
+                if self._may_fall_back(work, index, FallbackReason.TTFT_TIMEOUT, fallbacks):
+                    continue
+                raise DeadlineMissed(f"no first token from {route.name} in time") from None
+            except (UpstreamError, NoReplicaLeft) as exc:
+                await deltas.aclose()
+                self._admission.release(slot, 0)
+                if isinstance(exc, UpstreamTimeout):
+                    _learn_slow_start(route, time.monotonic() - started)
+                if self._may_fall_back(work, index, FallbackReason.REPLICA_ERROR, fallbacks):
+                    continue
+                raise
+            except BaseException:  # cancelled (the client left): the slot goes back
+                await deltas.aclose()
+                self._admission.release(slot, 0)
+                raise
+            ttft = time.monotonic() - started
+            metrics.labels(metrics.TTFT, route.name).observe(ttft)
+            served = Served(route, fallbacks, slot.waited_s, ttft)
+            rest = _Rest(self._admission, slot, route, first, deltas, started, ttft, work.deadline)
+            return first, rest, served
+        raise DeadlineMissed("no model of the fallback chain could take the request in time")
+
+    async def _admit(self, work: Work, index: int, fallbacks: list[Fallback]) -> Slot | None:
+        """A slot on the chain's model `index`, or None when the work moves on."""
+        route = work.chain[index]
+        remaining = work.deadline - time.monotonic()
+        if remaining <= 0:
+            raise DeadlineMissed("the deadline passed before a model could take the request")
+        predicted = self._admission.predicted_wait_s(
+            route.name, work.priority
+        ) + route.resilience.latency.expected_s(work.request.stream, work.request.params.max_tokens)
+        if predicted > remaining and self._may_fall_back(
+            work, index, FallbackReason.PREDICTED_WAIT, fallbacks
+        ):
+            return None
+        try:
+            slot = await self._admission.acquire(
+                route.name,
+                work.tenant,
+                priority=work.priority,
+                cost_tokens=work.cost_tokens,
+                share=work.share,
+                deadline=work.deadline,
+            )
+        except DeadlineExceeded:
+            raise DeadlineMissed(f"still queued for {route.name} at the deadline") from None
+        except Overloaded:
+            if self._may_fall_back(work, index, FallbackReason.QUEUE_FULL, fallbacks):
+                return None
+            raise
+        work.admissions.append((route.name, slot.waited_s))
+        return slot
+
+    @staticmethod
+    def _may_fall_back(
+        work: Work, index: int, reason: FallbackReason, fallbacks: list[Fallback]
+    ) -> bool:
+        """Whether the work moves to the next model for `reason` (and record it if so)."""
+        route = work.chain[index]
+        if index + 1 >= len(work.chain) or reason not in route.config.fallback_on:
+            return False
+        fallbacks.append(Fallback(route.name, work.chain[index + 1].name, reason))
+        return True
+
+
+def _learn_slow_start(route: ModelRoute, waited_s: float) -> None:
+    """A stream with no first piece after `waited_s`: its TTFT is at least that.
+
+    A lower bound only ever raises the model's TTFT average, so the predicted wait
+    learns that a model turned slow even though its requests time out instead of
+    finishing; a short wait (a tight deadline) teaches nothing.
+    """
+    latency = route.resilience.latency
+    if latency.ttft_s is None or waited_s > latency.ttft_s:
+        latency.observe(waited_s, waited_s, 0)
+
+
+def _learn_too_slow(route: ModelRoute, work: Work, waited_s: float) -> None:
+    """A whole answer still missing after `waited_s`: a lower bound, as in
+    `_learn_slow_start`, when it exceeds what the model is expected to take.
+
+    Counted as if it would have run to `max_tokens`, which gives a time per token no
+    larger than the real one (the answer had at most that many tokens, and took longer).
+    """
+    latency = route.resilience.latency
+    max_tokens = work.request.params.max_tokens
+    if waited_s <= latency.expected_s(False, max_tokens):
+        return
+    if max_tokens > 1:
+        latency.observe(None, waited_s, max_tokens)
+    else:
+        latency.observe(waited_s, waited_s, max_tokens)
+
+
+class _Rest(AsyncGenerator[Delta, None]):
+    """The rest of a stream after its first piece; holds the admission slot, and is
+    bounded by the request's deadline.
+
+    The slot goes back once (with the tokens seen), at the first of: the stream ends or
+    fails, `aclose` (even before any iteration), the deadline. The deadline is one timer
+    per stream: if it passes while the reader waits for a piece, that wait is cancelled
+    (which cancels the upstream request) and UpstreamTimeout raised in its place; if it
+    passes between pieces, the slot goes back at once and the next read raises it. A
+    cancel of the reader's task from anywhere else passes through untouched.
+    """
+
+    __slots__ = (
+        "_admission",
+        "_cancelling",
+        "_deltas",
+        "_ended",
+        "_expired",
+        "_meter",
+        "_reader",
+        "_route",
+        "_slot",
+        "_started",
+        "_timer",
+        "_ttft",
+    )
+
+    def __init__(
+        self,
+        admission: AdmissionController,
+        slot: Slot,
+        route: ModelRoute,
+        first: Delta | None,
+        deltas: AsyncGenerator[Delta, None],
+        started: float,
+        ttft: float,
+        deadline: float,
+    ) -> None:
+        self._admission = admission
+        self._slot = slot
+        self._route = route
+        self._deltas = deltas
+        self._started = started
+        self._ttft = ttft
+        self._meter = UsageMeter()
+        self._expired = False
+        self._ended = False
+        # The task waiting in __anext__, while one is.
+        self._reader: asyncio.Task[Any] | None = None
+        # Its cancel requests before the deadline timer added one.
+        self._cancelling = 0
+        self._timer: asyncio.TimerHandle | None = None
+        if first is None:
+            # Failover's stream has returned: nothing more will come.
+            self._end(observe=True)
+            return
+        self._meter.add(first)
+        self._timer = asyncio.get_running_loop().call_later(
+            max(0.0, deadline - time.monotonic()), self._expire
+        )
+
+    def __aiter__(self) -> _Rest:
+        return self
+
+    async def __anext__(self) -> Delta:
+        if self._expired:
+            self._expired = False  # reported once; then the stream is just over
+            await self.aclose()
+            raise self._timeout()
+        if self._ended:
+            raise StopAsyncIteration
+        reader = self._reader = asyncio.current_task()
+        try:
+            delta = await anext(self._deltas)
+        except BaseException as exc:
+            self._reader = None
+            # `_expired` now means the deadline timer cancelled this read. Only its cancel
+            # (no other one pending) becomes the timeout; the upstream generator is closed
+            # by it, and the request with it.
+            if self._expired and reader is not None and reader.uncancel() <= self._cancelling:
+                self._expired = False  # reported once; then the stream is just over
+                self._end(observe=True)
+                cause = None if isinstance(exc, asyncio.CancelledError) else exc
+                raise self._timeout() from cause
+            self._end(observe=isinstance(exc, StopAsyncIteration))
+            raise
+        self._reader = None
+        if self._expired and reader is not None:
+            reader.uncancel()  # the upstream swallowed the cancel; the next read times out
+        self._meter.add(delta)
+        return delta
+
+    async def asend(self, value: None) -> Delta:
+        return await self.__anext__()
+
+    async def athrow(
+        self,
+        typ: type[BaseException] | BaseException,
+        val: object = None,
+        tb: TracebackType | None = None,
+    ) -> Delta:
+        """Close the stream, then raise the exception given."""
+        await self.aclose()
+        if isinstance(typ, BaseException):
+            raise typ
+        if isinstance(val, BaseException):
+            raise val
+        raise typ() if val is None else typ(val)
+
+    async def aclose(self) -> None:
+        """Cancel the upstream request, if still open, and give the slot back."""
+        try:
+            await self._deltas.aclose()
+        finally:
+            self._end(observe=False)
+
+    def _expire(self) -> None:
+        """The deadline timer."""
+        self._timer = None
+        self._expired = True
+        reader = self._reader
+        if reader is not None:
+            self._cancelling = reader.cancelling()
+            reader.cancel()  # __anext__ turns it into UpstreamTimeout
+        else:
+            # Between pieces (the reader is busy with the last one, or went away without
+            # closing): the stream is over, whenever the next read or aclose comes.
+            self._end(observe=True)
+
+    def _timeout(self) -> UpstreamTimeout:
+        return UpstreamTimeout(f"{self._route.name} did not finish before the request deadline")
+
+    def _end(self, *, observe: bool) -> None:
+        """Give the slot back (once) with the tokens seen; when `observe`, record the
+        stream's latency (it ended, or was cut at the deadline: either way a real sample
+        of its time per token)."""
+        if self._ended:
+            return
+        self._ended = True
+        timer = self._timer
+        if timer is not None:
+            self._timer = None
+            timer.cancel()
+        meter = self._meter
+        if observe:
+            self._route.resilience.latency.observe(
+                self._ttft, time.monotonic() - self._started, meter.completion_tokens
+            )
+        self._admission.release(self._slot, meter.usage(0).total_tokens)

@@ -1,0 +1,227 @@
+"""Everything a running gateway holds: config, routes, auth, Redis, health checks."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from redis.asyncio import RedisCluster
+from redis.exceptions import RedisError
+
+from gateway.admission import AdmissionController
+from gateway.backends.base import Backend
+from gateway.backends.openai import OpenAIBackend
+from gateway.backends.triton_grpc import TritonGRPCBackend
+from gateway.backends.triton_http import TritonHTTPBackend
+from gateway.backends.triton_metrics import default_metrics_url
+from gateway.config import BackendKind, Config, ModelConfig, TenantsConfig, key_index
+from gateway.inference.prompt import PromptTemplate
+from gateway.observability import metrics
+from gateway.placement.controller import ClusterPlacement
+from gateway.ratelimit.limiter import RateLimiter
+from gateway.ratelimit.redis_store import RedisBuckets
+from gateway.serving.auth import Authenticator
+from gateway.serving.dispatch import Dispatcher
+from gateway.storage.idempotency_store import DEFAULT_IN_PROGRESS_TTL_S, IdempotencyStore
+from gateway.storage.redis_client import REDIS_ERRORS, RedisClient, connect_redis
+from gateway.upstream.health import HealthChecker
+from gateway.upstream.outlier import ReplicaState
+from gateway.upstream.pool import Replica, ReplicaPool
+from gateway.upstream.route import ModelRoute, RouteResilience
+
+log = logging.getLogger("gateway")
+
+
+def _backend(model: ModelConfig) -> Backend:
+    connect_s, total_s = model.timeouts.connect_s, model.timeouts.total_s
+    if model.backend is BackendKind.TRITON_HTTP:
+        return TritonHTTPBackend(connect_s, total_s)
+    if model.backend is BackendKind.TRITON_GRPC:
+        return TritonGRPCBackend(connect_s, total_s)
+    api_key = model.api_key.get_secret_value() if model.api_key else None
+    return OpenAIBackend(connect_s, total_s, api_key)
+
+
+def _route(name: str, model: ModelConfig) -> ModelRoute:
+    urls = [r.url.rstrip("/") for r in model.replicas]
+    metrics_urls = [
+        str(r.metrics_url) if r.metrics_url else default_metrics_url(model.backend, url)
+        for r, url in zip(model.replicas, urls, strict=True)
+    ]
+    pool = ReplicaPool(urls, metrics_urls)
+    return ModelRoute(
+        name=name,
+        config=model,
+        backend=_backend(model),
+        pool=pool,
+        template=PromptTemplate(model.prompt_template),
+        resilience=RouteResilience.for_model(model, pool),
+    )
+
+
+def _capacity(route: ModelRoute) -> Callable[[], int]:
+    """Requests the model may have upstream at once: a share per replica in use.
+
+    In use: healthy and in service with the outlier detector (`max_in_flight_per_replica`
+    each, less other clients' requests queued there), or half-open (its one probe). An
+    ejected replica counts for nothing. Never 0: with no replica in use (none healthy, or
+    every healthy one ejected, when the detector sends everything to one of them),
+    a replica's share, so requests go on to fail fast with a 503 (or to that one) rather
+    than wait in the queue for their deadline; a replica busy with other clients'
+    requests still takes one at a time.
+    """
+    per_replica = route.config.queue.max_in_flight_per_replica
+    replicas = route.pool.replicas
+    state = route.resilience.outlier.state
+
+    def capacity() -> int:
+        total = 0
+        in_use = False
+        for replica in replicas:
+            if not replica.healthy:
+                continue
+            match state(replica):
+                case ReplicaState.IN_SERVICE:
+                    in_use = True
+                    # Other clients' requests queued on a replica (scraped from Triton)
+                    # take its slots.
+                    total += max(0, per_replica - replica.external)
+                case ReplicaState.HALF_OPEN:
+                    in_use = True
+                    total += 1
+        if not in_use:
+            return per_replica
+        return max(1, total)
+
+    return capacity
+
+
+def _follow_ejections(route: ModelRoute, admission: AdmissionController) -> None:
+    """Recount the model's slots when the outlier detector ejects a replica or puts it
+    back, and when a cool-down ends (the replica takes a probe again)."""
+    outlier = route.resilience.outlier
+    model = route.name
+
+    def changed(replica: Replica) -> None:
+        admission.capacity_changed(model)
+        until = outlier.cooldown_end(replica)
+        if until is None:
+            log.warning(
+                "replica back in service",
+                extra={"fields": {"event": "readmission", "model": model,
+                                  "replica": replica.url}},
+            )  # fmt: skip
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # not serving (a tool driving the detector by hand)
+            return
+        # One timer per ejection (rare); the detector's clock is time.monotonic.
+        loop.call_later(max(0.0, until - time.monotonic()), admission.capacity_changed, model)
+
+    outlier.on_change = changed
+
+
+@dataclass
+class Runtime:
+    config: Config
+    routes: dict[str, ModelRoute]
+    auth: Authenticator
+    redis: RedisClient
+    health: HealthChecker
+    limiter: RateLimiter
+    admission: AdmissionController
+    dispatcher: Dispatcher
+    idempotency: IdempotencyStore
+    # Models served where cluster.yaml's deployments are placed, when gateway.yaml says so.
+    placement: ClusterPlacement | None = None
+
+    @classmethod
+    def build(cls, config: Config) -> Runtime:
+        """Wire the parts a config describes; nothing connects until `start`."""
+        routes = {name: _route(name, model) for name, model in config.gateway.models.items()}
+        redis = connect_redis(config.gateway)
+        limiter = RateLimiter(
+            RedisBuckets(redis, observe=metrics.observe_redis_round_trip),
+            redis.ping,
+            config.tenants,
+            config.gateway.ratelimit,
+            config.gateway.redis.key_prefix,
+        )
+        admission = AdmissionController(config.gateway.admission.classes)
+        for route in routes.values():
+            admission.configure_model(route.name, route.config.queue.max_queued, _capacity(route))
+            _follow_ejections(route, admission)
+        placement = ClusterPlacement.load(
+            config.gateway, config.gateway_path, routes, on_change=admission.capacity_changed
+        )
+        return cls(
+            config=config,
+            routes=routes,
+            auth=Authenticator(config.tenants.tenants, config.tenant_by_key_hash),
+            redis=redis,
+            health=HealthChecker(routes.values(), on_change=admission.capacity_changed),
+            limiter=limiter,
+            admission=admission,
+            dispatcher=Dispatcher(admission),
+            idempotency=IdempotencyStore(
+                redis,
+                config.gateway.redis.key_prefix,
+                config.gateway.idempotency.ttl_s,
+                # A run's "in progress" marker outlives the longest run it can be.
+                in_progress_ttl_s=max(
+                    [DEFAULT_IN_PROGRESS_TTL_S]
+                    + [m.timeouts.total_s + 10.0 for m in config.gateway.models.values()]
+                ),
+            ),
+            placement=placement,
+        )
+
+    def apply_tenants(self, tenants: TenantsConfig) -> None:
+        """Switch to reloaded tenants: keys, allowed models and limits at once."""
+        index = key_index(tenants)
+        self.config = self.config.model_copy(
+            update={"tenants": tenants, "tenant_by_key_hash": index}
+        )
+        self.auth = Authenticator(tenants.tenants, index)
+        self.limiter.update_tenants(tenants)
+        metrics.set_config_version(self.config_version)
+
+    @property
+    def config_version(self) -> str:
+        """A short digest of the loaded config (what it was loaded from, key hashes included)."""
+        dump = self.config.model_dump_json(exclude={"gateway_path", "tenants_path"})
+        return hashlib.sha256(dump.encode()).hexdigest()[:12]
+
+    async def start(self) -> None:
+        """Check every replica once, so readiness is known before traffic, then keep checking."""
+        if isinstance(self.redis, RedisCluster):
+            # Learn the slot map before traffic: redis-py's cluster client can fail a burst
+            # of first commands on a client that has not initialised yet.
+            try:
+                await self.redis.initialize()
+            except (RedisError, OSError) as exc:
+                log.warning("Redis Cluster not reachable at start (%s)", exc)
+        if self.placement is not None:
+            await self.placement.start()
+        await self.health.check_all()
+        self.health.start()
+
+    async def close(self) -> None:
+        if self.placement is not None:
+            await self.placement.stop()
+        await self.limiter.close()
+        await self.health.stop()
+        for route in self.routes.values():
+            await route.backend.close()
+        await self.redis.aclose()
+
+    async def redis_ok(self) -> bool:
+        try:
+            return bool(await asyncio.wait_for(self.redis.ping(), timeout=1.0))
+        except REDIS_ERRORS:
+            return False

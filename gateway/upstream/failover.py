@@ -1,0 +1,187 @@
+"""Send a request to a replica, and to another one when the first cannot take it.
+
+A request moves to another replica only while nothing has been generated for it, so a
+client never sees output twice. Each move, once there is a replica to move to, waits an
+exponential backoff with full jitter and spends from the model's retry budget, so a
+fleet-wide failure does not turn into a retry storm. Replicas are chosen under the
+model's `max_in_flight_per_replica`. Refusals, backend timeouts and streams with no
+first piece within the model's first-token budget count as the replica's failures for
+outlier ejection; cancellations do not.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncGenerator, AsyncIterator
+
+from gateway.backends.base import ReplicaUnavailable, UpstreamTimeout
+from gateway.inference.types import Completion, Delta, UpstreamCall, UsageMeter
+from gateway.observability import metrics
+from gateway.upstream.outlier import ReplicaState
+from gateway.upstream.pool import Replica
+from gateway.upstream.route import ModelRoute
+
+log = logging.getLogger("gateway.failover")
+
+
+class NoReplicaLeft(Exception):
+    """Every replica tried was unavailable, none was healthy, or the retry budget ran out."""
+
+    def __init__(self, model: str, last_error: Exception | None) -> None:
+        detail = f": {last_error}" if last_error else ""
+        super().__init__(f"no replica of {model} could take the request{detail}")
+        self.last_error = last_error
+
+
+async def _candidates(
+    route: ModelRoute, deadline: float, first_by: float | None = None
+) -> AsyncIterator[Replica]:
+    """Replicas to try in turn, each the least loaded of the available ones not yet tried
+    and under its in-flight cap; before each retry, once there is a replica to retry on,
+    the budget is asked and the backoff waited.
+
+    Stops when no replica is left, the budget says no, or the backoff would end past
+    `deadline`; raises TimeoutError when it would end past `first_by` (a stream's
+    first-token time) instead.
+    """
+    resilience = route.resilience
+    available = resilience.outlier.available
+    cap = route.config.queue.max_in_flight_per_replica
+    resilience.budget.record_request()
+    tried: list[Replica] = []
+    while len(tried) < route.config.max_attempts:
+        replica = route.pool.pick(tried, available, cap)
+        if replica is None:
+            return  # nothing to retry on: no budget spent, no backoff waited
+        if tried:
+            delay = resilience.backoff.delay(len(tried) - 1)
+            resume = time.monotonic() + delay
+            if resume >= deadline:
+                return
+            if first_by is not None and resume >= first_by:
+                raise TimeoutError  # as if the first-token timeout had cut the backoff short
+            if not resilience.budget.try_spend():
+                metrics.RETRY_BUDGET_EXHAUSTED.labels(route.name).inc()
+                return
+            metrics.RETRIES.labels(route.name).inc()
+            await asyncio.sleep(delay)
+            # Picked again after the backoff, with fresh load figures; the caller leases it
+            # at once (the outlier detector's single half-open probe relies on that).
+            replica = route.pool.pick(tried, available, cap)
+            if replica is None:
+                return
+        tried.append(replica)
+        yield replica
+
+
+async def complete(route: ModelRoute, call: UpstreamCall, deadline: float) -> Completion:
+    """Run `call` to completion on the least-loaded replica, failing over if it is down.
+
+    A replica that times out (the backend's own timeout) counts as failing; the request
+    is not moved, as its time is mostly spent. Cancelling (the gateway's deadline, or the
+    client leaving) counts against no replica.
+    """
+    last_error: Exception | None = None
+    outlier = route.resilience.outlier
+    async for replica in _candidates(route, deadline):
+        with route.pool.lease(replica):
+            try:
+                completion = await route.backend.complete(replica.url, call)
+            except ReplicaUnavailable as exc:
+                _failed(route, replica)
+                last_error = exc
+                continue
+            except UpstreamTimeout:
+                _failed(route, replica)
+                raise
+            outlier.record_success(replica)
+            _served(route, replica, completion.usage.completion_tokens)
+            return completion
+    raise NoReplicaLeft(route.name, last_error)
+
+
+async def stream(
+    route: ModelRoute, call: UpstreamCall, deadline: float, first_by: float | None = None
+) -> AsyncGenerator[Delta, None]:
+    """Stream `call` from the least-loaded replica; fail over until the first piece arrives.
+
+    `first_by` (monotonic seconds) bounds the wait for the first piece, backoffs
+    included: past it, TimeoutError. A replica that sent nothing by then counts as
+    failing (`_slow_start`) when the budget was the model's own, not a request deadline
+    shorter than it. Backend timeouts count as failures too.
+    The replica stays leased until the stream ends or is closed.
+    """
+    last_error: Exception | None = None
+    outlier = route.resilience.outlier
+    async for replica in _candidates(route, deadline, first_by):
+        with route.pool.lease(replica):
+            upstream = route.backend.stream(replica.url, call)
+            asked = time.monotonic()
+            try:
+                try:
+                    async with asyncio.timeout(None if first_by is None else first_by - asked):
+                        first = await anext(upstream)
+                except StopAsyncIteration:
+                    outlier.record_success(replica)
+                    _served(route, replica, 0)
+                    return
+                except ReplicaUnavailable as exc:
+                    _failed(route, replica)
+                    last_error = exc
+                    continue
+                except UpstreamTimeout:
+                    _failed(route, replica)
+                    raise
+                except TimeoutError:
+                    if _slow_start(route, deadline, first_by, asked):
+                        _failed(route, replica)
+                    raise
+                outlier.record_success(replica)
+                meter = UsageMeter()
+                meter.add(first)
+                yield first
+                try:
+                    async for delta in upstream:
+                        meter.add(delta)
+                        yield delta
+                except (ReplicaUnavailable, UpstreamTimeout):
+                    # Died or hung mid-stream: too late to move this request, not too late
+                    # to spare others.
+                    _failed(route, replica)
+                    raise
+                finally:
+                    # The replica's effective throughput, in the tokens it produced.
+                    _served(route, replica, meter.usage(0).completion_tokens)
+                return
+            finally:
+                await upstream.aclose()
+    raise NoReplicaLeft(route.name, last_error)
+
+
+def _slow_start(route: ModelRoute, deadline: float, first_by: float | None, asked: float) -> bool:
+    """Whether a replica that sent no first piece by `first_by` is to blame: the wait was
+    cut by the model's first-token budget (not by a request deadline shorter than it),
+    and this attempt had at least half of that budget (not just what a retry had left)."""
+    if first_by is None or first_by >= deadline:
+        return False
+    return first_by - asked >= route.config.timeouts.first_token_s / 2
+
+
+def _served(route: ModelRoute, replica: Replica, tokens: int) -> None:
+    metrics.labels(metrics.REPLICA_REQUESTS, route.name, replica.url).inc()
+    metrics.labels(metrics.REPLICA_TOKENS, route.name, replica.url).inc(tokens)
+
+
+def _failed(route: ModelRoute, replica: Replica) -> None:
+    """Tell the outlier detector, and count an ejection when this failure caused one."""
+    outlier = route.resilience.outlier
+    before = outlier.state(replica)
+    outlier.record_failure(replica)
+    if outlier.state(replica) is ReplicaState.EJECTED and before is not ReplicaState.EJECTED:
+        metrics.REPLICA_EJECTIONS.labels(route.name, replica.url).inc()
+        log.warning(
+            "replica ejected",
+            extra={"fields": {"event": "ejection", "model": route.name, "replica": replica.url}},
+        )

@@ -1,0 +1,74 @@
+"""A configured model, ready to serve: its backend, replicas and prompt template."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gateway.backends.base import Backend
+from gateway.config import ModelConfig
+from gateway.inference.prompt import PromptTemplate
+from gateway.inference.tokens import estimate_chat_tokens, estimate_tokens
+from gateway.inference.types import InferenceRequest, RequestKind, UpstreamCall
+from gateway.upstream.backoff import Backoff
+from gateway.upstream.budget import RetryBudget
+from gateway.upstream.latency import LatencyTracker
+from gateway.upstream.outlier import OutlierDetector
+from gateway.upstream.pool import ReplicaPool
+
+
+@dataclass(frozen=True, slots=True)
+class RouteResilience:
+    """One model's defences: retry pacing, retry budget, outlier ejection, latency stats."""
+
+    backoff: Backoff
+    budget: RetryBudget
+    outlier: OutlierDetector
+    latency: LatencyTracker
+
+    @classmethod
+    def for_model(cls, config: ModelConfig, pool: ReplicaPool) -> RouteResilience:
+        retry, outlier = config.retry, config.outlier
+        return cls(
+            backoff=Backoff(retry.backoff_base_s, retry.backoff_cap_s),
+            budget=RetryBudget(retry.budget_ratio, retry.budget_min_per_s, retry.budget_window_s),
+            outlier=OutlierDetector(
+                outlier.consecutive_failures,
+                outlier.base_ejection_s,
+                outlier.max_ejection_s,
+                replicas=pool.replicas,
+            ),
+            latency=LatencyTracker(),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ModelRoute:
+    name: str
+    config: ModelConfig
+    backend: Backend
+    pool: ReplicaPool
+    template: PromptTemplate
+    resilience: RouteResilience
+
+    @property
+    def upstream_model(self) -> str:
+        return self.config.upstream_model or self.name
+
+    def upstream_call(self, request: InferenceRequest) -> UpstreamCall:
+        """The request as this model's backend receives it."""
+        if request.kind is not RequestKind.CHAT:
+            prompt, estimate = request.prompt, estimate_tokens(request.prompt)
+        elif self.backend.renders_prompt:
+            prompt = self.template.render(request.messages)
+            estimate = estimate_tokens(prompt)
+        else:
+            # The server renders the messages itself: no need to render them here.
+            prompt, estimate = "", estimate_chat_tokens(request.messages)
+        return UpstreamCall(
+            kind=request.kind,
+            upstream_model=self.upstream_model,
+            prompt=prompt,
+            messages=request.messages,
+            params=request.params,
+            prompt_estimate=estimate,
+        )

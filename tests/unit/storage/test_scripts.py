@@ -1,0 +1,64 @@
+"""The Redis scripts live in the top-level `lua/`; an installed gateway must find them too."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+from gateway.storage import scripts
+
+ROOT = Path(__file__).resolve().parents[3]
+SCRIPTS = sorted(path.name for path in (ROOT / "lua").glob("*.lua"))
+
+
+def test_a_checkout_reads_the_scripts_from_the_top_level_lua_directory() -> None:
+    assert scripts.LUA_DIR == ROOT / "lua"
+    assert {"take.lua", "adjust.lua"} <= set(SCRIPTS)
+    for name in SCRIPTS:
+        assert scripts.read_script(name) == (ROOT / "lua" / name).read_text(encoding="utf-8")
+
+
+def test_a_wheel_carries_every_script_and_an_installed_gateway_loads_them(
+    tmp_path: Path,
+) -> None:
+    # Built from a copy, so the checkout gets no build/ directory.
+    source = tmp_path / "source"
+    for name in ("gateway", "lua"):
+        shutil.copytree(ROOT / name, source / name, ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "setup.py", "README.md"):
+        shutil.copy(ROOT / name, source / name)
+    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "--quiet"]
+    wheels = tmp_path / "wheels"
+    subprocess.run(
+        [*pip, "wheel", str(source), "--no-deps", "--no-build-isolation", "-w", str(wheels)],
+        check=True,
+    )
+    (wheel,) = wheels.glob("*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        packed = sorted(n for n in archive.namelist() if n.endswith(".lua"))
+    assert packed == [f"gateway/lua/{name}" for name in SCRIPTS]
+
+    # Installed (not editable) into a directory of its own, imported from there alone.
+    site = tmp_path / "site"
+    subprocess.run([*pip, "install", "--no-deps", "--target", str(site), str(wheel)], check=True)
+    probe = (
+        "import gateway, gateway.ratelimit.redis_store as store, gateway.storage.scripts as s;"
+        "print(gateway.__file__); print(s.LUA_DIR); print(len(store.TAKE_LUA))"
+    )
+    env = {**os.environ, "PYTHONPATH": str(site), "PYTHONSAFEPATH": "1"}
+    result = subprocess.run(
+        [sys.executable, "-c", probe],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    package_file, lua_dir, take_length = result.stdout.split()
+    assert Path(package_file).is_relative_to(site)
+    assert Path(lua_dir) == site / "gateway" / "lua"
+    assert int(take_length) == len((ROOT / "lua" / "take.lua").read_text(encoding="utf-8"))
