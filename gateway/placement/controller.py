@@ -28,7 +28,7 @@ from gateway.placement.deployment import DeploymentPlan, plan_deployments
 from gateway.placement.triton_repository import RepositoryError, apply_plan
 from gateway.upstream.route import ModelRoute
 
-log = logging.getLogger("gateway.placement.controller")
+log = logging.getLogger("gateway.placement")
 
 PROBE_TIMEOUT_S = 1.0
 

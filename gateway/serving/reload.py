@@ -21,7 +21,7 @@ from gateway.observability import metrics
 from gateway.observability.logging import redact
 from gateway.serving.runtime import Runtime
 
-log = logging.getLogger("gateway.serving.reload")
+log = logging.getLogger("gateway.reload")
 
 
 @dataclass
