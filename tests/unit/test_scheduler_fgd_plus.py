@@ -7,16 +7,16 @@ from pathlib import Path
 
 import pytest
 
-from gateway.scheduler.fgd_plus import (
+from gateway.scheduler.cluster import Cluster, Node, Placement, Pod, load_nodes, load_pods
+from gateway.scheduler.experiments.packing import run_packing
+from gateway.scheduler.experiments.workloads import derive
+from gateway.scheduler.fragmentation import Shape, target_workload
+from gateway.scheduler.policies.base import BEST_POLICY, FragmentationGradient, make_policy
+from gateway.scheduler.policies.fgd_plus import (
     FragmentationGradientPlus,
     per_gpu_needs,
     restricted_demand,
 )
-from gateway.scheduler.fragmentation import Shape, target_workload
-from gateway.scheduler.model import Cluster, Node, Placement, Pod, load_nodes, load_pods
-from gateway.scheduler.packing import run_packing
-from gateway.scheduler.policies import BEST_POLICY, FragmentationGradient, make_policy
-from gateway.scheduler.workloads import derive
 
 ANY: frozenset[str] = frozenset()
 

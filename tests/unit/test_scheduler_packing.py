@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from gateway.cli import main
+from gateway.scheduler.cluster import Cluster, Node, Placement, Pod, load_nodes, load_pods
+from gateway.scheduler.experiments.packing import build_workload, run_packing
 from gateway.scheduler.fragmentation import Fragmentation, Shape, target_workload
-from gateway.scheduler.model import Cluster, Node, Placement, Pod, load_nodes, load_pods
-from gateway.scheduler.packing import build_workload, run_packing
-from gateway.scheduler.policies import (
+from gateway.scheduler.policies.base import (
     POLICY_NAMES,
     FragmentationGradient,
     make_policy,

@@ -14,16 +14,21 @@ from pathlib import Path
 import pytest
 
 from gateway.cli import main
-from gateway.scheduler.checkpoint import daly_interval, progress, run_length, young_interval
-from gateway.scheduler.jobs import Job
-from gateway.scheduler.jobtrace import TraceOptions, derive_jobs, read_jobs, write_jobs
-from gateway.scheduler.metrics import Timeline, percentile
-from gateway.scheduler.model import Node, Placement, Pod
-from gateway.scheduler.policies import POLICY_NAMES
-from gateway.scheduler.preemption import select_victims, victim_key
-from gateway.scheduler.queue_sim import QueueSimulator, run_queue
-from gateway.scheduler.queue_types import JobRun, QueueConfig, QueueResult, checkpoint_interval
-from gateway.scheduler.tenancy import Quotas, Tenant, equal_tenants, tenants_from_mapping
+from gateway.scheduler.cluster import Node, Placement, Pod
+from gateway.scheduler.experiments.jobtrace import TraceOptions, derive_jobs, read_jobs, write_jobs
+from gateway.scheduler.policies.base import POLICY_NAMES
+from gateway.scheduler.queueing.checkpoint import (
+    daly_interval,
+    progress,
+    run_length,
+    young_interval,
+)
+from gateway.scheduler.queueing.jobs import Job
+from gateway.scheduler.queueing.measures import Timeline, percentile
+from gateway.scheduler.queueing.runs import JobRun, QueueConfig, QueueResult, checkpoint_interval
+from gateway.scheduler.queueing.simulator import QueueSimulator, run_queue
+from gateway.scheduler.queueing.tenancy import Quotas, Tenant, equal_tenants, tenants_from_mapping
+from gateway.scheduler.queueing.victims import select_victims, victim_key
 
 G = 1000  # one GPU in thousandths
 

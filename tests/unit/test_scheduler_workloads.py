@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from gateway.scheduler.model import Node, Pod, load_pods
-from gateway.scheduler.workloads import derive, family_names, parse_family, write_pods
+from gateway.scheduler.cluster import Node, Pod, load_pods
+from gateway.scheduler.experiments.workloads import derive, family_names, parse_family, write_pods
 
 
 def base_pods() -> list[Pod]:

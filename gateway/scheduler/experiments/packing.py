@@ -15,9 +15,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from gateway.scheduler.cluster import Cluster, Node, Pod
 from gateway.scheduler.fragmentation import Fragmentation, target_workload
-from gateway.scheduler.model import Cluster, Node, Pod
-from gateway.scheduler.policies import make_policy
+from gateway.scheduler.policies.base import make_policy
 
 INFLATION = 1.3
 

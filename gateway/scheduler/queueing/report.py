@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from gateway.scheduler.failures import HOUR
-from gateway.scheduler.metrics import SERIES, wait_summary
-from gateway.scheduler.model import GPU_MILLI
-from gateway.scheduler.queue_state import QueueState
-from gateway.scheduler.queue_types import DONE, REJECTED, QueueResult
+from gateway.scheduler.cluster import GPU_MILLI
+from gateway.scheduler.queueing.failures import HOUR
+from gateway.scheduler.queueing.measures import SERIES, wait_summary
+from gateway.scheduler.queueing.runs import DONE, REJECTED, QueueResult
+from gateway.scheduler.queueing.state import QueueState
 
 
 def report(sim: QueueState, start: float, end: float) -> QueueResult:

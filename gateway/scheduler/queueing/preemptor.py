@@ -13,11 +13,11 @@ import heapq
 import math
 from collections.abc import Callable, Iterable, Iterator
 
-from gateway.scheduler.jobs import Job
-from gateway.scheduler.preemption import select_victims, victim_key
-from gateway.scheduler.queue_state import QueueState
-from gateway.scheduler.queue_types import PENDING, JobRun, Preemption, Stuck
-from gateway.scheduler.releases import PodShape
+from gateway.scheduler.queueing.jobs import Job
+from gateway.scheduler.queueing.releases import PodShape
+from gateway.scheduler.queueing.runs import PENDING, JobRun, Preemption, Stuck
+from gateway.scheduler.queueing.state import QueueState
+from gateway.scheduler.queueing.victims import select_victims, victim_key
 
 VictimKey = tuple[int, int, int]
 

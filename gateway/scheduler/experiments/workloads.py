@@ -29,7 +29,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from gateway.scheduler.model import Node, Pod
+from gateway.scheduler.cluster import Node, Pod
 
 FAMILY_KINDS = ("gpushare", "multigpu", "gpuspec")
 # The levels the paper plots (its default list sits near gpushare 28 and multigpu 7).

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gateway.scheduler.model import GPU_MILLI, Pod
+from gateway.scheduler.cluster import GPU_MILLI, Pod
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,7 +20,7 @@ pod of the target workload. It is blind to two ways a cluster strands GPU later:
 
 Both are in thousandths of a GPU, like FGD's fragmentation increase, and added to it with
 weight 1 (`STRANDING_WEIGHT`, `PRESSURE_WEIGHT`), picked on seeds 1-5 of the default
-workload and of derived families (gateway.scheduler.workloads), never on 42-51. Ties
+workload and of derived families (gateway.scheduler.experiments.workloads), never on 42-51. Ties
 (within FGD's 20 thousandths) go to best-fit, as in `fgd`.
 """
 
@@ -28,9 +28,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 
+from gateway.scheduler.cluster import Cluster, Placement, Pod
 from gateway.scheduler.fragmentation import Shape
-from gateway.scheduler.model import Cluster, Placement, Pod
-from gateway.scheduler.policies import FragmentationGradient, Signature
+from gateway.scheduler.policies.base import FragmentationGradient, Signature
 
 STRANDING_WEIGHT = 1.0  # seeds 1-5, default workload: 1, 2 and 4 within 0.05 points
 PRESSURE_WEIGHT = 1.0  # seeds 1-5, gpuspec33: 0.5, 1 and 2 within 0.02 points

@@ -9,8 +9,8 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Iterator, Sequence
 
+from gateway.scheduler.cluster import GPU_MILLI, Cluster, Node, Placement, Pod
 from gateway.scheduler.fragmentation import Fragmentation, Shape
-from gateway.scheduler.model import GPU_MILLI, Cluster, Node, Placement, Pod
 
 
 class Policy:
@@ -240,8 +240,8 @@ def make_policy(name: str, seed: int, shapes: Sequence[Shape]) -> Policy:
     """A policy by name; `seed` drives `random`, `shapes` (the target workload) the
     fragmentation-aware ones."""
     # Imported here: these modules build on the classes above.
-    from gateway.scheduler.fgd_plus import FragmentationGradientPlus
-    from gateway.scheduler.topology import TopologyAware
+    from gateway.scheduler.policies.fgd_plus import FragmentationGradientPlus
+    from gateway.scheduler.policies.topology import TopologyAware
 
     factories: dict[str, Callable[[], Policy]] = {
         "first-fit": FirstFit,

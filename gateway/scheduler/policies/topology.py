@@ -18,9 +18,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from gateway.scheduler.fgd_plus import FragmentationGradientPlus
+from gateway.scheduler.cluster import GPU_MILLI, Cluster, Node, Placement, Pod
 from gateway.scheduler.fragmentation import Shape
-from gateway.scheduler.model import GPU_MILLI, Cluster, Node, Placement, Pod
+from gateway.scheduler.policies.fgd_plus import FragmentationGradientPlus
 
 RACK_SIZE = 8  # nodes per interconnect domain when the node list names none
 LARGE_GPUS = 4  # a job asking for more GPUs than this takes a whole node

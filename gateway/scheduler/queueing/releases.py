@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from gateway.scheduler.model import Node, Pod
+from gateway.scheduler.cluster import Node, Pod
 
 PodShape = tuple[int, int, int, int, frozenset[str]]  # what placement sees of a pod
 

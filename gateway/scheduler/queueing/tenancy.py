@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from gateway.scheduler.model import GPU_MILLI
+from gateway.scheduler.cluster import GPU_MILLI
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,11 +6,11 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from gateway.scheduler.checkpoint import daly_interval, young_interval
-from gateway.scheduler.failures import HOUR
-from gateway.scheduler.jobs import Job
-from gateway.scheduler.model import Placement
-from gateway.scheduler.releases import PodShape
+from gateway.scheduler.cluster import Placement
+from gateway.scheduler.queueing.checkpoint import daly_interval, young_interval
+from gateway.scheduler.queueing.failures import HOUR
+from gateway.scheduler.queueing.jobs import Job
+from gateway.scheduler.queueing.releases import PodShape
 
 ON_PREEMPT = ("auto", "checkpoint", "discard")
 CHECKPOINT_RULES = ("trace", "young", "daly")

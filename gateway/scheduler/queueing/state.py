@@ -11,14 +11,15 @@ from bisect import insort
 from collections.abc import Sequence
 from dataclasses import replace
 
-from gateway.scheduler.checkpoint import Progress, progress, run_length
-from gateway.scheduler.failures import FailureModel, FailureSource
+from gateway.scheduler.cluster import Cluster, Node, Placement, Pod
 from gateway.scheduler.fragmentation import Fragmentation, target_workload
-from gateway.scheduler.jobs import Job
-from gateway.scheduler.metrics import Timeline
-from gateway.scheduler.model import Cluster, Node, Placement, Pod
-from gateway.scheduler.policies import make_policy
-from gateway.scheduler.queue_types import (
+from gateway.scheduler.policies.base import make_policy
+from gateway.scheduler.queueing.checkpoint import Progress, progress, run_length
+from gateway.scheduler.queueing.failures import FailureModel, FailureSource
+from gateway.scheduler.queueing.jobs import Job
+from gateway.scheduler.queueing.measures import Timeline
+from gateway.scheduler.queueing.releases import PodShape, ReleaseLog, pod_shape
+from gateway.scheduler.queueing.runs import (
     PENDING,
     RUNNING,
     JobRun,
@@ -28,8 +29,7 @@ from gateway.scheduler.queue_types import (
     Totals,
     checkpoint_interval,
 )
-from gateway.scheduler.releases import PodShape, ReleaseLog, pod_shape
-from gateway.scheduler.tenancy import Quotas, Tenant
+from gateway.scheduler.queueing.tenancy import Quotas, Tenant
 
 # Event kinds, in the order they are handled within one instant: releases first.
 FINISH, REPAIR, FAIL, ARRIVE, WAKE = range(5)

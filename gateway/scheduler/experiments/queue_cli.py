@@ -8,19 +8,19 @@ import json
 import sys
 import time
 
-from gateway.scheduler.failures import HOUR
-from gateway.scheduler.jobtrace import (
+from gateway.scheduler.cluster import load_nodes
+from gateway.scheduler.experiments.jobtrace import (
     TraceOptions,
     derive_jobs,
     read_jobs,
     read_pod_rows,
     write_jobs,
 )
-from gateway.scheduler.model import load_nodes
-from gateway.scheduler.policies import BEST_POLICY, POLICY_NAMES
-from gateway.scheduler.queue_sim import run_queue
-from gateway.scheduler.queue_types import CHECKPOINT_RULES, ON_PREEMPT, QueueConfig
-from gateway.scheduler.tenancy import equal_tenants, load_tenants
+from gateway.scheduler.policies.base import BEST_POLICY, POLICY_NAMES
+from gateway.scheduler.queueing.failures import HOUR
+from gateway.scheduler.queueing.runs import CHECKPOINT_RULES, ON_PREEMPT, QueueConfig
+from gateway.scheduler.queueing.simulator import run_queue
+from gateway.scheduler.queueing.tenancy import equal_tenants, load_tenants
 
 
 def add_queue_arguments(queue: argparse.ArgumentParser) -> None:
@@ -84,7 +84,7 @@ def run_queue_command(args: argparse.Namespace) -> int:
         return 2
     elapsed = time.perf_counter() - started
     if args.plot:
-        from gateway.scheduler.plots import write_plots
+        from gateway.scheduler.experiments.plots import write_plots
 
         for path in write_plots(result, args.plot):
             print(f"wrote {path}", file=sys.stderr)

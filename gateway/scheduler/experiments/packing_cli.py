@@ -6,9 +6,9 @@ import argparse
 import json
 import sys
 
-from gateway.scheduler.model import load_nodes, load_pods
-from gateway.scheduler.packing import run_packing
-from gateway.scheduler.policies import BEST_POLICY, POLICY_NAMES
+from gateway.scheduler.cluster import load_nodes, load_pods
+from gateway.scheduler.experiments.packing import run_packing
+from gateway.scheduler.policies.base import BEST_POLICY, POLICY_NAMES
 
 
 def add_packing_arguments(packing: argparse.ArgumentParser) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gateway.scheduler.queue_types import QueueResult
+from gateway.scheduler.queueing.runs import QueueResult
 
 
 def write_plots(result: QueueResult, directory: str | Path) -> list[Path]:

@@ -16,13 +16,13 @@ import heapq
 from collections.abc import Sequence
 from dataclasses import replace
 
-from gateway.scheduler.failures import FailureSource
-from gateway.scheduler.jobs import Job
-from gateway.scheduler.model import GPU_MILLI, Node, Placement, Pod
-from gateway.scheduler.queue_preempt import PreemptingState
-from gateway.scheduler.queue_report import report
-from gateway.scheduler.queue_state import ARRIVE, FAIL, FINISH, REPAIR
-from gateway.scheduler.queue_types import (
+from gateway.scheduler.cluster import GPU_MILLI, Node, Placement, Pod
+from gateway.scheduler.queueing.failures import FailureSource
+from gateway.scheduler.queueing.jobs import Job
+from gateway.scheduler.queueing.preemptor import PreemptingState
+from gateway.scheduler.queueing.releases import PodShape, pod_shape
+from gateway.scheduler.queueing.report import report
+from gateway.scheduler.queueing.runs import (
     DONE,
     REJECTED,
     RUNNING,
@@ -30,8 +30,8 @@ from gateway.scheduler.queue_types import (
     QueueConfig,
     QueueResult,
 )
-from gateway.scheduler.releases import PodShape, pod_shape
-from gateway.scheduler.tenancy import Tenant
+from gateway.scheduler.queueing.state import ARRIVE, FAIL, FINISH, REPAIR
+from gateway.scheduler.queueing.tenancy import Tenant
 
 
 class QueueSimulator(PreemptingState):

@@ -12,8 +12,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from gateway.scheduler.jobs import Job
-from gateway.scheduler.model import GPU_MILLI, Pod
+from gateway.scheduler.cluster import GPU_MILLI, Pod
+from gateway.scheduler.queueing.jobs import Job
 
 COLUMNS = (
     "name",
