@@ -24,7 +24,7 @@ from pathlib import Path
 from gateway.scheduler.cluster import Node, Pod, load_nodes, load_pods
 from gateway.scheduler.experiments.packing import run_packing
 from gateway.scheduler.experiments.workloads import derive, family_names, write_pods
-from gateway.scheduler.policies.base import POLICY_NAMES
+from gateway.scheduler.policies.registry import POLICY_NAMES
 
 NODES_CSV = "openb_node_list_gpu_node.csv"
 PODS_CSV = "openb_pod_list_default.csv"

@@ -11,12 +11,13 @@ from gateway.scheduler.cluster import Cluster, Node, Placement, Pod, load_nodes,
 from gateway.scheduler.experiments.packing import run_packing
 from gateway.scheduler.experiments.workloads import derive
 from gateway.scheduler.fragmentation import Shape, target_workload
-from gateway.scheduler.policies.base import BEST_POLICY, FragmentationGradient, make_policy
+from gateway.scheduler.policies.fgd import FragmentationGradient
 from gateway.scheduler.policies.fgd_plus import (
     FragmentationGradientPlus,
     per_gpu_needs,
     restricted_demand,
 )
+from gateway.scheduler.policies.registry import BEST_POLICY, make_policy
 
 ANY: frozenset[str] = frozenset()
 
@@ -123,11 +124,11 @@ def test_walk_yields_one_fitting_node_per_state() -> None:
         )
         policy = FragmentationGradientPlus(target_workload([pod]))
         policy.bind(Cluster(nodes))
-        walked = list(policy._distinct(pod))
+        walked = list(policy.distinct(pod))
         first_fitting: dict[object, int] = {}
         for i, n in enumerate(nodes):
             if pod.fits(n):
-                first_fitting.setdefault(policy._sig[i], i)
+                first_fitting.setdefault(policy.signatures[i], i)
         assert [i for i, _ in walked] == sorted(first_fitting.values())
 
 

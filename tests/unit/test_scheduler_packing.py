@@ -11,11 +11,8 @@ from gateway.cli import main
 from gateway.scheduler.cluster import Cluster, Node, Placement, Pod, load_nodes, load_pods
 from gateway.scheduler.experiments.packing import build_workload, run_packing
 from gateway.scheduler.fragmentation import Fragmentation, Shape, target_workload
-from gateway.scheduler.policies.base import (
-    POLICY_NAMES,
-    FragmentationGradient,
-    make_policy,
-)
+from gateway.scheduler.policies.fgd import FragmentationGradient
+from gateway.scheduler.policies.registry import POLICY_NAMES, make_policy
 
 NODE_HEADER = "sn,cpu_milli,memory_mib,gpu,model\n"
 POD_HEADER = (

@@ -16,7 +16,7 @@ import pytest
 from gateway.cli import main
 from gateway.scheduler.cluster import Node, Placement, Pod
 from gateway.scheduler.experiments.jobtrace import TraceOptions, derive_jobs, read_jobs, write_jobs
-from gateway.scheduler.policies.base import POLICY_NAMES
+from gateway.scheduler.policies.registry import POLICY_NAMES
 from gateway.scheduler.queueing.checkpoint import (
     daly_interval,
     progress,

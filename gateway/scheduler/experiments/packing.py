@@ -17,7 +17,7 @@ from typing import Any
 
 from gateway.scheduler.cluster import Cluster, Node, Pod
 from gateway.scheduler.fragmentation import Fragmentation, target_workload
-from gateway.scheduler.policies.base import make_policy
+from gateway.scheduler.policies.registry import make_policy
 
 INFLATION = 1.3
 

@@ -8,7 +8,7 @@ import sys
 
 from gateway.scheduler.cluster import load_nodes, load_pods
 from gateway.scheduler.experiments.packing import run_packing
-from gateway.scheduler.policies.base import BEST_POLICY, POLICY_NAMES
+from gateway.scheduler.policies.registry import BEST_POLICY, POLICY_NAMES
 
 
 def add_packing_arguments(packing: argparse.ArgumentParser) -> None:

@@ -16,7 +16,7 @@ from gateway.scheduler.experiments.jobtrace import (
     read_pod_rows,
     write_jobs,
 )
-from gateway.scheduler.policies.base import BEST_POLICY, POLICY_NAMES
+from gateway.scheduler.policies.registry import BEST_POLICY, POLICY_NAMES
 from gateway.scheduler.queueing.failures import HOUR
 from gateway.scheduler.queueing.runs import CHECKPOINT_RULES, ON_PREEMPT, QueueConfig
 from gateway.scheduler.queueing.simulator import run_queue

@@ -5,6 +5,7 @@ TEMPORARY re-exports below, for the runtime modules being moved out of
 `gateway.scheduler.policies`; delete them once those import the submodules.
 """
 
-from gateway.scheduler.policies.base import BEST_POLICY, POLICY_NAMES, Policy, make_policy
+from gateway.scheduler.policies.base import Policy
+from gateway.scheduler.policies.registry import BEST_POLICY, POLICY_NAMES, make_policy
 
 __all__ = ["BEST_POLICY", "POLICY_NAMES", "Policy", "make_policy"]

@@ -30,7 +30,8 @@ from collections.abc import Iterator, Sequence
 
 from gateway.scheduler.cluster import Cluster, Placement, Pod
 from gateway.scheduler.fragmentation import Shape
-from gateway.scheduler.policies.base import FragmentationGradient, Signature
+from gateway.scheduler.policies.fgd import FragmentationGradient
+from gateway.scheduler.policies.tracked import Signature
 
 STRANDING_WEIGHT = 1.0  # seeds 1-5, default workload: 1, 2 and 4 within 0.05 points
 PRESSURE_WEIGHT = 1.0  # seeds 1-5, gpuspec33: 0.5, 1 and 2 within 0.02 points
@@ -71,7 +72,7 @@ class FragmentationGradientPlus(FragmentationGradient):
     """FGD plus the change in stranded GPU and the price of restricted models' GPU."""
 
     name = "fgd-plus"
-    filtered = False  # whether the node walk consults `_skip` (a call per node otherwise saved)
+    filtered = False  # whether the node walk consults `skip` (a call per node otherwise saved)
 
     def __init__(
         self,
@@ -105,7 +106,7 @@ class FragmentationGradientPlus(FragmentationGradient):
         self._stranded = [0.0] * len(cluster.nodes)
         self._cluster_idle = 0
         self._state_ids = {}
-        self._state = [self._state_id(sig) for sig in self._sig]
+        self._state = [self._state_id(sig) for sig in self.signatures]
         for index in range(len(cluster.nodes)):
             self._recount(index)
 
@@ -122,9 +123,9 @@ class FragmentationGradientPlus(FragmentationGradient):
         super().placed(pod, placement)
         if len(self._state_ids) >= STATE_IDS_LIMIT:
             self._state_ids = {}
-            self._state = [self._state_id(sig) for sig in self._sig]
+            self._state = [self._state_id(sig) for sig in self.signatures]
         else:
-            self._state[placement.node] = self._state_id(self._sig[placement.node])
+            self._state[placement.node] = self._state_id(self.signatures[placement.node])
         self._recount(placement.node)
 
     def _state_id(self, sig: Signature) -> int:
@@ -140,20 +141,20 @@ class FragmentationGradientPlus(FragmentationGradient):
         self._cluster_idle += change
         self._stranded[index] = self.stranded(idle, node.cpu_free, node.memory_free)
 
-    def _skip(self, pod: Pod, index: int) -> bool:
+    def skip(self, pod: Pod, index: int) -> bool:
         """Whether node `index` is out of bounds for `pod` beyond not fitting (a hook for
         subclasses; consulted only when `filtered` is set)."""
         return False
 
-    def _distinct(self, pod: Pod) -> Iterator[tuple[int, Signature]]:
+    def distinct(self, pod: Pod) -> Iterator[tuple[int, Signature]]:
         # The parent's walk, made cheaper: states are compared by number (a tuple's hash
         # is recomputed at every lookup), and fit is read off the signature, whose free
         # shares are sorted (the n-th largest decides whether n GPUs fit).
         nodes = self.cluster.nodes
-        sigs = self._sig
+        sigs = self.signatures
         cpu, memory, count = pod.cpu_milli, pod.memory_mib, pod.num_gpu
         per_gpu, models = pod.per_gpu_milli, pod.gpu_models
-        skip = self._skip if self.filtered else None
+        skip = self.skip if self.filtered else None
         seen: set[int] = set()
         for index, state in enumerate(self._state):
             if state in seen or not nodes[index].healthy:
@@ -180,7 +181,7 @@ class FragmentationGradientPlus(FragmentationGradient):
             fed = min(fed, memory_free / self._memory_per_gpu)
         return max(0.0, idle - fed)
 
-    def _extra_cost(self, pod: Pod, index: int, sig: Signature) -> float:
+    def extra_cost(self, pod: Pod, index: int, sig: Signature) -> float:
         model, _, cpu_free, memory_free, _, _ = sig
         requested = pod.requested_milli
         after = self.stranded(

@@ -95,9 +95,10 @@ class TopologyAware(FragmentationGradientPlus):
             if not self._held[placement.node]:
                 del self._held[placement.node]
 
-    filtered = True  # consult `_skip`: held nodes, and non-empty ones for large jobs
+    filtered = True  # consult `skip`: held nodes, and non-empty ones for large jobs
 
-    def _skip(self, pod: Pod, index: int) -> bool:
+    def skip(self, pod: Pod, index: int) -> bool:
+        """Held nodes take nothing else; a large job takes only an empty node."""
         node = self.cluster.nodes[index]
         return index in self._held or (self.is_large(pod, node) and not is_empty(node))
 

@@ -13,7 +13,7 @@ from dataclasses import replace
 
 from gateway.scheduler.cluster import Cluster, Node, Placement, Pod
 from gateway.scheduler.fragmentation import Fragmentation, target_workload
-from gateway.scheduler.policies.base import make_policy
+from gateway.scheduler.policies.registry import make_policy
 from gateway.scheduler.queueing.checkpoint import Progress, progress, run_length
 from gateway.scheduler.queueing.failures import FailureModel, FailureSource
 from gateway.scheduler.queueing.jobs import Job
