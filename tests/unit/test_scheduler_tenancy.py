@@ -27,7 +27,12 @@ from gateway.scheduler.queueing.jobs import Job
 from gateway.scheduler.queueing.measures import Timeline, percentile
 from gateway.scheduler.queueing.runs import JobRun, QueueConfig, QueueResult, checkpoint_interval
 from gateway.scheduler.queueing.simulator import QueueSimulator, run_queue
-from gateway.scheduler.queueing.tenancy import Quotas, Tenant, equal_tenants, tenants_from_mapping
+from gateway.scheduler.queueing.tenancy import (
+    Quotas,
+    QuotaTenant,
+    equal_tenants,
+    tenants_from_mapping,
+)
 from gateway.scheduler.queueing.victims import select_victims, victim_key
 
 G = 1000  # one GPU in thousandths
@@ -69,7 +74,7 @@ def job(
 def replay(
     nodes: list[Node],
     jobs: list[Job],
-    tenants: list[Tenant],
+    tenants: list[QuotaTenant],
     policy: str = "first-fit",
     on_preempt: str = "auto",
 ) -> QueueResult:
@@ -80,8 +85,8 @@ def by_name(result: QueueResult) -> dict[str, JobRun]:
     return {run.job.name: run for run in result.runs}
 
 
-def pair(quota_a: int = 2, quota_b: int = 2, cohort: str = "c") -> list[Tenant]:
-    return [Tenant("a", quota_a * G, cohort), Tenant("b", quota_b * G, cohort)]
+def pair(quota_a: int = 2, quota_b: int = 2, cohort: str = "c") -> list[QuotaTenant]:
+    return [QuotaTenant("a", quota_a * G, cohort), QuotaTenant("b", quota_b * G, cohort)]
 
 
 # --- checkpoint arithmetic ---------------------------------------------------------------
@@ -130,9 +135,9 @@ def test_checkpoint_interval_rule() -> None:
 def test_quota_borrowing_rules() -> None:
     quotas = Quotas(
         [
-            Tenant("a", 2 * G, "c", borrowing_limit_milli=1 * G),
-            Tenant("b", 2 * G, "c"),
-            Tenant("solo", 1 * G),
+            QuotaTenant("a", 2 * G, "c", borrowing_limit_milli=1 * G),
+            QuotaTenant("b", 2 * G, "c"),
+            QuotaTenant("solo", 1 * G),
         ]
     )
     assert quotas.admissible("a", 2 * G)  # nominal
@@ -147,7 +152,7 @@ def test_quota_borrowing_rules() -> None:
 
 
 def test_model_caps() -> None:
-    quotas = Quotas([Tenant("a", 8 * G, model_caps_milli={"V100": 1 * G})])
+    quotas = Quotas([QuotaTenant("a", 8 * G, model_caps_milli={"V100": 1 * G})])
     assert quotas.model_allowed("a", "V100", G) and quotas.model_allowed("a", "T4", 5 * G)
     quotas.charge("a", "V100", G)
     assert not quotas.model_allowed("a", "V100", 1)
@@ -241,7 +246,11 @@ def test_weighted_fair_share_orders_borrowers() -> None:
     # Cohort of 8 GPUs: a (nominal 2, weight 1), b (nominal 2, weight 2), c (nominal 4,
     # idle). a and b each submit 5 one-GPU jobs at t=0. Past their nominal quotas the
     # one with less borrowed GPU per weight goes first: b borrows 3 of c's 4, a 1.
-    tenants = [Tenant("a", 2 * G, "c"), Tenant("b", 2 * G, "c", weight=2), Tenant("c", 4 * G, "c")]
+    tenants = [
+        QuotaTenant("a", 2 * G, "c"),
+        QuotaTenant("b", 2 * G, "c", weight=2),
+        QuotaTenant("c", 4 * G, "c"),
+    ]
     jobs = [job(f"{t}{i}", t, duration=100) for t in "ab" for i in range(5)]
     result = replay([node("n0"), node("n1")], jobs, tenants)
     waits = {t: sorted(result.waits_by_tenant[t]) for t in "ab"}
@@ -302,7 +311,7 @@ def test_priority_preemption_within_a_tenant() -> None:
         job("h2", arrival=20, priority=3),
         job("h3", arrival=30, priority=3),
     ]
-    result = replay([node()], jobs, [Tenant("a", 4 * G)])
+    result = replay([node()], jobs, [QuotaTenant("a", 4 * G)])
     assert [(p.time, p.victim, p.preemptor, p.reason) for p in result.preemptions] == [
         (10, "p1_young", "h1", "priority"),
         (20, "p1_old", "h2", "priority"),
@@ -321,16 +330,16 @@ def test_victims_free_one_node() -> None:
         job("d", arrival=3, priority=3),
         job("P", arrival=10, gpus=2, priority=9),
     ]
-    result = replay([node("n0", gpus=2), node("n1", gpus=2)], jobs, [Tenant("a", 4 * G)])
+    result = replay([node("n0", gpus=2), node("n1", gpus=2)], jobs, [QuotaTenant("a", 4 * G)])
     assert sorted(p.victim for p in result.preemptions) == ["a", "b"]
     assert by_name(result)["P"].waited == 0
 
 
 def test_model_caps_restrict_placement() -> None:
-    # Tenant a may hold one V100 GPU: its second job goes to the T4 node even though the
+    # QuotaTenant a may hold one V100 GPU: its second job goes to the T4 node even though the
     # V100 node comes first; the third (V100 only) waits for the first to finish.
     nodes = [node("v", gpus=2, model="V100"), node("t", gpus=2, model="T4")]
-    tenants = [Tenant("a", 4 * G, model_caps_milli={"V100": G})]
+    tenants = [QuotaTenant("a", 4 * G, model_caps_milli={"V100": G})]
     jobs = [job("j1", duration=100), job("j2", duration=100), job("j3", models="V100")]
     result = replay(nodes, jobs, tenants)
     runs = by_name(result)
@@ -350,7 +359,7 @@ def low_high(arrival: float) -> list[Job]:
 def test_preemption_checkpoints_when_cheaper() -> None:
     # At 300 L has 300 s unsaved > 50 s: it checkpoints; H waits for it (50 s) and runs
     # 350-450; L resumes at 450 with 700 s left and ends at 1150.
-    result = replay([node(gpus=1)], low_high(300), [Tenant("a", G)])
+    result = replay([node(gpus=1)], low_high(300), [QuotaTenant("a", G)])
     runs = by_name(result)
     assert result.preemptions[0].checkpointed
     assert runs["H"].waited == 50 and runs["H"].finished == 450
@@ -363,16 +372,16 @@ def test_preemption_checkpoints_when_cheaper() -> None:
 
 def test_preemption_loses_work_when_cheaper_or_configured() -> None:
     # At 30 only 30 s are unsaved (< 50 s to checkpoint): they are dropped.
-    auto = replay([node(gpus=1)], low_high(30), [Tenant("a", G)])
+    auto = replay([node(gpus=1)], low_high(30), [QuotaTenant("a", G)])
     assert not auto.preemptions[0].checkpointed
     assert auto.metrics["lost_gpu_s"] == {"total": 30, "preemption": 30, "failure": 0}
     assert by_name(auto)["L"].finished == 1130  # restarts at 130 from zero
     # Configured to discard: the 300 s are lost even though a checkpoint was cheaper.
-    discard = replay([node(gpus=1)], low_high(300), [Tenant("a", G)], on_preempt="discard")
+    discard = replay([node(gpus=1)], low_high(300), [QuotaTenant("a", G)], on_preempt="discard")
     assert discard.metrics["lost_gpu_s"]["preemption"] == 300
     assert by_name(discard)["L"].finished == 1400
     # Configured to checkpoint: 50 s charged even for 30 s of work.
-    always = replay([node(gpus=1)], low_high(30), [Tenant("a", G)], on_preempt="checkpoint")
+    always = replay([node(gpus=1)], low_high(30), [QuotaTenant("a", G)], on_preempt="checkpoint")
     assert always.metrics["checkpoint_gpu_s"] == 50 and always.metrics["lost_gpu_s"]["total"] == 0
     assert by_name(always)["L"].finished == 1150  # 180 + 970
 
@@ -400,7 +409,7 @@ def test_failure_requeues_from_last_checkpoint() -> None:
     jobs = [job("J", interval=200, cost=10)]
     failures = ScriptedFailures([650.0])
     result = run_queue(
-        [node(gpus=1)], jobs, [Tenant("a", G)], QueueConfig(policy="best-fit"), failures
+        [node(gpus=1)], jobs, [QuotaTenant("a", G)], QueueConfig(policy="best-fit"), failures
     )
     runs = by_name(result)
     m = result.metrics
@@ -422,7 +431,7 @@ def test_failed_node_is_cordoned_until_repair() -> None:
     result = run_queue(
         [node("n0", gpus=1), node("n1", gpus=1)],
         jobs,
-        [Tenant("a", 2 * G)],
+        [QuotaTenant("a", 2 * G)],
         QueueConfig(policy="first-fit"),
         ScriptedFailures([50.0, math.inf]),
     )
@@ -458,10 +467,10 @@ def test_quotas_never_exceeded(policy: str) -> None:
     rng = random.Random(7)
     nodes = [node("v0", 8, "V100"), node("v1", 8, "V100"), node("t0", 4, "T4"), node("t1", 2)]
     tenants = [
-        Tenant("a", 6 * G, "c", borrowing_limit_milli=3 * G, model_caps_milli={"V100": 5 * G}),
-        Tenant("b", 8 * G, "c", weight=2),
-        Tenant("c", 4 * G, "c", borrowing_limit_milli=0),
-        Tenant("d", 2 * G),
+        QuotaTenant("a", 6 * G, "c", borrowing_limit_milli=3 * G, model_caps_milli={"V100": 5 * G}),
+        QuotaTenant("b", 8 * G, "c", weight=2),
+        QuotaTenant("c", 4 * G, "c", borrowing_limit_milli=0),
+        QuotaTenant("d", 2 * G),
     ]
     jobs = []
     for i in range(150):
@@ -493,7 +502,7 @@ def test_quotas_never_exceeded(policy: str) -> None:
 
 def test_rejects_jobs_that_can_never_run() -> None:
     jobs = [job("big", gpus=8), job("over-quota", gpus=3), job("ok")]
-    result = replay([node()], jobs, [Tenant("a", 2 * G)])
+    result = replay([node()], jobs, [QuotaTenant("a", 2 * G)])
     assert result.metrics["rejected"] == 2 and result.metrics["completed"] == 1
 
 

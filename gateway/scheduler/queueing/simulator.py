@@ -31,7 +31,7 @@ from gateway.scheduler.queueing.runs import (
     QueueResult,
 )
 from gateway.scheduler.queueing.state import ARRIVE, FAIL, FINISH, REPAIR
-from gateway.scheduler.queueing.tenancy import Tenant
+from gateway.scheduler.queueing.tenancy import QuotaTenant
 
 
 class QueueSimulator(PreemptingState):
@@ -245,7 +245,7 @@ class QueueSimulator(PreemptingState):
 def run_queue(
     nodes: Sequence[Node],
     jobs: Sequence[Job],
-    tenants: Sequence[Tenant],
+    tenants: Sequence[QuotaTenant],
     config: QueueConfig,
     failures: FailureSource | None = None,
 ) -> QueueResult:

@@ -29,7 +29,7 @@ from gateway.scheduler.queueing.runs import (
     Totals,
     checkpoint_interval,
 )
-from gateway.scheduler.queueing.tenancy import Quotas, Tenant
+from gateway.scheduler.queueing.tenancy import Quotas, QuotaTenant
 
 # Event kinds, in the order they are handled within one instant: releases first.
 FINISH, REPAIR, FAIL, ARRIVE, WAKE = range(5)
@@ -43,7 +43,7 @@ class QueueState:
         self,
         nodes: Sequence[Node],
         jobs: Sequence[Job],
-        tenants: Sequence[Tenant],
+        tenants: Sequence[QuotaTenant],
         config: QueueConfig,
         failures: FailureSource | None = None,
     ) -> None:

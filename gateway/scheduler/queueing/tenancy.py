@@ -20,7 +20,7 @@ from gateway.scheduler.cluster import GPU_MILLI
 
 
 @dataclass(frozen=True, slots=True)
-class Tenant:
+class QuotaTenant:
     """One tenant's quota. `borrowing_limit_milli` None: no limit beyond the cohort's idle
     quota. `model_caps_milli`: hard caps per GPU model; models not listed are uncapped."""
 
@@ -35,7 +35,7 @@ class Tenant:
 class Quotas:
     """What each tenant and cohort holds, and whether a request of GPU fits the rules."""
 
-    def __init__(self, tenants: Iterable[Tenant]) -> None:
+    def __init__(self, tenants: Iterable[QuotaTenant]) -> None:
         self.tenants = {t.name: t for t in tenants}
         self.usage = dict.fromkeys(self.tenants, 0)
         self.model_usage: dict[str, dict[str, int]] = {name: {} for name in self.tenants}
@@ -112,13 +112,15 @@ class Quotas:
         self.charge(tenant, model, -milli)
 
 
-def equal_tenants(names: Sequence[str], capacity_milli: int, cohort: str = "all") -> list[Tenant]:
+def equal_tenants(
+    names: Sequence[str], capacity_milli: int, cohort: str = "all"
+) -> list[QuotaTenant]:
     """The default: the cluster's GPU split evenly into nominal quotas, all in one cohort,
     borrowing unlimited, equal weights."""
     if not names:
         return []
     each = capacity_milli // len(names)
-    return [Tenant(name, each, cohort) for name in sorted(names)]
+    return [QuotaTenant(name, each, cohort) for name in sorted(names)]
 
 
 def _milli(value: Any, what: str) -> int:
@@ -127,7 +129,7 @@ def _milli(value: Any, what: str) -> int:
     return round(value * GPU_MILLI)
 
 
-def tenants_from_mapping(document: Mapping[str, Any]) -> list[Tenant]:
+def tenants_from_mapping(document: Mapping[str, Any]) -> list[QuotaTenant]:
     """Tenants from the parsed YAML document:
 
     tenants:
@@ -154,7 +156,7 @@ def tenants_from_mapping(document: Mapping[str, Any]) -> list[Tenant]:
         if not isinstance(models, Mapping):
             raise ValueError(f"tenant {name}: models must map a GPU model to GPUs")
         tenants.append(
-            Tenant(
+            QuotaTenant(
                 name=str(name),
                 quota_milli=_milli(spec.get("gpus"), f"tenant {name} gpus"),
                 cohort=str(spec.get("cohort") or ""),
@@ -170,7 +172,7 @@ def tenants_from_mapping(document: Mapping[str, Any]) -> list[Tenant]:
     return tenants
 
 
-def load_tenants(path: str | Path) -> list[Tenant]:
+def load_tenants(path: str | Path) -> list[QuotaTenant]:
     """Tenants from a YAML file (see `tenants_from_mapping`)."""
     with open(path) as f:
         document = yaml.safe_load(f)
