@@ -23,10 +23,12 @@ from gateway.scheduler.queueing.checkpoint import (
     run_length,
     young_interval,
 )
+from gateway.scheduler.queueing.config import QueueConfig, checkpoint_interval
 from gateway.scheduler.queueing.jobs import Job
 from gateway.scheduler.queueing.measures import Timeline, percentile
-from gateway.scheduler.queueing.runs import JobRun, QueueConfig, QueueResult, checkpoint_interval
+from gateway.scheduler.queueing.runs import JobRun, QueueResult
 from gateway.scheduler.queueing.simulator import QueueSimulator, run_queue
+from gateway.scheduler.queueing.state import QueueState
 from gateway.scheduler.queueing.tenancy import (
     Quotas,
     QuotaTenant,
@@ -444,14 +446,14 @@ def test_failed_node_is_cordoned_until_repair() -> None:
 # --- invariants -----------------------------------------------------------------------------
 
 
-class CheckedSimulator(QueueSimulator):
+class CheckedState(QueueState):
     """Checks after every start that no quota, borrowing limit or model cap is exceeded."""
 
     starts = 0
 
-    def _start(self, run: JobRun, pod: Pod, placement: Placement, now: float, delay: float) -> None:
-        super()._start(run, pod, placement, now, delay)
-        CheckedSimulator.starts += 1
+    def start(self, run: JobRun, pod: Pod, placement: Placement, now: float, delay: float) -> None:
+        super().start(run, pod, placement, now, delay)
+        CheckedState.starts += 1
         quotas = self.quotas
         for name, tenant in quotas.tenants.items():
             assert quotas.usage[name] <= quotas.ceiling(name)
@@ -491,7 +493,7 @@ def test_quotas_never_exceeded(policy: str) -> None:
             )
         )
     config = QueueConfig(policy=policy, seed=3, fail_mtbf_s=1800, repair_s=300)
-    result = CheckedSimulator(nodes, jobs, tenants, config).run()
+    result = QueueSimulator(CheckedState(nodes, jobs, tenants, config)).run()
     m = result.metrics
     assert m["completed"] + m["rejected"] == 150 and m["unfinished"] == 0
     assert m["preemptions"]["total"] > 0 and m["failures"]["node_failures"] > 0

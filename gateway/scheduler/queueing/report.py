@@ -6,14 +6,21 @@ from typing import Any
 
 from gateway.scheduler.cluster import GPU_MILLI
 from gateway.scheduler.queueing.failures import HOUR
-from gateway.scheduler.queueing.measures import SERIES, wait_summary
-from gateway.scheduler.queueing.runs import DONE, REJECTED, QueueResult
+from gateway.scheduler.queueing.measures import SERIES, Timeline, wait_summary
+from gateway.scheduler.queueing.runs import DONE, REJECTED, Preemption, QueueResult
 from gateway.scheduler.queueing.state import QueueState
 
 
-def report(sim: QueueState, start: float, end: float) -> QueueResult:
-    """Metrics over [start, end] (first arrival to last completion), raw queueing times
-    per tenant and priority, each job's final state and the preemptions."""
+def report(
+    sim: QueueState,
+    timeline: Timeline,
+    preemptions: list[Preemption],
+    start: float,
+    end: float,
+) -> QueueResult:
+    """Metrics over [start, end] (first arrival to last completion) of a finished replay's
+    state, its `timeline` and `preemptions`: raw queueing times per tenant and priority,
+    each job's final state and the preemptions."""
     waits_by_tenant: dict[str, list[float]] = {t: [] for t in sim.quotas.tenants}
     waits_by_priority: dict[int, list[float]] = {p: [] for p in sim.priorities}
     preempted_jobs = 0
@@ -24,9 +31,9 @@ def report(sim: QueueState, start: float, end: float) -> QueueResult:
         preempted_jobs += run.preempted > 0
     totals = sim.totals
     makespan = end - start
-    means = sim.timeline.means(start, end)
+    means = timeline.means(start, end)
     allocated_gpu_s = means[0] / 100.0 * sim.cluster.capacity_milli / GPU_MILLI * makespan
-    buckets = sim.timeline.buckets(start, end, sim.config.series_points)
+    buckets = timeline.buckets(start, end, sim.config.series_points)
     series: dict[str, list[float]] = {"t_s": [round(t, 1) for t, _ in buckets]}
     for d, name in enumerate(SERIES):
         series[name] = [round(values[d], 3) for _, values in buckets]
@@ -88,4 +95,4 @@ def report(sim: QueueState, start: float, end: float) -> QueueResult:
         else 0.0,
         "series": series,
     }
-    return QueueResult(metrics, waits_by_tenant, waits_by_priority, sim.runs, sim.preemption_log)
+    return QueueResult(metrics, waits_by_tenant, waits_by_priority, sim.runs, preemptions)
