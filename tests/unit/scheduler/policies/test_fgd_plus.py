@@ -31,6 +31,15 @@ def bind(policy: FragmentationGradient, nodes: list[Node]) -> FragmentationGradi
     return policy
 
 
+NODE_HEADER = "sn,cpu_milli,memory_mib,gpu,model\n"
+
+
+POD_HEADER = (
+    "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,"
+    "creation_time,deletion_time,scheduled_time\n"
+)
+
+
 def test_workload_needs_per_gpu() -> None:
     shapes = (Shape(1, 1000, 10000, 4096, ANY, 0.5), Shape(1, 500, 2000, 1024, ANY, 0.5))
     cpu, memory = per_gpu_needs(shapes)
@@ -152,13 +161,6 @@ def test_released_restores_the_caches() -> None:
 def test_fgd_plus_is_the_default_policy() -> None:
     assert BEST_POLICY == "fgd-plus"
     assert isinstance(make_policy("fgd-plus", 0, ()), FragmentationGradientPlus)
-
-
-NODE_HEADER = "sn,cpu_milli,memory_mib,gpu,model\n"
-POD_HEADER = (
-    "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,"
-    "creation_time,deletion_time,scheduled_time\n"
-)
 
 
 @pytest.mark.parametrize("family", ["gpushare80", "multigpu40", "gpuspec33"])
