@@ -1,6 +1,6 @@
 """A job of the queueing replay: a pod's resources plus who owns it and how it may be stopped.
 
-Pure: the trace's CSV reader and writer are in `jobtrace.py`. Times are in seconds.
+Pure: the trace's CSV reader and writer are in `experiments/jobtrace.py`. Times are in seconds.
 """
 
 from __future__ import annotations
