@@ -93,19 +93,19 @@ def _place(args: argparse.Namespace) -> int:
 
 
 def _simulate_packing(args: argparse.Namespace) -> int:
-    from gateway.scheduler.cli import run_packing_command
+    from gateway.scheduler.experiments.packing_cli import run_packing_command
 
     return run_packing_command(args)
 
 
 def _simulate_queue(args: argparse.Namespace) -> int:
-    from gateway.scheduler.queue_cli import run_queue_command
+    from gateway.scheduler.experiments.queue_cli import run_queue_command
 
     return run_queue_command(args)
 
 
 def _simulate_trace(args: argparse.Namespace) -> int:
-    from gateway.scheduler.queue_cli import run_trace_command
+    from gateway.scheduler.experiments.queue_cli import run_trace_command
 
     return run_trace_command(args)
 
@@ -157,14 +157,14 @@ def parser() -> argparse.ArgumentParser:
     hash_key.add_argument("key", help="the key, or - to read it from standard input")
     hash_key.set_defaults(run=_hash_key)
 
-    from gateway.scheduler.cli import add_packing_arguments
+    from gateway.scheduler.experiments.packing_cli import add_packing_arguments
 
     simulate = sub.add_parser("simulate", help="offline scheduler experiments")
     experiments = simulate.add_subparsers(dest="experiment", required=True)
     packing = experiments.add_parser("packing", help="GPU packing on the openb trace")
     add_packing_arguments(packing)
     packing.set_defaults(run=_simulate_packing)
-    from gateway.scheduler.queue_cli import add_queue_arguments, add_trace_arguments
+    from gateway.scheduler.experiments.queue_cli import add_queue_arguments, add_trace_arguments
 
     queue = experiments.add_parser(
         "queue", help="replay a job trace: quotas, fair share, preemption, failures"

@@ -13,7 +13,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from gateway.scheduler.model import Node, Pod
+from gateway.scheduler.cluster import Node, Pod
 
 # Node state as far as fragmentation cares: GPU model, sorted free shares, and the CPU and
 # memory bands (how many shape thresholds the free amount reaches).
