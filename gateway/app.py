@@ -20,9 +20,9 @@ from gateway.api.errors import DOMAIN_ERRORS, APIError, client_error
 from gateway.config import Config, load_config
 from gateway.observability import metrics
 from gateway.observability.logging import configure_logging
+from gateway.serving.gateway_state import GatewayState
 from gateway.serving.reload import TenantsReloader
 from gateway.serving.runtime import Runtime
-from gateway.serving.state import GatewayState
 
 log = logging.getLogger("gateway")
 

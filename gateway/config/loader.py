@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
-from gateway.config.cluster import check_cluster
+from gateway.config.cluster_config import check_cluster
 from gateway.config.keys import HASH_PREFIX, InvalidKey, parse_key_entry
 from gateway.config.schema import AdmissionConfig, Config, GatewayConfig, TenantsConfig
 from gateway.config.source import ConfigError, Loc, Problem, Source, read_source

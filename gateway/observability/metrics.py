@@ -292,7 +292,7 @@ StateSample = tuple[StateMetric, list[str], float]
 
 class StateSource(Protocol):
     """What a running gateway tells about its queues and replicas; the app wires one in
-    (`gateway.serving.state`), so this module needs to know nothing of either."""
+    (`gateway.serving.gateway_state`), so this module needs to know nothing of either."""
 
     def models(self) -> Collection[str]:
         """The models served now."""

@@ -23,7 +23,7 @@ import aiohttp
 from gateway.backends.http import LazySession, get_ok
 from gateway.backends.triton_metrics import default_metrics_url
 from gateway.config import BackendKind, GatewayConfig
-from gateway.config.cluster import ClusterConfig, ClusterNode, load_cluster
+from gateway.config.cluster_config import ClusterConfig, ClusterNode, load_cluster
 from gateway.placement.deployment import DeploymentPlan, plan_deployments
 from gateway.placement.triton_repository import RepositoryError, apply_plan
 from gateway.upstream.route import ModelRoute

@@ -14,10 +14,11 @@ from __future__ import annotations
 from collections.abc import Collection
 from dataclasses import dataclass, field
 
-from gateway.config.cluster import ClusterConfig, Deployment
+from gateway.config.cluster_config import ClusterConfig, Deployment
+from gateway.scheduler.cluster import GPU_MILLI, Cluster, Node, Placement, Pod
 from gateway.scheduler.fragmentation import target_workload
-from gateway.scheduler.model import GPU_MILLI, Cluster, Node, Placement, Pod
-from gateway.scheduler.policies import BEST_POLICY, Policy, make_policy
+from gateway.scheduler.policies.policy import Policy
+from gateway.scheduler.policies.registry import BEST_POLICY, make_policy
 
 
 @dataclass(frozen=True, slots=True)

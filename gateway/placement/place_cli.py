@@ -26,7 +26,7 @@ def add_place_arguments(place: argparse.ArgumentParser) -> None:
 
 def run_place_command(args: argparse.Namespace) -> int:
     """Plan the placement, print it, and apply it when asked."""
-    from gateway.config.cluster import load_cluster
+    from gateway.config.cluster_config import load_cluster
     from gateway.placement.deployment import plan_deployments
 
     try:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import aiohttp
 
-from gateway.config.cluster import ClusterConfig
+from gateway.config.cluster_config import ClusterConfig
 from gateway.placement.deployment import DeploymentPlan
 
 _TIMEOUT = aiohttp.ClientTimeout(total=120)  # loading a model can take a while

@@ -7,6 +7,7 @@ and the queueing replay (quotas, preemption, failures), run by `gateway simulate
 - `experiments`: the experiments, workloads, charts and command lines (file I/O lives
   here and in the loaders of `cluster` and `queueing.tenancy`).
 
-routing.py, cluster_config.py, deployment.py and place_cli.py are runtime code on their
-way out of this package; they are not part of the laboratory.
+It imports nothing else of the gateway. The runtime uses its policies to place model
+replicas on Triton nodes (`gateway.placement`) and validates `cluster.yaml`'s policy
+names against its registry (`gateway.config.cluster_config`).
 """

@@ -31,7 +31,7 @@ WORKER = r"""
 import json, sys
 from types import SimpleNamespace
 from gateway.observability import metrics
-from gateway.serving.state import GatewayState
+from gateway.serving.gateway_state import GatewayState
 from gateway.upstream.outlier import ReplicaState
 
 spec = json.loads(sys.argv[1])

@@ -8,12 +8,12 @@ from typing import Any
 import pytest
 import yaml
 
-from gateway.config.cluster import ClusterConfig, load_cluster
+from gateway.config.cluster_config import ClusterConfig, load_cluster
 from gateway.config.source import ConfigError
 from gateway.placement.deployment import plan_deployments
+from gateway.scheduler.cluster import Cluster, Node, Pod
 from gateway.scheduler.fragmentation import target_workload
-from gateway.scheduler.model import Cluster, Node, Pod
-from gateway.scheduler.policies import POLICY_NAMES, make_policy
+from gateway.scheduler.policies.registry import POLICY_NAMES, make_policy
 
 
 def cluster(nodes: dict[str, int], *deployments: dict[str, Any]) -> ClusterConfig:

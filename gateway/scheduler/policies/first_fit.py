@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gateway.scheduler.cluster import Placement, Pod
-from gateway.scheduler.policies.base import Policy
+from gateway.scheduler.policies.policy import Policy
 
 
 class FirstFit(Policy):

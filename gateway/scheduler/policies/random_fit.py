@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 
 from gateway.scheduler.cluster import Placement, Pod
-from gateway.scheduler.policies.base import Policy
+from gateway.scheduler.policies.policy import Policy
 
 
 class RandomFit(Policy):

@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from gateway.scheduler.fragmentation import Shape
-from gateway.scheduler.policies.base import Policy
 from gateway.scheduler.policies.best_fit import BestFit
 from gateway.scheduler.policies.fgd import FragmentationGradient
 from gateway.scheduler.policies.fgd_plus import FragmentationGradientPlus
 from gateway.scheduler.policies.first_fit import FirstFit
+from gateway.scheduler.policies.policy import Policy
 from gateway.scheduler.policies.random_fit import RandomFit
 from gateway.scheduler.policies.topology import TopologyAware
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from gateway.scheduler.cluster import Cluster, Node, Placement, Pod
-from gateway.scheduler.policies.base import Policy
+from gateway.scheduler.policies.policy import Policy
 
 # A node as placement sees it: model, sorted free GPU shares, free CPU, free memory, and
 # the CPU and memory capacity (which best-fit's score divides by).

@@ -14,7 +14,7 @@ from pydantic import Field, HttpUrl, model_validator
 from gateway.config.schema import Int, NonNegativeInt, PositiveInt, Strict
 from gateway.config.source import ConfigError, Problem, Source, read_source
 from gateway.config.validation import validate_source
-from gateway.scheduler.policies import POLICY_NAMES
+from gateway.scheduler.policies.registry import POLICY_NAMES
 
 
 class ClusterNode(Strict):

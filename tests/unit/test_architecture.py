@@ -1,0 +1,197 @@
+"""The shape of `gateway/`: imports run one way, from the app down to the shared types.
+
+The import graph is built from the source (ast), function-level and TYPE_CHECKING
+imports included: a cycle or an upward import hidden in a function is still one.
+`docs/architecture.md` draws the layers below.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2] / "gateway"
+
+# Each top-level module or package of `gateway/` and its layer: a module may import its own
+# package and the packages of lower layers, never those of its own layer or above.
+LAYERS = {
+    "gateway.inference": 0,  # the request and result types, prompts, token estimates, ids
+    "gateway.scheduler": 0,  # the offline laboratory: a library of placement policies
+    "gateway.config": 1,
+    "gateway.observability": 1,
+    "gateway.storage": 2,
+    "gateway.backends": 2,
+    "gateway.admission": 2,
+    "gateway.ratelimit": 3,
+    "gateway.upstream": 3,
+    "gateway.placement": 4,
+    "gateway.serving": 5,
+    "gateway.api": 6,
+    "gateway.dev": 6,
+    "gateway.app": 7,
+    "gateway.cli": 8,
+}
+# Who may import the HTTP layer (the issue's rule, stated on its own).
+API = "gateway.api"
+API_USERS = ("gateway.api", "gateway.app", "gateway.cli")
+
+
+def modules(root: Path) -> dict[str, Path]:
+    """Dotted module name to file, for every module under `root` (a package directory)."""
+    found = {}
+    for path in root.rglob("*.py"):
+        parts = path.relative_to(root.parent).with_suffix("").parts
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        found[".".join(parts)] = path
+    return found
+
+
+def _imported(node: ast.AST, module: str, is_package: bool) -> Iterator[str]:
+    """The dotted names an import statement names (for `from X import y`: X.y and X)."""
+    if isinstance(node, ast.Import):
+        yield from (alias.name for alias in node.names)
+    elif isinstance(node, ast.ImportFrom):
+        base = module if is_package else module.rpartition(".")[0]
+        if node.level:
+            base = ".".join(base.split(".")[: len(base.split(".")) - node.level + 1])
+            target = f"{base}.{node.module}" if node.module else base
+        else:
+            target = node.module or ""
+        yield target
+        yield from (f"{target}.{alias.name}" for alias in node.names)
+
+
+def import_graph(root: Path = ROOT) -> dict[str, set[str]]:
+    """Module to the modules of `root`'s package it imports."""
+    files = modules(root)
+
+    def owner(name: str) -> str | None:
+        while name and name not in files:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    graph: dict[str, set[str]] = {}
+    for module, path in files.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        targets = set()
+        for node in ast.walk(tree):
+            for name in _imported(node, module, path.name == "__init__.py"):
+                found = owner(name) if name.startswith(root.name) else None
+                if found is not None and found != module:
+                    targets.add(found)
+        graph[module] = targets
+    return graph
+
+
+def cycles(graph: Mapping[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for target in sorted(graph.get(node, ())):
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in on_stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def top_level(module: str) -> str:
+    """`gateway.serving.runtime` -> `gateway.serving`."""
+    return ".".join(module.split(".")[:2])
+
+
+def upward_imports(
+    graph: Mapping[str, set[str]], layers: Mapping[str, int] = LAYERS
+) -> list[tuple[str, str]]:
+    """(importer, imported) for every import of a package of the importer's layer or above."""
+    return sorted(
+        (module, target)
+        for module, targets in graph.items()
+        for target in targets
+        if top_level(module) != top_level(target)
+        and top_level(module) in layers
+        and layers[top_level(target)] >= layers[top_level(module)]
+    )
+
+
+def api_imports(graph: Mapping[str, set[str]]) -> list[tuple[str, str]]:
+    """(importer, imported) for every import of `gateway.api` from outside the app and CLI."""
+    return sorted(
+        (module, target)
+        for module, targets in graph.items()
+        for target in targets
+        if top_level(target) == API and top_level(module) not in API_USERS
+    )
+
+
+def test_gateway_has_no_import_cycle() -> None:
+    assert cycles(import_graph()) == []
+
+
+def test_only_the_app_and_the_cli_import_the_http_layer() -> None:
+    assert api_imports(import_graph()) == []
+
+
+def test_packages_import_only_lower_layers() -> None:
+    assert upward_imports(import_graph()) == []
+
+
+def test_every_top_level_module_has_a_layer() -> None:
+    """A new package must be placed in LAYERS (and in docs/architecture.md)."""
+    assert {top_level(m) for m in import_graph() if m != "gateway"} == set(LAYERS)
+
+
+def test_gateway_top_level_holds_only_the_app_the_cli_and_packages() -> None:
+    loose = {p.name for p in ROOT.glob("*.py")} - {"__init__.py", "app.py", "cli.py"}
+    assert loose == set()
+
+
+def test_no_two_modules_share_a_file_name() -> None:
+    """One name, one meaning: `errors.py` (each package's own errors) and the package
+    files are the only names used twice."""
+    seen: dict[str, list[str]] = {}
+    for module, path in modules(ROOT).items():
+        if path.name not in ("__init__.py", "errors.py"):
+            seen.setdefault(path.name, []).append(module)
+    assert {name: found for name, found in seen.items() if len(found) > 1} == {}
+
+
+def test_the_checks_find_a_cycle_and_an_upward_import() -> None:
+    """The rules above fail when they should: on a small graph with both faults."""
+    graph = {
+        "gateway.config.a": {"gateway.config.b"},
+        "gateway.config.b": {"gateway.config.a", "gateway.serving.runtime"},
+        "gateway.serving.runtime": {"gateway.api.errors"},
+        "gateway.api.errors": set(),
+    }
+    assert cycles(graph) == [["gateway.config.a", "gateway.config.b"]]
+    assert upward_imports(graph) == [
+        ("gateway.config.b", "gateway.serving.runtime"),
+        ("gateway.serving.runtime", "gateway.api.errors"),
+    ]
+    assert api_imports(graph) == [("gateway.serving.runtime", "gateway.api.errors")]
