@@ -21,7 +21,7 @@ import yaml
 
 from gateway.observability import metrics
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 ALERTS = ROOT / "config" / "alerts"
 RULES = ALERTS / "gateway.rules.yaml"
 RULE_TESTS = sorted((ALERTS / "tests").glob("*.yaml"))

@@ -6,10 +6,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from gateway.config.cluster_config import ClusterConfig, load_cluster
-from gateway.config.source import ConfigError
 from gateway.placement.deployment import plan_deployments
 from gateway.scheduler.cluster import Cluster, Node, Pod
 from gateway.scheduler.fragmentation import target_workload
@@ -91,42 +89,8 @@ def test_lost_replicas_wait_when_no_capacity_is_left() -> None:
     assert after.unplaced == {"large": 1}
 
 
-def write(tmp_path: Path, data: dict[str, Any]) -> str:
-    path = tmp_path / "cluster.yaml"
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
-    return str(path)
-
-
-def test_a_bad_cluster_file_is_refused_with_file_and_line(tmp_path: Path) -> None:
-    path = write(
-        tmp_path,
-        {
-            "policy": "fastest",
-            "nodes": [
-                {"name": "a", "url": "http://127.0.0.1:8100", "gpus": 2},
-                {"name": "a", "url": "http://127.0.0.1:8110", "gpus": -1},
-            ],
-            "deployments": [{"model": "chat", "gpus": 2, "gpu_milli": 500}],
-        },
-    )
-    with pytest.raises(ConfigError) as caught:
-        load_cluster(path)
-    messages = [str(p) for p in caught.value.problems]
-    assert any(m.startswith(f"{path}:") and "gpus" in m and "nodes[1]" in m for m in messages)
-    assert any("gpu_milli below 1000" in m for m in messages)
-    # Cross checks run once the file has the right shape.
-    fixed = yaml.safe_load(Path(path).read_text())
-    fixed["nodes"][1]["gpus"] = 2
-    fixed["deployments"][0]["gpus"] = 1
-    with pytest.raises(ConfigError) as again:
-        load_cluster(write(tmp_path, fixed))
-    lines = [str(p) for p in again.value.problems]
-    assert any("duplicate name 'a'" in m and ":6:" in m for m in lines), lines
-    assert any("policy: unknown" in m and ":1:" in m for m in lines), lines
-
-
 def test_the_shipped_cluster_file_places_every_replica() -> None:
-    config = load_cluster(str(Path(__file__).parents[2] / "config/cluster.yaml"))
+    config = load_cluster(str(Path(__file__).parents[3] / "config/cluster.yaml"))
     plan = plan_deployments(config)
     assert plan.unplaced == {}
     assert len(plan.placements) == sum(d.replicas for d in config.deployments)

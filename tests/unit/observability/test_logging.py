@@ -242,6 +242,14 @@ def test_plain_handlers_get_redacted_messages_too() -> None:
     assert entry.getMessage() == "key [REDACTED]"
 
 
+def test_keys_are_redacted_from_log_lines() -> None:
+    assert redact("Authorization: Bearer abc.def") == "Authorization: Bearer [REDACTED]"
+    assert redact("key sk-acme-demo leaked") == "key [REDACTED] leaked"
+    record = logging.LogRecord("x", logging.INFO, "f", 1, "got %s", ("sk-secret-123",), None)
+    RedactingFilter().filter(record)
+    assert record.getMessage() == "got [REDACTED]"
+
+
 def test_client_errors_never_carry_a_secret() -> None:
     error = errors.upstream_failed("m1", f"upstream error: {ALL_SECRETS}")
     assert leftovers_in(error.message) == []

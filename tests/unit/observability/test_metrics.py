@@ -23,7 +23,7 @@ from gateway.observability import metrics
 from gateway.upstream import health
 from gateway.upstream.pool import Replica
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 # A worker: sets its metrics from argv[1], prints "ready", then answers "render"
 # (the exposition, then "--end--") and "exit" on stdin.

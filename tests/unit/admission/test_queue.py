@@ -24,8 +24,6 @@ from gateway.admission import (
     Shed,
     Slot,
 )
-from gateway.admission.drain import DrainMeter
-from gateway.admission.fairshare import FairQueue
 
 MODEL = "m"
 
@@ -400,17 +398,6 @@ async def test_actual_tokens_correct_the_split(estimate: int, actual: int) -> No
     await h.close()
 
 
-def test_cancelled_heads_do_not_pile_up_in_the_heap() -> None:
-    queue: FairQueue[int] = FairQueue()
-    queue.push(0, "stays", 1.0, 10)
-    for i in range(1, 1000):
-        queue.remove(queue.push(i, f"t{i}", 1.0, 10))
-        queue.correct("stays", 1.0, 1)  # each re-tag leaves a stale entry too
-    assert len(queue) == 1 and len(queue._heap) <= 2 + 32
-    head = queue.pop()
-    assert head is not None and head.item == 0 and queue.pop() is None
-
-
 # -- deadlines and cancellation -------------------------------------------------------------
 
 
@@ -579,20 +566,6 @@ async def test_predicted_wait_counts_what_is_ahead_over_the_drain_rate() -> None
     h.capacity = 0  # every replica down: no wait is long enough
     assert h.ctrl.predicted_wait_s(MODEL, "online") == math.inf
     await h.close()
-
-
-def test_the_drain_meter_counts_only_saturated_time() -> None:
-    meter = DrainMeter(window=4)
-    meter.saturation(0.0, False)
-    meter.completed(1.0)  # not saturated: demand, not capacity
-    assert meter.rate(1.0) is None
-    meter.saturation(2.0, True)
-    meter.completed(2.5)
-    assert meter.rate(2.5) == pytest.approx(2.0)
-    meter.saturation(2.5, False)
-    assert meter.rate(100.0) == pytest.approx(2.0)  # idle time is not a stall
-    with pytest.raises(ValueError):
-        DrainMeter(window=0)
 
 
 def test_configuration_is_checked() -> None:

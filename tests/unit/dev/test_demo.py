@@ -1,0 +1,53 @@
+"""The demo's checks before it starts anything."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from gateway.dev import demo
+
+# --- the demo's checks ----------------------------------------------------------------
+
+
+def test_demo_finds_its_config_from_any_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    found = demo.resolve_config("config/gateway.yaml")
+    assert found is not None and os.path.isabs(found) and os.path.isfile(found)
+    assert demo.resolve_config("config/nope.yaml") is None
+
+
+def test_demo_example_runs_with_this_interpreter() -> None:
+    assert f"  {sys.executable} - <<'PY'" in demo._examples(8080)
+    assert "  python - " not in demo._examples(8080)
+
+
+def test_demo_refuses_a_broken_config_before_starting_anything(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def must_not_run(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the demo started something")
+
+    for name in ("spawn", "start_redis", "free_port"):
+        monkeypatch.setattr(demo, name, must_not_run)
+    (tmp_path / "gateway.yaml").write_text(
+        "cluster_file: cluster.yaml\nmodels:\n  m: {backend: triton_http}\n"
+    )
+    (tmp_path / "tenants.yaml").write_text("tenants:\n  a: {api_keys: ['${NOPE_KEY}']}\n")
+    (tmp_path / "cluster.yaml").write_text(
+        "nodes:\n  - {name: a, url: 'http://127.0.0.1:1', gpus: -2}\n"
+    )
+    monkeypatch.delenv("NOPE_KEY", raising=False)
+
+    assert demo.run_demo(port=8080, config_path=str(tmp_path / "gateway.yaml")) == 1
+
+    err = capsys.readouterr().err
+    assert f"{tmp_path}/cluster.yaml:2: nodes[0].gpus: Input should be greater than 0" in err
+    assert f"{tmp_path}/tenants.yaml:2: environment variable NOPE_KEY is not set" in err
+    assert demo.run_demo(port=8080, config_path=str(tmp_path / "missing.yaml")) == 1
+    assert "missing.yaml: no such file" in capsys.readouterr().err
