@@ -3,6 +3,7 @@ of the tests' own, and fakeredis with Lua. The shared Redis on 6379 is never tou
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
@@ -21,6 +22,11 @@ class Backend:
     name: str
     client: Redis | RedisCluster
     store: RedisBuckets
+
+
+def fresh_tenant() -> str:
+    # Servers live for the whole session: every test (and example) gets its own keys.
+    return f"t-{uuid.uuid4().hex[:12]}"
 
 
 BACKENDS = ["single", "cluster", "fakeredis"]

@@ -3,18 +3,13 @@ where the backends send them."""
 
 from __future__ import annotations
 
-import socket
-import time
 from typing import Any
 
 import pytest
 
 from gateway.api.errors import APIError
 from gateway.api.requests import decode_json, parse_chat, parse_completion
-from gateway.backends.base import ReplicaUnavailable
-from gateway.backends.openai import _endpoint
-from gateway.backends.triton_grpc import TritonGRPCBackend
-from gateway.inference.types import ChatMessage, RequestKind, SamplingParams, UpstreamCall
+from gateway.inference.types import ChatMessage, RequestKind
 
 USER = [{"role": "user", "content": "hi"}]
 
@@ -157,35 +152,3 @@ def test_body_that_is_not_a_json_object_is_400(body: bytes) -> None:
     with pytest.raises(APIError) as caught:
         decode_json(body)
     assert caught.value.status == 400
-
-
-# --- requests to upstreams ---------------------------------------------------------
-
-
-def _call(kind: RequestKind) -> UpstreamCall:
-    return UpstreamCall(kind, "m", "hi", (), SamplingParams(max_tokens=4), 1)
-
-
-@pytest.mark.parametrize(
-    "url", ["http://h:8000", "http://h:8000/", "http://h:8000/v1", "http://h:8000/v1/"]
-)
-def test_openai_upstream_url_may_end_in_v1_or_not(url: str) -> None:
-    assert _endpoint(url, _call(RequestKind.CHAT)) == "http://h:8000/v1/chat/completions"
-    assert _endpoint(url, _call(RequestKind.COMPLETION)) == "http://h:8000/v1/completions"
-
-
-async def test_grpc_replica_that_does_not_connect_fails_within_connect_s() -> None:
-    # A port that accepts TCP but never speaks HTTP/2: the channel stays CONNECTING.
-    with socket.socket() as silent, socket.socket() as closed:
-        silent.bind(("127.0.0.1", 0))
-        silent.listen()
-        closed.bind(("127.0.0.1", 0))  # bound, not listening: connections are refused
-        backend = TritonGRPCBackend(connect_timeout_s=0.3, total_timeout_s=30)
-        try:
-            for port, within in ((silent.getsockname()[1], 2.0), (closed.getsockname()[1], 1.0)):
-                started = time.monotonic()
-                with pytest.raises(ReplicaUnavailable):
-                    await backend.complete(f"127.0.0.1:{port}", _call(RequestKind.COMPLETION))
-                assert time.monotonic() - started < within
-        finally:
-            await backend.close()

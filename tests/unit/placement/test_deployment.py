@@ -5,13 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from gateway.config.cluster_config import ClusterConfig, load_cluster
 from gateway.placement.deployment import plan_deployments
-from gateway.scheduler.cluster import Cluster, Node, Pod
-from gateway.scheduler.fragmentation import target_workload
-from gateway.scheduler.policies.registry import POLICY_NAMES, make_policy
 
 
 def cluster(nodes: dict[str, int], *deployments: dict[str, Any]) -> ClusterConfig:
@@ -94,15 +89,3 @@ def test_the_shipped_cluster_file_places_every_replica() -> None:
     plan = plan_deployments(config)
     assert plan.unplaced == {}
     assert len(plan.placements) == sum(d.replicas for d in config.deployments)
-
-
-@pytest.mark.parametrize("name", POLICY_NAMES)
-def test_a_down_node_does_not_hide_its_healthy_twin(name: str) -> None:
-    down, twin = Node("a", 2, "A100", 8000, 8192), Node("b", 2, "A100", 8000, 8192)
-    down.healthy = False
-    pod = Pod("p", 1, 1000, 1000, 1024)
-    policy = make_policy(name, seed=1, shapes=target_workload([pod]))
-    policy.bind(Cluster([down, twin]))
-    placement = policy.choose(pod)
-    assert placement is not None
-    assert placement.node == 1
