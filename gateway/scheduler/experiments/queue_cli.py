@@ -17,8 +17,8 @@ from gateway.scheduler.experiments.jobtrace import (
     write_jobs,
 )
 from gateway.scheduler.policies.registry import BEST_POLICY, POLICY_NAMES
-from gateway.scheduler.queueing.config import CHECKPOINT_RULES, ON_PREEMPT, QueueConfig
 from gateway.scheduler.queueing.failures import HOUR
+from gateway.scheduler.queueing.queue_config import CHECKPOINT_RULES, ON_PREEMPT, QueueConfig
 from gateway.scheduler.queueing.simulator import run_queue
 from gateway.scheduler.queueing.tenancy import equal_tenants, load_tenants
 

@@ -21,12 +21,12 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from gateway.scheduler.cluster import Node
-from gateway.scheduler.queueing.config import QueueConfig
 from gateway.scheduler.queueing.events import ARRIVE, FAIL, FINISH, REPAIR
 from gateway.scheduler.queueing.failures import FailureModel, FailureSource
 from gateway.scheduler.queueing.jobs import Job
 from gateway.scheduler.queueing.pending import PendingQueue
 from gateway.scheduler.queueing.preemptor import Preemptor, StuckKey
+from gateway.scheduler.queueing.queue_config import QueueConfig
 from gateway.scheduler.queueing.recorder import Recorder
 from gateway.scheduler.queueing.releases import PodShape, pod_shape
 from gateway.scheduler.queueing.report import report

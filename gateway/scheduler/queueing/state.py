@@ -13,9 +13,9 @@ from gateway.scheduler.cluster import GPU_MILLI, Cluster, Node, Placement, Pod
 from gateway.scheduler.fragmentation import target_workload
 from gateway.scheduler.policies.registry import make_policy
 from gateway.scheduler.queueing.checkpoint import Progress, progress, run_length
-from gateway.scheduler.queueing.config import QueueConfig, checkpoint_interval
 from gateway.scheduler.queueing.events import FINISH, EventQueue
 from gateway.scheduler.queueing.jobs import Job
+from gateway.scheduler.queueing.queue_config import QueueConfig, checkpoint_interval
 from gateway.scheduler.queueing.releases import PodShape, ReleaseLog, pod_shape
 from gateway.scheduler.queueing.runs import RUNNING, JobRun, Totals
 from gateway.scheduler.queueing.tenancy import Quotas, QuotaTenant

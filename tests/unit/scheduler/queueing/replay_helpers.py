@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from gateway.scheduler.cluster import Node, Pod
-from gateway.scheduler.queueing.config import QueueConfig
 from gateway.scheduler.queueing.jobs import Job
+from gateway.scheduler.queueing.queue_config import QueueConfig
 from gateway.scheduler.queueing.runs import JobRun, QueueResult
 from gateway.scheduler.queueing.simulator import run_queue
 from gateway.scheduler.queueing.tenancy import QuotaTenant

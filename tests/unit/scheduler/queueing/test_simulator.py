@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from gateway.scheduler.queueing.config import QueueConfig
+from gateway.scheduler.queueing.queue_config import QueueConfig
 from gateway.scheduler.queueing.simulator import run_queue
 from gateway.scheduler.queueing.tenancy import QuotaTenant
 from tests.unit.scheduler.queueing.replay_helpers import (

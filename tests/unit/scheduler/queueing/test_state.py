@@ -9,7 +9,7 @@ import pytest
 
 from gateway.scheduler.cluster import Placement, Pod
 from gateway.scheduler.policies.registry import POLICY_NAMES
-from gateway.scheduler.queueing.config import QueueConfig
+from gateway.scheduler.queueing.queue_config import QueueConfig
 from gateway.scheduler.queueing.runs import JobRun
 from gateway.scheduler.queueing.simulator import QueueSimulator
 from gateway.scheduler.queueing.state import QueueState

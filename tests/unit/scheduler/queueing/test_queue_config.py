@@ -1,4 +1,4 @@
-"""gateway.scheduler.queueing.config: where a job's checkpoint interval comes from."""
+"""gateway.scheduler.queueing.queue_config: where a job's checkpoint interval comes from."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from gateway.scheduler.queueing.checkpoint import (
     daly_interval,
     young_interval,
 )
-from gateway.scheduler.queueing.config import checkpoint_interval
+from gateway.scheduler.queueing.queue_config import checkpoint_interval
 from tests.unit.scheduler.queueing.replay_helpers import job
 
 
