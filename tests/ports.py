@@ -11,5 +11,5 @@ GATEWAYS = 14000
 CLUSTER_NODES = 16000  # Redis Cluster nodes; their bus ports lie 10000 above
 PROMETHEUS = 18000
 OWN_REDIS = 19000  # a test's private redis-server it stops and restarts
-REDIS = 20000  # the session's redis-server (devstack.free_port's default)
+REDIS = 20000  # the session's redis-server (gateway.dev.processes.free_port's default)
 FAILING_UPSTREAMS = 29000  # one range of 1000 per upstream

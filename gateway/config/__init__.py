@@ -1,4 +1,6 @@
-"""Gateway configuration: the typed schema and loading it from YAML with line-numbered errors."""
+"""Configuration: the typed schema (`schema`), YAML with line numbers and `${VAR}` (`source`),
+validation into `file:line: message` problems (`validation`, `loader`), `cluster.yaml`
+(`cluster_config`) and API key hashing (`keys`)."""
 
 from gateway.config.keys import digest, hash_key
 from gateway.config.loader import check_config, key_index, load_config, load_tenants

@@ -3,9 +3,7 @@ of the tests' own, and fakeredis with Lua. The shared Redis on 6379 is never tou
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 
 import pytest
 from fakeredis import FakeAsyncRedis
@@ -13,21 +11,7 @@ from redis.asyncio import Redis, RedisCluster
 
 from gateway.ratelimit.redis_store import RedisBuckets
 from gateway.storage.redis_client import EMBEDDED_URL
-
-
-@dataclass
-class Backend:
-    """One Redis to run the scripts on: the client (for inspection) and the store."""
-
-    name: str
-    client: Redis | RedisCluster
-    store: RedisBuckets
-
-
-def fresh_tenant() -> str:
-    # Servers live for the whole session: every test (and example) gets its own keys.
-    return f"t-{uuid.uuid4().hex[:12]}"
-
+from tests.integration.redis_backends import Backend
 
 BACKENDS = ["single", "cluster", "fakeredis"]
 # redis-py's asyncio pools refuse a 101st concurrent command (MaxConnectionsError) by

@@ -12,7 +12,7 @@ from redis.asyncio import Redis
 from gateway.ratelimit.buckets import BucketSpec, LeaseSpec, bucket_key
 from gateway.ratelimit.redis_store import RedisBuckets
 from gateway.storage.redis_client import EMBEDDED_URL
-from tests.integration.conftest import Backend, fresh_tenant
+from tests.integration.redis_backends import Backend, fresh_tenant
 
 
 async def test_settles_sent_without_waiting_take_effect(backend: Backend) -> None:

@@ -6,7 +6,6 @@ The shared Redis on 6379 is never touched: the servers are the tests' own.
 from __future__ import annotations
 
 import asyncio
-import uuid
 from collections.abc import AsyncIterator
 
 import pytest
@@ -25,6 +24,7 @@ from gateway.storage.idempotency_store import (
     fingerprint,
 )
 from gateway.storage.redis_client import EMBEDDED_URL
+from tests.integration.redis_backends import fresh_tenant
 
 PREFIX = "gw"
 TTL_S = 60.0
@@ -59,11 +59,6 @@ async def client(request: pytest.FixtureRequest) -> AsyncIterator[Redis | RedisC
 @pytest.fixture
 def store(client: Redis | RedisCluster) -> IdempotencyStore:
     return IdempotencyStore(client, PREFIX, TTL_S)
-
-
-def fresh_tenant() -> str:
-    # Servers live for the whole session: every test gets its own keys.
-    return f"t-{uuid.uuid4().hex[:12]}"
 
 
 async def test_fresh_then_in_progress_then_done_with_the_same_bytes(

@@ -31,7 +31,7 @@ from gateway.ratelimit.buckets import (
     wait_ms,
 )
 from gateway.ratelimit.redis_store import ADJUST_LUA, TAKE_LUA, RedisBuckets
-from tests.integration.conftest import Backend, fresh_tenant
+from tests.integration.redis_backends import Backend, fresh_tenant
 
 # -- replay against the model -----------------------------------------------------------
 

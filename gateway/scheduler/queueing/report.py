@@ -12,7 +12,7 @@ from gateway.scheduler.queueing.state import QueueState
 
 
 def report(
-    sim: QueueState,
+    state: QueueState,
     timeline: Timeline,
     preemptions: list[Preemption],
     start: float,
@@ -21,19 +21,19 @@ def report(
     """Metrics over [start, end] (first arrival to last completion) of a finished replay's
     state, its `timeline` and `preemptions`: raw queueing times per tenant and priority,
     each job's final state and the preemptions."""
-    waits_by_tenant: dict[str, list[float]] = {t: [] for t in sim.quotas.tenants}
-    waits_by_priority: dict[int, list[float]] = {p: [] for p in sim.priorities}
+    waits_by_tenant: dict[str, list[float]] = {t: [] for t in state.quotas.tenants}
+    waits_by_priority: dict[int, list[float]] = {p: [] for p in state.priorities}
     preempted_jobs = 0
-    for run in sim.runs:
+    for run in state.runs:
         if run.state == DONE:
             waits_by_tenant[run.job.tenant].append(run.waited)
             waits_by_priority[run.job.priority].append(run.waited)
         preempted_jobs += run.preempted > 0
-    totals = sim.totals
+    totals = state.totals
     makespan = end - start
     means = timeline.means(start, end)
-    allocated_gpu_s = means[0] / 100.0 * sim.cluster.capacity_milli / GPU_MILLI * makespan
-    buckets = timeline.buckets(start, end, sim.config.series_points)
+    allocated_gpu_s = means[0] / 100.0 * state.cluster.capacity_milli / GPU_MILLI * makespan
+    buckets = timeline.buckets(start, end, state.config.series_points)
     series: dict[str, list[float]] = {"t_s": [round(t, 1) for t, _ in buckets]}
     for d, name in enumerate(SERIES):
         series[name] = [round(values[d], 3) for _, values in buckets]
@@ -46,17 +46,17 @@ def report(
             "lost_gpu_s": round(counters.get("lost_gpu_s", 0.0), 1),
             "useful_gpu_s": round(counters.get("useful_gpu_s", 0.0), 1),
         }
-    states = [run.state for run in sim.runs]
+    states = [run.state for run in state.runs]
     metrics: dict[str, Any] = {
-        "policy": sim.config.policy,
-        "seed": sim.config.seed,
-        "fail_mtbf_h": None if sim.config.fail_mtbf_s is None else sim.config.fail_mtbf_s / HOUR,
-        "repair_h": sim.config.repair_s / HOUR,
-        "on_preempt": sim.config.on_preempt,
-        "checkpoint_rule": sim.config.checkpoint_rule,
-        "nodes": len(sim.nodes),
-        "total_gpus": sim.cluster.capacity_milli / GPU_MILLI,
-        "jobs": len(sim.runs),
+        "policy": state.config.policy,
+        "seed": state.config.seed,
+        "fail_mtbf_h": None if state.config.fail_mtbf_s is None else state.config.fail_mtbf_s / HOUR,
+        "repair_h": state.config.repair_s / HOUR,
+        "on_preempt": state.config.on_preempt,
+        "checkpoint_rule": state.config.checkpoint_rule,
+        "nodes": len(state.nodes),
+        "total_gpus": state.cluster.capacity_milli / GPU_MILLI,
+        "jobs": len(state.runs),
         "completed": states.count(DONE),
         "rejected": states.count(REJECTED),
         "unfinished": len(states) - states.count(DONE) - states.count(REJECTED),
@@ -95,4 +95,4 @@ def report(
         else 0.0,
         "series": series,
     }
-    return QueueResult(metrics, waits_by_tenant, waits_by_priority, sim.runs, preemptions)
+    return QueueResult(metrics, waits_by_tenant, waits_by_priority, state.runs, preemptions)

@@ -1,4 +1,4 @@
-"""Structured logs and client errors: JSON lines, and no secret survives any path into them."""
+"""Structured logs: JSON lines, and no secret survives any path into them."""
 
 from __future__ import annotations
 
@@ -12,70 +12,8 @@ import orjson
 import pytest
 
 from gateway.api import errors
-from gateway.api.errors import APIError
-from gateway.api.responses import sse_error
 from gateway.observability.logging import JsonFormatter, RedactingFilter, redact
-
-JWT = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxIn0.c2lnbmF0dXJl"
-# name: (text holding the secret, what must not be left of it after redaction)
-SECRETS: dict[str, tuple[str, tuple[str, ...]]] = {
-    "gateway key": ("sk-acme-demo-1234567890", ("1234567890",)),
-    "project key": ("sk-proj-AbCdEf0123456789", ("AbCdEf0123456789",)),
-    "bearer token": (f"Bearer {JWT}", ("eyJhbGciOiJIUzI1NiJ9", "c2lnbmF0dXJl")),
-    "bare jwt": (f"id_token {JWT}", ("eyJhbGciOiJIUzI1NiJ9", "eyJzdWIiOiIxIn0")),
-    "aws key id": ("AKIAIOSFODNN7EXAMPLE", ("IOSFODNN7EXAMPLE",)),
-    "aws secret": (
-        "aws_secret_access_key=wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
-        ("wJalrXUtnFEMI",),
-    ),
-    "aws secret in json": (
-        '{"aws_secret_access_key": "wJalrXUtnFEMI/K7MDENG bPxRfiCYEXAMPLEKEY"}',
-        ("wJalrXUtnFEMI", "bPxRfiCY"),
-    ),
-    "aws session token": ("aws_session_token=FwoGZXIvYXdzEJr1234", ("FwoGZXIvYXdzEJr",)),
-    "github token": ("ghp_16C7e42F292c6912E7710c838347Ae178B4a", ("16C7e42F292c6912",)),
-    "slack token": ("xoxb-123456789012-abcdefghijKLMN", ("abcdefghijKLMN",)),
-    "hugging face token": ("hf_AbCdEfGhIjKlMnOpQrStUvWxYz012345", ("AbCdEfGhIjKlMnOp",)),
-    "google api key": ("AIzaSyDaGmWKa4JsXZ-HjGw7ISLn_3namBGewQe", ("SyDaGmWKa4JsXZ",)),
-    "google oauth token": ("ya29.a0AfH6SMBx3kq-ZyXwVuTsRqPoN", ("a0AfH6SMBx3kq",)),
-    "private key": (
-        "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEA\n-----END RSA PRIVATE KEY-----",
-        ("MIIEowIBAAKCAQEA",),
-    ),
-    "private key cut off": (
-        "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA\nAAAAC3Nz",
-        ("b3BlbnNzaC1rZXktdjEAAAAA", "AAAAC3Nz"),
-    ),
-    "url password": ("redis://default:hunter2-secret@10.0.0.7:6379/0", ("hunter2-secret",)),
-    "url password, empty user": ("redis://:hunter2@10.0.0.8:6379", ("hunter2",)),
-    "url password with / and @": (
-        "postgres://app:pa/ss@w0rd@db.internal:5432/app",
-        ("pa/ss", "w0rd"),
-    ),
-    "url password, e-mail user": (
-        "postgres://jane@corp.example:pw-s3cret@10.0.0.9/app",
-        ("pw-s3cret", "jane"),
-    ),
-    "password field": ("password=correct-horse-battery", ("correct-horse-battery",)),
-    "password in a dict repr": ("{'password': 'horse battery, staple'}", ("horse", "staple")),
-    "password in escaped json": ('{\\"password\\": \\"s3cr3t-pw\\"}', ("s3cr3t-pw",)),
-    "client secret": ("client_secret=Zx8~vQ.cl13nt", ("Zx8~vQ.cl13nt",)),
-    "access token": ("?access_token=at-998877&model=m", ("998877",)),
-    "azure client secret": ("AZURE_CLIENT_SECRET=azS3cr~et.value", ("azS3cr~et",)),
-    "azure account key": (
-        "DefaultEndpointsProtocol=https;AccountName=acct;AccountKey=Zm9vYmFyYmF6+/==;"
-        "EndpointSuffix=core.windows.net",
-        ("Zm9vYmFyYmF6",),
-    ),
-    "azure sas signature": (
-        "https://acct.blob.core.windows.net/c/b?sv=2022-11-02&sp=r&sig=AbC%2BdEf%3D&se=1",
-        ("AbC%2BdEf",),
-    ),
-    "x-api-key header": ("x-api-key: k3y-abc123def456", ("abc123def456",)),
-    "e-mail": ("jane.doe@example.com", ("jane.doe",)),
-}
-ALL_SECRETS = " ".join(text for text, _ in SECRETS.values())
-ALL_LEFTOVERS = [leftover for _, leftovers in SECRETS.values() for leftover in leftovers]
+from tests.unit.observability.secret_samples import ALL_SECRETS, SECRETS, leftovers_in
 
 # Text without a secret: redaction must leave it exactly as it is.
 NORMAL_TEXT = [
@@ -92,10 +30,6 @@ NORMAL_TEXT = [
     "https://api.example.com:443/models/foo@v2 docker://registry:5000/img@sha256:0a1b",
     "http://[::1]:8000/v1@x",
 ]
-
-
-def leftovers_in(text: str) -> list[str]:
-    return [leftover for leftover in ALL_LEFTOVERS if leftover in text]
 
 
 @pytest.mark.parametrize("name", sorted(SECRETS))
@@ -248,26 +182,3 @@ def test_keys_are_redacted_from_log_lines() -> None:
     record = logging.LogRecord("x", logging.INFO, "f", 1, "got %s", ("sk-secret-123",), None)
     RedactingFilter().filter(record)
     assert record.getMessage() == "got [REDACTED]"
-
-
-def test_client_errors_never_carry_a_secret() -> None:
-    error = errors.upstream_failed("m1", f"upstream error: {ALL_SECRETS}")
-    assert leftovers_in(error.message) == []
-    assert leftovers_in(str(error)) == []
-    assert leftovers_in(orjson.dumps(error.body()).decode()) == []
-    assert leftovers_in(bytes(error.response().body).decode()) == []
-    assert leftovers_in(sse_error(error.body()).decode()) == []
-    direct = APIError(400, f"bad value {SECRETS['aws secret in json'][0]}")
-    assert leftovers_in(orjson.dumps(direct.body()).decode()) == []
-
-
-def test_client_errors_without_secrets_are_unchanged() -> None:
-    assert errors.model_not_found("llama-3.1-8b-instruct").message == (
-        "The model `llama-3.1-8b-instruct` does not exist."
-    )
-    assert errors.invalid_api_key().message == (
-        "Incorrect API key provided. Pass it as `Authorization: Bearer KEY`."
-    )
-    assert errors.upstream_failed("m1", "HTTP 500 from http://10.0.0.7:8000/v1").message == (
-        "The backend for `m1` failed: HTTP 500 from http://10.0.0.7:8000/v1"
-    )

@@ -408,11 +408,6 @@ def test_every_key_of_a_tenant_lands_in_one_slot(tenant: str, model: str) -> Non
     assert slots == {key_slot(hash_tag(tenant).encode())}
 
 
-@given(a=st.text(min_size=1, max_size=8), b=st.text(min_size=1, max_size=8))
-def test_distinct_tenants_get_distinct_tags(a: str, b: str) -> None:
-    assert (hash_tag(a) == hash_tag(b)) == (a == b)
-
-
 def test_bad_prefix_or_tenant_is_refused() -> None:
     with pytest.raises(ValueError, match="braces"):
         bucket_key("gw{x}", "acme", "requests")

@@ -35,7 +35,7 @@ from gateway.upstream import failover
 from gateway.upstream.backoff import Backoff
 from gateway.upstream.failover import NoReplicaLeft
 from gateway.upstream.outlier import OutlierDetector, ReplicaState
-from gateway.upstream.pool import Replica, ReplicaPool
+from gateway.upstream.pool import Replica
 from gateway.upstream.route import ModelRoute
 from tests.fake_clock import FakeClock
 
@@ -212,16 +212,6 @@ def test_capacity_counts_only_replicas_in_use() -> None:
     assert capacity() == 4  # every replica ejected: the panic replica's share
     a.healthy = b.healthy = False
     assert capacity() == 4
-
-
-def test_pick_leaves_out_replicas_at_their_cap() -> None:
-    pool = ReplicaPool(["a", "b"])
-    a, b = pool.replicas
-    a.outstanding, b.outstanding = 2, 2
-    assert pool.pick(max_in_flight=2) is None
-    assert pool.pick() is a
-    b.outstanding = 1
-    assert pool.pick(max_in_flight=2) is b
 
 
 async def test_survivors_of_an_ejection_keep_their_cap() -> None:

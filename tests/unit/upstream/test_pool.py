@@ -69,3 +69,13 @@ def test_at_equal_load_the_replica_whose_triton_queue_was_quicker_goes_first() -
     assert [pool.pick(), pool.pick()] == [b, b]
     b.outstanding = 1  # load comes first
     assert pool.pick() is a
+
+
+def test_pick_leaves_out_replicas_at_their_cap() -> None:
+    pool = ReplicaPool(["a", "b"])
+    a, b = pool.replicas
+    a.outstanding, b.outstanding = 2, 2
+    assert pool.pick(max_in_flight=2) is None
+    assert pool.pick() is a
+    b.outstanding = 1
+    assert pool.pick(max_in_flight=2) is b

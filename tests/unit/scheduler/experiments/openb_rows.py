@@ -4,10 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-POD_HEADER = (
-    "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,"
-    "creation_time,deletion_time,scheduled_time\n"
-)
+from tests.unit.scheduler.packing_helpers import POD_HEADER
+
 PODS = [
     "p0,4000,8192,1,1000,,LS,Running,0,3600,0",
     "p1,2000,4096,1,500,,BE,Succeeded,100,400,100",

@@ -18,6 +18,7 @@ from gateway.scheduler.policies.fgd_plus import (
     restricted_demand,
 )
 from gateway.scheduler.policies.registry import BEST_POLICY, make_policy
+from tests.unit.scheduler.packing_helpers import POD_HEADER
 
 ANY: frozenset[str] = frozenset()
 
@@ -32,12 +33,6 @@ def bind(policy: FragmentationGradient, nodes: list[Node]) -> FragmentationGradi
 
 
 NODE_HEADER = "sn,cpu_milli,memory_mib,gpu,model\n"
-
-
-POD_HEADER = (
-    "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,"
-    "creation_time,deletion_time,scheduled_time\n"
-)
 
 
 def test_workload_needs_per_gpu() -> None:
