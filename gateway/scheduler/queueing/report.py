@@ -21,6 +21,7 @@ def report(
     """Metrics over [start, end] (first arrival to last completion) of a finished replay's
     state, its `timeline` and `preemptions`: raw queueing times per tenant and priority,
     each job's final state and the preemptions."""
+    config = state.config
     waits_by_tenant: dict[str, list[float]] = {t: [] for t in state.quotas.tenants}
     waits_by_priority: dict[int, list[float]] = {p: [] for p in state.priorities}
     preempted_jobs = 0
@@ -33,7 +34,7 @@ def report(
     makespan = end - start
     means = timeline.means(start, end)
     allocated_gpu_s = means[0] / 100.0 * state.cluster.capacity_milli / GPU_MILLI * makespan
-    buckets = timeline.buckets(start, end, state.config.series_points)
+    buckets = timeline.buckets(start, end, config.series_points)
     series: dict[str, list[float]] = {"t_s": [round(t, 1) for t, _ in buckets]}
     for d, name in enumerate(SERIES):
         series[name] = [round(values[d], 3) for _, values in buckets]
@@ -48,12 +49,12 @@ def report(
         }
     states = [run.state for run in state.runs]
     metrics: dict[str, Any] = {
-        "policy": state.config.policy,
-        "seed": state.config.seed,
-        "fail_mtbf_h": None if state.config.fail_mtbf_s is None else state.config.fail_mtbf_s / HOUR,
-        "repair_h": state.config.repair_s / HOUR,
-        "on_preempt": state.config.on_preempt,
-        "checkpoint_rule": state.config.checkpoint_rule,
+        "policy": config.policy,
+        "seed": config.seed,
+        "fail_mtbf_h": None if config.fail_mtbf_s is None else config.fail_mtbf_s / HOUR,
+        "repair_h": config.repair_s / HOUR,
+        "on_preempt": config.on_preempt,
+        "checkpoint_rule": config.checkpoint_rule,
         "nodes": len(state.nodes),
         "total_gpus": state.cluster.capacity_milli / GPU_MILLI,
         "jobs": len(state.runs),
