@@ -75,6 +75,9 @@ def build_app(config: Config) -> DirectRoutes:
             Exception: _unexpected_error,
         },
     )
+    # No redirect to the path with or without its trailing slash: Starlette builds its
+    # Location from the client's Host header. Such a path is a 404 like any unknown one.
+    app.router.redirect_slashes = False
     return DirectRoutes(app, hot_routes, on_error=_error)
 
 

@@ -151,9 +151,17 @@ def rate_limited(decision: Decision) -> APIError:
         )
         headers["x-should-retry"] = "false"  # the openai SDK honours this
     elif decision.refused_by == "concurrency":
-        message = "Too many requests in flight for your organization; wait for one to finish."
+        message = (
+            f"Too many requests in flight for your organization (at most {decision.limit} at "
+            "once); wait for one to finish."
+        )
     else:
-        message = f"Rate limit reached for {kind} per minute; retry after the indicated time."
+        # The SDKs show the message, not the headers: it says the limit and the wait.
+        wait = max(1, math.ceil(decision.retry_after_s or 0))
+        message = (
+            f"Rate limit reached: {decision.limit} {kind} per minute for your organization; "
+            f"retry in {wait} s."
+        )
     reason = {"tokens": "rate_tokens", "concurrency": "concurrency"}.get(
         decision.refused_by or "", "rate_requests"
     )

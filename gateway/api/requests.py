@@ -24,6 +24,10 @@ def _is_int(value: object, wanted: int) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value == wanted
 
 
+def _is_number(value: object, wanted: float) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and value == wanted
+
+
 # Fields OpenAI defines for behaviour this gateway does not implement. A value that asks
 # for the default behaviour is accepted (SDKs and frameworks send them); any other value
 # is refused loudly rather than silently answered with something else than asked.
@@ -39,6 +43,10 @@ _DEFAULT_ONLY: dict[str, tuple[Callable[[object], bool], str]] = {
     "best_of": (lambda v: _is_int(v, 1), "1"),
     "suffix": (lambda v: v == "", "an empty string"),
     "echo": (lambda v: v is False, "false"),
+    # Sampling settings no backend here applies (yet): refused rather than dropped.
+    "presence_penalty": (lambda v: _is_number(v, 0), "0"),
+    "frequency_penalty": (lambda v: _is_number(v, 0), "0"),
+    "logit_bias": (lambda v: v == {}, "an empty object"),
 }
 
 
@@ -143,7 +151,7 @@ def _message(raw: object, index: int) -> ChatMessage:
     if not isinstance(raw, dict):
         raise bad_request(f"`{where}` must be an object.", where)
     role = raw.get("role")
-    if role not in _ROLES:
+    if not isinstance(role, str) or role not in _ROLES:
         raise bad_request(
             f"`{where}.role` must be one of {', '.join(sorted(_ROLES))}.", f"{where}.role"
         )
@@ -171,15 +179,16 @@ def _message(raw: object, index: int) -> ChatMessage:
 def _stop(raw: object) -> tuple[str, ...]:
     if raw is None:
         return ()
-    if isinstance(raw, str):
-        return (raw,)
+    stops = [raw] if isinstance(raw, str) else raw
     if (
-        isinstance(raw, list)
-        and len(raw) <= _MAX_STOP
-        and all(isinstance(s, str) and s for s in raw)
+        isinstance(stops, list)
+        and len(stops) <= _MAX_STOP
+        and all(isinstance(s, str) and s for s in stops)
     ):
-        return tuple(raw)
-    raise bad_request(f"`stop` must be a string or up to {_MAX_STOP} non-empty strings.", "stop")
+        return tuple(stops)
+    raise bad_request(
+        f"`stop` must be a non-empty string or up to {_MAX_STOP} non-empty strings.", "stop"
+    )
 
 
 def _optional_int(

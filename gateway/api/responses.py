@@ -7,7 +7,7 @@ from typing import Any
 
 import orjson
 
-from gateway.inference.ids import unique_id
+from gateway.inference.ids import random_id
 from gateway.inference.types import Completion, InferenceRequest, RequestKind, Usage
 
 SSE_DONE = b"data: [DONE]\n\n"
@@ -15,7 +15,7 @@ SSE_DONE = b"data: [DONE]\n\n"
 
 def new_id(kind: RequestKind) -> str:
     prefix = "chatcmpl-" if kind is RequestKind.CHAT else "cmpl-"
-    return prefix + unique_id()
+    return prefix + random_id()
 
 
 def _usage(usage: Usage) -> dict[str, int]:

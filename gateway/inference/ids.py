@@ -1,8 +1,10 @@
-"""Unique ids for requests and concurrency leases, cheap enough for every request.
+"""Ids for responses and concurrency leases, cheap enough for every request.
 
-An id is a random prefix drawn once per process and a counter: unique across gateway
-processes and replicas (48 random bits each) without a system call per id, which
-`secrets.token_hex` makes. Ids name things; they are not secrets.
+A lease id is a random prefix drawn once per process and a counter: unique across gateway
+processes and replicas (48 random bits each) without a system call per id. A response id
+goes to the client, and a counter there would tell any client how many requests the
+gateway serves: it is 96 random bits (`os.urandom`, 0.45 µs against 0.24 for a counter).
+Ids name things; they are not secrets.
 """
 
 from __future__ import annotations
@@ -28,3 +30,8 @@ os.register_at_fork(after_in_child=_reseed)
 def unique_id() -> str:
     """24 hex digits, never the same twice in this process or (in all likelihood) another."""
     return f"{_prefix}{next(_counter) & 0xFFFFFFFFFFFF:012x}"
+
+
+def random_id() -> str:
+    """24 hex digits of `os.urandom`: nothing about other ids can be read from one."""
+    return os.urandom(12).hex()

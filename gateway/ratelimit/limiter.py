@@ -110,6 +110,8 @@ class Decision:
     retry_after_s: float | None = None
     # The request is larger than a bucket can ever hold: waiting will not help.
     never_fits: bool = False
+    # The limit that refused: per minute (requests, tokens) or at once (concurrency).
+    limit: int | None = None
     reservation: Reservation | None = None
 
 
@@ -414,13 +416,25 @@ def _decide(plan: _Plan, result: TakeResult) -> Decision:
     ]
     if not refusing:
         # Every bucket had room: the concurrency lease was full.
-        return Decision(allowed=False, headers=headers, refused_by="concurrency", retry_after_s=1.0)
+        return Decision(
+            allowed=False,
+            headers=headers,
+            refused_by="concurrency",
+            retry_after_s=1.0,
+            limit=plan.max_concurrent,
+        )
     never_fits = any(outcome.retry_after_ms < 0 for _, outcome in refusing)
     wait_ms = max(outcome.retry_after_ms for _, outcome in refusing)
+    refused_by: Kind = "tokens" if any(b.kind == "tokens" for b, _ in refusing) else "requests"
+    # Of that kind, the bucket that makes the client wait longest names the limit.
+    named, _ = max(
+        ((b, o) for b, o in refusing if b.kind == refused_by), key=lambda r: r[1].retry_after_ms
+    )
     return Decision(
         allowed=False,
         headers=headers,
-        refused_by="tokens" if any(b.kind == "tokens" for b, _ in refusing) else "requests",
+        refused_by=refused_by,
         retry_after_s=None if never_fits else wait_ms / 1000,
         never_fits=never_fits,
+        limit=named.per_minute,
     )

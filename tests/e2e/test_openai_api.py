@@ -192,6 +192,24 @@ async def test_unknown_path_gets_an_openai_shaped_404(gateway: Gateway) -> None:
     assert set(body["error"]) == {"message", "type", "param", "code"}
 
 
+async def test_a_trailing_slash_is_a_404_not_a_redirect_built_from_host(
+    gateway: Gateway,
+) -> None:
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(
+            f"{gateway.base_url}/chat/completions/",
+            headers={"Host": "evil.example", "Authorization": f"Bearer {KEYS['acme']}"},
+            json={"model": "llm-small", "messages": [{"role": "user", "content": "hi"}]},
+            allow_redirects=False,
+        ) as response,
+    ):
+        body = await response.json()
+    assert response.status == 404
+    assert "location" not in response.headers
+    assert set(body["error"]) == {"message", "type", "param", "code"}
+
+
 def test_metrics_and_the_request_log_show_the_request_without_key_or_prompt(
     acme: OpenAI, gateway: Gateway
 ) -> None:

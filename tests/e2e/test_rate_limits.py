@@ -96,6 +96,11 @@ async def test_request_limit_refuses_with_429_and_retry_after(limited: Gateway) 
     # One request refills in 20 s; the header rounds the exact wait up to whole seconds.
     assert 1 <= int(headers["retry-after"]) <= 20
     assert headers["x-ratelimit-remaining-requests"] == "0"
+    # The SDKs show the message, not the headers: it names the limit and the same wait.
+    assert body["error"]["message"] == (
+        "Rate limit reached: 3 requests per minute for your organization; "
+        f"retry in {headers['retry-after']} s."
+    )
 
 
 async def test_unused_reservation_is_refunded(limited: Gateway) -> None:

@@ -7,6 +7,7 @@ import orjson
 from gateway.api import errors
 from gateway.api.errors import APIError
 from gateway.api.responses import sse_error
+from gateway.ratelimit.limiter import Decision
 from tests.unit.observability.secret_samples import ALL_SECRETS, SECRETS, leftovers_in
 
 
@@ -30,4 +31,16 @@ def test_client_errors_without_secrets_are_unchanged() -> None:
     )
     assert errors.upstream_failed("m1", "HTTP 500 from http://10.0.0.7:8000/v1").message == (
         "The backend for `m1` failed: HTTP 500 from http://10.0.0.7:8000/v1"
+    )
+
+
+def test_a_refusal_names_the_limit_and_the_wait() -> None:
+    tokens = Decision(False, refused_by="tokens", retry_after_s=2.2, limit=1000)
+    assert errors.rate_limited(tokens).message == (
+        "Rate limit reached: 1000 tokens per minute for your organization; retry in 3 s."
+    )
+    busy = Decision(False, refused_by="concurrency", retry_after_s=1.0, limit=4)
+    assert errors.rate_limited(busy).message == (
+        "Too many requests in flight for your organization (at most 4 at once); "
+        "wait for one to finish."
     )

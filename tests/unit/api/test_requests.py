@@ -6,6 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gateway.api.errors import APIError
 from gateway.api.requests import decode_json, parse_chat, parse_completion
@@ -103,6 +105,13 @@ def test_stream_options_include_usage() -> None:
         ({"best_of": True}, "best_of"),
         ({"suffix": "x"}, "suffix"),
         ({"echo": True}, "echo"),
+        ({"messages": [{"role": ["user"], "content": "x"}]}, "messages[0].role"),
+        ({"messages": [{"role": {"user": 1}, "content": "x"}]}, "messages[0].role"),
+        ({"stop": ""}, "stop"),
+        ({"presence_penalty": 0.5}, "presence_penalty"),
+        ({"frequency_penalty": -1}, "frequency_penalty"),
+        ({"presence_penalty": False}, "presence_penalty"),
+        ({"logit_bias": {"50256": -100}}, "logit_bias"),
     ],
 )
 def test_invalid_fields_are_refused_by_name(fields: dict[str, Any], param: str) -> None:
@@ -129,6 +138,7 @@ def test_seed_takes_the_whole_int64_range() -> None:
         {"best_of": 1},
         {"suffix": ""},
         {"echo": False},
+        {"presence_penalty": 0, "frequency_penalty": 0.0, "logit_bias": {}},
         {"tools": None, "logprobs": None, "response_format": None},
     ],
 )
@@ -152,3 +162,40 @@ def test_body_that_is_not_a_json_object_is_400(body: bytes) -> None:
     with pytest.raises(APIError) as caught:
         decode_json(body)
     assert caught.value.status == 400
+
+
+# Any JSON value, nested a little: what a careless or hostile client may send.
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=5),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
+_FIELDS = st.sampled_from(
+    ["model", "messages", "prompt", "max_tokens", "max_completion_tokens", "temperature",
+     "top_p", "stop", "seed", "stream", "stream_options", "user", "n", "tools", "tool_choice",
+     "logprobs", "top_logprobs", "response_format", "presence_penalty", "logit_bias"]
+)  # fmt: skip
+_MESSAGE = st.fixed_dictionaries(
+    {}, optional={"role": _JSON | st.sampled_from(["user", "assistant"]), "content": _JSON}
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    fields=st.dictionaries(_FIELDS, _JSON, max_size=6),
+    messages=st.lists(_MESSAGE | _JSON, max_size=3),
+)
+def test_any_body_is_parsed_or_refused_with_a_400(
+    fields: dict[str, Any], messages: list[Any]
+) -> None:
+    """No JSON object reaches anything but an InferenceRequest or a 400 naming a field."""
+    for parse, body in (
+        (parse_chat, {"model": "m", "messages": messages, **fields}),
+        (parse_completion, {"model": "m", "prompt": "p", **fields}),
+    ):
+        try:
+            parse(body, 8)
+        except APIError as error:
+            assert error.status == 400
