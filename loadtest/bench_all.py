@@ -30,7 +30,15 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from gateway.dev.processes import free_port, gateway_command, spawn, start_redis, stop, wait_http_ok
+from gateway.dev.processes import (
+    free_port,
+    gateway_command,
+    spawn,
+    start_redis,
+    stop,
+    wait_gateway_ready,
+    wait_http_ok,
+)
 from loadtest.instant_upstream import STREAM_CHUNKS, start_nginx
 from loadtest.stack import BENCH_CONFIG, STREAM_BODY, cpu_seconds, wrk, wrk_script
 
@@ -91,7 +99,7 @@ def main() -> None:
             gateways[label] = (spawn(command, env=own_env, log=log), port)
         wait_http_ok(f"http://127.0.0.1:{upstream_port}/v1/models", 10, nginx)
         for process, port in gateways.values():
-            wait_http_ok(f"http://127.0.0.1:{port}/readyz", 60, process)
+            wait_gateway_ready(f"http://127.0.0.1:{port}", 60, process)
         rows = run(args, upstream_port, {n: (p.pid, port) for n, (p, port) in gateways.items()})
     finally:
         for process, _ in gateways.values():

@@ -25,7 +25,14 @@ import aiohttp
 import yaml
 
 from gateway.config import hash_key
-from gateway.dev.processes import free_port, gateway_command, spawn, start_redis, stop, wait_http_ok
+from gateway.dev.processes import (
+    free_port,
+    gateway_command,
+    spawn,
+    start_redis,
+    stop,
+    wait_gateway_ready,
+)
 from gateway.dev.sim.server import TritonSim
 
 TENANTS = {
@@ -146,7 +153,7 @@ def main() -> None:
         config = write_config(Path(tempfile.mkdtemp()), a, b, int(redis.args[2]))  # type: ignore[index]
         port = free_port(start=26000)
         gateway = spawn(gateway_command("serve", "--config", str(config), "--port", str(port)))
-        wait_http_ok(f"http://127.0.0.1:{port}/readyz", 30, gateway)
+        wait_gateway_ready(f"http://127.0.0.1:{port}", 30, gateway)
         url = f"http://127.0.0.1:{port}/v1/chat/completions"
         outcomes = asyncio.run(load(url, args.seconds, args.clients, b))
         exposition = scrape(f"http://127.0.0.1:{port}/metrics")

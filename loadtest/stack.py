@@ -11,7 +11,15 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from gateway.dev.processes import free_port, gateway_command, spawn, start_redis, stop, wait_http_ok
+from gateway.dev.processes import (
+    free_port,
+    gateway_command,
+    spawn,
+    start_redis,
+    stop,
+    wait_gateway_ready,
+    wait_http_ok,
+)
 from loadtest.instant_upstream import start_nginx
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -126,7 +134,7 @@ def bench_stack(workers: int = 1, log_level: str = "WARNING") -> Iterator[Stack]
     gateway = spawn(command, env=env, log=log)
     try:
         wait_http_ok(f"http://127.0.0.1:{upstream_port}/v1/models", 10, nginx)
-        wait_http_ok(f"http://127.0.0.1:{gateway_port}/readyz", 30, gateway)
+        wait_gateway_ready(f"http://127.0.0.1:{gateway_port}", 30, gateway)
         yield Stack(
             upstream_url=f"http://127.0.0.1:{upstream_port}",
             redis_port=redis_port,

@@ -9,6 +9,7 @@ from starlette.responses import JSONResponse, Response
 
 from gateway.api.errors import APIError
 from gateway.observability import metrics
+from gateway.serving.readiness import readiness
 from gateway.serving.reload import TenantsReloader
 from gateway.serving.runtime import Runtime
 
@@ -53,17 +54,14 @@ async def metrics_endpoint(request: Request) -> Response:
     return Response(metrics.render(), media_type=CONTENT_TYPE_LATEST)
 
 
-async def healthz(request: Request) -> Response:
+async def livez(request: Request) -> Response:
+    """`/livez` (and `/healthz`, its older name): the process answers. A liveness probe
+    restarts an instance that fails it; nothing outside the process is checked."""
     return JSONResponse({"status": "ok"})
 
 
 async def readyz(request: Request) -> Response:
-    """Ready when Redis answers and every model has a healthy replica."""
-    runtime = runtime_of(request)
-    redis_ok = await runtime.redis_ok()
-    models = {name: route.pool.ready for name, route in runtime.routes.items()}
-    ready = redis_ok and all(models.values())
-    return JSONResponse(
-        {"ready": ready, "redis": redis_ok, "models": models},
-        status_code=200 if ready else 503,
-    )
+    """`/readyz`: 200 while this instance can serve under its fail modes (see
+    `gateway.serving.readiness`), 503 when it cannot; the body lists each dependency."""
+    state = await readiness(runtime_of(request))
+    return JSONResponse(state.body(), status_code=200 if state.ready else 503)

@@ -19,6 +19,7 @@ from gateway.dev.processes import (
     spawn,
     start_redis,
     stop,
+    wait_gateway_ready,
     wait_http_ok,
 )
 from gateway.storage.redis_client import EMBEDDED_URL
@@ -129,8 +130,8 @@ def run_demo(port: int, config_path: str) -> int:
 
         gateway = spawn(gateway_command("serve", "--config", config, "--port", str(port)), env=env)
         children.append(gateway)
-        wait_http_ok(
-            f"http://127.0.0.1:{port}/readyz", timeout_s=60, process=gateway, cancel=stopping
+        wait_gateway_ready(
+            f"http://127.0.0.1:{port}", timeout_s=60, process=gateway, cancel=stopping
         )
         print(_examples(port), flush=True)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -13,7 +14,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 # No proxies: an http_proxy in the environment must not intercept calls to 127.0.0.1.
@@ -80,8 +81,10 @@ def wait_http_ok(
     timeout_s: float,
     process: subprocess.Popen[bytes] | None = None,
     cancel: threading.Event | None = None,
+    body_ok: Callable[[bytes], bool] | None = None,
 ) -> None:
-    """Poll `url` until it answers 200; fail early if `process` exits.
+    """Poll `url` until it answers 200 (with a body `body_ok` accepts, if given); fail
+    early if `process` exits.
 
     Raises Cancelled as soon as `cancel` is set (within about a second).
     """
@@ -92,12 +95,28 @@ def wait_http_ok(
             raise RuntimeError(f"{process.args!r} exited with {process.returncode}")
         try:
             with _HTTP.open(url, timeout=1.0) as response:
-                if response.status == 200:
+                if response.status == 200 and (body_ok is None or body_ok(response.read())):
                     return
         except (urllib.error.URLError, OSError):
             pass
         _pause(0.1, cancel)
     raise TimeoutError(f"{url} was not ready within {timeout_s:g}s")
+
+
+def wait_gateway_ready(
+    base_url: str,
+    timeout_s: float,
+    process: subprocess.Popen[bytes] | None = None,
+    cancel: threading.Event | None = None,
+) -> None:
+    """Poll a gateway's `/readyz` until it is ready with nothing degraded: Redis up and a
+    healthy replica for every model (a load balancer needs less; a test or a demo that
+    starts sending at once needs this)."""
+
+    def all_ok(body: bytes) -> bool:
+        return bool(json.loads(body).get("status") == "ok")
+
+    wait_http_ok(f"{base_url}/readyz", timeout_s, process, cancel, body_ok=all_ok)
 
 
 def redis_server_path() -> str | None:

@@ -13,7 +13,13 @@ import orjson
 import yaml
 
 from gateway.config import hash_key
-from gateway.dev.processes import free_port, gateway_command, spawn, stop, wait_http_ok
+from gateway.dev.processes import (
+    free_port,
+    gateway_command,
+    spawn,
+    stop,
+    wait_gateway_ready,
+)
 from tests import ports
 
 KEYS = {"acme": "sk-test-acme", "globex": "sk-test-globex"}
@@ -102,7 +108,7 @@ def start_gateway(
     process = spawn(command, env=process_env, log=tmp / "gateway.log")
     url = f"http://127.0.0.1:{port}"
     try:
-        wait_http_ok(f"{url}/readyz", timeout_s=60, process=process)
+        wait_gateway_ready(url, timeout_s=60, process=process)
     except Exception as exc:
         stop(process)
         raise RuntimeError(f"gateway did not start:\n{(tmp / 'gateway.log').read_text()}") from exc

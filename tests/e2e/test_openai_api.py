@@ -168,17 +168,20 @@ def test_oversized_body_is_413(acme: OpenAI) -> None:
     assert caught.value.code == "request_too_large"
 
 
-async def test_health_and_readiness(gateway: Gateway) -> None:
+async def test_liveness_and_readiness(gateway: Gateway) -> None:
     async with aiohttp.ClientSession() as session:
-        async with session.get(f"{gateway.url}/healthz") as alive:
-            assert alive.status == 200
+        for path in ("/livez", "/healthz"):
+            async with session.get(f"{gateway.url}{path}") as alive:
+                assert (alive.status, await alive.json()) == (200, {"status": "ok"})
         async with session.get(f"{gateway.url}/readyz") as ready:
             body = await ready.json()
     assert ready.status == 200
+    one, two = ({"ready": True, "replicas": n, "healthy": n} for n in (1, 2))
     assert body == {
         "ready": True,
-        "redis": True,
-        "models": {"llm-large": True, "llm-small": True, "relay": True},
+        "status": "ok",
+        "redis": {"up": True, "on_error": "local"},
+        "models": {"llm-large": two, "llm-small": one, "relay": one},
     }
 
 

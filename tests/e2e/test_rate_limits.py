@@ -273,7 +273,7 @@ async def test_redis_killed_and_restarted_under_load(
             async with session.get(f"{gw.url}/metrics") as response:
                 down_metrics = await response.text()
             async with session.get(f"{gw.url}/readyz") as response:
-                ready_while_down = response.status
+                ready_while_down = response.status, await response.json()
             processes.append(start_redis(port))  # back, empty
             await wait_until(lambda: _redis_up(session, gw))
             async with session.get(f"{gw.url}/readyz") as response:
@@ -285,8 +285,13 @@ async def test_redis_killed_and_restarted_under_load(
     log = (gw.config_dir / "gateway.log").read_text()
     assert f"rate limiting in {mode} mode until it is back" in log
     assert "Redis reachable again" in log
-    # Not ready without Redis (a load balancer sends traffic elsewhere), ready again after.
-    assert (ready_while_down, ready_when_back) == (503, 200)
+    # Without Redis, ready (degraded) while the fail mode keeps serving; not ready in
+    # closed mode, where this instance refuses everything. Ready again after.
+    status, body = ready_while_down
+    assert status == (503 if mode == "closed" else 200)
+    assert body["redis"] == {"up": False, "on_error": mode}
+    assert body["status"] == ("unavailable" if mode == "closed" else "degraded")
+    assert ready_when_back == 200
     # Requests in flight when Redis went away end as if nothing happened.
     assert streams == [(200, True), (200, True)]
     assert [s for s, _, _ in before] == [200] * 5 + [429]

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import openai
 import pytest
 from openai import AsyncOpenAI, OpenAI
@@ -14,6 +15,7 @@ from openai import AsyncOpenAI, OpenAI
 from gateway.dev.sim.server import TritonSim
 from tests.e2e.conftest import two_sims_and_gateway
 from tests.e2e.stack import KEYS, Gateway, default_tenants, model
+from tests.polling import wait_until
 
 PROMPT = [{"role": "user", "content": "keep going"}]
 
@@ -90,3 +92,30 @@ async def test_streams_on_a_killed_replica_end_with_an_error_event(
     # Least-outstanding balancing put some of the four streams on the killed replica.
     assert sorted(set(outcomes)) == ["error", "finished"], outcomes
     assert len(outcomes) == 4
+
+
+async def test_a_model_without_a_replica_leaves_the_instance_ready(
+    two_replicas: tuple[Gateway, TritonSim, TritonSim],
+) -> None:
+    """Every instance shares the replicas: pulling this one for them would pull them all."""
+    gateway, first, second = two_replicas
+    first.kill()
+    second.kill()
+
+    async def readyz() -> tuple[int, dict[str, Any]]:
+        async with (
+            aiohttp.ClientSession() as session,
+            session.get(f"{gateway.url}/readyz") as response,
+        ):
+            return response.status, await response.json()
+
+    async def no_replica_left() -> bool:
+        _, body = await readyz()
+        return all(m["healthy"] == 0 for m in body["models"].values())
+
+    await wait_until(no_replica_left)
+    status, body = await readyz()
+    assert status == 200
+    assert body["ready"] is True
+    assert body["status"] == "degraded"
+    assert body["models"]["victim-http"] == {"ready": False, "replicas": 2, "healthy": 0}
