@@ -14,7 +14,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from gateway.api import completions, endpoints
+from gateway.api import completions, endpoints, protocol
 from gateway.api.direct import DirectRoutes
 from gateway.api.errors import DOMAIN_ERRORS, APIError, client_error
 from gateway.config import Config, load_config
@@ -32,6 +32,7 @@ CONFIG_ENV = "GATEWAY_CONFIG"
 def build_app(config: Config) -> DirectRoutes:
     """The gateway's ASGI app for `config`: Starlette, with the completion endpoints
     served directly (see `gateway.api.direct`)."""
+    protocol.configure(config.gateway.server)
     runtime = Runtime.build(config)
     reloader = TenantsReloader(runtime)
     metrics.watch_state(GatewayState(runtime.admission, runtime.routes.values()))

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
+    from gateway.api.protocol import GuardedHttpToolsProtocol
     from gateway.app import CONFIG_ENV
     from gateway.config import ConfigError, load_config
     from gateway.observability.logging import configure_logging
@@ -41,7 +42,9 @@ def _serve(args: argparse.Namespace) -> int:
         port=args.port or config.gateway.server.port,
         workers=args.workers,
         loop="uvloop",
-        http="httptools",
+        # httptools, with limits against clients that never finish (gateway.api.protocol).
+        http=GuardedHttpToolsProtocol,
+        timeout_keep_alive=config.gateway.server.keepalive_timeout_s,
         access_log=False,
         log_config=None,
         timeout_graceful_shutdown=int(config.gateway.server.shutdown_grace_s),

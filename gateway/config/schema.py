@@ -67,6 +67,19 @@ class ServerConfig(Strict):
     log_prompts: bool = False
     # Reload the tenants file when it changes (SIGHUP and the admin API always work).
     watch_tenants_file: bool = True
+    # Connection limits (per worker process), against clients that never finish:
+    # a request's head (request line and headers) must arrive within this time of its
+    # first byte (or of the connection opening); else 408 and the connection is closed.
+    head_timeout_s: PositiveFloat = 10.0
+    # The longest pause while a request's body arrives; then the connection is closed.
+    body_gap_timeout_s: PositiveFloat = 30.0
+    # A request head larger than this is refused with 431 (nginx's default is 32 KiB).
+    max_head_bytes: PositiveInt = 32_768
+    # Open connections per worker; a new one beyond it gets a 503 at once and is closed.
+    # Kept below the process's descriptor limit (RLIMIT_NOFILE) less 256 for upstreams.
+    max_connections: PositiveInt = 4096
+    # A keep-alive connection idle this long between requests is closed.
+    keepalive_timeout_s: PositiveInt = 5
 
 
 class RedisConfig(Strict):

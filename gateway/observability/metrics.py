@@ -121,6 +121,13 @@ TOKENS = Counter(
     ["tenant", "model", "kind"],
     registry=REGISTRY,
 )
+CONNECTIONS_CLOSED = Counter(
+    "gateway_connections_closed_total",
+    "Client connections the gateway closed or refused before a request was served, by "
+    "reason (head_timeout, body_timeout, head_too_large, too_many_connections).",
+    ["reason"],
+    registry=REGISTRY,
+)
 REPLICA_REQUESTS = Counter(
     "gateway_replica_requests_total",
     "Requests a replica answered (streams counted when they end).",

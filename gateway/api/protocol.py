@@ -1,0 +1,268 @@
+"""uvicorn's httptools protocol with limits against clients that never finish.
+
+uvicorn times out only idle keep-alive connections. A client that opens a connection and
+sends nothing, sends its headers a byte at a time, stalls in the middle of a body, sends
+a 40 MB header, or opens connections until the descriptor table is full, holds the
+gateway's resources for as long as it likes. `GuardedHttpToolsProtocol` adds, per
+connection:
+
+- a head deadline: the request line and headers must arrive within `head_timeout_s` of
+  the connection opening or of the request's first byte (else 408, and close);
+- a body gap deadline: no pause longer than `body_gap_timeout_s` while the body arrives
+  (else close; the request ends as a client that left, 499);
+- a head size cap: a head over `max_head_bytes` is refused with 431 as soon as that many
+  bytes are buffered, before the parser holds more;
+- a connection cap per worker: beyond `max_connections` a new connection gets a 503 with
+  Retry-After at once and is closed, so descriptors never run out.
+
+Each is counted in `gateway_connections_closed_total{reason}` and logged (a refusal of
+too many connections at most once a second, with the count since).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import resource
+import time
+from dataclasses import dataclass
+
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from gateway.config.schema import ServerConfig
+from gateway.observability import metrics
+
+log = logging.getLogger("gateway")
+
+# Descriptors kept for everything that is not a client: upstream pools, Redis, files.
+_RESERVED_FDS = 256
+# How long a refused connection is read (and dropped) before it is closed.
+_LINGER_S = 2.0
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionLimits:
+    head_timeout_s: float = 10.0
+    body_gap_timeout_s: float = 30.0
+    max_head_bytes: int = 32_768
+    max_connections: int = 4096
+
+
+_limits = ConnectionLimits()
+
+
+def configure(server: ServerConfig) -> ConnectionLimits:
+    """Set this worker's limits from `server:` (the app factory calls it before the first
+    connection); `max_connections` is kept below the descriptor limit."""
+    global _limits
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    allowed = server.max_connections
+    if soft != resource.RLIM_INFINITY and allowed > soft - _RESERVED_FDS:
+        allowed = max(1, soft - _RESERVED_FDS)
+        log.warning(
+            "server.max_connections %d is above what the descriptor limit (%d) allows: %d",
+            server.max_connections,
+            soft,
+            allowed,
+        )
+    _limits = ConnectionLimits(
+        server.head_timeout_s, server.body_gap_timeout_s, server.max_head_bytes, allowed
+    )
+    return _limits
+
+
+def _response(status: bytes, body: bytes, *extra: bytes) -> bytes:
+    head = [b"HTTP/1.1 " + status, b"content-type: application/json", *extra]
+    head += [b"content-length: " + str(len(body)).encode(), b"connection: close"]
+    return b"\r\n".join(head) + b"\r\n\r\n" + body
+
+
+def _error_body(message: str, code: str, type_: str = "invalid_request_error") -> bytes:
+    return (
+        b'{"error":{"message":"' + message.encode() + b'","type":"' + type_.encode()
+        + b'","param":null,"code":"' + code.encode() + b'"}}'
+    )  # fmt: skip
+
+
+_HEAD_TIMEOUT = _response(
+    b"408 Request Timeout",
+    _error_body("The request head did not arrive in time.", "request_timeout"),
+)
+_HEAD_TOO_LARGE = _response(
+    b"431 Request Header Fields Too Large",
+    _error_body("The request line and headers are too large.", "request_header_too_large"),
+)
+_TOO_MANY = _response(
+    b"503 Service Unavailable",
+    _error_body(
+        "Too many open connections; retry shortly.", "too_many_connections", "server_error"
+    ),
+    b"retry-after: 1",
+)
+
+
+class _HeadTooLarge(Exception):
+    """Raised from the parser's callback to stop at a head over the cap (the parser then
+    fails, and `send_400_response` sends 431 instead)."""
+
+
+class _RefusalLog:
+    """Logs refusals of too many connections at most once a second, with the count."""
+
+    def __init__(self) -> None:
+        self._count = 0
+        self._last = 0.0
+
+    def refused(self, limit: int) -> None:
+        self._count += 1
+        now = time.monotonic()
+        if now - self._last >= 1.0:
+            log.warning(
+                "refused %d connection(s): %d open, the limit of this worker",
+                self._count,
+                limit,
+            )
+            self._count, self._last = 0, now
+
+
+_refusals = _RefusalLog()
+
+
+class GuardedHttpToolsProtocol(HttpToolsProtocol):
+    """`HttpToolsProtocol` with a head deadline, a body gap deadline, a head size cap and
+    a connection cap (see the module docstring)."""
+
+    _timer: asyncio.TimerHandle | None = None
+    _in_head = True
+    # Bytes received while the head was unfinished (a chunk that ends it counts whole).
+    _head_bytes = 0
+    _too_large = False
+    _refused = False
+    # Refused: what still comes is read and dropped until the connection closes.
+    _discarding = False
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        limits = _limits
+        if len(self.connections) >= limits.max_connections:
+            self._refused = True
+            transport.write(_TOO_MANY)
+            transport.close()
+            metrics.labels(metrics.CONNECTIONS_CLOSED, "too_many_connections").inc()
+            _refusals.refused(limits.max_connections)
+            return
+        super().connection_made(transport)
+        self._arm(limits.head_timeout_s, self._head_timed_out)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._refused:
+            return  # it never joined the connections
+        self._disarm()
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        if self._discarding:
+            return
+        if self._in_head:
+            self._head_bytes += len(data)
+        super().data_received(data)
+        # Still unfinished: everything received is head, and the parser holds it.
+        if self._in_head and self._head_bytes > _limits.max_head_bytes:
+            self._refuse_head_too_large()
+
+    def send_400_response(self, msg: str) -> None:
+        if self._too_large:
+            self._refuse_head_too_large()
+        else:
+            super().send_400_response(msg)
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        if not self._in_head:  # the next request on a kept-alive connection
+            self._in_head = True
+            self._head_bytes = 0
+            self._arm(_limits.head_timeout_s, self._head_timed_out)
+
+    def on_headers_complete(self) -> None:
+        self._in_head = False
+        self._disarm()
+        # Only a chunk that brought more than the cap needs the exact size.
+        if self._head_bytes > _limits.max_head_bytes and self._head_size() > _limits.max_head_bytes:
+            self._too_large = True
+            raise _HeadTooLarge
+        super().on_headers_complete()
+        self._arm(_limits.body_gap_timeout_s, self._body_timed_out)
+
+    def on_body(self, body: bytes) -> None:
+        self._arm(_limits.body_gap_timeout_s, self._body_timed_out)
+        super().on_body(body)
+
+    def on_message_complete(self) -> None:
+        self._disarm()
+        super().on_message_complete()
+
+    def _head_size(self) -> int:
+        return len(self.url) + sum(len(name) + len(value) + 4 for name, value in self.headers)
+
+    def _arm(self, delay: float, callback: object) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = self.loop.call_later(delay, callback)  # type: ignore[arg-type]
+
+    def _disarm(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _head_timed_out(self) -> None:
+        self._timer = None
+        if self.transport.is_closing():
+            return
+        metrics.labels(metrics.CONNECTIONS_CLOSED, "head_timeout").inc()
+        log.warning(
+            "closed a connection from %s: no complete request head in %g s (%d bytes)",
+            _peer(self.client),
+            _limits.head_timeout_s,
+            self._head_bytes,
+        )
+        self._linger_close(_HEAD_TIMEOUT)
+
+    def _body_timed_out(self) -> None:
+        self._timer = None
+        if self.transport.is_closing() or self.cycle is None or not self.cycle.more_body:
+            return
+        if self.flow.read_paused:  # the app has not read what came: not the client's pause
+            self._arm(_limits.body_gap_timeout_s, self._body_timed_out)
+            return
+        metrics.labels(metrics.CONNECTIONS_CLOSED, "body_timeout").inc()
+        log.warning(
+            "closed a connection from %s: its request body paused for %g s",
+            _peer(self.client),
+            _limits.body_gap_timeout_s,
+        )
+        self.transport.close()
+
+    def _refuse_head_too_large(self) -> None:
+        self._disarm()
+        self._in_head = False
+        metrics.labels(metrics.CONNECTIONS_CLOSED, "head_too_large").inc()
+        log.warning(
+            "refused a request from %s: its head is over %d bytes",
+            _peer(self.client),
+            _limits.max_head_bytes,
+        )
+        if not self.transport.is_closing():
+            self._linger_close(_HEAD_TOO_LARGE)
+
+    def _linger_close(self, response: bytes) -> None:
+        """Send `response`, then read and drop what the client still sends for a moment
+        before closing: a close with unread data resets the connection, and the client
+        would never see the response (nginx's lingering close)."""
+        self._discarding = True
+        self.transport.write(response)
+        if self.transport.can_write_eof():
+            self.transport.write_eof()
+        self._timer = self.loop.call_later(_LINGER_S, self.transport.close)
+
+
+def _peer(client: tuple[str, int] | None) -> str:
+    return f"{client[0]}:{client[1]}" if client else "?"

@@ -1,0 +1,183 @@
+"""Clients that never finish, on real sockets: the gateway closes or refuses them, counts
+and logs it, and keeps serving everyone else (gateway.api.protocol)."""
+
+from __future__ import annotations
+
+import contextlib
+import select
+import socket
+import time
+import urllib.request
+from collections.abc import Iterator
+
+import pytest
+from aiohttp import web
+from openai import OpenAI
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.e2e.stack import KEYS, Gateway, default_tenants, model, start_gateway
+from tests.e2e.upstreams import chat_upstream, serve_in_thread
+
+HEAD_TIMEOUT_S = 1.0
+BODY_GAP_TIMEOUT_S = 1.0
+MAX_HEAD_BYTES = 4096
+MAX_CONNECTIONS = 40
+# How long a test waits for the gateway to act: a hang guard, far above the limits.
+GUARD_S = 15.0
+CLOSED = "gateway_connections_closed_total"
+
+
+async def answer(request: web.Request) -> web.Response:
+    message = {"role": "assistant", "content": "ok"}
+    choice = {"index": 0, "message": message, "finish_reason": "stop"}
+    return web.json_response(
+        {"id": "x", "object": "chat.completion", "created": 0, "model": "m", "choices": [choice]}
+    )
+
+
+@pytest.fixture(scope="module")
+def guarded(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
+    with serve_in_thread([chat_upstream(answer)]) as urls:
+        server = {
+            "head_timeout_s": HEAD_TIMEOUT_S,
+            "body_gap_timeout_s": BODY_GAP_TIMEOUT_S,
+            "max_head_bytes": MAX_HEAD_BYTES,
+            "max_connections": MAX_CONNECTIONS,
+        }
+        gateway = start_gateway(
+            tmp_path_factory.mktemp("guarded"),
+            {"echo": model("openai", urls)},
+            redis_url,
+            tenants=default_tenants(["echo"]),
+            gateway={"server": server},
+        )
+        try:
+            yield gateway
+        finally:
+            gateway.process.terminate()
+            gateway.process.wait(10)
+
+
+def connect(gateway: Gateway) -> socket.socket:
+    host, port = gateway.url.removeprefix("http://").split(":")
+    return socket.create_connection((host, int(port)), timeout=GUARD_S)
+
+
+def read_until_closed(sock: socket.socket) -> bytes:
+    """Everything the gateway sends until it closes the connection (or the guard fails)."""
+    received = b""
+    while chunk := sock.recv(65536):
+        received += chunk
+    return received
+
+
+def served(gateway: Gateway) -> str | None:
+    client = OpenAI(base_url=gateway.base_url, api_key=KEYS["acme"], max_retries=0)
+    reply = client.chat.completions.create(
+        model="echo", messages=[{"role": "user", "content": "hi"}]
+    )
+    return reply.choices[0].message.content
+
+
+def closed_count(gateway: Gateway, reason: str) -> float:
+    with urllib.request.urlopen(f"{gateway.url}/metrics") as response:
+        text = response.read().decode()
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == CLOSED and sample.labels == {"reason": reason}:
+                return sample.value
+    return 0.0
+
+
+def test_a_connection_that_sends_nothing_is_closed_with_408(guarded: Gateway) -> None:
+    before = closed_count(guarded, "head_timeout")
+    with connect(guarded) as sock:
+        reply = read_until_closed(sock)
+    assert reply.startswith(b"HTTP/1.1 408 ")
+    assert b'"code":"request_timeout"' in reply
+    assert closed_count(guarded, "head_timeout") == before + 1
+    assert "no complete request head" in guarded.log
+
+
+def test_a_head_sent_a_byte_at_a_time_is_cut_off(guarded: Gateway) -> None:
+    """Slow loris: each byte comes well within the deadline, the whole head never does."""
+    head = b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nX-Slow: " + b"a" * 200
+    with connect(guarded) as sock:
+        started = time.monotonic()
+        for byte in head:
+            sock.sendall(bytes([byte]))
+            answered, _, _ = select.select([sock], [], [], 0.05)
+            if answered or time.monotonic() - started > GUARD_S:
+                break
+        reply = read_until_closed(sock)
+    assert reply.startswith(b"HTTP/1.1 408 ")
+
+
+def test_a_body_that_stalls_is_cut_off_and_the_request_ends(guarded: Gateway) -> None:
+    before = closed_count(guarded, "body_timeout")
+    head = (
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+        b"Authorization: Bearer " + KEYS["acme"].encode() + b"\r\n"
+        b"Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n"
+    )
+    with connect(guarded) as sock:
+        sock.sendall(head + b'{"model": "echo", ')
+        reply = read_until_closed(sock)
+    assert reply == b""  # nothing to answer: the client is the one that failed
+    assert closed_count(guarded, "body_timeout") == before + 1
+    assert "its request body paused" in guarded.log
+
+
+@pytest.mark.parametrize("size", [MAX_HEAD_BYTES + 1, 1_000_000])
+def test_a_head_over_the_cap_is_refused_with_431(guarded: Gateway, size: int) -> None:
+    head = b"GET /v1/models HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * size + b"\r\n\r\n"
+    with connect(guarded) as sock:
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            sock.sendall(head)  # may be refused before the client finished sending
+        reply = read_until_closed(sock)
+    assert reply.startswith(b"HTTP/1.1 431 ")
+    assert b'"code":"request_header_too_large"' in reply
+
+
+def test_many_headers_over_the_cap_are_refused_with_431(guarded: Gateway) -> None:
+    headers = b"".join(b"X-%d: v\r\n" % i for i in range(2000))
+    with connect(guarded) as sock:
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            sock.sendall(b"GET /v1/models HTTP/1.1\r\nHost: x\r\n" + headers + b"\r\n")
+        reply = read_until_closed(sock)
+    assert reply.startswith(b"HTTP/1.1 431 ")
+
+
+def test_a_head_under_the_cap_is_served(guarded: Gateway) -> None:
+    assert served(guarded) == "ok"
+    with connect(guarded) as sock:
+        sock.sendall(b"GET /livez HTTP/1.1\r\nHost: x\r\nX-Fits: " + b"a" * 3000 + b"\r\n\r\n")
+        assert sock.recv(65536).startswith(b"HTTP/1.1 200 ")
+
+
+def test_connections_beyond_the_cap_get_a_503_and_the_gateway_keeps_serving(
+    guarded: Gateway,
+) -> None:
+    before = closed_count(guarded, "too_many_connections")
+    idle = [connect(guarded) for _ in range(MAX_CONNECTIONS)]
+    try:
+        with connect(guarded) as extra:
+            reply = read_until_closed(extra)
+        assert reply.startswith(b"HTTP/1.1 503 ")
+        assert b"retry-after: 1" in reply
+        assert b'"code":"too_many_connections"' in reply
+    finally:
+        for sock in idle:
+            sock.close()
+    # The idle ones are gone (closed by the client here; by the head deadline otherwise).
+    deadline = time.monotonic() + GUARD_S
+    while True:
+        try:
+            assert served(guarded) == "ok"
+            break
+        except Exception:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+    assert closed_count(guarded, "too_many_connections") >= before + 1
+    assert f"{MAX_CONNECTIONS} open, the limit of this worker" in guarded.log
