@@ -98,8 +98,12 @@ def main() -> None:
             label = f"{name} --workers {workers}"
             gateways[label] = (spawn(command, env=own_env, log=log), port)
         wait_http_ok(f"http://127.0.0.1:{upstream_port}/v1/models", 10, nginx)
-        for process, port in gateways.values():
-            wait_gateway_ready(f"http://127.0.0.1:{port}", 60, process)
+        for label, (process, port) in gateways.items():
+            if label.startswith("baseline"):
+                # An older gateway's /readyz may lack `status`; its 200 meant all up.
+                wait_http_ok(f"http://127.0.0.1:{port}/readyz", 60, process)
+            else:
+                wait_gateway_ready(f"http://127.0.0.1:{port}", 60, process)
         rows = run(args, upstream_port, {n: (p.pid, port) for n, (p, port) in gateways.items()})
     finally:
         for process, _ in gateways.values():

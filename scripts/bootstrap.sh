@@ -12,17 +12,19 @@ if ! "$PYTHON" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))'; then
 fi
 PYVER=3.11
 
-# System packages, installed where we may (root on Debian) before the venv needs them:
+# System packages, installed where we may (root on Debian) before the venv needs them,
+# and only those the command at hand needs (BOOTSTRAP_FOR: demo, test or bench):
 # - python3.11-venv: Debian's python3.11 cannot create a venv without it (no ensurepip);
 # - libpython3.11: the shared libpython that triton-sim's Python backend stub links;
-# - redis-server (tests, demo), faketime (clock-skew tests), prometheus/promtool (alert
-#   rules, scraping).
+# - redis-server (demo, tests, bench); faketime (clock-skew tests) and prometheus/promtool
+#   (alert rules, scraping) for the tests; wrk and nginx for the benchmarks.
+BOOTSTRAP_FOR=${BOOTSTRAP_FOR:-test}
 missing=()
 if [ ! -x .venv/bin/python ] && ! "$PYTHON" -c 'import ensurepip' 2>/dev/null; then
   missing+=("python$PYVER-venv")
 fi
 # The stub looks next to the interpreter (its LIBDIR), then where the loader looks.
-if ! "$PYTHON" -c '
+if [ "$BOOTSTRAP_FOR" != bench ] && ! "$PYTHON" -c '
 import ctypes.util, os, sys, sysconfig
 v = "%d.%d" % sys.version_info[:2]
 libdir = sysconfig.get_config_var("LIBDIR") or ""
@@ -31,19 +33,26 @@ sys.exit(0 if found or ctypes.util.find_library(f"python{v}") else 1)'; then
   missing+=("libpython$PYVER")
 fi
 command -v redis-server >/dev/null || missing+=(redis-server)
-command -v faketime >/dev/null || missing+=(faketime)
-command -v promtool >/dev/null || missing+=(prometheus)
-# The benchmarks (loadtest/bench, loadtest/profile.py) also want wrk and nginx.
-if [ "${BOOTSTRAP_BENCH:-}" = 1 ]; then
+if [ "$BOOTSTRAP_FOR" = test ]; then
+  command -v faketime >/dev/null || missing+=(faketime)
+  command -v promtool >/dev/null || missing+=(prometheus)
+fi
+if [ "$BOOTSTRAP_FOR" = bench ]; then
   command -v wrk >/dev/null || missing+=(wrk)
   [ -x /usr/sbin/nginx ] || missing+=(nginx-light)
 fi
 if [ ${#missing[@]} -gt 0 ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+  # The packages' own services (redis, prometheus, nginx) are not wanted: the demo, the
+  # tests and the benchmarks start their own. Debian's policy-rc.d keeps the packages
+  # from starting them, so nothing of the user's is stopped by name afterwards.
+  policy=""
+  if [ ! -e /usr/sbin/policy-rc.d ]; then
+    policy=/usr/sbin/policy-rc.d
+    printf '#!/bin/sh\nexit 101\n' > "$policy" && chmod +x "$policy"
+  fi
   (apt-get update -qq && apt-get install -y -qq "${missing[@]}" >/dev/null) \
     || echo "bootstrap: could not install ${missing[*]}" >&2
-  # The tests start their own servers; a daemon the packages started is not wanted.
-  case " ${missing[*]} " in *" prometheus "*) pkill -x prometheus || true ;; esac
-  case " ${missing[*]} " in *" nginx-light "*) pkill -x nginx || true ;; esac
+  [ -z "$policy" ] || rm -f "$policy"
 elif [[ " ${missing[*]} " == *" libpython$PYVER "* ]]; then
   echo "bootstrap: triton-sim (demo, tests) needs libpython$PYVER:" \
     "apt-get install libpython$PYVER" >&2

@@ -2,6 +2,6 @@
 # The one command that runs the demo: two Triton servers (simulated LLMs), Redis, the gateway.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-source scripts/bootstrap.sh
+BOOTSTRAP_FOR=demo source scripts/bootstrap.sh
 
 exec .venv/bin/gateway demo "$@"

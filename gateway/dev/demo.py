@@ -15,6 +15,7 @@ from gateway.dev.processes import (
     Cancelled,
     free_port,
     gateway_command,
+    port_is_free,
     redis_server_path,
     spawn,
     start_redis,
@@ -93,6 +94,14 @@ def run_demo(port: int, config_path: str) -> int:
     """
     config = _check(config_path)
     if config is None:
+        return 1
+    if not port_is_free(port):
+        # Found before Redis and two Triton servers start, not 10 s later.
+        print(
+            f"demo: port {port} is taken on 127.0.0.1; choose another with --port, "
+            f"for example --port {free_port()}",
+            file=sys.stderr,
+        )
         return 1
     stopping = threading.Event()
 

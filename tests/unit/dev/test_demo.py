@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import sys
 from pathlib import Path
 
@@ -51,3 +52,21 @@ def test_demo_refuses_a_broken_config_before_starting_anything(
     assert f"{tmp_path}/tenants.yaml:2: environment variable NOPE_KEY is not set" in err
     assert demo.run_demo(port=8080, config_path=str(tmp_path / "missing.yaml")) == 1
     assert "missing.yaml: no such file" in capsys.readouterr().err
+
+
+def test_demo_refuses_a_taken_port_before_starting_anything(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def must_not_run(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the demo started something")
+
+    for name in ("spawn", "start_redis"):
+        monkeypatch.setattr(demo, name, must_not_run)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert demo.run_demo(port=port, config_path="config/gateway.yaml") == 1
+    err = capsys.readouterr().err
+    assert f"port {port} is taken" in err
+    assert "--port" in err
