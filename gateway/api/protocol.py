@@ -25,7 +25,9 @@ import asyncio
 import logging
 import resource
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Literal
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
@@ -133,9 +135,12 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     a connection cap (see the module docstring)."""
 
     _timer: asyncio.TimerHandle | None = None
-    _in_head = True
-    # Bytes received while the head was unfinished (a chunk that ends it counts whole).
+    _timer_is_head = False
+    # What the connection waits for: a request head, the rest of a body, or nothing.
+    _waiting: Literal["head", "body", "idle"] = "head"
+    # Bytes received while the head was unfinished, by whole chunks.
     _head_bytes = 0
+    _chunk_bytes = 0
     _too_large = False
     _refused = False
     # Refused: what still comes is read and dropped until the connection closes.
@@ -151,7 +156,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             _refusals.refused(limits.max_connections)
             return
         super().connection_made(transport)
-        self._arm(limits.head_timeout_s, self._head_timed_out)
+        self._arm_head()  # also for a connection that never sends a byte
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self._refused:
@@ -160,14 +165,24 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
+        # Timers are set only when a chunk leaves a request unfinished: a request that
+        # arrives whole (the usual case) costs none.
         if self._discarding:
             return
-        if self._in_head:
-            self._head_bytes += len(data)
+        self._chunk_bytes = len(data)
         super().data_received(data)
-        # Still unfinished: everything received is head, and the parser holds it.
-        if self._in_head and self._head_bytes > _limits.max_head_bytes:
-            self._refuse_head_too_large()
+        waiting = self._waiting
+        if waiting == "head":
+            # Still unfinished: the parser holds all of it.
+            self._head_bytes += self._chunk_bytes
+            if self._head_bytes > _limits.max_head_bytes:
+                self._refuse_head_too_large()
+            elif not self._timer_is_head:
+                self._arm_head()
+        elif waiting == "body":
+            self._arm(_limits.body_gap_timeout_s, self._body_timed_out)
+        elif self._timer is not None:
+            self._disarm()
 
     def send_400_response(self, msg: str) -> None:
         if self._too_large:
@@ -177,44 +192,44 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
-        if not self._in_head:  # the next request on a kept-alive connection
-            self._in_head = True
+        if self._waiting != "head":  # the next request on a kept-alive connection
+            self._waiting = "head"
             self._head_bytes = 0
-            self._arm(_limits.head_timeout_s, self._head_timed_out)
 
     def on_headers_complete(self) -> None:
-        self._in_head = False
-        self._disarm()
-        # Only a chunk that brought more than the cap needs the exact size.
-        if self._head_bytes > _limits.max_head_bytes and self._head_size() > _limits.max_head_bytes:
+        self._waiting = "body"
+        cap = _limits.max_head_bytes
+        # Only a head that came with more than the cap needs its exact size.
+        if self._head_bytes + self._chunk_bytes > cap and self._head_size() > cap:
             self._too_large = True
             raise _HeadTooLarge
         super().on_headers_complete()
-        self._arm(_limits.body_gap_timeout_s, self._body_timed_out)
-
-    def on_body(self, body: bytes) -> None:
-        self._arm(_limits.body_gap_timeout_s, self._body_timed_out)
-        super().on_body(body)
 
     def on_message_complete(self) -> None:
-        self._disarm()
+        self._waiting = "idle"
         super().on_message_complete()
 
     def _head_size(self) -> int:
         return len(self.url) + sum(len(name) + len(value) + 4 for name, value in self.headers)
 
-    def _arm(self, delay: float, callback: object) -> None:
+    def _arm(self, delay: float, callback: Callable[[], None]) -> None:
         if self._timer is not None:
             self._timer.cancel()
-        self._timer = self.loop.call_later(delay, callback)  # type: ignore[arg-type]
+        self._timer = self.loop.call_later(delay, callback)
+        self._timer_is_head = False
+
+    def _arm_head(self) -> None:
+        self._arm(_limits.head_timeout_s, self._head_timed_out)
+        self._timer_is_head = True
 
     def _disarm(self) -> None:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+            self._timer_is_head = False
 
     def _head_timed_out(self) -> None:
-        self._timer = None
+        self._timer, self._timer_is_head = None, False
         if self.transport.is_closing():
             return
         metrics.labels(metrics.CONNECTIONS_CLOSED, "head_timeout").inc()
@@ -243,7 +258,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
     def _refuse_head_too_large(self) -> None:
         self._disarm()
-        self._in_head = False
+        self._waiting = "idle"
         metrics.labels(metrics.CONNECTIONS_CLOSED, "head_too_large").inc()
         log.warning(
             "refused a request from %s: its head is over %d bytes",
@@ -261,7 +276,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self.transport.write(response)
         if self.transport.can_write_eof():
             self.transport.write_eof()
-        self._timer = self.loop.call_later(_LINGER_S, self.transport.close)
+        self._arm(_LINGER_S, self.transport.close)
 
 
 def _peer(client: tuple[str, int] | None) -> str:

@@ -261,6 +261,14 @@ class LocalBuckets:
             results.append(BucketResult(has, level, retry, reset))
         return TakeResult(ok, results, lease_result, now)
 
+    def seed(
+        self, key: str, level: float, capacity: float, refill_per_ms: float, now_ms: float
+    ) -> None:
+        """Set the bucket at `key` to `level` at `now_ms`: the state another store (Redis)
+        last reported, so that these buckets carry on from it rather than from full."""
+        level = min(capacity, max(0.0, level))
+        self._store(key, level, now_ms, now_ms, wait_ms(level, capacity, refill_per_ms))
+
     def adjust(
         self,
         bucket: BucketSpec | Sequence[BucketSpec] | None,

@@ -247,11 +247,25 @@ class RateLimiter:
         if not self._redis_down:
             specs = [b.spec(cost) for b, cost in zip(buckets, costs, strict=True)]
             try:
-                return await self._store.take(specs, lease), False
+                result = await self._store.take(specs, lease)
             except REDIS_ERRORS as exc:
                 metrics.REDIS_ERRORS.labels("take").inc()
                 self._mark_down(exc)
+            else:
+                if self._config.on_redis_error is RedisFailureMode.LOCAL:
+                    self._remember(buckets, result)
+                return result, False
         return self._take_without_redis(buckets, costs, lease, shadow), True
+
+    def _remember(self, buckets: Sequence[_Bucket], result: TakeResult) -> None:
+        """Keep this gateway's share of what each bucket holds after Redis's decision, so
+        that without Redis the local buckets go on from there: a tenant that had used up
+        its limit gets no fresh burst from every gateway when Redis goes away."""
+        share = self._config.gateway_replicas
+        now = monotonic_ms()
+        for bucket, outcome in zip(buckets, result.buckets, strict=True):
+            capacity, rate = bucket.capacity / share, bucket.refill_per_ms / share
+            self._local.seed(bucket.key, outcome.remaining / share, capacity, rate, now)
 
     def _take_without_redis(
         self,

@@ -181,3 +181,19 @@ def test_connections_beyond_the_cap_get_a_503_and_the_gateway_keeps_serving(
             time.sleep(0.1)
     assert closed_count(guarded, "too_many_connections") >= before + 1
     assert f"{MAX_CONNECTIONS} open, the limit of this worker" in guarded.log
+
+
+def test_a_request_in_pieces_within_the_limits_is_served(guarded: Gateway) -> None:
+    body = b'{"model": "echo", "messages": [{"role": "user", "content": "hi"}]}'
+    head = (
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+        b"Authorization: Bearer " + KEYS["acme"].encode() + b"\r\n"
+        b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body)
+    )
+    with connect(guarded) as sock:
+        for piece in (head[:20], head[20:], body[:10], body[10:]):
+            sock.sendall(piece)
+            time.sleep(HEAD_TIMEOUT_S / 4)  # pauses under each limit
+        reply = sock.recv(65536)
+    assert reply.startswith(b"HTTP/1.1 200 ")
+    assert b'"content":"ok"' in reply

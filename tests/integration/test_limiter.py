@@ -258,3 +258,33 @@ async def test_a_lease_never_released_is_not_renewed_past_its_deadline(
         await wait_until(free)
     finally:
         await limiter.close()
+
+
+async def test_without_redis_two_gateways_admit_no_more_than_the_refill(
+    own_redis: OwnRedis,
+) -> None:
+    """`local` mode goes on from the last state Redis reported, each gateway with its
+    share: a tenant that has used up its limit gets no fresh burst when Redis pauses."""
+    per_minute, burst = 60, 10  # one request a second, ten at once
+    config = tenants(requests_per_minute=per_minute, burst_requests=burst)
+    gateways = [make_limiter(own_redis.url, config, gateway_replicas=2) for _ in range(2)]
+    try:
+        admitted = 0
+        for i in range(burst + 4):  # both gateways see the bucket emptied
+            admitted += (await gateways[i % 2].admit("t", "m", 1)).allowed
+        assert admitted == burst
+        own_redis.pause()
+        paused = time.monotonic()
+        during = 0
+        for _ in range(20):
+            for gateway in gateways:
+                during += (await gateway.admit("t", "m", 1)).allowed
+        assert all(not gateway.redis_up for gateway in gateways)
+        elapsed = time.monotonic() - paused
+        # At most what refilled since Redis paused (each gateway a half, rounded down by
+        # whole requests), where a full bucket would have let through 2 x 5 at once.
+        assert during <= per_minute / 60 * elapsed
+    finally:
+        own_redis.resume()
+        for gateway in gateways:
+            await gateway.close()
