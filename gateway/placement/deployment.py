@@ -1,8 +1,11 @@
 """Where each model replica runs: the deployments of `cluster.yaml` placed on its nodes.
 
 Pure: no I/O. Replicas are placed one at a time by a placement policy (the same ones
-the packing experiment measures), higher priority first, then larger ones first (big
-replicas are the hard ones to fit), then by model name, so a plan is reproducible.
+the packing experiment measures), availability before redundancy: every model gets a
+replica before any gets a second (and a second before any a third); within a round,
+higher priority first, then larger ones first (big replicas are the hard ones to fit),
+then by model name, so a plan is reproducible. When GPUs run short, the models of lower
+priority are the ones left without a replica.
 Replicas of one model go to different nodes while some node that fits has none of them,
 so one node failing takes down as few replicas of a model as it can. When nodes go
 down, `plan_deployments(..., keep=previous)` keeps every replica on a healthy node where
@@ -11,6 +14,7 @@ it is and places only the lost ones, where capacity allows.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Collection
 from dataclasses import dataclass, field
 
@@ -101,19 +105,33 @@ def plan_deployments(
     name = BEST_POLICY if cluster.policy == "best" else cluster.policy
     policy = make_policy(name, seed=0, shapes=target_workload(pods))
     policy.bind(state)
-    for deployment in deployments:
-        for index in range(deployment.replicas):
-            if (deployment.model, index) in kept:
-                continue
-            pod = replica_pod(deployment, index)
-            placement = _spread(policy, pod, nodes, plan.nodes_of(deployment.model))
-            if placement is None:
-                plan.unplaced[deployment.model] = plan.unplaced.get(deployment.model, 0) + 1
-                continue
-            state.place(pod, placement)
-            policy.placed(pod, placement)
-            host = nodes[placement.node].name
-            plan.placements.append(ReplicaPlacement(deployment.model, index, host, placement.gpus))
+    rank = {d.model: i for i, d in enumerate(deployments)}
+    pending = {
+        d.model: [i for i in range(d.replicas) if (d.model, i) not in kept] for d in deployments
+    }
+    serving = Counter(model for model, _ in kept)
+    while any(pending.values()):
+        # Availability before redundancy: the next replica is one of the model with the
+        # fewest replicas so far, so every model gets one before any gets a second; among
+        # those, the deployments' order (priority, size, name).
+        deployment = min(
+            (d for d in deployments if pending[d.model]),
+            key=lambda d: (serving[d.model], rank[d.model]),
+        )
+        index = pending[deployment.model].pop(0)
+        pod = replica_pod(deployment, index)
+        placement = _spread(policy, pod, nodes, plan.nodes_of(deployment.model))
+        if placement is None:
+            # Its other replicas are the same size: they fit nowhere either.
+            missing = 1 + len(pending[deployment.model])
+            pending[deployment.model] = []
+            plan.unplaced[deployment.model] = plan.unplaced.get(deployment.model, 0) + missing
+            continue
+        state.place(pod, placement)
+        policy.placed(pod, placement)
+        serving[deployment.model] += 1
+        host = nodes[placement.node].name
+        plan.placements.append(ReplicaPlacement(deployment.model, index, host, placement.gpus))
     plan.placements.sort(key=lambda p: (p.model, p.index))
     return plan
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from gateway.config.cluster_config import ClusterConfig, load_cluster
 from gateway.placement.deployment import plan_deployments
 
@@ -89,3 +91,36 @@ def test_the_shipped_cluster_file_places_every_replica() -> None:
     plan = plan_deployments(config)
     assert plan.unplaced == {}
     assert len(plan.placements) == sum(d.replicas for d in config.deployments)
+
+
+@pytest.mark.parametrize("down", ["node-a", "node-b"])
+def test_with_a_node_down_every_model_of_the_shipped_cluster_keeps_a_replica(down: str) -> None:
+    """Availability before redundancy: the demo's two nodes, one of them dead."""
+    config = load_cluster(str(Path(__file__).parents[3] / "config/cluster.yaml"))
+    after = plan_deployments(config, down={down}, keep=plan_deployments(config))
+    assert set(where(after)) == {d.model for d in config.deployments}
+    assert all(p.node != down for p in after.placements)
+
+
+def test_every_model_gets_a_replica_before_any_gets_a_second() -> None:
+    plan = plan_deployments(
+        cluster(
+            {"a": 2},
+            {"model": "large", "replicas": 2, "priority": 10},
+            {"model": "small", "replicas": 2},
+        )
+    )
+    assert where(plan) == {"large": ["a"], "small": ["a"]}
+    assert plan.unplaced == {"large": 1, "small": 1}
+
+
+def test_when_not_every_model_fits_the_higher_priority_ones_keep_a_replica() -> None:
+    plan = plan_deployments(
+        cluster(
+            {"a": 1},
+            {"model": "low", "replicas": 1, "priority": 0},
+            {"model": "high", "replicas": 2, "priority": 5},
+        )
+    )
+    assert where(plan) == {"high": ["a"]}
+    assert plan.unplaced == {"low": 1, "high": 1}
