@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from types import FrameType
 
@@ -28,6 +29,15 @@ from gateway.storage.redis_client import EMBEDDED_URL
 # Two Triton servers, the nodes of config/cluster.yaml. Both have both models; the
 # gateway loads and unloads them where the scheduler places cluster.yaml's deployments.
 _SERVERS = (("NODE_A_URL", "llm-large,llm-small"), ("NODE_B_URL", "llm-large,llm-small"))
+# A node (triton-sim) that dies is started again after this long, so that a user who
+# kills one watches its replicas move to the other node and then back.
+NODE_RESTART_ENV = "GATEWAY_DEMO_NODE_RESTART_S"
+NODE_RESTART_S = 20.0
+
+
+def _node_name(variable: str) -> str:
+    """`NODE_A_URL` -> `node-a`, the node's name in config/cluster.yaml."""
+    return variable.removesuffix("_URL").lower().replace("_", "-")
 
 
 # The source tree's root: `config/gateway.yaml` is found there when not in the cwd.
@@ -86,6 +96,44 @@ def _check(config_path: str) -> str | None:
     return None if problems else resolved
 
 
+class _Node:
+    """One node of the demo: a triton-sim that is started again after it dies."""
+
+    def __init__(self, name: str, port: int, models: str) -> None:
+        self.name, self.port, self.models = name, port, models
+        self.process: subprocess.Popen[bytes] | None = None
+        self._restart_at: float | None = None
+
+    def start(self) -> subprocess.Popen[bytes]:
+        command = gateway_command("triton-sim", "--port", str(self.port), "--models", self.models)
+        self.process = spawn(command)
+        return self.process
+
+    def wait_ready(self, cancel: threading.Event) -> None:
+        for model in self.models.split(","):
+            url = f"http://127.0.0.1:{self.port}/v2/models/{model}/ready"
+            wait_http_ok(url, timeout_s=90, process=self.process, cancel=cancel)
+
+    def watch(self, restart_s: float) -> subprocess.Popen[bytes] | None:
+        """Report a death, and start the node again `restart_s` later (its new process)."""
+        if self.process is None or self.process.poll() is None:
+            return None
+        if self._restart_at is None:
+            self._restart_at = time.monotonic() + restart_s
+            print(
+                f"{self.name} (triton-sim on :{self.port}) exited with "
+                f"{self.process.returncode}: the gateway places its replicas on the other "
+                f"node; {self.name} starts again in {restart_s:g} s",
+                flush=True,
+            )
+            return None
+        if time.monotonic() < self._restart_at:
+            return None
+        self._restart_at = None
+        print(f"{self.name}: starting triton-sim again", flush=True)
+        return self.start()
+
+
 def run_demo(port: int, config_path: str) -> int:
     """Start the stack, print how to call it, and stop it all on Ctrl-C or SIGTERM.
 
@@ -122,20 +170,18 @@ def run_demo(port: int, config_path: str) -> int:
             env["GATEWAY_REDIS_URL"] = EMBEDDED_URL
             print("redis-server not found: using the embedded fakeredis")
 
-        sims: list[tuple[int, str, subprocess.Popen[bytes]]] = []
+        nodes: list[_Node] = []
         for variable, models in _SERVERS:
-            sim_port = free_port(span=3, start=21000 + 100 * len(sims))
-            process = spawn(
-                gateway_command("triton-sim", "--port", str(sim_port), "--models", models)
+            node = _Node(
+                _node_name(variable), free_port(span=3, start=21000 + 100 * len(nodes)), models
             )
-            children.append(process)
-            sims.append((sim_port, models, process))
-            env[variable] = f"http://127.0.0.1:{sim_port}"
-        for sim_port, models, process in sims:
-            for model in models.split(","):
-                url = f"http://127.0.0.1:{sim_port}/v2/models/{model}/ready"
-                wait_http_ok(url, timeout_s=90, process=process, cancel=stopping)
-            print(f"triton-sim {models} on 127.0.0.1:{sim_port} (gRPC {sim_port + 1})")
+            nodes.append(node)
+            children.append(node.start())
+            env[variable] = f"http://127.0.0.1:{node.port}"
+        for node in nodes:
+            node.wait_ready(stopping)
+            where = f"127.0.0.1:{node.port} (gRPC {node.port + 1})"
+            print(f"{node.name}: triton-sim {node.models} on {where}")
 
         gateway = spawn(gateway_command("serve", "--config", config, "--port", str(port)), env=env)
         children.append(gateway)
@@ -144,11 +190,17 @@ def run_demo(port: int, config_path: str) -> int:
         )
         print(_examples(port), flush=True)
 
+        restart_s = float(os.environ.get(NODE_RESTART_ENV, NODE_RESTART_S))
+        essential = [c for c in children if all(c is not n.process for n in nodes)]
         while not stopping.wait(0.5):
-            for child in children:
+            for child in essential:
                 if child.poll() is not None:
                     print(f"{child.args!r} exited with {child.returncode}", file=sys.stderr)
                     return 1
+            for node in nodes:
+                restarted = node.watch(restart_s)
+                if restarted is not None:
+                    children.append(restarted)
         return 0
     except Cancelled:
         return 130  # interrupted before the stack was up

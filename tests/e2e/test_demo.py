@@ -1,0 +1,85 @@
+"""`gateway demo` as a user runs it: a node killed with SIGKILL is reported, its replicas
+are placed on the other node, the demo keeps serving, and the node comes back."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import time
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+
+from openai import OpenAI, OpenAIError
+
+from gateway.dev.demo import NODE_RESTART_ENV
+from gateway.dev.processes import free_port, gateway_command, spawn, stop, wait_gateway_ready
+from tests import ports
+
+# A hang guard for each wait, far above what the demo needs.
+GUARD_S = 120.0
+
+
+def tritonserver_pid(http_port: int) -> int:
+    """The tritonserver serving HTTP on `http_port` (a node of the demo)."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if argv[0].endswith(b"tritonserver") and f"--http-port={http_port}".encode() in argv:
+            return int(entry.name)
+    raise AssertionError(f"no tritonserver on port {http_port}")
+
+
+def answers(client: OpenAI, model: str) -> bool:
+    try:
+        reply = client.chat.completions.create(
+            model=model, messages=[{"role": "user", "content": "hi"}], max_tokens=2
+        )
+    except OpenAIError:
+        return False
+    return reply.model == model
+
+
+def wait_for(check: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + GUARD_S
+    while not check():
+        assert time.monotonic() < deadline, f"still not so after {GUARD_S} s: {what}"
+        time.sleep(0.5)
+
+
+def test_the_demo_keeps_serving_when_a_node_dies_and_takes_it_back(tmp_path: Path) -> None:
+    port = free_port(start=ports.GATEWAYS, end=ports.CLUSTER_NODES)
+    log = tmp_path / "demo.log"
+    # Longer than the gateway takes to call a node down (3 probes, 2 s apart).
+    env = {**os.environ, NODE_RESTART_ENV: "15"}
+    demo = spawn(gateway_command("demo", "--port", str(port)), env=env, log=log)
+    try:
+        wait_gateway_ready(f"http://127.0.0.1:{port}", GUARD_S, demo)
+        found = re.search(r"node-a: triton-sim \S+ on 127\.0\.0\.1:(\d+)", log.read_text())
+        assert found is not None, log.read_text()
+        os.kill(tritonserver_pid(int(found.group(1))), signal.SIGKILL)
+
+        wait_for(lambda: "node-a (triton-sim on" in log.read_text(), "the death reported")
+        wait_for(lambda: "node node-a is down" in log.read_text(), "node-a called down")
+        client = OpenAI(
+            base_url=f"http://127.0.0.1:{port}/v1", api_key="sk-acme-demo", max_retries=0
+        )
+        # Every model gets a replica on node-b (availability before redundancy) and
+        # answers again while node-a is dead.
+        for model in ("llm-large", "llm-small"):
+            wait_for(partial(answers, client, model), f"{model} answers")
+        assert demo.poll() is None, log.read_text()
+        assert "node-a: starting triton-sim again" not in log.read_text()
+
+        wait_for(lambda: "node-a: starting triton-sim again" in log.read_text(), "a restart")
+        wait_for(lambda: "node node-a is back" in log.read_text(), "node-a back")
+        for model in ("llm-large", "llm-small"):
+            assert answers(client, model)
+        assert demo.poll() is None
+    finally:
+        stop(demo)
