@@ -63,6 +63,7 @@ def build_app(config: Config) -> DirectRoutes:
         Route("/v1/models", endpoints.list_models, methods=["GET"]),
         Route("/admin/reload", endpoints.reload_tenants, methods=["POST"]),
         Route("/metrics", endpoints.metrics_endpoint, methods=["GET"]),
+        Route("/openapi.json", endpoints.openapi_json, methods=["GET"]),
         Route("/livez", endpoints.livez, methods=["GET"]),
         Route("/healthz", endpoints.livez, methods=["GET"]),
         Route("/readyz", endpoints.readyz, methods=["GET"]),

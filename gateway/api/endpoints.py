@@ -8,6 +8,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from gateway.api.errors import APIError
+from gateway.api.openapi import openapi_document
 from gateway.observability import metrics
 from gateway.serving.readiness import readiness
 from gateway.serving.reload import TenantsReloader
@@ -52,6 +53,13 @@ async def reload_tenants(request: Request) -> Response:
 
 async def metrics_endpoint(request: Request) -> Response:
     return Response(metrics.render(), media_type=CONTENT_TYPE_LATEST)
+
+
+async def openapi_json(request: Request) -> Response:
+    """`/openapi.json`: the gateway's own endpoints, as it really accepts them, with the
+    models it serves."""
+    document = openapi_document(list(runtime_of(request).routes))
+    return Response(orjson.dumps(document), media_type="application/json")
 
 
 async def livez(request: Request) -> Response:

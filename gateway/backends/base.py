@@ -29,6 +29,14 @@ class UpstreamRejected(UpstreamError):
         self.status = status
 
 
+def model_error(message: str, before_output: bool) -> UpstreamError:
+    """A model's own error reported in a Triton response. Before any output, it is the
+    model refusing the request (Triton's HTTP frontend answers that with a 400): a client
+    error, not the replica's fault. After output started, the generation failed."""
+    detail = f"model error: {message[:300]}"
+    return UpstreamRejected(detail) if before_output else UpstreamError(detail)
+
+
 class UpstreamTimeout(UpstreamError):
     """No answer in the time allowed."""
 

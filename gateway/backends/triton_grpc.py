@@ -19,6 +19,7 @@ from gateway.backends.base import (
     UpstreamError,
     UpstreamRejected,
     UpstreamTimeout,
+    model_error,
 )
 from gateway.inference.types import Completion, Delta, UpstreamCall, UsageMeter
 
@@ -99,12 +100,14 @@ class TritonGRPCBackend:
 
         stub = await self._connected_stub(url)
         responses = stub.ModelStreamInfer(requests(), timeout=self._total_timeout_s)
+        before_output = True
         try:
             async for response in responses:
                 if response.error_message:
-                    raise UpstreamError(f"model error: {response.error_message[:300]}")
+                    raise model_error(response.error_message, before_output)
                 result = response.infer_response
                 if result.outputs:
+                    before_output = False
                     yield _delta(result)
                 if result.parameters["triton_final_response"].bool_param:
                     return

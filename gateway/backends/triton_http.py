@@ -7,7 +7,7 @@ from typing import Any
 
 import orjson
 
-from gateway.backends.base import UpstreamError
+from gateway.backends.base import model_error
 from gateway.backends.http import LazySession, get_ok, post, sse_payloads
 from gateway.inference.types import Completion, Delta, UpstreamCall, Usage
 
@@ -28,7 +28,7 @@ class TritonHTTPBackend:
         endpoint = f"{url}/v2/models/{call.upstream_model}/generate"
         async with post(self._session.get(), endpoint, _payload(call, False)) as r:
             data = orjson.loads(await r.read())
-        delta = _delta(data)
+        delta = _delta(data, before_output=True)
         usage = Usage(
             prompt_tokens=delta.input_tokens or 0, completion_tokens=delta.output_tokens or 0
         )
@@ -39,8 +39,10 @@ class TritonHTTPBackend:
     async def stream(self, url: str, call: UpstreamCall) -> AsyncGenerator[Delta, None]:
         endpoint = f"{url}/v2/models/{call.upstream_model}/generate_stream"
         async with post(self._session.get(), endpoint, _payload(call, True)) as r:
+            first = True
             async for payload in sse_payloads(r):
-                yield _delta(orjson.loads(payload))
+                yield _delta(orjson.loads(payload), before_output=first)
+                first = False
 
     async def ready(self, url: str, upstream_model: str, timeout_s: float) -> bool:
         return await get_ok(
@@ -77,11 +79,11 @@ def _scalar(value: Any) -> Any:
     return value
 
 
-def _delta(data: dict[str, Any]) -> Delta:
+def _delta(data: dict[str, Any], before_output: bool) -> Delta:
     error = data.get("error")
     if error is not None:
         # Triton reports a model's failure inside a 200 response, even mid-stream.
-        raise UpstreamError(f"model error: {str(error)[:300]}")
+        raise model_error(str(error), before_output)
     text = _scalar(data.get("text_output"))
     output_tokens = _scalar(data.get("num_output_tokens"))
     input_tokens = _scalar(data.get("num_input_tokens"))

@@ -28,7 +28,7 @@ from types import TracebackType
 from typing import Any
 
 from gateway.admission import AdmissionController, DeadlineExceeded, Overloaded, Slot
-from gateway.backends.base import UpstreamError, UpstreamTimeout
+from gateway.backends.base import UpstreamError, UpstreamRejected, UpstreamTimeout
 from gateway.config import FallbackReason
 from gateway.inference.types import Completion, Delta, InferenceRequest, UpstreamCall, UsageMeter
 from gateway.observability import metrics
@@ -157,6 +157,8 @@ class Dispatcher:
             except (UpstreamError, NoReplicaLeft) as exc:
                 await deltas.aclose()
                 self._admission.release(slot, 0)
+                if isinstance(exc, UpstreamRejected):
+                    raise  # the request's own fault: another model would refuse it too
                 if isinstance(exc, UpstreamTimeout):
                     _learn_slow_start(route, time.monotonic() - started)
                 if self._may_fall_back(work, index, FallbackReason.REPLICA_ERROR, fallbacks):

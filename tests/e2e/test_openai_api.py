@@ -320,3 +320,17 @@ def test_prompts_are_logged_only_when_configured_and_then_redacted(
         "user: summarise the memo; the db is postgres://app:[REDACTED]@db.internal/prod"
     )
     assert "hunter2" not in gw.log
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("model", ["llm-large", "llm-small", "relay"])
+def test_an_input_the_model_refuses_is_a_400_on_every_backend(
+    acme: OpenAI, model: str, stream: bool
+) -> None:
+    """Triton HTTP, Triton gRPC and an OpenAI upstream alike: the client's error, not the
+    backend's (no 502, no fallback to another model, no blame on the replica)."""
+    with pytest.raises(openai.BadRequestError) as caught:
+        answer = acme.completions.create(model=model, prompt="", max_tokens=2, stream=stream)
+        if stream:
+            list(answer)
+    assert "text_input is required and must not be empty" in caught.value.message

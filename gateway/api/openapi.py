@@ -1,0 +1,200 @@
+"""The OpenAPI document of the gateway's own endpoints, served at `GET /openapi.json`.
+
+It states what the gateway really accepts (`api/requests.py` is the parser it mirrors),
+not all of OpenAI's API: a field outside it is refused with a 400 naming the field, or
+ignored when the schema leaves `additionalProperties` open. The live fuzzer
+(`tests/e2e/test_fuzz.py`) checks every answer against it: a 2xx or a 4xx with an
+OpenAI-shaped error, never a 5xx.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+Schema = dict[str, Any]
+
+_INT64 = {"type": "integer", "minimum": -(2**63), "maximum": 2**63 - 1}
+_STOP: Schema = {
+    "oneOf": [
+        {"type": "string", "minLength": 1},
+        {"type": "array", "items": {"type": "string", "minLength": 1}, "maxItems": 4},
+        {"type": "null"},
+    ]
+}
+_TEXT_PART: Schema = {
+    "type": "object",
+    "properties": {"type": {"const": "text"}, "text": {"type": "string"}},
+    "required": ["type", "text"],
+}
+_MESSAGE: Schema = {
+    "type": "object",
+    "properties": {
+        "role": {"enum": ["system", "developer", "user", "assistant", "tool"]},
+        "content": {
+            "oneOf": [
+                {"type": "string"},
+                {"type": "array", "items": _TEXT_PART},
+                {"type": "null", "description": "assistant messages only"},
+            ]
+        },
+        "name": {"type": "string"},
+    },
+    "required": ["role"],
+}
+# Fields OpenAI defines for behaviour the gateway does not implement: only the value
+# that asks for the default is accepted.
+_DEFAULT_ONLY: dict[str, Schema] = {
+    "n": {"const": 1},
+    "logprobs": {"const": False},
+    "top_logprobs": {"const": 0},
+    "tools": {"type": "array", "maxItems": 0},
+    "functions": {"type": "array", "maxItems": 0},
+    "tool_choice": {"enum": ["none", "auto"]},
+    "function_call": {"enum": ["none", "auto"]},
+    "response_format": {
+        "type": "object",
+        "properties": {"type": {"const": "text"}},
+        "required": ["type"],
+        "additionalProperties": False,
+    },
+    "presence_penalty": {"const": 0},
+    "frequency_penalty": {"const": 0},
+    "logit_bias": {"type": "object", "maxProperties": 0},
+}
+_SAMPLING: dict[str, Schema] = {
+    "model": {"type": "string", "minLength": 1},
+    "max_tokens": {"type": "integer", "minimum": 1},
+    "max_completion_tokens": {"type": "integer", "minimum": 1},
+    "temperature": {"type": "number", "minimum": 0, "maximum": 2},
+    "top_p": {"type": "number", "minimum": 0, "maximum": 1},
+    "stop": _STOP,
+    "seed": _INT64,
+    "stream": {"type": "boolean"},
+    "stream_options": {
+        "type": "object",
+        "properties": {"include_usage": {"type": "boolean"}},
+        "description": "only with stream: true",
+    },
+    "user": {"type": "string"},
+}
+CHAT_REQUEST: Schema = {
+    "type": "object",
+    "properties": {
+        **_SAMPLING,
+        "messages": {"type": "array", "items": _MESSAGE, "minItems": 1},
+        **_DEFAULT_ONLY,
+    },
+    "required": ["model", "messages"],
+}
+COMPLETION_REQUEST: Schema = {
+    "type": "object",
+    "properties": {
+        **_SAMPLING,
+        "prompt": {
+            "oneOf": [
+                {"type": "string"},
+                {"type": "array", "items": {"type": "string"}, "minItems": 1, "maxItems": 1},
+            ]
+        },
+        "best_of": {"const": 1},
+        "echo": {"const": False},
+        "suffix": {"const": ""},
+        **_DEFAULT_ONLY,
+    },
+    "required": ["model", "prompt"],
+}
+ERROR: Schema = {
+    "type": "object",
+    "properties": {
+        "error": {
+            "type": "object",
+            "properties": {
+                "message": {"type": "string"},
+                "type": {"type": "string"},
+                "param": {"type": ["string", "null"]},
+                "code": {"type": ["string", "null"]},
+            },
+            "required": ["message", "type", "param", "code"],
+        }
+    },
+    "required": ["error"],
+}
+
+
+def _errors(*statuses: int) -> dict[str, Schema]:
+    return {
+        str(status): {
+            "description": "An OpenAI-shaped error",
+            "content": {"application/json": {"schema": ERROR}},
+        }
+        for status in statuses
+    }
+
+
+def _completion_operation(summary: str, request: Schema) -> Schema:
+    return {
+        "summary": summary,
+        "security": [{"bearer": []}],
+        "parameters": [
+            {"name": "x-priority", "in": "header", "schema": {"type": "string"}},
+            {"name": "x-request-timeout", "in": "header", "schema": {"type": "string"}},
+            {"name": "idempotency-key", "in": "header", "schema": {"type": "string"}},
+        ],
+        "requestBody": {"required": True, "content": {"application/json": {"schema": request}}},
+        "responses": {
+            "200": {
+                "description": "The completion, or its SSE stream with `stream: true`",
+                "content": {
+                    "application/json": {"schema": {"type": "object"}},
+                    "text/event-stream": {"schema": {"type": "string"}},
+                },
+            },
+            **_errors(400, 401, 403, 404, 409, 413, 422, 429, 503, 504),
+        },
+    }
+
+
+def openapi_document(models: Sequence[str] = ()) -> Schema:
+    """The document (OpenAPI 3.1); with `models`, the `model` fields name them."""
+    if models:
+        model = {"type": "string", "enum": list(models)}
+        chat = {**CHAT_REQUEST, "properties": {**CHAT_REQUEST["properties"], "model": model}}
+        text = {
+            **COMPLETION_REQUEST,
+            "properties": {**COMPLETION_REQUEST["properties"], "model": model},
+        }
+    else:
+        chat, text = CHAT_REQUEST, COMPLETION_REQUEST
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "Inference gateway", "version": "1"},
+        "components": {"securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}}},
+        "paths": {
+            "/v1/chat/completions": {"post": _completion_operation("Chat completion", chat)},
+            "/v1/completions": {"post": _completion_operation("Text completion", text)},
+            "/v1/models": {
+                "get": {
+                    "summary": "The models this key may use",
+                    "security": [{"bearer": []}],
+                    "responses": {
+                        "200": {
+                            "description": "A list of models",
+                            "content": {"application/json": {"schema": {"type": "object"}}},
+                        },
+                        **_errors(401),
+                    },
+                }
+            },
+            "/livez": {"get": {"summary": "Liveness", "responses": {"200": {"description": "ok"}}}},
+            "/readyz": {
+                "get": {
+                    "summary": "Readiness (503 when this instance cannot serve)",
+                    "responses": {
+                        "200": {"description": "ready"},
+                        "503": {"description": "not ready"},
+                    },
+                }
+            },
+        },
+    }
