@@ -121,6 +121,13 @@ TOKENS = Counter(
     ["tenant", "model", "kind"],
     registry=REGISTRY,
 )
+REPLICAS_UNPLACED = Gauge(
+    "gateway_replicas_unplaced",
+    "Replicas of a cluster.yaml deployment that fit on no node up (0 when all are placed).",
+    ["model"],
+    registry=REGISTRY,
+    multiprocess_mode="livemax",
+)
 CONNECTIONS_CLOSED = Counter(
     "gateway_connections_closed_total",
     "Client connections the gateway closed or refused before a request was served, by "

@@ -24,6 +24,7 @@ from gateway.backends.http import LazySession, get_ok
 from gateway.backends.triton_metrics import default_metrics_url
 from gateway.config import BackendKind, GatewayConfig
 from gateway.config.cluster_config import ClusterConfig, ClusterNode, load_cluster
+from gateway.observability import metrics
 from gateway.placement.deployment import DeploymentPlan, plan_deployments
 from gateway.placement.triton_repository import RepositoryError, apply_plan
 from gateway.upstream.route import ModelRoute
@@ -166,6 +167,9 @@ class ClusterPlacement:
                 ", ".join(f"{m} x{n}" for m, n in sorted(plan.unplaced.items())) or "none",
             )
         self.plan = plan
+        for deployment in self.cluster.deployments:
+            unplaced = plan.unplaced.get(deployment.model, 0)
+            metrics.labels(metrics.REPLICAS_UNPLACED, deployment.model).set(unplaced)
         self._point_pools(lambda route, _: self._plan_urls(route))
 
     def _node_url(self, name: str, route: ModelRoute) -> str:

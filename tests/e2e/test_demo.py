@@ -7,6 +7,7 @@ import os
 import re
 import signal
 import time
+import urllib.request
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
@@ -75,6 +76,11 @@ def test_the_demo_keeps_serving_when_a_node_dies_and_takes_it_back(tmp_path: Pat
             wait_for(partial(answers, client, model), f"{model} answers")
         assert demo.poll() is None, log.read_text()
         assert "node-a: starting triton-sim again" not in log.read_text()
+        # llm-large's second replica waits for the node, and an alert can say so.
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics") as response:
+            exposition = response.read().decode()
+        assert 'gateway_replicas_unplaced{model="llm-large"} 1.0' in exposition
+        assert 'gateway_replicas_unplaced{model="llm-small"} 0.0' in exposition
 
         wait_for(lambda: "node-a: starting triton-sim again" in log.read_text(), "a restart")
         wait_for(lambda: "node node-a is back" in log.read_text(), "node-a back")

@@ -38,6 +38,7 @@ ALERT_NAMES = {
     "GatewayModelNoHealthyReplica",
     "GatewayReplicaEjected",
     "GatewayReplicaEjectionsRepeated",
+    "GatewayReplicasUnplaced",
     "GatewayRateLimiterRedisDown",
     "GatewayConfigReloadRejected",
     "GatewayConfigVersionDrift",
