@@ -232,10 +232,9 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._timer, self._timer_is_head = None, False
         if self.transport.is_closing():
             return
-        metrics.labels(metrics.CONNECTIONS_CLOSED, "head_timeout").inc()
-        log.warning(
+        self._count(
+            "head_timeout",
             "closed a connection from %s: no complete request head in %g s (%d bytes)",
-            _peer(self.client),
             _limits.head_timeout_s,
             self._head_bytes,
         )
@@ -248,10 +247,9 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         if self.flow.read_paused:  # the app has not read what came: not the client's pause
             self._arm(_limits.body_gap_timeout_s, self._body_timed_out)
             return
-        metrics.labels(metrics.CONNECTIONS_CLOSED, "body_timeout").inc()
-        log.warning(
+        self._count(
+            "body_timeout",
             "closed a connection from %s: its request body paused for %g s",
-            _peer(self.client),
             _limits.body_gap_timeout_s,
         )
         self.transport.close()
@@ -259,14 +257,19 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     def _refuse_head_too_large(self) -> None:
         self._disarm()
         self._waiting = "idle"
-        metrics.labels(metrics.CONNECTIONS_CLOSED, "head_too_large").inc()
-        log.warning(
+        self._count(
+            "head_too_large",
             "refused a request from %s: its head is over %d bytes",
-            _peer(self.client),
             _limits.max_head_bytes,
         )
         if not self.transport.is_closing():
             self._linger_close(_HEAD_TOO_LARGE)
+
+    def _count(self, reason: str, message: str, *args: object) -> None:
+        """Count a connection closed for `reason` and log `message` (its first `%s` is
+        the client's address)."""
+        metrics.labels(metrics.CONNECTIONS_CLOSED, reason).inc()
+        log.warning(message, _peer(self.client), *args)
 
     def _linger_close(self, response: bytes) -> None:
         """Send `response`, then read and drop what the client still sends for a moment
