@@ -12,13 +12,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from gateway.api.requests import INT64, MAX_STOP, ROLES
+
 Schema = dict[str, Any]
 
-_INT64 = {"type": "integer", "minimum": -(2**63), "maximum": 2**63 - 1}
+_INT64 = {"type": "integer", "minimum": INT64[0], "maximum": INT64[1]}
 _STOP: Schema = {
     "oneOf": [
         {"type": "string", "minLength": 1},
-        {"type": "array", "items": {"type": "string", "minLength": 1}, "maxItems": 4},
+        {"type": "array", "items": {"type": "string", "minLength": 1}, "maxItems": MAX_STOP},
         {"type": "null"},
     ]
 }
@@ -30,7 +32,7 @@ _TEXT_PART: Schema = {
 _MESSAGE: Schema = {
     "type": "object",
     "properties": {
-        "role": {"enum": ["system", "developer", "user", "assistant", "tool"]},
+        "role": {"enum": sorted(ROLES)},
         "content": {
             "oneOf": [
                 {"type": "string"},
@@ -43,8 +45,8 @@ _MESSAGE: Schema = {
     "required": ["role"],
 }
 # Fields OpenAI defines for behaviour the gateway does not implement: only the value
-# that asks for the default is accepted.
-_DEFAULT_ONLY: dict[str, Schema] = {
+# that asks for the default is accepted (`requests.DEFAULT_ONLY`, the same fields).
+DEFAULT_ONLY_SCHEMAS: dict[str, Schema] = {
     "n": {"const": 1},
     "logprobs": {"const": False},
     "top_logprobs": {"const": 0},
@@ -61,6 +63,9 @@ _DEFAULT_ONLY: dict[str, Schema] = {
     "presence_penalty": {"const": 0},
     "frequency_penalty": {"const": 0},
     "logit_bias": {"type": "object", "maxProperties": 0},
+    "best_of": {"const": 1},
+    "echo": {"const": False},
+    "suffix": {"const": ""},
 }
 _SAMPLING: dict[str, Schema] = {
     "model": {"type": "string", "minLength": 1},
@@ -83,7 +88,7 @@ CHAT_REQUEST: Schema = {
     "properties": {
         **_SAMPLING,
         "messages": {"type": "array", "items": _MESSAGE, "minItems": 1},
-        **_DEFAULT_ONLY,
+        **DEFAULT_ONLY_SCHEMAS,
     },
     "required": ["model", "messages"],
 }
@@ -97,10 +102,7 @@ COMPLETION_REQUEST: Schema = {
                 {"type": "array", "items": {"type": "string"}, "minItems": 1, "maxItems": 1},
             ]
         },
-        "best_of": {"const": 1},
-        "echo": {"const": False},
-        "suffix": {"const": ""},
-        **_DEFAULT_ONLY,
+        **DEFAULT_ONLY_SCHEMAS,
     },
     "required": ["model", "prompt"],
 }

@@ -15,9 +15,10 @@ from gateway.inference.types import (
     SamplingParams,
 )
 
-_ROLES = frozenset({"system", "user", "assistant", "tool", "developer"})
-_MAX_STOP = 4
-_INT64 = (-(2**63), 2**63 - 1)
+# What the parser accepts; `api/openapi.py` documents the same values.
+ROLES = frozenset({"system", "user", "assistant", "tool", "developer"})
+MAX_STOP = 4
+INT64 = (-(2**63), 2**63 - 1)
 
 
 def _is_int(value: object, wanted: int) -> bool:
@@ -32,7 +33,7 @@ def _is_number(value: object, wanted: float) -> bool:
 # for the default behaviour is accepted (SDKs and frameworks send them); any other value
 # is refused loudly rather than silently answered with something else than asked.
 # name -> (is the default, what is accepted)
-_DEFAULT_ONLY: dict[str, tuple[Callable[[object], bool], str]] = {
+DEFAULT_ONLY: dict[str, tuple[Callable[[object], bool], str]] = {
     "tools": (lambda v: v == [], "an empty list"),
     "functions": (lambda v: v == [], "an empty list"),
     "tool_choice": (lambda v: v in ("none", "auto"), '"none" or "auto" (there are no tools)'),
@@ -98,7 +99,7 @@ def _request(
     messages: tuple[ChatMessage, ...] = (),
     prompt: str = "",
 ) -> InferenceRequest:
-    for name, (is_default, accepted) in _DEFAULT_ONLY.items():
+    for name, (is_default, accepted) in DEFAULT_ONLY.items():
         value = data.get(name)
         if value is not None and not is_default(value):
             raise bad_request(
@@ -131,7 +132,7 @@ def _request(
         temperature=_optional_float(data, "temperature", 0.0, 2.0),
         top_p=_optional_float(data, "top_p", 0.0, 1.0),
         stop=_stop(data.get("stop")),
-        seed=_optional_int(data, "seed", *_INT64),
+        seed=_optional_int(data, "seed", *INT64),
     )
     return InferenceRequest(
         kind=kind,
@@ -151,9 +152,9 @@ def _message(raw: object, index: int) -> ChatMessage:
     if not isinstance(raw, dict):
         raise bad_request(f"`{where}` must be an object.", where)
     role = raw.get("role")
-    if not isinstance(role, str) or role not in _ROLES:
+    if not isinstance(role, str) or role not in ROLES:
         raise bad_request(
-            f"`{where}.role` must be one of {', '.join(sorted(_ROLES))}.", f"{where}.role"
+            f"`{where}.role` must be one of {', '.join(sorted(ROLES))}.", f"{where}.role"
         )
     content = raw.get("content")
     if isinstance(content, list):
@@ -182,12 +183,12 @@ def _stop(raw: object) -> tuple[str, ...]:
     stops = [raw] if isinstance(raw, str) else raw
     if (
         isinstance(stops, list)
-        and len(stops) <= _MAX_STOP
+        and len(stops) <= MAX_STOP
         and all(isinstance(s, str) and s for s in stops)
     ):
         return tuple(stops)
     raise bad_request(
-        f"`stop` must be a non-empty string or up to {_MAX_STOP} non-empty strings.", "stop"
+        f"`stop` must be a non-empty string or up to {MAX_STOP} non-empty strings.", "stop"
     )
 
 
