@@ -44,13 +44,10 @@ _LINGER_S = 2.0
 
 @dataclass(frozen=True, slots=True)
 class ConnectionLimits:
-    head_timeout_s: float = 10.0
-    body_gap_timeout_s: float = 30.0
-    max_head_bytes: int = 32_768
-    max_connections: int = 4096
-
-
-_limits = ConnectionLimits()
+    head_timeout_s: float
+    body_gap_timeout_s: float
+    max_head_bytes: int
+    max_connections: int
 
 
 def configure(server: ServerConfig) -> ConnectionLimits:
@@ -67,10 +64,20 @@ def configure(server: ServerConfig) -> ConnectionLimits:
             soft,
             allowed,
         )
-    _limits = ConnectionLimits(
-        server.head_timeout_s, server.body_gap_timeout_s, server.max_head_bytes, allowed
-    )
+    _limits = _limits_of(server, allowed)
     return _limits
+
+
+def _limits_of(server: ServerConfig, max_connections: int) -> ConnectionLimits:
+    return ConnectionLimits(
+        server.head_timeout_s, server.body_gap_timeout_s, server.max_head_bytes, max_connections
+    )
+
+
+# Until the app configures them: the defaults of `server:` (not yet checked against the
+# descriptor limit, which `configure` does once, with its warning).
+_DEFAULT_SERVER = ServerConfig()
+_limits = _limits_of(_DEFAULT_SERVER, _DEFAULT_SERVER.max_connections)
 
 
 def _response(status: bytes, body: bytes, *extra: bytes) -> bytes:
