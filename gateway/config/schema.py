@@ -78,8 +78,10 @@ class ServerConfig(Strict):
     # Open connections per worker; a new one beyond it gets a 503 at once and is closed.
     # Kept below the process's descriptor limit (RLIMIT_NOFILE) less 256 for upstreams.
     max_connections: PositiveInt = 4096
-    # A keep-alive connection idle this long between requests is closed.
-    keepalive_timeout_s: PositiveInt = 5
+    # A keep-alive connection idle this long between requests is closed. Longer than the
+    # clients' own idle expiry (httpx 5 s, aiohttp 15 s), so that the client closes first:
+    # a server that closes at the moment a client reuses the connection fails that request.
+    keepalive_timeout_s: PositiveInt = 20
 
 
 class RedisConfig(Strict):
