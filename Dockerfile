@@ -14,6 +14,9 @@ RUN pip install --no-cache-dir '.[sim]'
 
 RUN useradd --create-home gateway
 USER gateway
-EXPOSE 8080
+# The API on 8080; /metrics and /admin/* only on the ops listener, 8081, which the
+# deployment keeps from the API's clients (config/gateway.yaml: server.ops).
+ENV GATEWAY_OPS_HOST=0.0.0.0
+EXPOSE 8080 8081
 ENTRYPOINT ["gateway"]
 CMD ["serve", "--config", "config/gateway.yaml", "--host", "0.0.0.0", "--port", "8080"]

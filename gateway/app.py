@@ -13,11 +13,14 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
+from starlette.types import ASGIApp, Lifespan
 
 from gateway.api import completions, endpoints, protocol
 from gateway.api.direct import DirectRoutes
 from gateway.api.errors import DOMAIN_ERRORS, APIError, client_error
+from gateway.api.listeners import Listeners
 from gateway.config import Config, load_config
+from gateway.config.schema import OpsOnApiPort
 from gateway.observability import metrics
 from gateway.observability.logging import configure_logging
 from gateway.serving.gateway_state import GatewayState
@@ -29,9 +32,10 @@ log = logging.getLogger("gateway")
 CONFIG_ENV = "GATEWAY_CONFIG"
 
 
-def build_app(config: Config) -> DirectRoutes:
+def build_app(config: Config) -> ASGIApp:
     """The gateway's ASGI app for `config`: Starlette, with the completion endpoints
-    served directly (see `gateway.api.direct`)."""
+    served directly (see `gateway.api.direct`), and the ops listener's routes apart when
+    `server.ops.port` is set (see `gateway.api.listeners`)."""
     protocol.configure(config.gateway.server)
     runtime = Runtime.build(config)
     reloader = TenantsReloader(runtime)
@@ -40,8 +44,6 @@ def build_app(config: Config) -> DirectRoutes:
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        app.state.runtime = runtime
-        app.state.reloader = reloader
         await runtime.start()
         reloader.start()
         # What exists now lives as long as the process: the collector need not scan it
@@ -58,16 +60,38 @@ def build_app(config: Config) -> DirectRoutes:
         "/v1/chat/completions": completions.chat_completions,
         "/v1/completions": completions.completions,
     }
-    routes = [Route(path, endpoint, methods=["POST"]) for path, endpoint in hot_routes.items()]
-    routes += [
-        Route("/v1/models", endpoints.list_models, methods=["GET"]),
-        Route("/admin/reload", endpoints.reload_tenants, methods=["POST"]),
-        Route("/metrics", endpoints.metrics_endpoint, methods=["GET"]),
-        Route("/openapi.json", endpoints.openapi_json, methods=["GET"]),
+    probes = [
         Route("/livez", endpoints.livez, methods=["GET"]),
         Route("/healthz", endpoints.livez, methods=["GET"]),
         Route("/readyz", endpoints.readyz, methods=["GET"]),
     ]
+    api_routes = [Route(path, endpoint, methods=["POST"]) for path, endpoint in hot_routes.items()]
+    api_routes += [
+        Route("/v1/models", endpoints.list_models, methods=["GET"]),
+        Route("/openapi.json", endpoints.openapi_json, methods=["GET"]),
+        *probes,
+    ]
+    ops = config.gateway.server.ops
+    if ops.on_api_port is OpsOnApiPort.ADMIN_KEY:
+        api_routes += [
+            Route("/admin/reload", endpoints.reload_tenants, methods=["POST"]),
+            Route("/metrics", endpoints.metrics_for_admins, methods=["GET"]),
+        ]
+    api = DirectRoutes(_starlette(api_routes, lifespan), hot_routes, on_error=_error)
+    api.app.state.runtime, api.app.state.reloader = runtime, reloader
+    if ops.port is None:
+        return api
+    ops_routes = [
+        Route("/metrics", endpoints.metrics_endpoint, methods=["GET"]),
+        Route("/admin/reload", endpoints.reload_tenants, methods=["POST"]),
+        *probes,
+    ]
+    ops_app = _starlette(ops_routes)
+    ops_app.state.runtime, ops_app.state.reloader = runtime, reloader
+    return Listeners(api, ops_app, ops.port)
+
+
+def _starlette(routes: list[Route], lifespan: Lifespan[Starlette] | None = None) -> Starlette:
     app = Starlette(
         routes=routes,
         lifespan=lifespan,
@@ -81,10 +105,10 @@ def build_app(config: Config) -> DirectRoutes:
     # No redirect to the path with or without its trailing slash: Starlette builds its
     # Location from the client's Host header. Such a path is a 404 like any unknown one.
     app.router.redirect_slashes = False
-    return DirectRoutes(app, hot_routes, on_error=_error)
+    return app
 
 
-def app_from_env() -> DirectRoutes:
+def app_from_env() -> ASGIApp:
     """Factory for uvicorn workers: the config path comes from `GATEWAY_CONFIG`."""
     configure_logging()
     return build_app(load_config(os.environ[CONFIG_ENV]))

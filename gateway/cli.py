@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import socket
 import sys
 import tempfile
 from collections.abc import Sequence
@@ -35,21 +37,55 @@ def _serve(args: argparse.Namespace) -> int:
     from gateway.observability.metrics import clear_multiprocess_dir
 
     clear_multiprocess_dir(keep_own=args.workers == 1)
-    uvicorn.run(
+    server = config.gateway.server
+    port = args.port or server.port
+    if server.ops.port == port:
+        print(f"server.ops.port {port} is the API port: choose another", file=sys.stderr)
+        return 1
+    settings = uvicorn.Config(
         "gateway.app:app_from_env",
         factory=True,
-        host=args.host or config.gateway.server.host,
-        port=args.port or config.gateway.server.port,
+        host=args.host or server.host,
+        port=port,
         workers=args.workers,
         loop="uvloop",
         # httptools, with limits against clients that never finish (gateway.api.protocol).
         http=GuardedHttpToolsProtocol,
-        timeout_keep_alive=config.gateway.server.keepalive_timeout_s,
+        timeout_keep_alive=server.keepalive_timeout_s,
         access_log=False,
         log_config=None,
-        timeout_graceful_shutdown=int(config.gateway.server.shutdown_grace_s),
+        timeout_graceful_shutdown=int(server.shutdown_grace_s),
     )
-    return 0
+    # Every worker serves both sockets: the API and, if configured, the ops listener
+    # (gateway.api.listeners tells their requests apart).
+    sockets = [settings.bind_socket()]
+    if server.ops.port is not None:
+        sockets.append(_ops_socket(server.ops.host, server.ops.port))
+    if args.workers > 1:
+        from uvicorn.supervisors import Multiprocess
+
+        Multiprocess(settings, sockets=sockets).run()
+        return 0
+    single = uvicorn.Server(settings)
+    with contextlib.suppress(KeyboardInterrupt):
+        single.run(sockets=sockets)
+    return 0 if single.started else 3  # uvicorn's exit status for a failed startup
+
+
+def _ops_socket(host: str, port: int) -> socket.socket:
+    """The ops listener's socket, bound as uvicorn binds the API's."""
+    import logging
+
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise SystemExit(f"server.ops: cannot listen on {host}:{port}: {exc.strerror}") from exc
+    sock.set_inheritable(True)
+    logging.getLogger("gateway").info("ops listener (metrics, admin) on %s:%d", host, port)
+    return sock
 
 
 def _check_config(args: argparse.Namespace) -> int:
@@ -85,7 +121,7 @@ def _triton_sim(args: argparse.Namespace) -> int:
 def _demo(args: argparse.Namespace) -> int:
     from gateway.dev.demo import run_demo
 
-    code: int = run_demo(port=args.port, config_path=args.config)
+    code: int = run_demo(port=args.port, config_path=args.config, ops_port=args.ops_port)
     return code
 
 
@@ -127,6 +163,9 @@ def parser() -> argparse.ArgumentParser:
 
     demo = sub.add_parser("demo", help="run local Triton replicas, Redis and the gateway")
     demo.add_argument("--port", type=int, default=8080)
+    demo.add_argument(
+        "--ops-port", type=int, help="the ops listener's port (default: the config's, 8081)"
+    )
     demo.add_argument(
         "--config",
         default="config/gateway.yaml",

@@ -25,7 +25,6 @@ import statistics
 import subprocess
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -40,7 +39,14 @@ from gateway.dev.processes import (
     wait_http_ok,
 )
 from loadtest.instant_upstream import STREAM_CHUNKS, start_nginx
-from loadtest.stack import BENCH_CONFIG, STREAM_BODY, cpu_seconds, wrk, wrk_script
+from loadtest.stack import (
+    BENCH_CONFIG,
+    STREAM_BODY,
+    cpu_seconds,
+    scrape_metrics,
+    wrk,
+    wrk_script,
+)
 
 START, END = "<!-- bench:start -->", "<!-- bench:end -->"
 
@@ -121,8 +127,7 @@ def main() -> None:
 
 def redis_totals(base_url: str) -> tuple[float, float]:
     """Round trips the gateway's limiter made to Redis, and script calls they carried."""
-    with urllib.request.urlopen(f"{base_url}/metrics") as response:
-        text = response.read().decode()
+    text = scrape_metrics(base_url)
     totals = {
         "gateway_redis_duration_seconds_count": 0.0,
         "gateway_redis_calls_per_round_trip_sum": 0.0,

@@ -20,7 +20,6 @@ import re
 import statistics
 import subprocess
 import time
-import urllib.request
 
 from redis import Redis as SyncRedis
 from redis.asyncio import Redis
@@ -28,7 +27,7 @@ from redis.asyncio import Redis
 from gateway.dev.processes import free_port, start_redis, stop
 from gateway.ratelimit.buckets import BucketSpec, LeaseSpec, bucket_key
 from gateway.ratelimit.redis_store import TAKE_LUA, RedisBuckets
-from loadtest.stack import bench_stack, wrk, wrk_script
+from loadtest.stack import bench_stack, scrape_metrics, wrk, wrk_script
 
 BIG = 1e12  # buckets that never refuse: the benchmark measures cost, not refusals
 
@@ -80,8 +79,7 @@ async def client_path(port: int, seconds: float, concurrency: int) -> tuple[floa
 
 def round_trips(gateway_url: str) -> float:
     """The gateway's Redis calls so far: admissions plus pipelined settle flushes."""
-    with urllib.request.urlopen(f"{gateway_url}/metrics", timeout=5) as response:
-        text = response.read().decode()
+    text = scrape_metrics(gateway_url)
     return sum(
         float(line.split()[-1])
         for line in text.splitlines()

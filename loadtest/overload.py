@@ -42,8 +42,11 @@ TENANTS = {
 }
 
 
-def write_config(directory: Path, a: TritonSim, b: TritonSim, redis_port: int) -> Path:
+def write_config(
+    directory: Path, a: TritonSim, b: TritonSim, redis_port: int, ops_port: int
+) -> Path:
     gateway = {
+        "server": {"ops": {"port": ops_port}},
         "redis": {"url": f"redis://127.0.0.1:{redis_port}/0"},
         "models": {
             "llm-large": {
@@ -150,13 +153,14 @@ def main() -> None:
             sim.start()
         for sim in (a, b):
             sim.wait_ready(90)
-        config = write_config(Path(tempfile.mkdtemp()), a, b, int(redis.args[2]))  # type: ignore[index]
-        port = free_port(start=26000)
+        port = free_port(span=2, start=26000)
+        redis_port = int(redis.args[2])  # type: ignore[index]
+        config = write_config(Path(tempfile.mkdtemp()), a, b, redis_port, ops_port=port + 1)
         gateway = spawn(gateway_command("serve", "--config", str(config), "--port", str(port)))
         wait_gateway_ready(f"http://127.0.0.1:{port}", 30, gateway)
         url = f"http://127.0.0.1:{port}/v1/chat/completions"
         outcomes = asyncio.run(load(url, args.seconds, args.clients, b))
-        exposition = scrape(f"http://127.0.0.1:{port}/metrics")
+        exposition = scrape(f"http://127.0.0.1:{port + 1}/metrics")
         fallbacks = [
             line for line in exposition.splitlines() if line.startswith("gateway_fallbacks_total")
         ]

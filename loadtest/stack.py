@@ -6,6 +6,7 @@ import os
 import re
 import subprocess
 import tempfile
+import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -31,6 +32,20 @@ STREAM_BODY = (
     '{"model":"fake-llama-8b-stream","messages":[{"role":"user","content":"Hello"}],'
     '"max_tokens":20,"stream":true}'
 )
+
+
+# An admin tenant's key (loadtest/bench-config/tenants.yaml): /metrics on the API port.
+ADMIN_KEY = "sk-bench-admin"
+
+
+def scrape_metrics(gateway_url: str) -> str:
+    """The gateway's /metrics exposition, read on the API port with the admin key (a
+    baseline tree from before the ops listener serves it there without a key)."""
+    request = urllib.request.Request(
+        f"{gateway_url}/metrics", headers={"Authorization": f"Bearer {ADMIN_KEY}"}
+    )
+    with urllib.request.urlopen(request, timeout=5) as response:
+        return str(response.read().decode())
 
 
 def wrk_script(key: str = "sk-bench-1234", body: str = BODY) -> Path:

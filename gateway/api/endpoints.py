@@ -1,4 +1,8 @@
-"""The HTTP handlers besides completions: `/v1/models`, admin, metrics, health."""
+"""The HTTP handlers besides completions: `/v1/models`, admin, metrics, health.
+
+`/admin/*` needs an admin tenant's key wherever it is served (the log names who acted).
+`/metrics` is open on the ops listener and needs an admin key on the API port.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +14,7 @@ from starlette.responses import JSONResponse, Response
 from gateway.api.errors import APIError
 from gateway.api.openapi import openapi_document
 from gateway.observability import metrics
+from gateway.serving.auth import Identity
 from gateway.serving.readiness import readiness
 from gateway.serving.reload import TenantsReloader
 from gateway.serving.runtime import Runtime
@@ -31,14 +36,19 @@ async def list_models(request: Request) -> Response:
     return Response(orjson.dumps({"object": "list", "data": data}), media_type="application/json")
 
 
-async def reload_tenants(request: Request) -> Response:
-    """`POST /admin/reload`: reload the tenants file now (admin tenants only)."""
-    runtime = runtime_of(request)
-    identity = runtime.auth.identify(request.headers.get("authorization"))
+def admin_identity(request: Request) -> Identity:
+    """The caller, who must hold an admin tenant's key (else 401 or 403)."""
+    identity = runtime_of(request).auth.identify(request.headers.get("authorization"))
     if not identity.tenant.admin:
         raise APIError(
             403, "This key may not use the admin API.", type="permission_error", code="not_admin"
         )
+    return identity
+
+
+async def reload_tenants(request: Request) -> Response:
+    """`POST /admin/reload`: reload the tenants file now (admin tenants only)."""
+    identity = admin_identity(request)
     reloader: TenantsReloader = request.app.state.reloader
     result = await reloader.reload(f"admin API by {identity.name}")
     if not result.applied:
@@ -52,7 +62,15 @@ async def reload_tenants(request: Request) -> Response:
 
 
 async def metrics_endpoint(request: Request) -> Response:
+    """`GET /metrics` on the ops listener: the Prometheus exposition, without a key."""
     return Response(metrics.render(), media_type=CONTENT_TYPE_LATEST)
+
+
+async def metrics_for_admins(request: Request) -> Response:
+    """`GET /metrics` on the API port: only for an admin tenant's key (the exposition
+    names tenants, their traffic and the replicas' addresses)."""
+    admin_identity(request)
+    return await metrics_endpoint(request)
 
 
 async def openapi_json(request: Request) -> Response:

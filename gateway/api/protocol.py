@@ -13,7 +13,8 @@ connection:
 - a head size cap: a head over `max_head_bytes` is refused with 431 as soon as that many
   bytes are buffered, before the parser holds more;
 - a connection cap per worker: beyond `max_connections` a new connection gets a 503 with
-  Retry-After at once and is closed, so descriptors never run out.
+  Retry-After at once and is closed, so descriptors never run out. Connections to the
+  ops listener are not capped: a flood on the API port must not hide it from Prometheus.
 
 Each is counted in `gateway_connections_closed_total{reason}` and logged (a refusal of
 too many connections at most once a second, with the count since).
@@ -48,6 +49,7 @@ class ConnectionLimits:
     body_gap_timeout_s: float
     max_head_bytes: int
     max_connections: int
+    ops_port: int | None
 
 
 def configure(server: ServerConfig) -> ConnectionLimits:
@@ -70,7 +72,11 @@ def configure(server: ServerConfig) -> ConnectionLimits:
 
 def _limits_of(server: ServerConfig, max_connections: int) -> ConnectionLimits:
     return ConnectionLimits(
-        server.head_timeout_s, server.body_gap_timeout_s, server.max_head_bytes, max_connections
+        server.head_timeout_s,
+        server.body_gap_timeout_s,
+        server.max_head_bytes,
+        max_connections,
+        server.ops.port,
     )
 
 
@@ -155,7 +161,9 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         limits = _limits
-        if len(self.connections) >= limits.max_connections:
+        if len(self.connections) >= limits.max_connections and not _to_port(
+            transport, limits.ops_port
+        ):
             self._refused = True
             transport.write(_TOO_MANY)
             transport.close()
@@ -287,6 +295,12 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         if self.transport.can_write_eof():
             self.transport.write_eof()
         self._arm(_LINGER_S, self.transport.close)
+
+
+def _to_port(transport: asyncio.Transport, port: int | None) -> bool:
+    """Whether `transport` is a connection to local `port`."""
+    local = transport.get_extra_info("sockname")
+    return port is not None and isinstance(local, tuple) and local[1] == port
 
 
 def _peer(client: tuple[str, int] | None) -> str:

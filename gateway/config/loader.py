@@ -16,7 +16,13 @@ from pydantic import BaseModel
 
 from gateway.config.cluster_config import check_cluster
 from gateway.config.keys import HASH_PREFIX, InvalidKey, parse_key_entry
-from gateway.config.schema import AdmissionConfig, Config, GatewayConfig, TenantsConfig
+from gateway.config.schema import (
+    AdmissionConfig,
+    Config,
+    GatewayConfig,
+    ServerConfig,
+    TenantsConfig,
+)
 from gateway.config.source import ConfigError, Loc, Problem, Source, read_source
 from gateway.config.validation import at, validate_source
 from gateway.inference.prompt import template_problem
@@ -110,6 +116,7 @@ def _check_gateway(source: Source) -> tuple[GatewayConfig | None, list[Problem]]
     problems += _upstream_key_problems(source)
     problems += _template_problems(source)
     problems += _replica_problems(source)
+    problems += _ops_port_problems(source)
     gateway, invalid = validate_source(GatewayConfig, source)
     problems += invalid
     return (None if problems else gateway), _sorted(problems)
@@ -310,6 +317,17 @@ def _cluster_problems(source: Source) -> list[Problem]:
             message = f"no replicas, and {cluster_name} has no deployment of '{name}'"
             problems.append(source.problem(loc, at(loc, message)))
     return problems
+
+
+def _ops_port_problems(source: Source) -> list[Problem]:
+    """The ops listener on the API port would take the API's routes (or the reverse)."""
+    server = _as_dict(_as_dict(source.data).get("server"))
+    ops_port = _as_dict(server.get("ops")).get("port")
+    # As text: either may be a `${VAR}` substitution (text that spells a number).
+    if ops_port is None or str(ops_port) != str(server.get("port", ServerConfig().port)):
+        return []
+    loc: Loc = ("server", "ops", "port")
+    return [source.problem(loc, at(loc, f"{ops_port} is the API port (server.port)"))]
 
 
 def _replica_problems(source: Source) -> list[Problem]:

@@ -54,6 +54,28 @@ class BackendKind(StrEnum):
     OPENAI = "openai"  # any OpenAI-compatible server (vLLM, TGI, Triton's frontend)
 
 
+class OpsOnApiPort(StrEnum):
+    """What `/metrics` and `/admin/*` do on the API port."""
+
+    ADMIN_KEY = "admin_key"  # served to requests with an admin tenant's key
+    OFF = "off"  # 404, as an unknown path: only the ops listener serves them
+
+
+def _unquoted_off(value: Any) -> Any:
+    """YAML 1.1 reads an unquoted `off` as false: take it as the `off` that was meant."""
+    return "off" if value is False else value
+
+
+class OpsConfig(Strict):
+    """The ops listener: `/metrics`, `/admin/*` and the probes on their own host:port,
+    which a network policy or a firewall can keep apart from the API's clients."""
+
+    host: str = "127.0.0.1"
+    # None: no ops listener (then only the API port serves them, per `on_api_port`).
+    port: Annotated[Int, Field(ge=1, le=65535)] | None = None
+    on_api_port: Annotated[OpsOnApiPort, BeforeValidator(_unquoted_off)] = OpsOnApiPort.ADMIN_KEY
+
+
 class ServerConfig(Strict):
     host: str = "127.0.0.1"
     port: Annotated[Int, Field(ge=1, le=65535)] = 8080
@@ -82,6 +104,7 @@ class ServerConfig(Strict):
     # clients' own idle expiry (httpx 5 s, aiohttp 15 s), so that the client closes first:
     # a server that closes at the moment a client reuses the connection fails that request.
     keepalive_timeout_s: PositiveInt = 20
+    ops: OpsConfig = OpsConfig()
 
 
 class RedisConfig(Strict):

@@ -33,6 +33,8 @@ _SERVERS = (("NODE_A_URL", "llm-large,llm-small"), ("NODE_B_URL", "llm-large,llm
 # kills one watches its replicas move to the other node and then back.
 NODE_RESTART_ENV = "GATEWAY_DEMO_NODE_RESTART_S"
 NODE_RESTART_S = 20.0
+# The ops listener's port in config/gateway.yaml, set by `--ops-port`.
+OPS_PORT_ENV = "GATEWAY_OPS_PORT"
 
 
 def _node_name(variable: str) -> str:
@@ -53,7 +55,7 @@ def resolve_config(path: str) -> str | None:
     return None
 
 
-def _examples(port: int) -> str:
+def _examples(port: int, ops_port: int | None) -> str:
     base = f"http://127.0.0.1:{port}/v1"
     # The interpreter running the demo has the openai package (and Debian has no `python`).
     python = shlex.quote(sys.executable)
@@ -79,7 +81,13 @@ PY
 
 Tenants: acme   (key sk-acme-demo, online, models llm-large and llm-small)
          globex (key sk-globex-demo, batch, model llm-small)
-"""
+{_ops_line(ops_port)}"""
+
+
+def _ops_line(ops_port: int | None) -> str:
+    if ops_port is None:
+        return ""
+    return f"Metrics:  http://127.0.0.1:{ops_port}/metrics   (the ops listener, no key)\n"
 
 
 def _check(config_path: str) -> str | None:
@@ -134,22 +142,41 @@ class _Node:
         return self.start()
 
 
-def run_demo(port: int, config_path: str) -> int:
+def _ops_port(config_path: str) -> int | None:
+    """The ops listener's port in the (checked) config, as the gateway will read it."""
+    from gateway.config import load_config
+
+    return load_config(config_path).gateway.server.ops.port
+
+
+def _taken(ports: dict[str, int | None]) -> str | None:
+    """A message naming the first of `ports` (by their option) that is taken, or None."""
+    for option, port in ports.items():
+        if port is not None and not port_is_free(port):
+            return (
+                f"demo: port {port} is taken on 127.0.0.1; choose another with {option}, "
+                f"for example {option} {free_port()}"
+            )
+    return None
+
+
+def run_demo(port: int, config_path: str, ops_port: int | None = None) -> int:
     """Start the stack, print how to call it, and stop it all on Ctrl-C or SIGTERM.
 
     The config (with its tenants and cluster files) is checked before anything starts;
-    Ctrl-C while the stack starts stops what has started so far.
+    Ctrl-C while the stack starts stops what has started so far. `ops_port` replaces
+    the config's ops port (through `GATEWAY_OPS_PORT`, which config/gateway.yaml reads).
     """
+    if ops_port is not None:
+        os.environ[OPS_PORT_ENV] = str(ops_port)
     config = _check(config_path)
     if config is None:
         return 1
-    if not port_is_free(port):
-        # Found before Redis and two Triton servers start, not 10 s later.
-        print(
-            f"demo: port {port} is taken on 127.0.0.1; choose another with --port, "
-            f"for example --port {free_port()}",
-            file=sys.stderr,
-        )
+    ops_port = _ops_port(config)
+    # Found before Redis and two Triton servers start, not 10 s later.
+    taken = _taken({"--port": port, "--ops-port": ops_port})
+    if taken is not None:
+        print(taken, file=sys.stderr)
         return 1
     stopping = threading.Event()
 
@@ -188,7 +215,7 @@ def run_demo(port: int, config_path: str) -> int:
         wait_gateway_ready(
             f"http://127.0.0.1:{port}", timeout_s=60, process=gateway, cancel=stopping
         )
-        print(_examples(port), flush=True)
+        print(_examples(port, ops_port), flush=True)
 
         restart_s = float(os.environ.get(NODE_RESTART_ENV, NODE_RESTART_S))
         essential = [c for c in children if all(c is not n.process for n in nodes)]

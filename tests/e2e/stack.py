@@ -43,6 +43,8 @@ class Gateway:
     url: str
     process: subprocess.Popen[bytes]
     config_dir: Path
+    # The ops listener (/metrics, /admin/*), unless the test's config chose otherwise.
+    ops_url: str
 
     @property
     def base_url(self) -> str:
@@ -95,9 +97,12 @@ def start_gateway(
     tmp.mkdir(parents=True, exist_ok=True)
     tenants = tenants or default_tenants(["llm-small"])
     (tmp / "tenants.yaml").write_text(yaml.safe_dump({"tenants": tenants}))
+    # The API on `port`, the ops listener on the next one unless `gateway` sets it.
+    port = free_port(span=2, start=ports.GATEWAYS, end=ports.CLUSTER_NODES)
     settings = {"redis": {"url": redis_url}, "models": models, **(gateway or {})}
+    server = settings["server"] = dict(settings.get("server", {}))
+    server["ops"] = {"port": port + 1, **server.get("ops", {})}
     (tmp / "gateway.yaml").write_text(yaml.safe_dump(settings))
-    port = free_port(start=ports.GATEWAYS, end=ports.CLUSTER_NODES)
     process_env = {k: v for k, v in os.environ.items() if k != "GATEWAY_REDIS_URL"}
     process_env.update(env or {})
     process_env["SELF_URL"] = f"http://127.0.0.1:{port}"
@@ -112,7 +117,8 @@ def start_gateway(
     except Exception as exc:
         stop(process)
         raise RuntimeError(f"gateway did not start:\n{(tmp / 'gateway.log').read_text()}") from exc
-    return Gateway(url=url, process=process, config_dir=tmp)
+    ops_url = f"http://127.0.0.1:{server['ops'].get('port')}"
+    return Gateway(url=url, process=process, config_dir=tmp, ops_url=ops_url)
 
 
 def model(backend: str, urls: list[str], **extra: Any) -> dict[str, Any]:

@@ -278,7 +278,7 @@ async def test_client_disconnect_cancels_upstream_and_frees_the_slot(
 
 
 async def in_flight(session: aiohttp.ClientSession, gw: Gateway, model_name: str) -> float:
-    async with session.get(f"{gw.url}/metrics") as response:
+    async with session.get(f"{gw.ops_url}/metrics") as response:
         for line in (await response.text()).splitlines():
             if line.startswith(f'gateway_admission_in_flight{{model="{model_name}"}}'):
                 return float(line.split()[-1])

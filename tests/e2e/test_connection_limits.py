@@ -80,7 +80,7 @@ def served(gateway: Gateway) -> str | None:
 
 
 def closed_count(gateway: Gateway, reason: str) -> float:
-    with urllib.request.urlopen(f"{gateway.url}/metrics") as response:
+    with urllib.request.urlopen(f"{gateway.ops_url}/metrics") as response:
         text = response.read().decode()
     for family in text_string_to_metric_families(text):
         for sample in family.samples:

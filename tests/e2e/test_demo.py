@@ -54,11 +54,14 @@ def wait_for(check: Callable[[], bool], what: str) -> None:
 
 
 def test_the_demo_keeps_serving_when_a_node_dies_and_takes_it_back(tmp_path: Path) -> None:
-    port = free_port(start=ports.GATEWAYS, end=ports.CLUSTER_NODES)
+    port = free_port(span=2, start=ports.GATEWAYS, end=ports.CLUSTER_NODES)
+    ops_port = port + 1
     log = tmp_path / "demo.log"
     # Longer than the gateway takes to call a node down (3 probes, 2 s apart).
     env = {**os.environ, NODE_RESTART_ENV: "15"}
-    demo = spawn(gateway_command("demo", "--port", str(port)), env=env, log=log)
+    demo = spawn(
+        gateway_command("demo", "--port", str(port), "--ops-port", str(ops_port)), env=env, log=log
+    )
     try:
         wait_gateway_ready(f"http://127.0.0.1:{port}", GUARD_S, demo)
         found = re.search(r"node-a: triton-sim \S+ on 127\.0\.0\.1:(\d+)", log.read_text())
@@ -77,7 +80,7 @@ def test_the_demo_keeps_serving_when_a_node_dies_and_takes_it_back(tmp_path: Pat
         assert demo.poll() is None, log.read_text()
         assert "node-a: starting triton-sim again" not in log.read_text()
         # llm-large's second replica waits for the node, and an alert can say so.
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics") as response:
+        with urllib.request.urlopen(f"http://127.0.0.1:{ops_port}/metrics") as response:
             exposition = response.read().decode()
         assert 'gateway_replicas_unplaced{model="llm-large"} 1.0' in exposition
         assert 'gateway_replicas_unplaced{model="llm-small"} 0.0' in exposition

@@ -47,7 +47,7 @@ def two_workers(
         tmp_path_factory.mktemp("workers"),
         models,
         redis_url,
-        tenants={"ops": tenant("ops", ["*"])},
+        tenants={"ops": tenant("ops", ["*"], admin=True)},
         workers=2,
     )
     try:
@@ -61,7 +61,7 @@ async def test_metrics_add_up_across_worker_processes(two_workers: Gateway) -> N
         statuses = await asyncio.gather(*(chat(session, two_workers, "ops") for _ in range(30)))
     assert [s for s, _, _ in statuses] == [200] * 30
     # Each scrape lands on either worker; every one must see all 30 requests.
-    assert {served(fetch(f"{two_workers.url}/metrics")) for _ in range(8)} == {30.0}
+    assert {served(fetch(f"{two_workers.ops_url}/metrics")) for _ in range(8)} == {30.0}
 
 
 def test_a_real_prometheus_scrapes_the_gateway(two_workers: Gateway, tmp_path: Path) -> None:
@@ -70,10 +70,20 @@ def test_a_real_prometheus_scrapes_the_gateway(two_workers: Gateway, tmp_path: P
         if os.environ.get("CI") == "true":
             pytest.fail("prometheus is not installed (scripts/bootstrap.sh installs it)")
         pytest.skip("prometheus is not installed")
-    target = two_workers.url.removeprefix("http://")
+    # As docs/operations.md shows: the ops listener without a key, or the API port with
+    # an admin tenant's key.
+    ops_target = two_workers.ops_url.removeprefix("http://")
+    api_target = two_workers.url.removeprefix("http://")
     config = {
         "global": {"scrape_interval": "1s"},
-        "scrape_configs": [{"job_name": "gateway", "static_configs": [{"targets": [target]}]}],
+        "scrape_configs": [
+            {"job_name": "ops", "static_configs": [{"targets": [ops_target]}]},
+            {
+                "job_name": "api",
+                "authorization": {"credentials": "sk-test-ops"},
+                "static_configs": [{"targets": [api_target]}],
+            },
+        ],
     }
     (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config))
     port = free_port(start=ports.PROMETHEUS, end=ports.OWN_REDIS)
@@ -86,16 +96,14 @@ def test_a_real_prometheus_scrapes_the_gateway(two_workers: Gateway, tmp_path: P
         wait_listening(process, port, "prometheus", timeout_s=30)
         # It listens before it is ready (503 until its storage is open).
         wait_http_ok(f"http://127.0.0.1:{port}/-/ready", timeout_s=30, process=process)
-        query = "sum(gateway_requests_total{tenant=%22ops%22,status=%22200%22})"
+        query = "sum%20by%20(job)%20(gateway_requests_total{tenant=%22ops%22,status=%22200%22})"
         deadline = time.monotonic() + 30
-        value = None
-        while time.monotonic() < deadline and value is None:
+        values: dict[str, float] = {}
+        while time.monotonic() < deadline and len(values) < 2:
             answer = orjson.loads(fetch(f"http://127.0.0.1:{port}/api/v1/query?query={query}"))
-            results = answer["data"]["result"]
-            if results:
-                value = float(results[0]["value"][1])
-            else:
-                time.sleep(0.5)
+            values = {r["metric"]["job"]: float(r["value"][1]) for r in answer["data"]["result"]}
+            time.sleep(0.5)
     finally:
         stop(process)
-    assert value is not None and value >= 30
+    assert set(values) == {"ops", "api"}
+    assert values["ops"] >= 30 and values["api"] >= 30

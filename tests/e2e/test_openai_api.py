@@ -223,7 +223,7 @@ def test_metrics_and_the_request_log_show_the_request_without_key_or_prompt(
     # Counted and logged just after the response: wait for its log line first.
     record = gateway.access_record(response.id)
     assert record["tenant"] == "acme" and record["status"] == 200
-    exposition = fetch_text(f"{gateway.url}/metrics")
+    exposition = fetch_text(f"{gateway.ops_url}/metrics")
     series = (
         'gateway_requests_total{model="llm-large",served_model="llm-large",'
         'status="200",tenant="acme"}'
@@ -253,7 +253,7 @@ def _replica_tokens(gateway: Gateway, model: str) -> float:
     prefix = f'gateway_replica_tokens_total{{model="{model}",'
     return sum(
         float(line.split()[-1])
-        for line in fetch_text(f"{gateway.url}/metrics").splitlines()
+        for line in fetch_text(f"{gateway.ops_url}/metrics").splitlines()
         if line.startswith(prefix)
     )
 

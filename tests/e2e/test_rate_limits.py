@@ -153,7 +153,7 @@ async def test_concurrency_limit_holds_and_releases(limited: Gateway) -> None:
 async def test_shadow_tenant_is_reported_but_not_refused(limited: Gateway) -> None:
     async with aiohttp.ClientSession() as session:
         results = [await chat(session, limited, "watched") for _ in range(3)]
-        async with session.get(f"{limited.url}/metrics") as response:
+        async with session.get(f"{limited.ops_url}/metrics") as response:
             exposition = await response.text()
     assert [status for status, _, _ in results] == [200, 200, 200]
     assert results[-1][1]["x-ratelimit-remaining-requests"] == "0"
@@ -270,7 +270,7 @@ async def test_redis_killed_and_restarted_under_load(
             await streaming.wait()
             stop(processes.pop())  # Redis is gone
             during = await asyncio.gather(*(chat(session, gw, "t") for _ in range(8)))
-            async with session.get(f"{gw.url}/metrics") as response:
+            async with session.get(f"{gw.ops_url}/metrics") as response:
                 down_metrics = await response.text()
             async with session.get(f"{gw.url}/readyz") as response:
                 ready_while_down = response.status, await response.json()
@@ -331,7 +331,7 @@ async def _long_stream(
 
 
 async def _redis_up(session: aiohttp.ClientSession, gw: Gateway) -> bool:
-    async with session.get(f"{gw.url}/metrics") as response:
+    async with session.get(f"{gw.ops_url}/metrics") as response:
         return "gateway_ratelimit_redis_up 1.0" in await response.text()
 
 
@@ -362,7 +362,7 @@ async def test_limits_hold_on_redis_cluster_and_embedded_fakeredis(
             results = {
                 name: [(await chat(session, gw, name))[0] for _ in range(3)] for name in tenants
             }
-            async with session.get(f"{gw.url}/metrics") as response:
+            async with session.get(f"{gw.ops_url}/metrics") as response:
                 exposition = await response.text()
     finally:
         stop(gw.process)

@@ -102,7 +102,7 @@ async def test_file_change_applies_under_load(gateway: Gateway) -> None:
 async def test_invalid_file_is_refused_and_the_running_limits_stay(gateway: Gateway) -> None:
     gateway.tenants_path.write_text("tenants:\n  few:\n    api_keys: [sha256:00]\n    limitz: {}\n")
     async with aiohttp.ClientSession() as session:
-        async with session.post(f"{gateway.url}/admin/reload", headers=key("ops")) as response:
+        async with session.post(f"{gateway.ops_url}/admin/reload", headers=key("ops")) as response:
             body = await response.json()
         assert await limit_of(session, gateway, "few") == "3"
     assert response.status == 400
@@ -159,9 +159,9 @@ async def test_sighup_reloads_and_keys_change_at_once(unwatched: Gateway) -> Non
 
 async def test_admin_reload_needs_an_admin_key(gateway: Gateway) -> None:
     async with aiohttp.ClientSession() as session:
-        async with session.post(f"{gateway.url}/admin/reload", headers=key("few")) as refused:
+        async with session.post(f"{gateway.ops_url}/admin/reload", headers=key("few")) as refused:
             assert refused.status == 403
-        async with session.post(f"{gateway.url}/admin/reload", headers=key("ops")) as applied:
+        async with session.post(f"{gateway.ops_url}/admin/reload", headers=key("ops")) as applied:
             body = await applied.json()
     assert applied.status == 200
     assert body == {"applied": True, "changes": []}

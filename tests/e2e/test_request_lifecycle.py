@@ -94,7 +94,7 @@ async def metric(session: aiohttp.ClientSession, gw: Gateway, name: str, **label
     """The sum of the `name` samples whose labels include `labels`."""
     wanted = [f'{label}="{value}"' for label, value in labels.items()]
     total = 0.0
-    async with session.get(f"{gw.url}/metrics") as response:
+    async with session.get(f"{gw.ops_url}/metrics") as response:
         for line in (await response.text()).splitlines():
             if line.startswith(name + "{") and all(w in line for w in wanted):
                 total += float(line.split()[-1])

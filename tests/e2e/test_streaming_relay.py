@@ -92,7 +92,7 @@ def wait_until(condition: Callable[[], bool], what: str, timeout_s: float = 30.0
 
 
 def metric(gateway: Gateway, name: str, labels: dict[str, str]) -> float:
-    with urllib.request.urlopen(f"{gateway.url}/metrics") as response:
+    with urllib.request.urlopen(f"{gateway.ops_url}/metrics") as response:
         text = response.read().decode()
     for family in text_string_to_metric_families(text):
         for sample in family.samples:

@@ -220,6 +220,19 @@ def test_wrong_type_points_at_the_value() -> None:
     assert problems(gateway) == ["gateway.yaml:3: server.port: Input should be a valid integer"]
 
 
+def test_ops_listener_on_the_api_port_is_refused() -> None:
+    on_default_port = "server:\n  ops:\n    port: 8080\n" + GATEWAY
+    on_chosen_port = "server:\n  port: 9000\n  ops:\n    port: 9000\n" + GATEWAY
+
+    assert problems(on_default_port) == [
+        "gateway.yaml:3: server.ops.port: 8080 is the API port (server.port)"
+    ]
+    assert problems(on_chosen_port) == [
+        "gateway.yaml:4: server.ops.port: 9000 is the API port (server.port)"
+    ]
+    assert problems("server:\n  ops:\n    port: 8081\n" + GATEWAY) == []
+
+
 def test_missing_required_key_points_at_the_parent() -> None:
     gateway = GATEWAY.replace("    backend: openai\n", "")
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from gateway.dev import demo
+from gateway.dev.processes import free_port
 
 # --- the demo's checks ----------------------------------------------------------------
 
@@ -24,8 +25,13 @@ def test_demo_finds_its_config_from_any_directory(
 
 
 def test_demo_example_runs_with_this_interpreter() -> None:
-    assert f"  {sys.executable} - <<'PY'" in demo._examples(8080)
-    assert "  python - " not in demo._examples(8080)
+    assert f"  {sys.executable} - <<'PY'" in demo._examples(8080, None)
+    assert "  python - " not in demo._examples(8080, None)
+
+
+def test_demo_shows_where_the_metrics_are() -> None:
+    assert "http://127.0.0.1:8081/metrics" in demo._examples(8080, 8081)
+    assert "/metrics" not in demo._examples(8080, None)
 
 
 def test_demo_refuses_a_broken_config_before_starting_anything(
@@ -70,3 +76,23 @@ def test_demo_refuses_a_taken_port_before_starting_anything(
     err = capsys.readouterr().err
     assert f"port {port} is taken" in err
     assert "--port" in err
+
+
+def test_demo_refuses_a_taken_ops_port_and_names_its_option(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def must_not_run(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the demo started something")
+
+    for name in ("spawn", "start_redis"):
+        monkeypatch.setattr(demo, name, must_not_run)
+    monkeypatch.delenv(demo.OPS_PORT_ENV, raising=False)  # run_demo sets it: restored after
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        free = free_port()
+        code = demo.run_demo(port=free, config_path="config/gateway.yaml", ops_port=port)
+        assert code == 1
+    err = capsys.readouterr().err
+    assert f"port {port} is taken on 127.0.0.1; choose another with --ops-port" in err
