@@ -1,9 +1,11 @@
 """Structured logs: one JSON object per line, with secrets scrubbed from every field.
 
 Prompts and completions are never logged (the request path does not hand them to the
-logger). API keys, bearer tokens, cloud keys, private keys, passwords in URLs and
-e-mail addresses are replaced by `[REDACTED]` in every message and field, as a last
-line of defence behind code that should not log them in the first place.
+logger) unless `server.log_prompts` is on. API keys, bearer tokens, cloud keys, private
+keys, passwords (in URLs and as key/value pairs) and e-mail addresses (the shapes of
+`gateway.privacy.patterns`, which outbound sanitization uses too) are replaced by
+`[REDACTED]` in every message and field, as a last line of defence behind code that
+should not log them in the first place.
 """
 
 from __future__ import annotations
@@ -12,141 +14,43 @@ import logging
 import os
 import re
 import time
-from collections.abc import Callable
 from typing import Any
 
 import orjson
 
-# Key names whose value is a secret: `password`, `client_secret`, `AZURE_CLIENT_SECRET`,
-# `access_token`, `aws_session_token`, `x-api-key`, `AccountKey`, `Authorization`... A name
-# must end with one of these words: `prompt_tokens` or `token_count` is not a secret.
-_SECRET_WORDS = (
-    r"(?:secret|passw(?:or)?d|token|authorization"
-    r"|(?:api|access|private|account|subscription)[_-]?key)(?:[_-]?key)?"
-)
+from gateway.privacy.patterns import EMAIL, SECRET_WORDS, SECRETS, Detector, may_hold_secret
+
 # A field whose key is a secret name has its whole value redacted, whatever its type.
-_SECRET_KEY = re.compile(rf"(?is).*{_SECRET_WORDS}")
-# `key=value`, `key: value`, `"key": "value"`, `'key': 'value'` and `\"key\": \"value\"`
-# (JSON inside a JSON string). Names are matched whole: the lookbehind, not `\b`, which
-# would not match after the `_` in `client_secret`. A quoted value runs to its closing
-# quote (or the end of the line, when the text was cut off); `Authorization: Bearer X`
-# keeps its scheme.
-_KEY_VALUE = re.compile(
-    rf"""(?ix)
-    (?P<key>(?<![A-Za-z0-9_.-])[A-Za-z0-9_.-]*?{_SECRET_WORDS})
-    (?P<sep>\\?["']?[ \t]*[=:][ \t]*)
-    (?:(?P<scheme>(?:bearer|basic|digest|token)[ \t]+)(?=[^\s,;"'`]{{6}})
-      |(?!(?:bearer|basic|digest)[ \t]))
-    (?P<value>
-        \\"(?:[^"\\]|\\(?!"))*(?:\\")?
-      | "(?:[^"\\\n]|\\.)*"?
-      | '(?:[^'\\\n]|\\.)*'?
-      | [^\s,;"'`]+
-    )
-    """
-)
+_SECRET_KEY = re.compile(rf"(?is).*{SECRET_WORDS}")
+
+# The shapes redacted from logs: every secret, and e-mail addresses.
+_DETECTORS = (*SECRETS, EMAIL)
 
 
-def _redact_value(match: re.Match[str]) -> str:
-    """The key/value `match` with only its value replaced, quotes and scheme kept."""
-    head = match["key"] + match["sep"]
-    value = match["value"]
-    for quote in ('\\"', '"', "'"):
-        if value.startswith(quote):
-            closed = len(value) >= 2 * len(quote) and value.endswith(quote)
-            return f"{head}{quote}[REDACTED]{quote if closed else ''}"
-    return f"{head}{match['scheme'] or ''}[REDACTED]"
-
-
-_Replacement = str | Callable[[re.Match[str]], str]
-# Not a letter or digit before: `\b` would not match after `_` (`KEY_sk-...`).
-_START = r"(?<![A-Za-z0-9])"
-_PATTERNS: list[tuple[re.Pattern[str], _Replacement]] = [
-    # PEM private keys: from BEGIN to END, or to the end of a text cut off before END.
-    (
-        re.compile(
-            r"-----BEGIN[A-Z0-9 ]*PRIVATE KEY[A-Z ]*-----.*?"
-            r"(?:-----END[A-Z0-9 ]*PRIVATE KEY[A-Z ]*-----|\Z)",
-            re.S,
-        ),
-        "[REDACTED]",
-    ),
-    # Passwords in URLs: scheme://user:password@host, user possibly empty
-    # (`redis://:pw@host`) or an e-mail address (redacted below). The password runs to
-    # the last `@` before the host, first trying without `/` (`https://u:pw@host/a@b`),
-    # then with it (`u:p/w@rd@host`; at most 256 characters: an unbounded run to the
-    # end of the text is quadratic).
-    # Not a host's port (`https://h:443/p@v2`), nor an IPv6 host (`http://[::1]:80/a@b`).
-    (
-        re.compile(
-            r"(?i)(?<![A-Za-z0-9+.-])([a-z][a-z0-9+.-]*://(?!\[)[^\s:/?#\"'<>`]*)"
-            r":(?!\d{1,5}(?:[/?#\s]|$))(?:[^\s/\"'<>`]*|[^\s?#\"'<>`]{0,256})@"
-        ),
-        r"\1:[REDACTED]@",
-    ),
-    # Authorization headers and bearer tokens (`Bearer KEY`, a placeholder, stays).
-    (re.compile(rf"(?i){_START}(bearer|basic)\s+[A-Za-z0-9._~+/=-]{{6,}}"), r"\1 [REDACTED]"),
-    # OpenAI-style and gateway keys (sk-..., sk-proj-...), GitHub, Slack, Hugging Face.
-    (re.compile(rf"{_START}(?:sk|pk|rk)-[A-Za-z0-9_-]{{4,}}"), "[REDACTED]"),
-    (re.compile(rf"{_START}(?:gh[pousr]|github_pat)_[A-Za-z0-9_]{{10,}}"), "[REDACTED]"),
-    (re.compile(rf"{_START}xox[abposr]-[A-Za-z0-9-]{{10,}}"), "[REDACTED]"),
-    (re.compile(rf"{_START}hf_[A-Za-z0-9]{{20,}}"), "[REDACTED]"),
-    # AWS access key ids; Google API keys and OAuth access tokens.
-    (re.compile(rf"{_START}(?:AKIA|ASIA)[A-Z0-9]{{16}}(?![A-Za-z0-9])"), "[REDACTED]"),
-    (re.compile(rf"{_START}AIza[A-Za-z0-9_-]{{30,}}"), "[REDACTED]"),
-    (re.compile(rf"{_START}ya29\.[A-Za-z0-9._-]{{10,}}"), "[REDACTED]"),
-    # JSON Web Tokens without their `Bearer`: header.payload.signature.
-    (
-        re.compile(r"(?<![A-Za-z0-9_-])eyJ[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]*"),
-        "[REDACTED]",
-    ),
-    # Azure SAS signatures (`...&sig=...`); AccountKey= is a secret name below.
-    (re.compile(rf"(?i){_START}(sig=)[^\s&\"'<>`,;]+"), r"\1[REDACTED]"),
-    # Secrets given as key=value, key: value, or JSON / Python dict entries.
-    (_KEY_VALUE, _redact_value),
-    # E-mail addresses. Tried only where a local part starts (not at every `\b` in it:
-    # quadratic on `x.x.x...@`).
-    (
-        re.compile(r"(?<![A-Za-z0-9._%+-])[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]{2,}\b"),
-        "[REDACTED]",
-    ),
-]
-
-
-# Something every secret shape above contains, in lower case: text without any of these
-# is clean, and looking for them (plain substring tests on the lowered text, ten times
-# faster than one case-insensitive regex) is much cheaper than trying every pattern.
-_MARKERS = (
-    "bearer", "basic", "secret", "passw", "token", "key", "authoriz", "://", "@",
-    "github_pat", "xox", "hf_", "akia", "asia", "aiza", "ya29.", "eyj", "sig=",
-)  # fmt: skip
-# Markers behind a shorter one they all contain: clean text pays one test for the group.
-_GATED_MARKERS = (
-    ("k-", ("sk-", "pk-", "rk-")),
-    ("gh", ("ghp_", "gho_", "ghs_", "ghu_", "ghr_")),
-)
-
-
-def _may_hold_secret(text: str) -> bool:
-    lowered = text.lower()
-    # A loop, not any() over a generator: the clean path runs every test.
-    for marker in _MARKERS:
-        if marker in lowered:
-            return True
-    for gate, markers in _GATED_MARKERS:
-        if gate in lowered:
-            for marker in markers:
-                if marker in lowered:
-                    return True
-    return False
+def _redact_with(detector: Detector, text: str) -> str:
+    """`text` with the sensitive part of each of `detector`'s matches as `[REDACTED]`."""
+    parts: list[str] = []
+    position = 0
+    for match in detector.matches(text):
+        start, end = detector.span(match)
+        parts += (text[position:start], "[REDACTED]")
+        position = end
+    if not parts:
+        return text
+    parts.append(text[position:])
+    return "".join(parts)
 
 
 def redact(text: str) -> str:
     """`text` with every known secret shape replaced by `[REDACTED]`."""
-    if not _may_hold_secret(text):
+    if not may_hold_secret(text):
         return text
-    for pattern, replacement in _PATTERNS:
-        text = pattern.sub(replacement, text)
+    # What a redaction puts in ("[REDACTED]") holds no marker: the lower case of the text
+    # as it came tells every detector whether to look.
+    lowered = text.lower()
+    for detector in _DETECTORS:
+        if detector.may_match(text, lowered):
+            text = _redact_with(detector, text)
     return text
 
 
@@ -178,7 +82,7 @@ def _maybe_secret(fields: dict[str, Any]) -> bool:
             texts.append(str(value))  # its repr holds every string in it
         else:
             return True  # an exception or other object: _scrub makes it a redacted str
-    return _may_hold_secret("\n".join(texts))
+    return may_hold_secret("\n".join(texts))
 
 
 def _scrub(value: Any) -> Any:

@@ -18,6 +18,7 @@ ROOT = Path(__file__).resolve().parents[2] / "gateway"
 LAYERS = {
     "gateway.inference": 0,  # the request and result types, prompts, token estimates, ids
     "gateway.scheduler": 0,  # the offline laboratory: a library of placement policies
+    "gateway.privacy": 0,  # what sensitive data looks like: log redaction, outbound masking
     "gateway.config": 1,
     "gateway.observability": 1,
     "gateway.storage": 2,

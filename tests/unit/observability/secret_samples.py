@@ -59,6 +59,15 @@ SECRETS: dict[str, tuple[str, tuple[str, ...]]] = {
     ),
     "x-api-key header": ("x-api-key: k3y-abc123def456", ("abc123def456",)),
     "e-mail": ("jane.doe@example.com", ("jane.doe",)),
+    # The gaps a review found with log_prompts on (issue 12).
+    "bare aws secret": (
+        "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+        ("wJalrXUtnFEMI", "EXAMPLEKEY"),
+    ),
+    "pwd: value": ("pwd: Tr0ub4dor&3", ("Tr0ub4dor",)),
+    "pw=value": ("db_pw=letmein-42", ("letmein-42",)),
+    "passphrase=value": ("passphrase=open sesame", ("open",)),
+    "stripe live key": ("sk_live_4eC39HqLyjWDarjtT1zdp7dc", ("4eC39HqLyjWDarjtT1zdp7dc",)),
 }
 ALL_SECRETS = " ".join(text for text, _ in SECRETS.values())
 ALL_LEFTOVERS = [leftover for _, leftovers in SECRETS.values() for leftover in leftovers]

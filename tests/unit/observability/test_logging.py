@@ -29,6 +29,11 @@ NORMAL_TEXT = [
     # A port and an `@` later in the path are not a password.
     "https://api.example.com:443/models/foo@v2 docker://registry:5000/img@sha256:0a1b",
     "http://[::1]:8000/v1@x",
+    # 40-character runs that are not AWS secrets: a git hash, a config digest, a path.
+    "commit 9fceb02d0ae598e95dc970b74767f19372d61af8",
+    "config b3f1c0ffee0ddba11deadbeef00112233445566",
+    "/usr/lib/python3.11/site-packages/gateway/observability/logging.py",
+    "Password policies, passwords and pwds are words; so are tokens and keys.",
 ]
 
 

@@ -1,0 +1,123 @@
+"""What sensitive data looks like (gateway.privacy.patterns): every category found, look-alikes
+not."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gateway.privacy.patterns import (
+    _KEY_VALUE,
+    PERSONAL,
+    SECRETS,
+    _key_value_matches,
+    host_detector,
+    iban_valid,
+    luhn_valid,
+)
+from gateway.privacy.scanner import Masker, Scanner
+from tests.unit.observability.secret_samples import SECRETS as SECRET_SAMPLES
+
+HOSTS = host_detector(("corp.example.com", ".internal"))
+assert HOSTS is not None
+SCANNER = Scanner([*SECRETS, *PERSONAL, HOSTS])
+
+
+@pytest.mark.parametrize("name", sorted(SECRET_SAMPLES))
+def test_every_secret_the_log_redaction_knows_is_found(name: str) -> None:
+    text, leftovers = SECRET_SAMPLES[name]
+    masked = Masker().mask(text, SCANNER.find(text))
+    for leftover in leftovers:
+        assert leftover not in masked
+
+
+@pytest.mark.parametrize(
+    ("text", "category", "value"),
+    [
+        ("mail jane.doe+x@example.co.uk today", "email", "jane.doe+x@example.co.uk"),
+        ("card 4111 1111 1111 1111 exp 12/29", "card", "4111 1111 1111 1111"),
+        ("card 5500-0000-0000-0004.", "card", "5500-0000-0000-0004"),
+        ("IBAN DE89 3704 0044 0532 0130 00 please", "iban", "DE89 3704 0044 0532 0130 00"),
+        ("pay GB82WEST12345698765432 now", "iban", "GB82WEST12345698765432"),
+        ("call +49 30 1234567 or", "phone", "+49 30 1234567"),
+        ("call (555) 123-4567 now", "phone", "(555) 123-4567"),
+        ("call 555-123-4567 now", "phone", "555-123-4567"),
+        ("on db1.corp.example.com:5432", "host", "db1.corp.example.com"),
+        ("see vault.internal.", "host", "vault.internal"),
+        ("password: hunter2!", "password", "hunter2!"),
+    ],
+)
+def test_personal_data_and_internal_hosts_are_found(text: str, category: str, value: str) -> None:
+    assert [(f.category, text[f.start : f.end]) for f in SCANNER.find(text)] == [(category, value)]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        # Look-alikes: a card number failing Luhn, an IBAN failing mod 97, an IP
+        # address, a date, a version, a plain number, a public host.
+        "order 4111 1111 1111 1112 shipped",
+        "ref DE89 3704 0044 0532 0130 01",
+        "the server 192.168.100.200 answered on 2026-11-30 at 12:30:45",
+        "python 3.11.7, 1048576 bytes, 32768 tokens, 4096 connections",
+        "https://api.openai.com/v1 and www.example.com",
+        "commit 9fceb02d0ae598e95dc970b74767f19372d61af8",
+        "Explain how passwords and API keys should be stored.",
+    ],
+)
+def test_look_alikes_are_not_found(text: str) -> None:
+    assert SCANNER.find(text) == []
+
+
+def test_checksums() -> None:
+    assert luhn_valid("4111111111111111") and not luhn_valid("4111111111111112")
+    assert iban_valid("DE89 3704 0044 0532 0130 00") and not iban_valid("DE00370400440532013000")
+
+
+def test_no_suffixes_no_host_detector() -> None:
+    assert host_detector(()) is None
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    st.lists(
+        st.sampled_from(
+            [
+                "password",
+                "Token",
+                "api_key",
+                "AccountKey",
+                "pw",
+                "passphrase",
+                "x",
+                "9",
+                "-",
+                "_",
+                ".",
+                ":",
+                "=",
+                " ",
+                "\t",
+                '"',
+                "'",
+                "\\",
+                "Bearer ",
+                "v",
+                "\n",
+            ]
+        ),
+        max_size=30,
+    ).map("".join)
+)
+def test_the_fast_key_value_finder_finds_what_the_pattern_finds(text: str) -> None:
+    # The finder tries the pattern only before separators; it must miss nothing.
+    fast = [m.span() for m in _key_value_matches(text)]
+    assert fast == [m.span() for m in _KEY_VALUE.finditer(text)]
+
+
+def test_the_fast_key_value_finder_on_the_samples() -> None:
+    for text, _ in SECRET_SAMPLES.values():
+        assert [m.span() for m in _key_value_matches(text)] == [
+            m.span() for m in _KEY_VALUE.finditer(text)
+        ]
