@@ -235,24 +235,30 @@ async def _serve_model(
         )
     priority = record.priority = _priority(runtime, identity, request.headers.get("x-priority"))
     deadline = _deadline(route, request.headers.get("x-request-timeout"))
+    chain = [route] + [
+        runtime.routes[name] for name in route.config.fallback if identity.may_use(name)
+    ]
+    outbound = runtime.outbound.prepare(
+        identity.name, identity.tenant, [r.name for r in chain], inference, record.request_id
+    )
+    if outbound is not None:  # an external model in the chain: what leaves is sanitized
+        chain = [runtime.routes[name] for name in outbound.models]
     idempotency = await claim(runtime, identity, request, inference, data)
     if isinstance(idempotency, Response):
         record.finish(idempotency.status_code)
         return idempotency  # the stored answer to an earlier run
 
-    call = route.upstream_call(inference)
+    call = route.upstream_call(inference if outbound is None else outbound.requests[0])
     prompt_estimate = call.prompt_estimate
     cost = prompt_estimate + _completion_reserve(runtime, inference)
     try:
         decision = await runtime.limiter.admit(identity.name, route.name, cost, deadline)
         if not decision.allowed:
             raise rate_limited(decision)
-        chain = [route] + [
-            runtime.routes[name] for name in route.config.fallback if identity.may_use(name)
-        ]
         work = Work(
-            inference, chain, identity.name, identity.tenant.share, priority, cost, deadline, call
-        )
+            inference, chain, identity.name, identity.tenant.share, priority, cost, deadline, call,
+            outbound=None if outbound is None else outbound.requests,
+        )  # fmt: skip
         exchange = _Exchange(runtime, route, work, decision, prompt_estimate, record)
         if inference.stream:
             return await _stream(exchange, request)

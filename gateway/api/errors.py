@@ -11,6 +11,7 @@ from starlette.responses import Response
 from gateway.observability.logging import redact
 from gateway.ratelimit.errors import LimiterUnavailable, UnknownTenant
 from gateway.serving.auth import InvalidApiKey
+from gateway.serving.outbound import SensitiveDataBlocked
 
 if TYPE_CHECKING:
     from gateway.ratelimit.limiter import Decision
@@ -81,6 +82,17 @@ def invalid_api_key() -> APIError:
         "Incorrect API key provided. Pass it as `Authorization: Bearer KEY`.",
         type="invalid_request_error",
         code="invalid_api_key",
+    )
+
+
+def sensitive_data_blocked(model: str, categories: list[str]) -> APIError:
+    """The request holds what may not leave the cluster for `model`: the categories found,
+    never the values."""
+    return APIError(
+        400,
+        f"The request was not sent to `{model}`, which runs outside the cluster: it holds "
+        f"{', '.join(categories)}. Remove that data and send it again.",
+        code="sensitive_data_blocked",
     )
 
 
@@ -217,7 +229,7 @@ def limiter_unavailable(retry_after_s: float) -> APIError:
 
 
 # The errors of the layers below that a client is told about, as they are told.
-DOMAIN_ERRORS = (InvalidApiKey, UnknownTenant, LimiterUnavailable)
+DOMAIN_ERRORS = (InvalidApiKey, UnknownTenant, LimiterUnavailable, SensitiveDataBlocked)
 
 
 def client_error(exc: Exception) -> APIError:
@@ -229,4 +241,6 @@ def client_error(exc: Exception) -> APIError:
         return invalid_api_key()
     if isinstance(exc, LimiterUnavailable):
         return limiter_unavailable(exc.retry_after_s)
+    if isinstance(exc, SensitiveDataBlocked):
+        return sensitive_data_blocked(exc.model, exc.categories)
     raise TypeError(f"not a client error: {exc!r}")

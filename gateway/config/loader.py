@@ -403,4 +403,12 @@ def _tenant_model_problems(source: Source, models: set[str] | None) -> list[Prob
             if model not in models:
                 message = f"limits for model '{model}', which is not defined"
                 problems.append(source.problem(limits_loc, at(limits_loc, message), at_key=True))
+        outbound = _as_dict(_as_dict(tenant).get("outbound"))
+        for model in _as_dict(outbound.get("models")):
+            outbound_loc: Loc = ("tenants", name, "outbound", "models", model)
+            if model not in models:
+                message = f"outbound policy for model '{model}', which is not defined"
+                problems.append(
+                    source.problem(outbound_loc, at(outbound_loc, message), at_key=True)
+                )
     return problems

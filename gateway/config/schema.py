@@ -190,6 +190,25 @@ class OutlierPolicy(Strict):
     max_ejection_s: PositiveFloat = 60.0
 
 
+class OutboundPolicy(StrEnum):
+    """What happens to sensitive data in a request to an external model."""
+
+    MASK = "mask"  # each finding replaced by a typed placeholder ([EMAIL_1])
+    BLOCK = "block"  # the request is refused (400) naming the categories found
+    OFF = "off"  # sent as it is
+
+
+Policy = Annotated[OutboundPolicy, BeforeValidator(_unquoted_off)]
+
+
+class OutboundConfig(Strict):
+    """Outbound sanitization (docs/outbound.md): what counts as an internal host."""
+
+    # Host names under these domain suffixes are internal (`corp.example.com` finds
+    # `db1.corp.example.com`); masked or blocked like secrets and personal data.
+    internal_domains: list[str] = []
+
+
 class ModelConfig(Strict):
     backend: BackendKind
     # The model's name at the backend; defaults to the gateway's name for it.
@@ -215,6 +234,10 @@ class ModelConfig(Strict):
     outlier: OutlierPolicy = OutlierPolicy()
     # Bearer key for an `openai` upstream; must be an environment reference `${VAR}`.
     api_key: SecretStr | None = None
+    # The model runs outside the cluster (a hosted API): requests to it are sanitized.
+    external: bool = False
+    # Its policy for sensitive data, unless the tenant's `outbound` says otherwise.
+    outbound: Policy = OutboundPolicy.MASK
 
 
 class AdmissionConfig(Strict):
@@ -233,6 +256,7 @@ class GatewayConfig(Strict):
     server: ServerConfig = ServerConfig()
     admission: AdmissionConfig = AdmissionConfig()
     idempotency: IdempotencyConfig = IdempotencyConfig()
+    outbound: OutboundConfig = OutboundConfig()
     redis: RedisConfig = RedisConfig()
     ratelimit: RateLimitConfig = RateLimitConfig()
     # Path of the tenants file, relative to gateway.yaml.
@@ -265,6 +289,13 @@ class Limits(RateLimits):
     models: dict[str, RateLimits] = {}
 
 
+class TenantOutbound(Strict):
+    """A tenant's own outbound policy: for every external model, or per model."""
+
+    policy: Policy | None = None
+    models: dict[str, Policy] = {}
+
+
 class Tenant(Strict):
     # Each entry is `sha256:<64 hex>` or a `${ENV_VAR}` holding the plain key.
     api_keys: Annotated[list[str], Field(min_length=1)]
@@ -278,6 +309,8 @@ class Tenant(Strict):
     shadow: bool = False
     # May call the admin endpoints (config reload).
     admin: bool = False
+    # Replaces the external models' own `outbound` policies for this tenant.
+    outbound: TenantOutbound = TenantOutbound()
 
 
 class TenantsConfig(Strict):

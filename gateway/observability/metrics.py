@@ -135,6 +135,14 @@ CONNECTIONS_CLOSED = Counter(
     ["reason"],
     registry=REGISTRY,
 )
+OUTBOUND_FINDINGS = Counter(
+    "gateway_outbound_findings_total",
+    "Sensitive data found in requests to external models, by model, category (api_key, "
+    "token, password, private_key, jwt, email, phone, card, iban, host) and the policy "
+    "applied (mask, block).",
+    ["model", "category", "policy"],
+    registry=REGISTRY,
+)
 REPLICA_REQUESTS = Counter(
     "gateway_replica_requests_total",
     "Requests a replica answered (streams counted when they end).",

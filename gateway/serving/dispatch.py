@@ -81,6 +81,15 @@ class Work:
     first_call: UpstreamCall
     # Each admission it got, in order: (model, seconds it waited in that model's queue).
     admissions: list[tuple[str, float]] = field(default_factory=list)
+    # The request as each model of the chain takes it, where outbound sanitization masked
+    # it for some (`gateway.serving.outbound`); None: `request` for every one.
+    outbound: Sequence[InferenceRequest] | None = None
+
+    def call_for(self, index: int, route: ModelRoute) -> UpstreamCall:
+        """The call to the chain's model `index` (`route`)."""
+        if index == 0:
+            return self.first_call
+        return route.upstream_call(self.request if self.outbound is None else self.outbound[index])
 
 
 class Dispatcher:
@@ -96,7 +105,7 @@ class Dispatcher:
             slot = await self._admit(work, index, fallbacks)
             if slot is None:
                 continue
-            call = work.first_call if index == 0 else route.upstream_call(work.request)
+            call = work.call_for(index, route)
             started = time.monotonic()
             used = 0
             try:
@@ -136,7 +145,7 @@ class Dispatcher:
             slot = await self._admit(work, index, fallbacks)
             if slot is None:
                 continue
-            call = work.first_call if index == 0 else route.upstream_call(work.request)
+            call = work.call_for(index, route)
             started = time.monotonic()
             # The first piece must come within the model's budget (and the deadline);
             # failover bounds each attempt by it, and blames a replica that stays silent.

@@ -26,6 +26,7 @@ from gateway.ratelimit.limiter import RateLimiter
 from gateway.ratelimit.redis_store import RedisBuckets
 from gateway.serving.auth import Authenticator
 from gateway.serving.dispatch import Dispatcher
+from gateway.serving.outbound import OutboundGuard
 from gateway.storage.idempotency_store import DEFAULT_IN_PROGRESS_TTL_S, IdempotencyStore
 from gateway.storage.redis_client import REDIS_ERRORS, RedisClient, connect_redis
 from gateway.upstream.health import HealthChecker
@@ -137,6 +138,8 @@ class Runtime:
     admission: AdmissionController
     dispatcher: Dispatcher
     idempotency: IdempotencyStore
+    # Sanitizes what leaves for external models.
+    outbound: OutboundGuard
     # Models served where cluster.yaml's deployments are placed, when gateway.yaml says so.
     placement: ClusterPlacement | None = None
 
@@ -178,6 +181,7 @@ class Runtime:
                     + [m.timeouts.total_s + 10.0 for m in config.gateway.models.values()]
                 ),
             ),
+            outbound=OutboundGuard(config),
             placement=placement,
         )
 

@@ -284,6 +284,20 @@ def test_undefined_model_in_tenant_models() -> None:
     ]
 
 
+def test_outbound_policies_are_checked() -> None:
+    tenants = TENANTS + "    outbound:\n      policy: scrub\n      models:\n        llm-huge: off\n"
+    gateway = GATEWAY.replace("    backend: openai\n", "    backend: openai\n    outbound: redact\n")
+
+    assert problems(tenants=tenants) == [
+        "tenants.yaml:6: tenants.acme.outbound.policy: Input should be 'mask', 'block' or 'off'",
+        "tenants.yaml:8: tenants.acme.outbound.models.llm-huge: outbound policy for model "
+        "'llm-huge', which is not defined",
+    ]
+    assert problems(gateway) == [
+        "gateway.yaml:8: models.llm-small.outbound: Input should be 'mask', 'block' or 'off'"
+    ]
+
+
 def test_duplicate_key_hash_across_and_within_tenants() -> None:
     tenants = TENANTS + (
         f"  beta:\n    api_keys:\n      - {hash_key(BETA_KEY)}\n      - {hash_key(BETA_KEY)}\n"

@@ -1,0 +1,122 @@
+"""Outbound sanitization: what a request to an external model may carry (policies per
+tenant and per model, masking, blocking, counting and the audit line)."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import pytest
+
+from gateway.config import Config, GatewayConfig, ModelConfig, Tenant, TenantsConfig
+from gateway.inference.types import ChatMessage, InferenceRequest, RequestKind, SamplingParams
+from gateway.observability import metrics
+from gateway.serving.outbound import OutboundGuard, SensitiveDataBlocked
+
+SECRET_TEXT = "Mail jane@example.com the key sk-live-abcdef123456 for db1.corp.example.com"
+
+
+def model(**settings: Any) -> ModelConfig:
+    return ModelConfig.model_validate(
+        {"backend": "openai", "replicas": [{"url": "http://x"}], **settings}
+    )
+
+
+def config(models: dict[str, ModelConfig], **tenant: Any) -> Config:
+    gateway = GatewayConfig(models=models, outbound={"internal_domains": ["corp.example.com"]})
+    tenants = TenantsConfig(tenants={"acme": Tenant.model_validate({"api_keys": ["x"], **tenant})})
+    return Config(
+        gateway=gateway, tenants=tenants, tenant_by_key_hash={}, gateway_path="", tenants_path=""
+    )
+
+
+def chat(*texts: str) -> InferenceRequest:
+    messages = tuple(
+        ChatMessage("user" if i % 2 == 0 else "assistant", t) for i, t in enumerate(texts)
+    )
+    return InferenceRequest(RequestKind.CHAT, "m", SamplingParams(max_tokens=8), messages=messages)
+
+
+def prepare(cfg: Config, chain: list[str], request: InferenceRequest) -> Any:
+    tenant = cfg.tenants.tenants["acme"]
+    return OutboundGuard(cfg).prepare("acme", tenant, chain, request, "chatcmpl-1")
+
+
+def test_nothing_is_touched_when_no_model_is_external() -> None:
+    cfg = config({"local": model()})
+    assert prepare(cfg, ["local"], chat(SECRET_TEXT)) is None
+
+
+def test_an_external_model_gets_every_finding_masked_consistently() -> None:
+    cfg = config({"hosted": model(external=True)})
+    request = chat(SECRET_TEXT, "Noted: jane@example.com.", "And +49 30 1234567?")
+    outbound = prepare(cfg, ["hosted"], request)
+    sent = outbound.requests[0]
+    assert [m.content for m in sent.messages] == [
+        "Mail [EMAIL_1] the key [API_KEY_1] for [HOST_1]",
+        "Noted: [EMAIL_1].",
+        "And [PHONE_1]?",
+    ]
+    assert [m.role for m in sent.messages] == ["user", "assistant", "user"]
+    assert request.messages[0].content == SECRET_TEXT  # the client's request is not changed
+
+
+def test_a_completion_prompt_is_masked_too() -> None:
+    cfg = config({"hosted": model(external=True)})
+    request = InferenceRequest(
+        RequestKind.COMPLETION, "hosted", SamplingParams(max_tokens=8), prompt=SECRET_TEXT
+    )
+    assert prepare(cfg, ["hosted"], request).requests[0].prompt == (
+        "Mail [EMAIL_1] the key [API_KEY_1] for [HOST_1]"
+    )
+
+
+def test_block_refuses_naming_the_categories_never_the_values() -> None:
+    cfg = config({"hosted": model(external=True, outbound="block")})
+    with pytest.raises(SensitiveDataBlocked) as refused:
+        prepare(cfg, ["hosted"], chat(SECRET_TEXT))
+    assert refused.value.model == "hosted"
+    assert refused.value.categories == ["api_key", "email", "host"]
+    assert "jane" not in str(refused.value) and "abcdef" not in str(refused.value)
+    # Clean text passes a blocking policy.
+    assert prepare(cfg, ["hosted"], chat("What is 2 + 2?")).requests[0].messages[0].content == (
+        "What is 2 + 2?"
+    )
+
+
+def test_a_blocking_fallback_is_left_out_of_the_chain() -> None:
+    cfg = config({"local": model(), "hosted": model(external=True, outbound="block")})
+    outbound = prepare(cfg, ["local", "hosted"], chat(SECRET_TEXT))
+    assert outbound.models == ["local"]
+    assert outbound.requests[0].messages[0].content == SECRET_TEXT  # local: as it came
+
+
+def test_the_tenant_policy_replaces_the_model_policy() -> None:
+    models = {"hosted": model(external=True), "other": model(external=True)}
+    blocked = config(models, outbound={"policy": "block", "models": {"other": False}})
+    with pytest.raises(SensitiveDataBlocked):
+        prepare(blocked, ["hosted"], chat(SECRET_TEXT))
+    # `off` for one model (YAML's unquoted `off` reads as false, and means off): None,
+    # the request goes as it is.
+    assert prepare(blocked, ["other"], chat(SECRET_TEXT)) is None
+    mixed = prepare(blocked, ["other", "hosted"], chat("Write to jane@example.com"))
+    assert mixed.models == ["other"]  # hosted blocks it
+    assert mixed.requests[0].messages[0].content == "Write to jane@example.com"
+
+
+def test_findings_are_counted_and_audited_without_values(caplog: pytest.LogCaptureFixture) -> None:
+    cfg = config({"counted": model(external=True)})
+    counter = metrics.OUTBOUND_FINDINGS.labels("counted", "email", "mask")
+    before = counter._value.get()
+    with caplog.at_level(logging.INFO, logger="gateway.audit"):
+        prepare(cfg, ["counted"], chat(SECRET_TEXT, "cc jane@example.com"))
+    assert counter._value.get() - before == 2
+    (record,) = [r for r in caplog.records if r.name == "gateway.audit"]
+    fields = record.fields  # type: ignore[attr-defined]
+    assert fields["model"] == "counted" and fields["policy"] == "mask"
+    assert fields["findings"] == [
+        {"category": "api_key", "count": 1},
+        {"category": "email", "count": 2},
+        {"category": "host", "count": 1},
+    ]
+    assert "jane" not in repr(record.__dict__) and "abcdef" not in repr(record.__dict__)
