@@ -286,7 +286,9 @@ def test_undefined_model_in_tenant_models() -> None:
 
 def test_outbound_policies_are_checked() -> None:
     tenants = TENANTS + "    outbound:\n      policy: scrub\n      models:\n        llm-huge: off\n"
-    gateway = GATEWAY.replace("    backend: openai\n", "    backend: openai\n    outbound: redact\n")
+    gateway = GATEWAY.replace(
+        "    backend: openai\n", "    backend: openai\n    outbound: redact\n"
+    )
 
     assert problems(tenants=tenants) == [
         "tenants.yaml:6: tenants.acme.outbound.policy: Input should be 'mask', 'block' or 'off'",
