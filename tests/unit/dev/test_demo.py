@@ -60,26 +60,9 @@ def test_demo_refuses_a_broken_config_before_starting_anything(
     assert "missing.yaml: no such file" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("option", ["--port", "--ops-port"])
 def test_demo_refuses_a_taken_port_before_starting_anything(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    def must_not_run(*args: object, **kwargs: object) -> None:
-        raise AssertionError("the demo started something")
-
-    for name in ("spawn", "start_redis"):
-        monkeypatch.setattr(demo, name, must_not_run)
-    with socket.socket() as taken:
-        taken.bind(("127.0.0.1", 0))
-        taken.listen()
-        port = taken.getsockname()[1]
-        assert demo.run_demo(port=port, config_path="config/gateway.yaml") == 1
-    err = capsys.readouterr().err
-    assert f"port {port} is taken" in err
-    assert "--port" in err
-
-
-def test_demo_refuses_a_taken_ops_port_and_names_its_option(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    option: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     def must_not_run(*args: object, **kwargs: object) -> None:
         raise AssertionError("the demo started something")
@@ -91,8 +74,9 @@ def test_demo_refuses_a_taken_ops_port_and_names_its_option(
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        free = free_port()
-        code = demo.run_demo(port=free, config_path="config/gateway.yaml", ops_port=port)
-        assert code == 1
+        ports = {"port": port, "ops_port": free_port()}
+        if option == "--ops-port":
+            ports = {"port": free_port(), "ops_port": port}
+        assert demo.run_demo(config_path="config/gateway.yaml", **ports) == 1
     err = capsys.readouterr().err
-    assert f"port {port} is taken on 127.0.0.1; choose another with --ops-port" in err
+    assert f"port {port} is taken on 127.0.0.1; choose another with {option}" in err
