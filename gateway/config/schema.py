@@ -160,6 +160,10 @@ class QueueLimits(Strict):
 class HealthCheck(Strict):
     interval_s: PositiveFloat = 2.0
     timeout_s: PositiveFloat = 1.0
+    # Failed checks in a row before a replica that was healthy is taken out (one check
+    # can time out while its Triton loads another model). A replica never seen healthy
+    # is out at its first failure; requests that fail eject a replica sooner (outlier).
+    unhealthy_after: PositiveInt = 2
 
 
 class FallbackReason(StrEnum):

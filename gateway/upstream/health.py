@@ -35,9 +35,10 @@ class HealthChecker:
 
     async def _check_route(self, route: ModelRoute) -> None:
         async def check(replica: Replica) -> None:
-            healthy = await route.backend.ready(
+            ready = await route.backend.ready(
                 replica.url, route.upstream_model, route.config.health.timeout_s
             )
+            healthy = _verdict(replica, ready, route.config.health.unhealthy_after)
             changed = healthy != replica.healthy
             if changed:
                 state = "healthy" if healthy else "unhealthy"
@@ -89,6 +90,16 @@ class HealthChecker:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks = []
         await self._session.close()
+
+
+def _verdict(replica: Replica, ready: bool, unhealthy_after: int) -> bool:
+    """Whether `replica` is healthy after a check that found it `ready` or not: one that
+    has passed a check stays in until `unhealthy_after` checks in a row fail."""
+    if ready:
+        replica.passed_a_check, replica.failed_checks = True, 0
+        return True
+    replica.failed_checks += 1
+    return replica.healthy and replica.passed_a_check and replica.failed_checks < unhealthy_after
 
 
 def _follow(replica: Replica, queue: TritonQueue) -> None:

@@ -18,6 +18,9 @@ class Replica:
     url: str
     outstanding: int = 0
     healthy: bool = True
+    # Active checks: whether one has passed yet, and how many failed since the last pass.
+    passed_a_check: bool = False
+    failed_checks: int = 0
     # Triton's own count of requests queued on this replica (all clients), the
     # cumulative time requests spent in that queue and the requests it completed,
     # scraped from its metrics endpoint.
