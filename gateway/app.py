@@ -68,6 +68,7 @@ def build_app(config: Config) -> ASGIApp:
     api_routes = [Route(path, endpoint, methods=["POST"]) for path, endpoint in hot_routes.items()]
     api_routes += [
         Route("/v1/models", endpoints.list_models, methods=["GET"]),
+        Route("/v1/models/{model:path}", endpoints.retrieve_model, methods=["GET"]),
         Route("/openapi.json", endpoints.openapi_json, methods=["GET"]),
         *probes,
     ]
@@ -129,9 +130,16 @@ async def _api_error(request: Request, exc: Exception) -> Response:
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:
-    # Unknown paths and wrong methods get the same error shape as everything else.
+    # Unknown paths and wrong methods get the same error shape as everything else, with
+    # a message that names what was not found (as OpenAI's "Invalid URL (GET /v1/x)").
     assert isinstance(exc, HTTPException)
-    return APIError(exc.status_code, str(exc.detail), headers=dict(exc.headers or {})).response()
+    where = f"{request.method} {request.url.path}"
+    messages = {404: f"Invalid URL ({where}).", 405: f"Method not allowed ({where})."}
+    message = messages.get(exc.status_code, str(exc.detail))
+    codes = {404: "unknown_url", 405: "method_not_allowed"}
+    return APIError(
+        exc.status_code, message, code=codes.get(exc.status_code), headers=dict(exc.headers or {})
+    ).response()
 
 
 async def _unexpected_error(request: Request, exc: Exception) -> Response:

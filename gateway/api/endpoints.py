@@ -11,7 +11,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from gateway.api.errors import APIError
+from gateway.api.errors import APIError, model_not_found
 from gateway.api.openapi import openapi_document
 from gateway.observability import metrics
 from gateway.serving.auth import Identity
@@ -25,15 +25,27 @@ def runtime_of(request: Request) -> Runtime:
     return runtime
 
 
+def _model_object(name: str) -> dict[str, object]:
+    return {"id": name, "object": "model", "created": 0, "owned_by": "gateway"}
+
+
 async def list_models(request: Request) -> Response:
+    """`GET /v1/models`: the models the caller's tenant may use."""
     runtime = runtime_of(request)
     identity = runtime.auth.identify(request.headers.get("authorization"))
-    data = [
-        {"id": name, "object": "model", "created": 0, "owned_by": "gateway"}
-        for name in runtime.routes
-        if identity.may_use(name)
-    ]
+    data = [_model_object(name) for name in runtime.routes if identity.may_use(name)]
     return Response(orjson.dumps({"object": "list", "data": data}), media_type="application/json")
+
+
+async def retrieve_model(request: Request) -> Response:
+    """`GET /v1/models/{model}`: one model the caller's tenant may use; another tenant's
+    model is a 404 like an unknown one (its existence is not told)."""
+    runtime = runtime_of(request)
+    identity = runtime.auth.identify(request.headers.get("authorization"))
+    name = request.path_params["model"]
+    if name not in runtime.routes or not identity.may_use(name):
+        raise model_not_found(name)
+    return Response(orjson.dumps(_model_object(name)), media_type="application/json")
 
 
 def admin_identity(request: Request) -> Identity:

@@ -99,7 +99,7 @@ def sensitive_data_blocked(model: str, categories: list[str]) -> APIError:
 def model_not_found(model: str) -> APIError:
     return APIError(
         404,
-        f"The model `{model}` does not exist.",
+        f"The model `{model}` does not exist or you do not have access to it.",
         param="model",
         code="model_not_found",
     )

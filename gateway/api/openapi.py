@@ -188,6 +188,27 @@ def openapi_document(models: Sequence[str] = ()) -> Schema:
                     },
                 }
             },
+            "/v1/models/{model}": {
+                "get": {
+                    "summary": "One model this key may use (404 for any other)",
+                    "security": [{"bearer": []}],
+                    "parameters": [
+                        {
+                            "name": "model",
+                            "in": "path",
+                            "required": True,
+                            "schema": {"type": "string"},
+                        }
+                    ],
+                    "responses": {
+                        "200": {
+                            "description": "The model",
+                            "content": {"application/json": {"schema": {"type": "object"}}},
+                        },
+                        **_errors(401, 404),
+                    },
+                }
+            },
             "/livez": {"get": {"summary": "Liveness", "responses": {"200": {"description": "ok"}}}},
             "/readyz": {
                 "get": {

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import aiohttp
 import openai
+import orjson
 import pytest
 from openai import OpenAI
 
@@ -100,6 +101,36 @@ def test_stop_sequence_reaches_the_model(acme: OpenAI, model: str) -> None:
 def test_models_lists_only_the_tenants_models(acme: OpenAI, globex: OpenAI) -> None:
     assert sorted(m.id for m in acme.models.list()) == ["llm-large", "llm-small", "relay"]
     assert [m.id for m in globex.models.list()] == ["llm-small"]
+
+
+def test_models_retrieve_answers_only_for_the_tenants_models(acme: OpenAI, globex: OpenAI) -> None:
+    model = acme.models.retrieve("llm-large")
+    assert (model.id, model.object, model.owned_by) == ("llm-large", "model", "gateway")
+    # Another tenant's model is a 404, as an unknown one: its existence is not told.
+    for client, name in ((globex, "llm-large"), (acme, "no-such-model")):
+        with pytest.raises(openai.NotFoundError) as caught:
+            client.models.retrieve(name)
+        assert caught.value.code == "model_not_found"
+        assert f"`{name}` does not exist or you do not have access to it" in caught.value.message
+
+
+def test_an_unknown_path_names_itself(gateway: Gateway) -> None:
+    import urllib.error
+    import urllib.request
+
+    def error_of(path: str) -> tuple[int, dict[str, str]]:
+        request = urllib.request.Request(
+            f"{gateway.url}{path}", headers={"Authorization": f"Bearer {KEYS['acme']}"}
+        )
+        with pytest.raises(urllib.error.HTTPError) as caught:
+            urllib.request.urlopen(request, timeout=10)
+        return caught.value.code, orjson.loads(caught.value.read())["error"]
+
+    status, error = error_of("/v1/embedding")
+    assert (status, error["code"]) == (404, "unknown_url")
+    assert error["message"] == "Invalid URL (GET /v1/embedding)."
+    status, error = error_of("/v1/chat/completions")
+    assert (status, error["message"]) == (405, "Method not allowed (GET /v1/chat/completions).")
 
 
 def test_unknown_key_is_401(gateway: Gateway) -> None:

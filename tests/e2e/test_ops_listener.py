@@ -99,7 +99,8 @@ def test_admin_api_needs_an_admin_key_on_the_ops_listener_too(gateway: Gateway) 
 
 def test_ops_listener_does_not_serve_the_api(gateway: Gateway) -> None:
     status, body = call(f"{gateway.ops_url}/v1/chat/completions", key="acme", method="POST")
-    assert (status, orjson.loads(body)["error"]["message"]) == (404, "Not Found")
+    message = orjson.loads(body)["error"]["message"]
+    assert (status, message) == (404, "Invalid URL (POST /v1/chat/completions).")
     status, _ = call(f"{gateway.ops_url}/v1/models", key="acme")
     assert status == 404
     # The probes answer on both ports.

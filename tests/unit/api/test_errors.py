@@ -24,7 +24,7 @@ def test_client_errors_never_carry_a_secret() -> None:
 
 def test_client_errors_without_secrets_are_unchanged() -> None:
     assert errors.model_not_found("llama-3.1-8b-instruct").message == (
-        "The model `llama-3.1-8b-instruct` does not exist."
+        "The model `llama-3.1-8b-instruct` does not exist or you do not have access to it."
     )
     assert errors.invalid_api_key().message == (
         "Incorrect API key provided. Pass it as `Authorization: Bearer KEY`."
