@@ -31,6 +31,7 @@ from gateway.api.requests import decode_json, parse_chat, parse_completion, requ
 from gateway.api.responses import SSE_DONE, ChunkWriter, completion_body, new_id, sse_error
 from gateway.api.streaming import ClientGone, DisconnectWatch, EventStreamResponse, StreamCut
 from gateway.backends.base import UpstreamError, UpstreamRejected, UpstreamTimeout
+from gateway.inference.tokens import estimate_request_tokens
 from gateway.inference.types import Delta, InferenceRequest, RequestKind, Usage, UsageMeter
 from gateway.observability import metrics
 from gateway.observability.access import RequestRecord
@@ -235,21 +236,20 @@ async def _serve_model(
         )
     priority = record.priority = _priority(runtime, identity, request.headers.get("x-priority"))
     deadline = _deadline(route, request.headers.get("x-request-timeout"))
-    chain = [route] + [
-        runtime.routes[name] for name in route.config.fallback if identity.may_use(name)
-    ]
+    chain = _chain(runtime, identity, route, inference)
     outbound = runtime.outbound.prepare(
         identity.name, identity.tenant, [r.name for r in chain], inference, record.request_id
     )
     if outbound is not None:  # an external model in the chain: what leaves is sanitized
         chain = [runtime.routes[name] for name in outbound.models]
+    call = route.upstream_call(inference if outbound is None else outbound.requests[0])
+    prompt_estimate = call.prompt_estimate
+    _check_context(route, prompt_estimate, inference)
     idempotency = await claim(runtime, identity, request, inference, data)
     if isinstance(idempotency, Response):
         record.finish(idempotency.status_code)
         return idempotency  # the stored answer to an earlier run
 
-    call = route.upstream_call(inference if outbound is None else outbound.requests[0])
-    prompt_estimate = call.prompt_estimate
     cost = prompt_estimate + _completion_reserve(runtime, inference)
     try:
         decision = await runtime.limiter.admit(identity.name, route.name, cost, deadline)
@@ -279,6 +279,34 @@ def _route(runtime: Runtime, identity: Identity, model: str, record: RequestReco
     if not identity.may_use(model):
         raise errors.model_not_allowed(model)
     return route
+
+
+def _chain(
+    runtime: Runtime, identity: Identity, route: ModelRoute, inference: InferenceRequest
+) -> list[ModelRoute]:
+    """The model asked for, then the fallbacks the tenant may use and the request fits."""
+    fallbacks = [runtime.routes[n] for n in route.config.fallback if identity.may_use(n)]
+    if any(r.config.context_length is not None for r in fallbacks):
+        # The messages' own estimate (each fallback renders its own prompt, a few
+        # tokens apart): a fallback the request cannot fit is left out.
+        tokens = estimate_request_tokens(inference)
+        fallbacks = [r for r in fallbacks if _fits(r, tokens, inference)]
+    return [route, *fallbacks]
+
+
+def _fits(route: ModelRoute, prompt_tokens: int, inference: InferenceRequest) -> bool:
+    limit = route.config.context_length
+    return limit is None or prompt_tokens + inference.params.max_tokens <= limit
+
+
+def _check_context(route: ModelRoute, prompt_tokens: int, inference: InferenceRequest) -> None:
+    """Refuse a request whose prompt and completion cannot fit the model's context."""
+    if not _fits(route, prompt_tokens, inference):
+        limit = route.config.context_length
+        assert limit is not None
+        raise errors.context_length_exceeded(
+            route.name, limit, prompt_tokens, inference.params.max_tokens
+        )
 
 
 def _priority(runtime: Runtime, identity: Identity, asked: str | None) -> str:

@@ -96,6 +96,19 @@ def sensitive_data_blocked(model: str, categories: list[str]) -> APIError:
     )
 
 
+def context_length_exceeded(model: str, limit: int, prompt: int, completion: int) -> APIError:
+    """OpenAI's error for a request longer than the model's context, in its words."""
+    return APIError(
+        400,
+        f"This model's maximum context length is {limit} tokens. However, you requested "
+        f"{prompt + completion} tokens ({prompt} in the messages, {completion} in the "
+        f"completion). Please reduce the length of the messages or completion. "
+        f"(model `{model}`; prompt tokens are the gateway's estimate)",
+        param="messages",
+        code="context_length_exceeded",
+    )
+
+
 def model_not_found(model: str) -> APIError:
     return APIError(
         404,

@@ -223,6 +223,9 @@ class ModelConfig(Strict):
     prompt_template: str = "chatml"
     max_tokens_default: PositiveInt = 256
     max_tokens_limit: PositiveInt = 4096
+    # Tokens of prompt and completion together the model takes; a longer request is
+    # refused up front (context_length_exceeded), before it is charged or queued.
+    context_length: PositiveInt | None = None
     timeouts: Timeouts = Timeouts()
     fallback: list[str] = []
     # When to move to the fallback chain.

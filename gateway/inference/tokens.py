@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from gateway.inference.types import ChatMessage
+from gateway.inference.types import ChatMessage, InferenceRequest, RequestKind
 
 # About four characters per token for English text with BPE tokenizers; used only to
 # estimate before the upstream reports exact counts.
@@ -28,3 +28,10 @@ def estimate_chat_tokens(messages: Iterable[ChatMessage]) -> int:
     for message in messages:
         total += TOKENS_PER_MESSAGE + estimate_tokens(message.content)
     return total
+
+
+def estimate_request_tokens(request: InferenceRequest) -> int:
+    """A rough prompt token count of `request` before any template renders it."""
+    if request.kind is RequestKind.CHAT:
+        return estimate_chat_tokens(request.messages)
+    return estimate_tokens(request.prompt)
