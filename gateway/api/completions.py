@@ -286,12 +286,23 @@ def _chain(
 ) -> list[ModelRoute]:
     """The model asked for, then the fallbacks the tenant may use and the request fits."""
     fallbacks = [runtime.routes[n] for n in route.config.fallback if identity.may_use(n)]
+    if uses_tools(inference):  # only models that can take them
+        if not route.config.capabilities.tools:
+            raise errors.unsupported_parameter(route.name, "tools")
+        fallbacks = [r for r in fallbacks if r.config.capabilities.tools]
     if any(r.config.context_length is not None for r in fallbacks):
         # The messages' own estimate (each fallback renders its own prompt, a few
         # tokens apart): a fallback the request cannot fit is left out.
         tokens = estimate_request_tokens(inference)
         fallbacks = [r for r in fallbacks if _fits(r, tokens, inference)]
     return [route, *fallbacks]
+
+
+def uses_tools(inference: InferenceRequest) -> bool:
+    """Whether the request offers tools or carries tool calls or results."""
+    return bool(inference.tools) or any(
+        m.tool_calls or m.tool_call_id is not None for m in inference.messages
+    )
 
 
 def _fits(route: ModelRoute, prompt_tokens: int, inference: InferenceRequest) -> bool:
@@ -450,19 +461,26 @@ async def _sse_events(
     status = 499
     charging = exchange.decision.reservation is not None
     try:
+        called = False
         if first is not None:
             meter.add(first)
             if first.text:
                 yield writer.text(first.text)
+            if first.tool_calls:
+                called = True
+                yield writer.tool_calls(first.tool_calls)
             async for delta in deltas:
                 meter.add(delta)
                 if charging:
                     exchange.charge(meter.usage(exchange.prompt_estimate).total_tokens)
                 if delta.text:
                     yield writer.text(delta.text)
+                if delta.tool_calls:
+                    called = True
+                    yield writer.tool_calls(delta.tool_calls)
         usage = meter.usage(exchange.prompt_estimate)
         finish = meter.finish_reason or exchange.work.first_call.finish_reason(
-            usage.completion_tokens
+            usage.completion_tokens, called
         )
         yield writer.finish(finish)
         if request.include_usage:

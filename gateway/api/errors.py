@@ -109,6 +109,16 @@ def context_length_exceeded(model: str, limit: int, prompt: int, completion: int
     )
 
 
+def unsupported_parameter(model: str, param: str) -> APIError:
+    """The request uses what the model cannot do (`capabilities` in gateway.yaml)."""
+    return APIError(
+        400,
+        f"The model `{model}` does not support `{param}`.",
+        param=param,
+        code="unsupported_parameter",
+    )
+
+
 def model_not_found(model: str) -> APIError:
     return APIError(
         404,

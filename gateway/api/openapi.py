@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from gateway.api.requests import INT64, MAX_STOP, ROLES
+from gateway.api.requests import INT64, MAX_STOP, MAX_TOOLS, ROLES
 
 Schema = dict[str, Any]
 
@@ -41,8 +41,65 @@ _MESSAGE: Schema = {
             ]
         },
         "name": {"type": "string"},
+        "tool_calls": {"type": "array", "items": {"$ref": "#/components/schemas/ToolCall"}},
+        "tool_call_id": {"type": "string", "minLength": 1},
     },
     "required": ["role"],
+}
+_TOOL_CALL: Schema = {
+    "type": "object",
+    "properties": {
+        "id": {"type": "string", "minLength": 1},
+        "type": {"const": "function"},
+        "function": {
+            "type": "object",
+            "properties": {
+                "name": {"type": "string", "minLength": 1},
+                "arguments": {"type": "string"},
+            },
+            "required": ["name", "arguments"],
+        },
+    },
+    "required": ["id", "function"],
+}
+_TOOL: Schema = {
+    "type": "object",
+    "properties": {
+        "type": {"const": "function"},
+        "function": {
+            "type": "object",
+            "properties": {
+                "name": {"type": "string", "pattern": "^[A-Za-z0-9_-]{1,64}$"},
+                "description": {"type": "string"},
+                "parameters": {"type": "object", "description": "a JSON Schema"},
+                "strict": {"type": "boolean"},
+            },
+            "required": ["name"],
+        },
+    },
+    "required": ["type", "function"],
+}
+_TOOLS: dict[str, Schema] = {
+    "tools": {"type": "array", "items": _TOOL, "maxItems": MAX_TOOLS},
+    "tool_choice": {
+        "oneOf": [
+            {"enum": ["none", "auto", "required"]},
+            {
+                "type": "object",
+                "properties": {
+                    "type": {"const": "function"},
+                    "function": {
+                        "type": "object",
+                        "properties": {"name": {"type": "string"}},
+                        "required": ["name"],
+                    },
+                },
+                "required": ["type", "function"],
+                "description": "one of `tools`, by name",
+            },
+        ]
+    },
+    "parallel_tool_calls": {"type": "boolean"},
 }
 # Fields OpenAI defines for behaviour the gateway does not implement: only the value
 # that asks for the default is accepted (`requests.DEFAULT_ONLY`, the same fields).
@@ -50,9 +107,7 @@ DEFAULT_ONLY_SCHEMAS: dict[str, Schema] = {
     "n": {"const": 1},
     "logprobs": {"const": False},
     "top_logprobs": {"const": 0},
-    "tools": {"type": "array", "maxItems": 0},
     "functions": {"type": "array", "maxItems": 0},
-    "tool_choice": {"enum": ["none", "auto"]},
     "function_call": {"enum": ["none", "auto"]},
     "response_format": {
         "type": "object",
@@ -88,6 +143,7 @@ CHAT_REQUEST: Schema = {
     "properties": {
         **_SAMPLING,
         "messages": {"type": "array", "items": _MESSAGE, "minItems": 1},
+        **_TOOLS,
         **DEFAULT_ONLY_SCHEMAS,
     },
     "required": ["model", "messages"],
@@ -171,7 +227,10 @@ def openapi_document(models: Sequence[str] = ()) -> Schema:
     return {
         "openapi": "3.1.0",
         "info": {"title": "Inference gateway", "version": "1"},
-        "components": {"securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}}},
+        "components": {
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+            "schemas": {"ToolCall": _TOOL_CALL},
+        },
         "paths": {
             "/v1/chat/completions": {"post": _completion_operation("Chat completion", chat)},
             "/v1/completions": {"post": _completion_operation("Text completion", text)},

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
+import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import orjson
+from jsonschema.exceptions import SchemaError
+from jsonschema.validators import validator_for
 
 from gateway.api.errors import APIError, bad_request
 from gateway.inference.types import (
@@ -13,6 +17,8 @@ from gateway.inference.types import (
     InferenceRequest,
     RequestKind,
     SamplingParams,
+    Tool,
+    ToolCall,
 )
 
 # What the parser accepts; `api/openapi.py` documents the same values.
@@ -34,10 +40,9 @@ def _is_number(value: object, wanted: float) -> bool:
 # is refused loudly rather than silently answered with something else than asked.
 # name -> (is the default, what is accepted)
 DEFAULT_ONLY: dict[str, tuple[Callable[[object], bool], str]] = {
-    "tools": (lambda v: v == [], "an empty list"),
-    "functions": (lambda v: v == [], "an empty list"),
-    "tool_choice": (lambda v: v in ("none", "auto"), '"none" or "auto" (there are no tools)'),
-    "function_call": (lambda v: v in ("none", "auto"), '"none" or "auto"'),
+    # The deprecated forms of `tools` and `tool_choice`.
+    "functions": (lambda v: v == [], "an empty list (use `tools`)"),
+    "function_call": (lambda v: v in ("none", "auto"), '"none" or "auto" (use `tool_choice`)'),
     "logprobs": (lambda v: v is False, "false"),
     "top_logprobs": (lambda v: _is_int(v, 0), "0"),
     "response_format": (lambda v: v == {"type": "text"}, '{"type": "text"}'),
@@ -68,7 +73,16 @@ def parse_chat(data: Mapping[str, Any], default_max_tokens: int) -> InferenceReq
     if not isinstance(raw_messages, list) or not raw_messages:
         raise bad_request("`messages` must be a non-empty array.", "messages")
     messages = tuple(_message(m, i) for i, m in enumerate(raw_messages))
-    return _request(data, RequestKind.CHAT, default_max_tokens, messages=messages)
+    _check_tool_results(messages)
+    request = _request(data, RequestKind.CHAT, default_max_tokens, messages=messages)
+    tools = parse_tools(data.get("tools"))
+    choice, forced = _tool_choice(data.get("tool_choice"), tools)
+    parallel = _optional_bool(data, "parallel_tool_calls")
+    if not tools and parallel is not None:
+        parallel = None  # meaningless without tools; SDKs send it anyway
+    return dataclasses.replace(
+        request, tools=tools, tool_choice=choice, forced_tool=forced, parallel_tool_calls=parallel
+    )
 
 
 def parse_completion(data: Mapping[str, Any], default_max_tokens: int) -> InferenceRequest:
@@ -157,6 +171,16 @@ def _message(raw: object, index: int) -> ChatMessage:
             f"`{where}.role` must be one of {', '.join(sorted(ROLES))}.", f"{where}.role"
         )
     content = raw.get("content")
+    tool_calls = _tool_calls(raw.get("tool_calls"), where) if role == "assistant" else ()
+    tool_call_id = None
+    if role == "tool":
+        tool_call_id = raw.get("tool_call_id")
+        if not isinstance(tool_call_id, str) or not tool_call_id:
+            raise bad_request(
+                f"`{where}.tool_call_id` is required on a `tool` message: the id of the call "
+                "it answers.",
+                f"{where}.tool_call_id",
+            )
     if isinstance(content, list):
         # The multi-part form: only text parts can reach a text model.
         parts = []
@@ -171,10 +195,143 @@ def _message(raw: object, index: int) -> ChatMessage:
             parts.append(text)
         content = "".join(parts)
     if content is None and role == "assistant":
-        content = ""
+        content = ""  # an assistant turn of tool calls only
     if not isinstance(content, str):
         raise bad_request(f"`{where}.content` must be a string.", f"{where}.content")
-    return ChatMessage(role=role, content=content)
+    return ChatMessage(role, content, tool_calls=tool_calls, tool_call_id=tool_call_id)
+
+
+# OpenAI's rule for function names.
+_TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+MAX_TOOLS = 128
+
+
+def parse_tools(raw: object) -> tuple[Tool, ...]:
+    """`tools`: function definitions, each with a unique name and an object schema."""
+    if raw is None:
+        return ()
+    if not isinstance(raw, list) or len(raw) > MAX_TOOLS:
+        raise bad_request(f"`tools` must be an array of at most {MAX_TOOLS} tools.", "tools")
+    tools = []
+    names: set[str] = set()
+    for index, entry in enumerate(raw):
+        where = f"tools[{index}]"
+        if not isinstance(entry, dict) or entry.get("type") != "function":
+            raise bad_request(f'`{where}.type` must be "function".', f"{where}.type")
+        function = entry.get("function")
+        if not isinstance(function, dict):
+            raise bad_request(f"`{where}.function` must be an object.", f"{where}.function")
+        name = function.get("name")
+        if not isinstance(name, str) or not _TOOL_NAME.fullmatch(name):
+            raise bad_request(
+                f"`{where}.function.name` must be 1 to 64 letters, digits, `_` or `-`.",
+                f"{where}.function.name",
+            )
+        if name in names:
+            raise bad_request(
+                f"`{where}.function.name`: `{name}` is defined twice.", f"{where}.function.name"
+            )
+        names.add(name)
+        description = function.get("description")
+        if description is not None and not isinstance(description, str):
+            raise bad_request(
+                f"`{where}.function.description` must be a string.",
+                f"{where}.function.description",
+            )
+        parameters = function.get("parameters")
+        if parameters is not None:
+            check_json_schema(parameters, f"{where}.function.parameters")
+        strict = function.get("strict")
+        if strict is not None and not isinstance(strict, bool):
+            raise bad_request(
+                f"`{where}.function.strict` must be a boolean.", f"{where}.function.strict"
+            )
+        tools.append(Tool(name, description, parameters, strict))
+    return tuple(tools)
+
+
+def check_json_schema(schema: object, param: str) -> None:
+    """A 400 naming `param` unless `schema` is an object and a valid JSON Schema."""
+    if not isinstance(schema, dict):
+        raise bad_request(f"`{param}` must be a JSON Schema object.", param)
+    try:
+        validator_for(schema).check_schema(schema)
+    except SchemaError as exc:
+        raise bad_request(f"`{param}` is not a valid JSON Schema: {exc.message}", param) from None
+
+
+def _tool_choice(raw: object, tools: tuple[Tool, ...]) -> tuple[str | None, str | None]:
+    """(mode, forced function name) of `tool_choice`."""
+    if raw is None:
+        return None, None
+    if raw == "none" or raw == "auto":
+        return raw, None
+    if raw == "required" or isinstance(raw, dict):
+        if not tools:
+            raise bad_request(
+                "`tool_choice` asks for a tool call, but `tools` is empty.", "tool_choice"
+            )
+        if not isinstance(raw, dict):
+            return "required", None
+        function = raw.get("function") if raw.get("type") == "function" else None
+        name = function.get("name") if isinstance(function, dict) else None
+        if not isinstance(name, str):
+            raise bad_request(
+                '`tool_choice` must be "none", "auto", "required" or '
+                '{"type": "function", "function": {"name": ...}}.',
+                "tool_choice",
+            )
+        if name not in {tool.name for tool in tools}:
+            raise bad_request(
+                f"`tool_choice.function.name`: `{name}` is not one of `tools`.",
+                "tool_choice.function.name",
+            )
+        return "required", name
+    raise bad_request(
+        '`tool_choice` must be "none", "auto", "required" or a function.', "tool_choice"
+    )
+
+
+def _tool_calls(raw: object, where: str) -> tuple[ToolCall, ...]:
+    """An assistant message's `tool_calls`, as the client sends its history back."""
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        raise bad_request(f"`{where}.tool_calls` must be an array.", f"{where}.tool_calls")
+    calls = []
+    for index, entry in enumerate(raw):
+        at = f"{where}.tool_calls[{index}]"
+        function = entry.get("function") if isinstance(entry, dict) else None
+        if not isinstance(entry, dict) or not isinstance(function, dict):
+            raise bad_request(f"`{at}` must be a function call object.", at)
+        call_id, name, arguments = entry.get("id"), function.get("name"), function.get("arguments")
+        if not isinstance(call_id, str) or not call_id:
+            raise bad_request(f"`{at}.id` must be a non-empty string.", f"{at}.id")
+        if not isinstance(name, str) or not name:
+            raise bad_request(
+                f"`{at}.function.name` must be a non-empty string.", f"{at}.function.name"
+            )
+        if not isinstance(arguments, str):
+            raise bad_request(
+                f"`{at}.function.arguments` must be a string (JSON text).",
+                f"{at}.function.arguments",
+            )
+        calls.append(ToolCall(call_id, name, arguments))
+    return tuple(calls)
+
+
+def _check_tool_results(messages: tuple[ChatMessage, ...]) -> None:
+    """Every `tool` message answers a call an earlier assistant message made."""
+    called: set[str] = set()
+    for index, message in enumerate(messages):
+        called.update(call.id for call in message.tool_calls)
+        if message.tool_call_id is not None and message.tool_call_id not in called:
+            where = f"messages[{index}].tool_call_id"
+            raise bad_request(
+                f"`{where}`: no earlier assistant message made a call with the id "
+                f"`{message.tool_call_id}`.",
+                where,
+            )
 
 
 def _stop(raw: object) -> tuple[str, ...]:

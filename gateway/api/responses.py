@@ -8,7 +8,14 @@ from typing import Any
 import orjson
 
 from gateway.inference.ids import random_id
-from gateway.inference.types import Completion, InferenceRequest, RequestKind, Usage
+from gateway.inference.types import (
+    Completion,
+    InferenceRequest,
+    RequestKind,
+    ToolCall,
+    ToolCallDelta,
+    Usage,
+)
 
 SSE_DONE = b"data: [DONE]\n\n"
 
@@ -32,9 +39,14 @@ def completion_body(
     """The JSON body of a non-streamed response."""
     choice: dict[str, Any]
     if request.kind is RequestKind.CHAT:
+        message: dict[str, Any] = {"role": "assistant", "content": completion.text}
+        if completion.tool_calls:
+            # As OpenAI answers a turn of calls: content null unless the model also wrote.
+            message["content"] = completion.text or None
+            message["tool_calls"] = [_tool_call(call) for call in completion.tool_calls]
         choice = {
             "index": 0,
-            "message": {"role": "assistant", "content": completion.text},
+            "message": message,
             "logprobs": None,
             "finish_reason": completion.finish_reason,
         }
@@ -57,6 +69,14 @@ def completion_body(
             "usage": _usage(completion.usage),
         }
     )
+
+
+def _tool_call(call: ToolCall) -> dict[str, Any]:
+    return {
+        "id": call.id,
+        "type": "function",
+        "function": {"name": call.name, "arguments": call.arguments},
+    }
 
 
 class ChunkWriter:
@@ -95,6 +115,26 @@ class ChunkWriter:
             }
         else:
             choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": None}
+        return self._event([choice])
+
+    def tool_calls(self, fragments: tuple[ToolCallDelta, ...]) -> bytes:
+        """An event carrying pieces of tool calls: a call's first piece has its id, type
+        and name (and arguments so far), later pieces only more of its arguments."""
+        calls = []
+        for fragment in fragments:
+            call: dict[str, Any] = {"index": fragment.index}
+            function: dict[str, str] = {"arguments": fragment.arguments}
+            if fragment.id is not None:
+                call["id"], call["type"] = fragment.id, "function"
+            if fragment.name is not None:
+                function["name"] = fragment.name
+            call["function"] = function
+            calls.append(call)
+        delta: dict[str, Any] = {"tool_calls": calls}
+        if not self._role_sent:
+            delta = {"role": "assistant", "content": None, "tool_calls": calls}
+            self._role_sent = True
+        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": None}
         return self._event([choice])
 
     def finish(self, finish_reason: str) -> bytes:

@@ -9,7 +9,17 @@ import orjson
 
 from gateway.backends.base import UpstreamError
 from gateway.backends.http import LazySession, get_ok, post, sse_payloads
-from gateway.inference.types import Completion, Delta, RequestKind, UpstreamCall, Usage
+from gateway.inference.types import (
+    ChatMessage,
+    Completion,
+    Delta,
+    RequestKind,
+    Tool,
+    ToolCall,
+    ToolCallDelta,
+    UpstreamCall,
+    Usage,
+)
 
 
 class OpenAIBackend:
@@ -31,8 +41,10 @@ class OpenAIBackend:
             data = orjson.loads(await r.read())
         try:
             choice = data["choices"][0]
+            tool_calls: tuple[ToolCall, ...] = ()
             if call.kind is RequestKind.CHAT:
                 text = choice["message"].get("content") or ""
+                tool_calls = _tool_calls(choice["message"].get("tool_calls"))
             else:
                 text = choice["text"]
         except (KeyError, IndexError, TypeError) as exc:
@@ -42,6 +54,7 @@ class OpenAIBackend:
             text=text,
             usage=usage or Usage(),
             finish_reason=choice.get("finish_reason") or "stop",
+            tool_calls=tool_calls,
         )
 
     async def stream(self, url: str, call: UpstreamCall) -> AsyncGenerator[Delta, None]:
@@ -75,7 +88,17 @@ def _payload(call: UpstreamCall, stream: bool) -> bytes:
     params = call.params
     body: dict[str, Any] = {"model": call.upstream_model, "max_tokens": params.max_tokens}
     if call.kind is RequestKind.CHAT:
-        body["messages"] = [{"role": m.role, "content": m.content} for m in call.messages]
+        body["messages"] = [_message(m) for m in call.messages]
+        if call.tools:
+            body["tools"] = [_tool(t) for t in call.tools]
+        if call.tool_choice is not None:
+            body["tool_choice"] = (
+                {"type": "function", "function": {"name": call.forced_tool}}
+                if call.forced_tool is not None
+                else call.tool_choice
+            )
+        if call.parallel_tool_calls is not None:
+            body["parallel_tool_calls"] = call.parallel_tool_calls
     else:
         body["prompt"] = call.prompt
     if stream:
@@ -89,6 +112,67 @@ def _payload(call: UpstreamCall, stream: bool) -> bytes:
     if params.stop:
         body["stop"] = list(params.stop)
     return orjson.dumps(body)
+
+
+def _message(message: ChatMessage) -> dict[str, Any]:
+    out: dict[str, Any] = {"role": message.role, "content": message.content}
+    if message.tool_calls:
+        out["tool_calls"] = [
+            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+            for c in message.tool_calls
+        ]
+        out["content"] = message.content or None
+    if message.tool_call_id is not None:
+        out["tool_call_id"] = message.tool_call_id
+    return out
+
+
+def _tool(tool: Tool) -> dict[str, Any]:
+    function: dict[str, Any] = {"name": tool.name}
+    if tool.description is not None:
+        function["description"] = tool.description
+    if tool.parameters is not None:
+        function["parameters"] = tool.parameters
+    if tool.strict is not None:
+        function["strict"] = tool.strict
+    return {"type": "function", "function": function}
+
+
+def _tool_calls(raw: object) -> tuple[ToolCall, ...]:
+    """A response message's `tool_calls`."""
+    if not raw:
+        return ()
+    if not isinstance(raw, list):
+        raise UpstreamError("malformed upstream response: tool_calls is not a list")
+    try:
+        return tuple(
+            ToolCall(c["id"], c["function"]["name"], c["function"].get("arguments") or "")
+            for c in raw
+        )
+    except (KeyError, TypeError) as exc:
+        raise UpstreamError(f"malformed upstream tool call: {exc!r}") from exc
+
+
+def _tool_call_deltas(raw: object) -> tuple[ToolCallDelta, ...]:
+    """A stream chunk's `delta.tool_calls` fragments."""
+    if not raw:
+        return ()
+    if not isinstance(raw, list):
+        raise UpstreamError("malformed upstream chunk: tool_calls is not a list")
+    deltas = []
+    for fragment in raw:
+        if not isinstance(fragment, dict) or not isinstance(fragment.get("index"), int):
+            raise UpstreamError("malformed upstream chunk: a tool call fragment has no index")
+        function = fragment.get("function") or {}
+        deltas.append(
+            ToolCallDelta(
+                index=fragment["index"],
+                id=fragment.get("id"),
+                name=function.get("name"),
+                arguments=function.get("arguments") or "",
+            )
+        )
+    return tuple(deltas)
 
 
 def _usage(raw: object) -> Usage | None:
@@ -111,10 +195,16 @@ def _chunk_delta(chunk: dict[str, Any], kind: RequestKind) -> Delta | None:
         # The trailing usage chunk: exact totals, no text.
         return Delta(text="", usage=usage)
     choice = choices[0]
+    tool_calls: tuple[ToolCallDelta, ...] = ()
     if kind is RequestKind.CHAT:
-        text = (choice.get("delta") or {}).get("content") or ""
+        delta = choice.get("delta") or {}
+        text = delta.get("content") or ""
+        tool_calls = _tool_call_deltas(delta.get("tool_calls"))
     else:
         text = choice.get("text") or ""
     return Delta(
-        text=text, output_tokens=1 if text else 0, finish_reason=choice.get("finish_reason")
+        text=text,
+        output_tokens=1 if text or tool_calls else 0,
+        finish_reason=choice.get("finish_reason"),
+        tool_calls=tool_calls,
     )

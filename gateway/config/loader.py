@@ -18,6 +18,7 @@ from gateway.config.cluster_config import check_cluster
 from gateway.config.keys import HASH_PREFIX, InvalidKey, parse_key_entry
 from gateway.config.schema import (
     AdmissionConfig,
+    BackendKind,
     Config,
     GatewayConfig,
     ServerConfig,
@@ -117,6 +118,7 @@ def _check_gateway(source: Source) -> tuple[GatewayConfig | None, list[Problem]]
     problems += _template_problems(source)
     problems += _replica_problems(source)
     problems += _ops_port_problems(source)
+    problems += _capability_problems(source)
     gateway, invalid = validate_source(GatewayConfig, source)
     problems += invalid
     return (None if problems else gateway), _sorted(problems)
@@ -315,6 +317,19 @@ def _cluster_problems(source: Source) -> list[Problem]:
         if isinstance(config, dict) and not config.get("replicas") and name not in deployed:
             loc = ("models", name, "replicas")
             message = f"no replicas, and {cluster_name} has no deployment of '{name}'"
+            problems.append(source.problem(loc, at(loc, message)))
+    return problems
+
+
+def _capability_problems(source: Source) -> list[Problem]:
+    """Capabilities a model's backend cannot provide."""
+    problems = []
+    for name, model in _as_dict(_as_dict(source.data).get("models")).items():
+        model = _as_dict(model)
+        tools = _as_dict(model.get("capabilities")).get("tools")
+        if tools is True and model.get("backend") != BackendKind.OPENAI.value:
+            loc: Loc = ("models", name, "capabilities", "tools")
+            message = "only an `openai` backend can take tools"
             problems.append(source.problem(loc, at(loc, message)))
     return problems
 

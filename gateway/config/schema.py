@@ -194,6 +194,14 @@ class OutlierPolicy(Strict):
     max_ejection_s: PositiveFloat = 60.0
 
 
+class Capabilities(Strict):
+    """What a model can do beyond plain text; a request that needs more is a 400."""
+
+    # Function calling (`tools`, `tool_choice`, tool calls and results in the history):
+    # an `openai` upstream takes them as they are.
+    tools: bool = False
+
+
 class OutboundPolicy(StrEnum):
     """What happens to sensitive data in a request to an external model."""
 
@@ -226,6 +234,7 @@ class ModelConfig(Strict):
     # Tokens of prompt and completion together the model takes; a longer request is
     # refused up front (context_length_exceeded), before it is charged or queued.
     context_length: PositiveInt | None = None
+    capabilities: Capabilities = Capabilities()
     timeouts: Timeouts = Timeouts()
     fallback: list[str] = []
     # When to move to the fallback chain.

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Any
 
 
 class RequestKind(StrEnum):
@@ -12,9 +14,33 @@ class RequestKind(StrEnum):
 
 
 @dataclass(frozen=True, slots=True)
+class ToolCall:
+    """A function call a model made: the id its result answers, the function's name and
+    its arguments as JSON text (as the model wrote them)."""
+
+    id: str
+    name: str
+    arguments: str
+
+
+@dataclass(frozen=True, slots=True)
+class Tool:
+    """A function the model may call: `parameters` is its arguments' JSON Schema."""
+
+    name: str
+    description: str | None = None
+    parameters: Mapping[str, Any] | None = None
+    strict: bool | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class ChatMessage:
     role: str
     content: str
+    # An assistant's calls (its content may then be empty) ...
+    tool_calls: tuple[ToolCall, ...] = ()
+    # ... and, on a `tool` message, the id of the call it answers.
+    tool_call_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +66,12 @@ class InferenceRequest:
     # The client's own `max_tokens`, or None when the model default applies.
     requested_max_tokens: int | None = None
     user: str | None = None
+    # Functions the model may call; `tool_choice` is "none", "auto" or "required", or
+    # None (the backend's default); `forced_tool` names the one function it must call.
+    tools: tuple[Tool, ...] = ()
+    tool_choice: str | None = None
+    forced_tool: str | None = None
+    parallel_tool_calls: bool | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,10 +87,28 @@ class UpstreamCall:
     params: SamplingParams
     # Prompt tokens as estimated before the upstream counts them.
     prompt_estimate: int
+    # The request's tools, as `InferenceRequest` has them.
+    tools: tuple[Tool, ...] = ()
+    tool_choice: str | None = None
+    forced_tool: str | None = None
+    parallel_tool_calls: bool | None = None
 
-    def finish_reason(self, completion_tokens: int) -> str:
-        """OpenAI's finish reason for an output of this many tokens."""
+    def finish_reason(self, completion_tokens: int, tool_calls: bool = False) -> str:
+        """OpenAI's finish reason for an output of this many tokens (and tool calls)."""
+        if tool_calls:
+            return "tool_calls"
         return "length" if completion_tokens >= self.params.max_tokens else "stop"
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallDelta:
+    """A piece of a streamed tool call: the first piece of call `index` carries its id
+    and name, later ones more of its arguments."""
+
+    index: int
+    id: str | None = None
+    name: str | None = None
+    arguments: str = ""
 
 
 @dataclass(slots=True)
@@ -73,6 +123,7 @@ class Delta:
     finish_reason: str | None = None
     # Exact totals for the whole request, when the upstream reports them at the end.
     usage: Usage | None = None
+    tool_calls: tuple[ToolCallDelta, ...] = ()
 
 
 @dataclass(slots=True)
@@ -92,6 +143,7 @@ class Completion:
     text: str
     usage: Usage = field(default_factory=Usage)
     finish_reason: str = "stop"
+    tool_calls: tuple[ToolCall, ...] = ()
 
 
 class UsageMeter:
@@ -112,7 +164,7 @@ class UsageMeter:
             self.prompt_tokens = delta.input_tokens
         if delta.output_tokens is not None:
             self.completion_tokens += delta.output_tokens
-        elif delta.text:
+        elif delta.text or delta.tool_calls:
             # Streaming LLM backends send about one token per piece.
             self.completion_tokens += 1
         if delta.finish_reason is not None:

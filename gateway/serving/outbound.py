@@ -1,7 +1,7 @@
 """Outbound sanitization: sensitive data in a request stays in the cluster.
 
 A model marked `external` runs outside the cluster. Before a request is sent to one, its
-text (every message's content and other text fields, or the prompt) is scanned for
+text (every message's content and tool-call arguments, or the prompt) is scanned for
 secrets, personal data and internal host names (`gateway.privacy`), and the policy of
 the tenant for that model (`mask`, `block` or `off`; the tenant's `outbound` section,
 else the model's own) decides:
@@ -21,12 +21,12 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from gateway.config import Config, ModelConfig, Tenant
 from gateway.config.schema import OutboundPolicy
-from gateway.inference.types import ChatMessage, InferenceRequest
+from gateway.inference.types import InferenceRequest
 from gateway.observability import metrics
 from gateway.privacy.patterns import PERSONAL, SECRETS, host_detector
 from gateway.privacy.scanner import Finding, Masker, Scanner
@@ -58,13 +58,6 @@ def policy_for(tenant: Tenant, model: str, config: ModelConfig) -> OutboundPolic
         return OutboundPolicy.OFF
     own = tenant.outbound
     return own.models.get(model) or own.policy or config.outbound
-
-
-# The text fields of a message that are not its role (content today; tool calls and
-# their arguments when messages carry them).
-_TEXT_FIELDS = tuple(
-    f.name for f in dataclasses.fields(ChatMessage) if f.type == "str" and f.name != "role"
-)
 
 
 class OutboundGuard:
@@ -114,22 +107,28 @@ class OutboundGuard:
         return Outbound(models, requests)
 
 
-# Findings of every text of a request, by the text's place in it: (message index, field)
-# for messages, (-1, "prompt") for a completion's prompt.
-_Place = tuple[int, str]
+# Findings of every text of a request, by the text's place in it: ("prompt",) for a
+# completion's prompt, (message index,) for a message's content, (message index, call
+# index) for the arguments of a tool call. Roles, names and call ids are not scanned:
+# they are not the user's data, and a masked call id would no longer pair its result.
+_Place = tuple[int, ...] | tuple[str]
+_PROMPT: _Place = ("prompt",)
+
+
+def _texts(request: InferenceRequest) -> Iterator[tuple[_Place, str]]:
+    if request.prompt:
+        yield _PROMPT, request.prompt
+    for index, message in enumerate(request.messages):
+        if message.content:
+            yield (index,), message.content
+        for call_index, call in enumerate(message.tool_calls):
+            yield (index, call_index), call.arguments
 
 
 def _scan(
     request: InferenceRequest, find: Callable[[str], list[Finding]]
 ) -> dict[_Place, list[Finding]]:
-    found: dict[_Place, list[Finding]] = {}
-    if request.prompt:
-        found[(-1, "prompt")] = find(request.prompt)
-    for index, message in enumerate(request.messages):
-        for name in _TEXT_FIELDS:
-            text = getattr(message, name)
-            if text:
-                found[(index, name)] = find(text)
+    found = {place: find(text) for place, text in _texts(request)}
     return {place: findings for place, findings in found.items() if findings}
 
 
@@ -138,17 +137,20 @@ def _rewrite(
 ) -> InferenceRequest:
     """`request` with every finding masked, in the order the texts come."""
     prompt = request.prompt
-    if (-1, "prompt") in findings:
-        prompt = masker.mask(prompt, findings[(-1, "prompt")])
+    if _PROMPT in findings:
+        prompt = masker.mask(prompt, findings[_PROMPT])
     messages = list(request.messages)
     for index, message in enumerate(messages):
-        changes = {
-            name: masker.mask(getattr(message, name), findings[(index, name)])
-            for name in _TEXT_FIELDS
-            if (index, name) in findings
-        }
-        if changes:
-            messages[index] = dataclasses.replace(message, **changes)
+        content = message.content
+        if (index,) in findings:
+            content = masker.mask(content, findings[(index,)])
+        calls = tuple(
+            dataclasses.replace(call, arguments=masker.mask(call.arguments, findings[place]))
+            if (place := (index, call_index)) in findings
+            else call
+            for call_index, call in enumerate(message.tool_calls)
+        )
+        messages[index] = dataclasses.replace(message, content=content, tool_calls=calls)
     return dataclasses.replace(request, prompt=prompt, messages=tuple(messages))
 
 

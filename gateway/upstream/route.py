@@ -63,7 +63,7 @@ class ModelRoute:
             estimate = estimate_tokens(prompt)
         else:
             # The server renders the messages itself: no need to render them here.
-            prompt, estimate = "", estimate_chat_tokens(request.messages)
+            prompt, estimate = "", estimate_chat_tokens(request.messages, request.tools)
         return UpstreamCall(
             kind=request.kind,
             upstream_model=self.upstream_model,
@@ -71,4 +71,8 @@ class ModelRoute:
             messages=request.messages,
             params=request.params,
             prompt_estimate=estimate,
+            tools=request.tools,
+            tool_choice=request.tool_choice,
+            forced_tool=request.forced_tool,
+            parallel_tool_calls=request.parallel_tool_calls,
         )

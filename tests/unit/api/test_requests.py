@@ -72,6 +72,16 @@ def test_stream_options_include_usage() -> None:
     assert request.stream and request.include_usage
 
 
+TOOL: dict[str, Any] = {
+    "type": "function",
+    "function": {
+        "name": "f",
+        "description": "adds one",
+        "parameters": {"type": "object", "properties": {"a": {"type": "integer"}}},
+    },
+}
+
+
 @pytest.mark.parametrize(
     ("fields", "param"),
     [
@@ -90,7 +100,52 @@ def test_stream_options_include_usage() -> None:
         ({"stop": [""]}, "stop"),
         ({"stream": "yes"}, "stream"),
         ({"stream_options": {"include_usage": True}}, "stream_options"),
-        ({"tools": [{"type": "function"}]}, "tools"),
+        ({"tools": [{"type": "function"}]}, "tools[0].function"),
+        ({"tools": {"type": "function"}}, "tools"),
+        ({"tools": [{"type": "retrieval"}]}, "tools[0].type"),
+        (
+            {"tools": [{"type": "function", "function": {"description": "x"}}]},
+            "tools[0].function.name",
+        ),
+        ({"tools": [TOOL, {**TOOL, "function": {"name": "x y"}}]}, "tools[1].function.name"),
+        ({"tools": [TOOL, TOOL]}, "tools[1].function.name"),
+        (
+            {"tools": [{**TOOL, "function": {"name": "f", "parameters": []}}]},
+            "tools[0].function.parameters",
+        ),
+        (
+            {"tools": [{**TOOL, "function": {"name": "f", "parameters": {"type": "objekt"}}}]},
+            "tools[0].function.parameters",
+        ),
+        (
+            {"tools": [TOOL], "tool_choice": {"type": "function", "function": {"name": "g"}}},
+            "tool_choice.function.name",
+        ),
+        ({"tools": [TOOL], "tool_choice": "sometimes"}, "tool_choice"),
+        ({"tools": [TOOL], "tool_choice": {"type": "function"}}, "tool_choice"),
+        ({"messages": [{"role": "tool", "content": "42"}]}, "messages[0].tool_call_id"),
+        (
+            {
+                "messages": [
+                    {"role": "user", "content": "x"},
+                    {"role": "tool", "tool_call_id": "c9", "content": "42"},
+                ]
+            },
+            "messages[1].tool_call_id",
+        ),
+        (
+            {
+                "messages": [
+                    {
+                        "role": "assistant",
+                        "content": None,
+                        "tool_calls": [{"id": "c1", "function": {"name": "f", "arguments": {}}}],
+                    }
+                ]
+            },
+            "messages[0].tool_calls[0].function.arguments",
+        ),
+        ({"messages": [{"role": "assistant", "tool_calls": "f"}]}, "messages[0].tool_calls"),
         ({"seed": 1.5}, "seed"),
         ({"seed": 2**63}, "seed"),
         ({"seed": -(2**63) - 1}, "seed"),
@@ -100,6 +155,7 @@ def test_stream_options_include_usage() -> None:
         ({"top_logprobs": 2}, "top_logprobs"),
         ({"response_format": {"type": "json_object"}}, "response_format"),
         ({"tool_choice": "required"}, "tool_choice"),
+        ({"parallel_tool_calls": "yes"}, "parallel_tool_calls"),
         ({"functions": [{"name": "f"}]}, "functions"),
         ({"best_of": 2}, "best_of"),
         ({"best_of": True}, "best_of"),
@@ -116,6 +172,37 @@ def test_stream_options_include_usage() -> None:
 )
 def test_invalid_fields_are_refused_by_name(fields: dict[str, Any], param: str) -> None:
     assert refused(chat(**fields)).param == param
+
+
+def test_tools_and_their_history_are_parsed() -> None:
+    calls = [
+        {"id": "call_1", "type": "function", "function": {"name": "f", "arguments": '{"a": 1}'}}
+    ]
+    request = parse_chat(
+        chat(
+            messages=[
+                {"role": "user", "content": "use f"},
+                {"role": "assistant", "content": None, "tool_calls": calls},
+                {"role": "tool", "tool_call_id": "call_1", "content": "2"},
+            ],
+            tools=[TOOL],
+            tool_choice={"type": "function", "function": {"name": "f"}},
+            parallel_tool_calls=False,
+        ),
+        default_max_tokens=8,
+    )
+    assert request.tools[0].name == "f"
+    assert request.tools[0].parameters == TOOL["function"]["parameters"]
+    assert (request.tool_choice, request.forced_tool) == ("required", "f")
+    assert request.parallel_tool_calls is False
+    assert request.messages[1].tool_calls[0].arguments == '{"a": 1}'
+    assert request.messages[1].content == ""
+    assert request.messages[2].tool_call_id == "call_1"
+
+
+def test_tool_choice_none_and_auto_need_no_tools() -> None:
+    for choice in ("none", "auto"):
+        assert parse_chat(chat(tool_choice=choice), default_max_tokens=8).tool_choice == choice
 
 
 def test_seed_takes_the_whole_int64_range() -> None:

@@ -300,6 +300,21 @@ def test_outbound_policies_are_checked() -> None:
     ]
 
 
+def test_tools_only_on_an_openai_backend() -> None:
+    gateway = GATEWAY.replace(
+        "    backend: triton_http\n", "    backend: triton_http\n    capabilities: {tools: true}\n"
+    )
+
+    assert problems(gateway) == [
+        "gateway.yaml:4: models.llm-large.capabilities.tools: only an `openai` backend can take "
+        "tools"
+    ]
+    openai = GATEWAY.replace(
+        "    backend: openai\n", "    backend: openai\n    capabilities: {tools: true}\n"
+    )
+    assert problems(openai) == []
+
+
 def test_duplicate_key_hash_across_and_within_tenants() -> None:
     tenants = TENANTS + (
         f"  beta:\n    api_keys:\n      - {hash_key(BETA_KEY)}\n      - {hash_key(BETA_KEY)}\n"
