@@ -326,10 +326,17 @@ def _capability_problems(source: Source) -> list[Problem]:
     problems = []
     for name, model in _as_dict(_as_dict(source.data).get("models")).items():
         model = _as_dict(model)
-        tools = _as_dict(model.get("capabilities")).get("tools")
-        if tools is True and model.get("backend") != BackendKind.OPENAI.value:
-            loc: Loc = ("models", name, "capabilities", "tools")
-            message = "only an `openai` backend can take tools"
+        capabilities = _as_dict(model.get("capabilities"))
+        openai = model.get("backend") == BackendKind.OPENAI.value
+        loc: Loc = ("models", name, "capabilities", "tools")
+        if capabilities.get("tools") is True and not openai and not capabilities.get("tool_parser"):
+            message = "a Triton model needs a `tool_parser` to read its calls"
+            problems.append(source.problem(loc, at(loc, message)))
+        if capabilities.get("tool_parser") and (openai or capabilities.get("tools") is not True):
+            loc = ("models", name, "capabilities", "tool_parser")
+            message = (
+                "an `openai` backend returns its calls parsed" if openai else "needs `tools: true`"
+            )
             problems.append(source.problem(loc, at(loc, message)))
     return problems
 

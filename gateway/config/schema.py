@@ -194,12 +194,21 @@ class OutlierPolicy(Strict):
     max_ejection_s: PositiveFloat = 60.0
 
 
+class ToolParserName(StrEnum):
+    """How a Triton model writes its tool calls (gateway/inference/tool_parsers.py)."""
+
+    HERMES = "hermes"  # <tool_call>{"name": ..., "arguments": ...}</tool_call>
+    LLAMA3_JSON = "llama3_json"  # {"name": ..., "parameters": ...}
+
+
 class Capabilities(Strict):
     """What a model can do beyond plain text; a request that needs more is a 400."""
 
     # Function calling (`tools`, `tool_choice`, tool calls and results in the history):
-    # an `openai` upstream takes them as they are.
+    # an `openai` upstream takes them as they are; a Triton model gets them rendered by
+    # its prompt template, and its calls are read from its text by `tool_parser`.
     tools: bool = False
+    tool_parser: ToolParserName | None = None
 
 
 class OutboundPolicy(StrEnum):

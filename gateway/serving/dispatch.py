@@ -35,6 +35,7 @@ from gateway.observability import metrics
 from gateway.upstream import failover
 from gateway.upstream.failover import NoReplicaLeft
 from gateway.upstream.route import ModelRoute
+from gateway.upstream.tool_calls import parser_for, read_completion, read_stream
 
 
 class DeadlineMissed(Exception):
@@ -112,6 +113,9 @@ class Dispatcher:
                 # asyncio.timeout, unlike wait_for, runs the call in this task: no new task.
                 async with asyncio.timeout(work.deadline - started):
                     completion = await failover.complete(route, call, work.deadline)
+                parser = parser_for(route, call)
+                if parser is not None:
+                    completion = read_completion(parser, completion)
             except TimeoutError:
                 _learn_too_slow(route, work, time.monotonic() - started)
                 raise DeadlineMissed(f"{route.name} did not answer before the deadline") from None
@@ -151,6 +155,9 @@ class Dispatcher:
             # failover bounds each attempt by it, and blames a replica that stays silent.
             first_by = started + min(route.config.timeouts.first_token_s, work.deadline - started)
             deltas = failover.stream(route, call, work.deadline, first_by)
+            parser = parser_for(route, call)
+            if parser is not None:
+                deltas = read_stream(parser, deltas)
             first: Delta | None
             try:
                 first = await anext(deltas)

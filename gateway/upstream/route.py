@@ -8,6 +8,7 @@ from gateway.backends.base import Backend
 from gateway.config import ModelConfig
 from gateway.inference.prompt import PromptTemplate
 from gateway.inference.tokens import estimate_chat_tokens, estimate_tokens
+from gateway.inference.tool_parsers import TOOL_PARSERS, ToolParser
 from gateway.inference.types import InferenceRequest, RequestKind, UpstreamCall
 from gateway.upstream.backoff import Backoff
 from gateway.upstream.budget import RetryBudget
@@ -51,6 +52,12 @@ class ModelRoute:
     resilience: RouteResilience
 
     @property
+    def tool_parser(self) -> ToolParser | None:
+        """How this model's calls are read from its text, if it writes them as text."""
+        name = self.config.capabilities.tool_parser
+        return None if name is None else TOOL_PARSERS[name.value]
+
+    @property
     def upstream_model(self) -> str:
         return self.config.upstream_model or self.name
 
@@ -59,7 +66,13 @@ class ModelRoute:
         if request.kind is not RequestKind.CHAT:
             prompt, estimate = request.prompt, estimate_tokens(request.prompt)
         elif self.backend.renders_prompt:
-            prompt = self.template.render(request.messages)
+            if request.tools and request.tool_choice != "none":
+                required = request.forced_tool or (
+                    "one of the functions" if request.tool_choice == "required" else None
+                )
+                prompt = self.template.render(request.messages, request.tools, required)
+            else:
+                prompt = self.template.render(request.messages)
             estimate = estimate_tokens(prompt)
         else:
             # The server renders the messages itself: no need to render them here.

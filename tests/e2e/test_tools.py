@@ -8,10 +8,12 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
+import jsonschema
 import openai
 import pytest
 from openai import OpenAI
 
+from gateway.dev.sim.server import TritonSim
 from tests.e2e.stack import Gateway, model, start_gateway, tenant
 from tests.e2e.tool_upstream import ToolModel
 from tests.e2e.upstreams import serve_in_thread
@@ -182,3 +184,82 @@ def test_tool_arguments_and_results_are_masked_for_an_external_model(
     assert json.loads(sent[1]["tool_calls"][0]["function"]["arguments"]) == {"key": "[API_KEY_1]"}
     assert sent[1]["tool_calls"][0]["id"] == "call_9"  # ids are not masked: they pair results
     assert sent[2]["content"] == "used [API_KEY_1]"
+
+
+# --- a Triton model that writes Hermes tool calls (the simulator) --------------------------
+
+HERMES = {"capabilities": {"tools": True, "tool_parser": "hermes"}, "max_tokens_default": 64}
+
+
+@pytest.fixture(scope="module")
+def triton_gateway(
+    sims: tuple[TritonSim, TritonSim], redis_url: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Gateway]:
+    a, _ = sims
+    models = {
+        "hermes-http": model("triton_http", [a.http_url], upstream_model="llm-small", **HERMES),
+        "hermes-grpc": model("triton_grpc", [a.grpc_target], upstream_model="llm-small", **HERMES),
+    }
+    gw = start_gateway(
+        tmp_path_factory.mktemp("triton-tools"), models, redis_url,
+        tenants={"acme": tenant("acme", ["*"])},
+    )  # fmt: skip
+    try:
+        yield gw
+    finally:
+        gw.process.terminate()
+        gw.process.wait(10)
+
+
+@pytest.fixture
+def triton(triton_gateway: Gateway) -> OpenAI:
+    return OpenAI(base_url=triton_gateway.base_url, api_key="sk-test-acme", max_retries=0)
+
+
+@pytest.mark.parametrize("name", ["hermes-http", "hermes-grpc"])
+def test_a_triton_model_calls_a_tool_with_arguments_valid_for_its_schema(
+    triton: OpenAI, name: str
+) -> None:
+    reply = triton.chat.completions.create(model=name, messages=ASK, tools=[WEATHER, TIME])
+    choice = reply.choices[0]
+    assert choice.finish_reason == "tool_calls"
+    (call,) = choice.message.tool_calls or []
+    assert call.function.name == "get_weather"
+    jsonschema.validate(json.loads(call.function.arguments), WEATHER["function"]["parameters"])
+    assert not choice.message.content  # the <tool_call> block is not left in the text
+
+
+@pytest.mark.parametrize("name", ["hermes-http", "hermes-grpc"])
+def test_a_triton_models_call_streams_as_it_is_written(triton: OpenAI, name: str) -> None:
+    chunks = list(
+        triton.chat.completions.create(model=name, messages=ASK, tools=[WEATHER], stream=True)
+    )
+    fragments = [tc for c in chunks if c.choices for tc in c.choices[0].delta.tool_calls or []]
+    assert fragments[0].function and fragments[0].function.name == "get_weather"
+    assert fragments[0].id and fragments[0].id.startswith("call_")
+    arguments = "".join((f.function.arguments or "") for f in fragments if f.function)
+    jsonschema.validate(json.loads(arguments), WEATHER["function"]["parameters"])
+    assert len([f for f in fragments if f.function and f.function.arguments]) > 1
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert "<tool_call>" not in text
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "tool_calls"
+
+
+def test_a_triton_agent_loop_and_a_forced_tool(triton: OpenAI) -> None:
+    messages: list[Any] = list(ASK)
+    reply = triton.chat.completions.create(
+        model="hermes-http", messages=messages, tools=[WEATHER, TIME],
+        tool_choice={"type": "function", "function": {"name": "get_time"}},
+    )  # fmt: skip
+    call = (reply.choices[0].message.tool_calls or [])[0]
+    assert call.function.name == "get_time"
+    messages.append(reply.choices[0].message.model_dump(exclude_none=True))
+    messages.append({"role": "tool", "tool_call_id": call.id, "content": "12:00 UTC"})
+    final = triton.chat.completions.create(model="hermes-http", messages=messages, tools=[TIME])
+    assert final.choices[0].finish_reason in ("stop", "length")
+    assert final.choices[0].message.tool_calls is None and final.choices[0].message.content
+    # tool_choice "none": the tools are not offered, the model answers in text.
+    plain = triton.chat.completions.create(
+        model="hermes-http", messages=ASK, tools=[WEATHER], tool_choice="none"
+    )
+    assert plain.choices[0].message.tool_calls is None and plain.choices[0].message.content

@@ -6,7 +6,9 @@ hundreds of streams overlap in one stub process.
 
 Text is deterministic: the words come from a hash of the prompt (and the `seed` request
 parameter), so tests can compute the expected answer with `generate_pieces`, which is
-importable without Triton.
+importable without Triton. Offered tools in the Hermes format (the chatml template
+renders them so) and not answering a tool's result, it calls one: a `<tool_call>` block
+whose arguments follow the function's JSON Schema.
 
 Inputs:  text_input BYTES [1], max_tokens INT32 [1] (optional, default 16),
          stream BOOL [1] (optional, default false).
@@ -23,6 +25,7 @@ import contextlib
 import hashlib
 import json
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -81,6 +84,10 @@ def generate_pieces(
     concatenation of the streamed tokens always equals the non-streamed text.
     """
     digest = _digest(prompt, seed)
+    call = tool_call_text(prompt, digest)
+    if call is not None:
+        # About four characters a token, as the input is counted.
+        return [call[i : i + 4] for i in range(0, len(call), 4)][:max_tokens]
     count = max(0, min(natural_length(prompt, seed), max_tokens))
     words = [_word(digest, i) for i in range(count)]
     text = "".join(words)
@@ -94,6 +101,68 @@ def generate_pieces(
         pieces.append(remaining[: len(word)])
         remaining = remaining[len(word) :]
     return pieces
+
+
+# The Hermes tool format of the chatml template (gateway/inference/prompt.py): the
+# tools, one JSON object a line, between <tools> tags in the system turn.
+_TOOLS = re.compile(rb"<tools>\n(.*?)\n</tools>", re.S)
+_MUST_CALL = re.compile(rb"You must call ([A-Za-z0-9_-]+)\.")
+_TURN = b"<|im_start|>"
+
+
+def tool_call_text(prompt: bytes, digest: bytes) -> str | None:
+    """The Hermes tool call the model answers with, or None when it answers in text:
+    tools are offered and the last turn is not a tool's result. It calls the function
+    the prompt says it must call, else the first; its arguments follow the function's
+    JSON Schema, with values drawn from the digest of the prompt."""
+    tools = _TOOLS.search(prompt)
+    turns = prompt.split(_TURN)
+    if tools is None or (len(turns) >= 2 and b"<tool_response>" in turns[-2]):
+        return None
+    functions = []
+    for line in tools.group(1).splitlines():
+        try:
+            functions.append(json.loads(line)["function"])
+        except (ValueError, KeyError, TypeError):
+            continue
+    if not functions:
+        return None
+    must = _MUST_CALL.search(prompt)
+    named = [f for f in functions if must and f.get("name") == must.group(1).decode()]
+    function = (named or functions)[0]
+    arguments = _value(function.get("parameters") or {}, digest, 0)
+    call = {"name": function.get("name"), "arguments": arguments}
+    return "<tool_call>\n" + json.dumps(call) + "\n</tool_call>"
+
+
+def _value(schema: Any, digest: bytes, depth: int) -> Any:
+    """A value valid for `schema` (the common JSON Schema keywords), from `digest`."""
+    h = int.from_bytes(hashlib.blake2b(digest + bytes([depth]), digest_size=4).digest(), "big")
+    if not isinstance(schema, dict):
+        return None
+    if schema.get("enum"):
+        return schema["enum"][h % len(schema["enum"])]
+    if "const" in schema:
+        return schema["const"]
+    kind = schema.get("type")
+    if isinstance(kind, list):
+        kind = next((k for k in kind if k != "null"), "null")
+    if kind == "object" or (kind is None and "properties" in schema):
+        properties = schema.get("properties") or {}
+        return {
+            name: _value(sub, digest + name.encode(), depth + 1) for name, sub in properties.items()
+        }
+    if kind == "array":
+        return [_value(schema.get("items") or {}, digest, depth + 1)]
+    if kind == "integer":
+        return h % 100
+    if kind == "number":
+        return (h % 1000) / 10
+    if kind == "boolean":
+        return bool(h & 1)
+    if kind == "null":
+        return None
+    return VOCABULARY[h % len(VOCABULARY)]
 
 
 def parse_stop(value: Any) -> list[str]:

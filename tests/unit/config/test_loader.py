@@ -300,19 +300,27 @@ def test_outbound_policies_are_checked() -> None:
     ]
 
 
-def test_tools_only_on_an_openai_backend() -> None:
-    gateway = GATEWAY.replace(
-        "    backend: triton_http\n", "    backend: triton_http\n    capabilities: {tools: true}\n"
-    )
+def test_a_triton_model_with_tools_needs_a_tool_parser() -> None:
+    def with_capabilities(backend: str, capabilities: str) -> str:
+        return GATEWAY.replace(
+            f"    backend: {backend}\n",
+            f"    backend: {backend}\n    capabilities: {capabilities}\n",
+        )
 
-    assert problems(gateway) == [
-        "gateway.yaml:4: models.llm-large.capabilities.tools: only an `openai` backend can take "
-        "tools"
+    assert problems(with_capabilities("triton_http", "{tools: true}")) == [
+        "gateway.yaml:4: models.llm-large.capabilities.tools: a Triton model needs a "
+        "`tool_parser` to read its calls"
     ]
-    openai = GATEWAY.replace(
-        "    backend: openai\n", "    backend: openai\n    capabilities: {tools: true}\n"
-    )
-    assert problems(openai) == []
+    assert problems(with_capabilities("triton_http", "{tools: true, tool_parser: mistral}")) == [
+        "gateway.yaml:4: models.llm-large.capabilities.tool_parser: Input should be 'hermes' "
+        "or 'llama3_json'"
+    ]
+    assert problems(with_capabilities("openai", "{tools: true, tool_parser: hermes}")) == [
+        "gateway.yaml:8: models.llm-small.capabilities.tool_parser: an `openai` backend "
+        "returns its calls parsed"
+    ]
+    assert problems(with_capabilities("triton_http", "{tools: true, tool_parser: hermes}")) == []
+    assert problems(with_capabilities("openai", "{tools: true}")) == []
 
 
 def test_duplicate_key_hash_across_and_within_tenants() -> None:

@@ -1,0 +1,140 @@
+"""Tool calls read from generated text, whole and streamed (hermes, llama3_json)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gateway.inference.tool_parsers import TOOL_PARSERS, Parsed, ToolParser
+
+HERMES = TOOL_PARSERS["hermes"]
+LLAMA3 = TOOL_PARSERS["llama3_json"]
+
+WEATHER = '{"name": "get_weather", "arguments": {"city": "Paris", "days": [1, 2], "opts": {}}}'
+TIME = '{"name": "get_time", "arguments": {"tz": "UTC"}}'
+HERMES_ANSWERS = [
+    "Let me check.\n<tool_call>\n" + WEATHER + "\n</tool_call>",
+    "<tool_call>\n" + WEATHER + "\n</tool_call>\n<tool_call>\n" + TIME + "\n</tool_call>",
+    "No tools needed: it is sunny {as always}.",
+    "<tool_call>\n" + WEATHER[:-10],  # cut off by max_tokens
+    "<tool_call>not json</tool_call> and text",
+]
+
+
+def streamed(parser: ToolParser, pieces: list[str]) -> tuple[str, list[tuple[str, str]]]:
+    """Content and (name, arguments) per call, from an answer fed in `pieces`."""
+    stream = parser.stream()
+    out = Parsed()
+    for piece in pieces:
+        out.add(stream.feed(piece))
+    out.add(stream.close())
+    names: dict[int, str] = {}
+    arguments: dict[int, str] = {}
+    ids: dict[int, str] = {}
+    for fragment in out.calls:
+        if fragment.name is not None:
+            assert fragment.index not in names, "a call's header is sent once"
+            assert fragment.id is not None
+            names[fragment.index], ids[fragment.index] = fragment.name, fragment.id
+        assert fragment.index in names, "arguments come after their call's header"
+        arguments[fragment.index] = arguments.get(fragment.index, "") + fragment.arguments
+    calls = [(names[i], arguments.get(i, "")) for i in sorted(names)]
+    return out.content, calls
+
+
+def whole(parser: ToolParser, text: str) -> tuple[str, list[tuple[str, str]]]:
+    content, calls = parser.parse(text)
+    return content, [(c.name, c.arguments) for c in calls]
+
+
+def test_hermes_reads_calls_and_keeps_the_text_around_them() -> None:
+    content, calls = HERMES.parse(HERMES_ANSWERS[0])
+    assert content == "Let me check."
+    (call,) = calls
+    assert call.name == "get_weather" and call.id.startswith("call_") and len(call.id) == 29
+    assert json.loads(call.arguments) == {"city": "Paris", "days": [1, 2], "opts": {}}
+    _, two = HERMES.parse(HERMES_ANSWERS[1])
+    assert [c.name for c in two] == ["get_weather", "get_time"]
+
+
+def test_an_unreadable_call_stays_text() -> None:
+    assert HERMES.parse(HERMES_ANSWERS[4]) == (HERMES_ANSWERS[4], ())
+    assert LLAMA3.parse('{"nam": "x"}') == ('{"nam": "x"}', ())
+    assert LLAMA3.parse("Just text {not a call}") == ("Just text {not a call}", ())
+
+
+def test_llama3_json_reads_one_or_more_calls() -> None:
+    answer = '<|python_tag|>{"name": "get_weather", "parameters": {"city": "Paris"}}; ' + TIME
+    content, calls = LLAMA3.parse(answer)
+    assert content == ""
+    assert [(c.name, json.loads(c.arguments)) for c in calls] == [
+        ("get_weather", {"city": "Paris"}),
+        ("get_time", {"tz": "UTC"}),
+    ]
+
+
+def test_streamed_fragments_come_as_the_text_arrives() -> None:
+    stream = HERMES.stream()
+    assert stream.feed("Let me check.\n<tool").content == "Let me check.\n"
+    header = stream.feed('_call>\n{"name": "get_weather", "arguments": {"city": ')
+    assert [(c.name, c.arguments) for c in header.calls] == [("get_weather", "")]
+    more = stream.feed('"Paris"}')  # that `}` may close the call object: not yet certain
+    assert "".join(c.arguments for c in more.calls) == '{"city": "Paris"'
+    end = stream.feed("}\n</tool_call>")
+    assert "".join(c.arguments for c in end.calls) == "}"
+
+
+@pytest.mark.parametrize("answer", [a for a in HERMES_ANSWERS if a != HERMES_ANSWERS[3]])
+def test_hermes_streamed_in_whole_gives_what_parse_gives(answer: str) -> None:
+    assert normalized(streamed(HERMES, [answer])) == normalized(whole(HERMES, answer))
+
+
+def test_a_call_cut_off_is_text_whole_and_a_call_as_written_streamed() -> None:
+    cut = HERMES_ANSWERS[3]
+    assert whole(HERMES, cut) == (cut, [])
+    content, calls = streamed(HERMES, [cut[:40], cut[40:]])
+    assert content == ""
+    assert calls == [("get_weather", '{"city": "Paris", "days": [1, 2], "o')]
+
+
+def normalized(result: tuple[str, list[tuple[str, str]]]) -> tuple[str, list[tuple[str, object]]]:
+    content, calls = result
+    decoded: list[tuple[str, object]] = []
+    for name, arguments in calls:
+        try:
+            decoded.append((name, json.loads(arguments)))
+        except ValueError:
+            decoded.append((name, arguments))
+    return content.strip(), decoded
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.sampled_from(HERMES_ANSWERS[:3]), st.lists(st.integers(1, 12), max_size=40))
+def test_hermes_any_split_gives_the_same_calls(answer: str, sizes: list[int]) -> None:
+    pieces, position = [], 0
+    for size in sizes:
+        pieces.append(answer[position : position + size])
+        position += size
+    pieces.append(answer[position:])
+    assert normalized(streamed(HERMES, pieces)) == normalized(whole(HERMES, answer))
+
+
+LLAMA3_ANSWERS = [
+    '{"name": "get_weather", "parameters": {"city": "Paris"}}',
+    '<|python_tag|>{"name": "get_weather", "parameters": {"city": "Paris"}}; ' + TIME,
+    "The answer is 42.",
+]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.sampled_from(LLAMA3_ANSWERS), st.lists(st.integers(1, 12), max_size=40))
+def test_llama3_any_split_gives_the_same_calls(answer: str, sizes: list[int]) -> None:
+    pieces, position = [], 0
+    for size in sizes:
+        pieces.append(answer[position : position + size])
+        position += size
+    pieces.append(answer[position:])
+    assert normalized(streamed(LLAMA3, pieces)) == normalized(whole(LLAMA3, answer))
