@@ -31,6 +31,7 @@ from gateway.api.requests import decode_json, parse_chat, parse_completion, requ
 from gateway.api.responses import SSE_DONE, ChunkWriter, completion_body, new_id, sse_error
 from gateway.api.streaming import ClientGone, DisconnectWatch, EventStreamResponse, StreamCut
 from gateway.backends.base import UpstreamError, UpstreamRejected, UpstreamTimeout
+from gateway.inference.structured import output_problem
 from gateway.inference.tokens import estimate_request_tokens
 from gateway.inference.types import Delta, InferenceRequest, RequestKind, Usage, UsageMeter
 from gateway.observability import metrics
@@ -286,10 +287,11 @@ def _chain(
 ) -> list[ModelRoute]:
     """The model asked for, then the fallbacks the tenant may use and the request fits."""
     fallbacks = [runtime.routes[n] for n in route.config.fallback if identity.may_use(n)]
-    if uses_tools(inference):  # only models that can take them
-        if not route.config.capabilities.tools:
-            raise errors.unsupported_parameter(route.name, "tools")
-        fallbacks = [r for r in fallbacks if r.config.capabilities.tools]
+    if uses_tools(inference) or inference.response_format is not None:
+        missing = missing_capability(route, inference)
+        if missing is not None:
+            raise errors.unsupported_parameter(route.name, missing)
+        fallbacks = [r for r in fallbacks if missing_capability(r, inference) is None]
     if any(r.config.context_length is not None for r in fallbacks):
         # The messages' own estimate (each fallback renders its own prompt, a few
         # tokens apart): a fallback the request cannot fit is left out.
@@ -303,6 +305,16 @@ def uses_tools(inference: InferenceRequest) -> bool:
     return bool(inference.tools) or any(
         m.tool_calls or m.tool_call_id is not None for m in inference.messages
     )
+
+
+def missing_capability(route: ModelRoute, inference: InferenceRequest) -> str | None:
+    """The field of the request that `route`'s model cannot serve, if any."""
+    capabilities = route.config.capabilities
+    if not capabilities.tools and uses_tools(inference):
+        return "tools"
+    if not capabilities.structured_outputs and inference.response_format is not None:
+        return "response_format"
+    return None
 
 
 def _fits(route: ModelRoute, prompt_tokens: int, inference: InferenceRequest) -> bool:
@@ -373,6 +385,11 @@ async def _complete(exchange: _Exchange, request: Request) -> Response:
         watch.stop()  # before the answer goes out: its end looks like a disconnect
         exchange.settle(used)
     exchange.served_by(served, completion.usage)
+    fmt = exchange.work.request.response_format
+    if fmt is not None and not completion.tool_calls:
+        problem = output_problem(fmt, completion.text)
+        if problem is not None:
+            raise errors.invalid_structured_output(served.route.name, problem)
     body = completion_body(
         exchange.work.request,
         completion,
@@ -462,9 +479,14 @@ async def _sse_events(
     charging = exchange.decision.reservation is not None
     try:
         called = False
+        # Kept only to check it against `response_format` at the end.
+        fmt = request.response_format
+        text: list[str] = []
         if first is not None:
             meter.add(first)
             if first.text:
+                if fmt is not None:
+                    text.append(first.text)
                 yield writer.text(first.text)
             if first.tool_calls:
                 called = True
@@ -474,10 +496,19 @@ async def _sse_events(
                 if charging:
                     exchange.charge(meter.usage(exchange.prompt_estimate).total_tokens)
                 if delta.text:
+                    if fmt is not None:
+                        text.append(delta.text)
                     yield writer.text(delta.text)
                 if delta.tool_calls:
                     called = True
                     yield writer.tool_calls(delta.tool_calls)
+        problem = None if fmt is None or called else output_problem(fmt, "".join(text))
+        if problem is not None:
+            # The text has gone out; the stream ends with an error instead of its finish.
+            invalid = errors.invalid_structured_output(served.route.name, problem)
+            status = invalid.status
+            yield sse_error(invalid.body())
+            return
         usage = meter.usage(exchange.prompt_estimate)
         finish = meter.finish_reason or exchange.work.first_call.finish_reason(
             usage.completion_tokens, called

@@ -119,6 +119,16 @@ def unsupported_parameter(model: str, param: str) -> APIError:
     )
 
 
+def invalid_structured_output(model: str, problem: str) -> APIError:
+    """The model's answer is not the JSON `response_format` asked for."""
+    return APIError(
+        502,
+        f"`{model}` answered with output that `response_format` does not allow: {problem}.",
+        type="server_error",
+        code="invalid_structured_output",
+    )
+
+
 def model_not_found(model: str) -> APIError:
     return APIError(
         404,

@@ -100,6 +100,32 @@ _TOOLS: dict[str, Schema] = {
         ]
     },
     "parallel_tool_calls": {"type": "boolean"},
+    "response_format": {
+        "oneOf": [
+            {
+                "type": "object",
+                "properties": {"type": {"enum": ["text", "json_object"]}},
+                "required": ["type"],
+            },
+            {
+                "type": "object",
+                "properties": {
+                    "type": {"const": "json_schema"},
+                    "json_schema": {
+                        "type": "object",
+                        "properties": {
+                            "name": {"type": "string", "pattern": "^[A-Za-z0-9_-]{1,64}$"},
+                            "schema": {"type": "object", "description": "a JSON Schema"},
+                            "strict": {"type": "boolean"},
+                            "description": {"type": "string"},
+                        },
+                        "required": ["name"],
+                    },
+                },
+                "required": ["type", "json_schema"],
+            },
+        ]
+    },
 }
 # Fields OpenAI defines for behaviour the gateway does not implement: only the value
 # that asks for the default is accepted (`requests.DEFAULT_ONLY`, the same fields).
@@ -109,12 +135,6 @@ DEFAULT_ONLY_SCHEMAS: dict[str, Schema] = {
     "top_logprobs": {"const": 0},
     "functions": {"type": "array", "maxItems": 0},
     "function_call": {"enum": ["none", "auto"]},
-    "response_format": {
-        "type": "object",
-        "properties": {"type": {"const": "text"}},
-        "required": ["type"],
-        "additionalProperties": False,
-    },
     "presence_penalty": {"const": 0},
     "frequency_penalty": {"const": 0},
     "logit_bias": {"type": "object", "maxProperties": 0},

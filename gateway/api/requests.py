@@ -16,6 +16,7 @@ from gateway.inference.types import (
     ChatMessage,
     InferenceRequest,
     RequestKind,
+    ResponseFormat,
     SamplingParams,
     Tool,
     ToolCall,
@@ -45,7 +46,6 @@ DEFAULT_ONLY: dict[str, tuple[Callable[[object], bool], str]] = {
     "function_call": (lambda v: v in ("none", "auto"), '"none" or "auto" (use `tool_choice`)'),
     "logprobs": (lambda v: v is False, "false"),
     "top_logprobs": (lambda v: _is_int(v, 0), "0"),
-    "response_format": (lambda v: v == {"type": "text"}, '{"type": "text"}'),
     "best_of": (lambda v: _is_int(v, 1), "1"),
     "suffix": (lambda v: v == "", "an empty string"),
     "echo": (lambda v: v is False, "false"),
@@ -54,6 +54,10 @@ DEFAULT_ONLY: dict[str, tuple[Callable[[object], bool], str]] = {
     "frequency_penalty": (lambda v: _is_number(v, 0), "0"),
     "logit_bias": (lambda v: v == {}, "an empty object"),
 }
+
+
+# Chat fields that a text completion does not take (other than at their default).
+CHAT_ONLY = ("tools", "tool_choice", "parallel_tool_calls", "response_format")
 
 
 def decode_json(body: bytes) -> Mapping[str, Any]:
@@ -81,7 +85,12 @@ def parse_chat(data: Mapping[str, Any], default_max_tokens: int) -> InferenceReq
     if not tools and parallel is not None:
         parallel = None  # meaningless without tools; SDKs send it anyway
     return dataclasses.replace(
-        request, tools=tools, tool_choice=choice, forced_tool=forced, parallel_tool_calls=parallel
+        request,
+        tools=tools,
+        tool_choice=choice,
+        forced_tool=forced,
+        parallel_tool_calls=parallel,
+        response_format=parse_response_format(data.get("response_format")),
     )
 
 
@@ -94,6 +103,9 @@ def parse_completion(data: Mapping[str, Any], default_max_tokens: int) -> Infere
         raise bad_request(
             "`prompt` must be a string (batched prompts are not supported).", "prompt"
         )
+    for name in CHAT_ONLY:
+        if data.get(name) not in (None, [], {"type": "text"}, "none", "auto"):
+            raise bad_request(f"`{name}` is a field of `/v1/chat/completions` only.", name)
     return _request(data, RequestKind.COMPLETION, default_max_tokens, prompt=prompt)
 
 
@@ -258,6 +270,44 @@ def check_json_schema(schema: object, param: str) -> None:
         validator_for(schema).check_schema(schema)
     except SchemaError as exc:
         raise bad_request(f"`{param}` is not a valid JSON Schema: {exc.message}", param) from None
+
+
+def parse_response_format(raw: object) -> ResponseFormat | None:
+    """`response_format`: None for text (the default), else what JSON is wanted."""
+    if raw is None:
+        return None
+    kind = raw.get("type") if isinstance(raw, dict) else None
+    if not isinstance(raw, dict) or kind not in ("text", "json_object", "json_schema"):
+        raise bad_request(
+            '`response_format.type` must be "text", "json_object" or "json_schema".',
+            "response_format.type",
+        )
+    if kind == "text":
+        return None
+    if kind == "json_object":
+        return ResponseFormat("json_object")
+    spec = raw.get("json_schema")
+    if not isinstance(spec, dict):
+        raise bad_request(
+            "`response_format.json_schema` must be an object with `name` and `schema`.",
+            "response_format.json_schema",
+        )
+    name = spec.get("name")
+    if not isinstance(name, str) or not _TOOL_NAME.fullmatch(name):
+        raise bad_request(
+            "`response_format.json_schema.name` must be 1 to 64 letters, digits, `_` or `-`.",
+            "response_format.json_schema.name",
+        )
+    schema = spec.get("schema", {"type": "object"})
+    check_json_schema(schema, "response_format.json_schema.schema")
+    strict = spec.get("strict")
+    if strict is not None and not isinstance(strict, bool):
+        raise bad_request(
+            "`response_format.json_schema.strict` must be a boolean.",
+            "response_format.json_schema.strict",
+        )
+    description = spec.get("description")
+    return ResponseFormat("json_schema", name, schema, strict, description)
 
 
 def _tool_choice(raw: object, tools: tuple[Tool, ...]) -> tuple[str | None, str | None]:

@@ -14,6 +14,7 @@ from gateway.inference.types import (
     Completion,
     Delta,
     RequestKind,
+    ResponseFormat,
     Tool,
     ToolCall,
     ToolCallDelta,
@@ -99,6 +100,8 @@ def _payload(call: UpstreamCall, stream: bool) -> bytes:
             )
         if call.parallel_tool_calls is not None:
             body["parallel_tool_calls"] = call.parallel_tool_calls
+        if call.response_format is not None:
+            body["response_format"] = _response_format(call.response_format)
     else:
         body["prompt"] = call.prompt
     if stream:
@@ -125,6 +128,17 @@ def _message(message: ChatMessage) -> dict[str, Any]:
     if message.tool_call_id is not None:
         out["tool_call_id"] = message.tool_call_id
     return out
+
+
+def _response_format(fmt: ResponseFormat) -> dict[str, Any]:
+    if fmt.type == "json_object":
+        return {"type": "json_object"}
+    spec: dict[str, Any] = {"name": fmt.name, "schema": fmt.schema}
+    if fmt.strict is not None:
+        spec["strict"] = fmt.strict
+    if fmt.description is not None:
+        spec["description"] = fmt.description
+    return {"type": "json_schema", "json_schema": spec}
 
 
 def _tool(tool: Tool) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from gateway.backends.base import (
     UpstreamTimeout,
     model_error,
 )
+from gateway.backends.guided import guided_decoding_parameters
 from gateway.inference.types import Completion, Delta, UpstreamCall, UsageMeter
 
 _UNAVAILABLE = frozenset(
@@ -163,6 +164,9 @@ def _request(call: UpstreamCall, stream: bool) -> service_pb2.ModelInferRequest:
         params["seed"].int64_param = call.params.seed
     if call.params.stop:
         params["stop"].string_param = orjson.dumps(list(call.params.stop)).decode()
+    if call.response_format is not None:
+        for name, value in guided_decoding_parameters(call.response_format).items():
+            params[name].string_param = value
     return request
 
 

@@ -8,6 +8,7 @@ from typing import Any
 import orjson
 
 from gateway.backends.base import model_error
+from gateway.backends.guided import guided_decoding_parameters
 from gateway.backends.http import LazySession, get_ok, post, sse_payloads
 from gateway.inference.types import Completion, Delta, UpstreamCall, Usage
 
@@ -69,6 +70,8 @@ def _payload(call: UpstreamCall, stream: bool) -> bytes:
     if params.stop:
         # Triton parameters are scalars, so a list travels as a JSON string.
         body["stop"] = orjson.dumps(list(params.stop)).decode()
+    if call.response_format is not None:
+        body.update(guided_decoding_parameters(call.response_format))
     return orjson.dumps(body)
 
 

@@ -209,6 +209,9 @@ class Capabilities(Strict):
     # its prompt template, and its calls are read from its text by `tool_parser`.
     tools: bool = False
     tool_parser: ToolParserName | None = None
+    # Structured outputs (`response_format` json_object / json_schema): an `openai`
+    # upstream takes it as it is; a Triton model gets it as guided decoding parameters.
+    structured_outputs: bool = False
 
 
 class OutboundPolicy(StrEnum):

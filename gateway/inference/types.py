@@ -34,6 +34,18 @@ class Tool:
 
 
 @dataclass(frozen=True, slots=True)
+class ResponseFormat:
+    """`response_format` beyond text: any JSON object (`json_object`), or JSON valid for
+    `schema` (`json_schema`, with the schema's `name` and `strict`)."""
+
+    type: str
+    name: str | None = None
+    schema: Mapping[str, Any] | None = None
+    strict: bool | None = None
+    description: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class ChatMessage:
     role: str
     content: str
@@ -72,6 +84,7 @@ class InferenceRequest:
     tool_choice: str | None = None
     forced_tool: str | None = None
     parallel_tool_calls: bool | None = None
+    response_format: ResponseFormat | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +105,7 @@ class UpstreamCall:
     tool_choice: str | None = None
     forced_tool: str | None = None
     parallel_tool_calls: bool | None = None
+    response_format: ResponseFormat | None = None
 
     def finish_reason(self, completion_tokens: int, tool_calls: bool = False) -> str:
         """OpenAI's finish reason for an output of this many tokens (and tool calls)."""

@@ -88,4 +88,5 @@ class ModelRoute:
             tool_choice=request.tool_choice,
             forced_tool=request.forced_tool,
             parallel_tool_calls=request.parallel_tool_calls,
+            response_format=request.response_format,
         )

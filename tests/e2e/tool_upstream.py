@@ -1,7 +1,8 @@
 """An OpenAI-compatible upstream that calls tools as a model does: offered tools and no
 tool result yet, it calls the first (or the forced) tool; given a result, it answers in
-text. Streamed, a call comes as OpenAI sends it: id and name first, then its arguments
-in pieces. Every body it receives is kept."""
+text. Asked for a `response_format`, it answers JSON of the wrong shape. Streamed, a
+call comes as OpenAI sends it: id and name first, then its arguments in pieces. Every
+body it receives is kept."""
 
 from __future__ import annotations
 
@@ -38,6 +39,8 @@ class ToolModel:
                 "name": name or body["tools"][0]["function"]["name"],
             }
         text = f"The tool said: {last['content']}" if last["role"] == "tool" else "No tool needed."
+        if body.get("response_format"):
+            text = '{"wrong": "shape"}'  # valid JSON that no schema in the tests allows
         usage = {"prompt_tokens": 20, "completion_tokens": 7, "total_tokens": 27}
         if not body.get("stream"):
             message: dict[str, Any] = {"role": "assistant", "content": text}

@@ -75,6 +75,7 @@ def generate_pieces(
     max_tokens: int = DEFAULT_MAX_TOKENS,
     seed: Any = None,
     stop: Sequence[str] = (),
+    guided: Any = None,
 ) -> list[str]:
     """The output tokens (one word plus a space each) for a request.
 
@@ -84,7 +85,8 @@ def generate_pieces(
     concatenation of the streamed tokens always equals the non-streamed text.
     """
     digest = _digest(prompt, seed)
-    call = tool_call_text(prompt, digest)
+    structured = guided_text(guided, digest) if guided is not None else None
+    call = structured if structured is not None else tool_call_text(prompt, digest)
     if call is not None:
         # About four characters a token, as the input is counted.
         return [call[i : i + 4] for i in range(0, len(call), 4)][:max_tokens]
@@ -108,6 +110,22 @@ def generate_pieces(
 _TOOLS = re.compile(rb"<tools>\n(.*?)\n</tools>", re.S)
 _MUST_CALL = re.compile(rb"You must call ([A-Za-z0-9_-]+)\.")
 _TURN = b"<|im_start|>"
+
+
+def guided_text(guided: Any, digest: bytes) -> str | None:
+    """JSON as guided decoding would make it: valid for `{"json": schema}`, or an object
+    for `{"json_object": true}` (vLLM's `guided_decoding` parameter, as JSON text)."""
+    try:
+        spec = json.loads(guided) if isinstance(guided, str) else guided
+    except ValueError:
+        return None
+    if not isinstance(spec, dict):
+        return None
+    if isinstance(spec.get("json"), dict):
+        return json.dumps(_value(spec["json"], digest, 0))
+    if spec.get("json_object"):
+        return json.dumps({"answer": _value({"type": "string"}, digest, 0)})
+    return None
 
 
 def tool_call_text(prompt: bytes, digest: bytes) -> str | None:
@@ -188,6 +206,7 @@ class _GenerateRequest:
     stream: bool
     seed: Any
     stop: list[str]
+    guided: Any
 
 
 def _first(request: Any, name: str) -> Any:
@@ -218,6 +237,7 @@ def _parse_request(request: Any) -> _GenerateRequest:
         stream=bool(stream) if stream is not None else False,
         seed=params.get("seed"),
         stop=parse_stop(params.get("stop")),
+        guided=params.get("guided_decoding"),
     )
 
 
@@ -282,7 +302,9 @@ class TritonPythonModel:
             parsed = _parse_request(request)
         except Exception as exc:
             return _error(str(exc))
-        pieces = generate_pieces(parsed.prompt, parsed.max_tokens, parsed.seed, parsed.stop)
+        pieces = generate_pieces(
+            parsed.prompt, parsed.max_tokens, parsed.seed, parsed.stop, parsed.guided
+        )
         await asyncio.sleep(
             self.prefill_per_char * len(parsed.prompt) + self.token_delay * len(pieces)
         )
@@ -291,7 +313,9 @@ class TritonPythonModel:
     async def _generate(self, parsed: _GenerateRequest, sender: Any) -> None:
         final = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
         try:
-            pieces = generate_pieces(parsed.prompt, parsed.max_tokens, parsed.seed, parsed.stop)
+            pieces = generate_pieces(
+                parsed.prompt, parsed.max_tokens, parsed.seed, parsed.stop, parsed.guided
+            )
             n_in = count_input_tokens(parsed.prompt)
             await asyncio.sleep(self.prefill_per_char * len(parsed.prompt))
             if not parsed.stream:

@@ -153,7 +153,21 @@ TOOL: dict[str, Any] = {
         ({"n": 2}, "n"),
         ({"logprobs": True}, "logprobs"),
         ({"top_logprobs": 2}, "top_logprobs"),
-        ({"response_format": {"type": "json_object"}}, "response_format"),
+        ({"response_format": {"type": "xml"}}, "response_format.type"),
+        ({"response_format": {"type": "json_schema"}}, "response_format.json_schema"),
+        (
+            {"response_format": {"type": "json_schema", "json_schema": {"schema": {}}}},
+            "response_format.json_schema.name",
+        ),
+        (
+            {
+                "response_format": {
+                    "type": "json_schema",
+                    "json_schema": {"name": "a", "schema": {"type": 5}},
+                }
+            },
+            "response_format.json_schema.schema",
+        ),
         ({"tool_choice": "required"}, "tool_choice"),
         ({"parallel_tool_calls": "yes"}, "parallel_tool_calls"),
         ({"functions": [{"name": "f"}]}, "functions"),
@@ -198,6 +212,39 @@ def test_tools_and_their_history_are_parsed() -> None:
     assert request.messages[1].tool_calls[0].arguments == '{"a": 1}'
     assert request.messages[1].content == ""
     assert request.messages[2].tool_call_id == "call_1"
+
+
+def test_a_text_completion_refuses_chat_only_fields() -> None:
+    body = {"model": "m", "prompt": "hi"}
+    for field, value in (
+        ("tools", [TOOL]),
+        ("response_format", {"type": "json_object"}),
+        ("tool_choice", "required"),
+    ):
+        with pytest.raises(APIError) as refused:
+            parse_completion({**body, field: value}, default_max_tokens=8)
+        assert refused.value.param == field
+    assert parse_completion({**body, "tools": [], "tool_choice": "none"}, 8).prompt == "hi"
+
+
+def test_response_format_is_parsed() -> None:
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}}}
+    fmt = parse_chat(
+        chat(
+            response_format={
+                "type": "json_schema",
+                "json_schema": {"name": "A", "schema": schema, "strict": True},
+            }
+        ),
+        default_max_tokens=8,
+    ).response_format
+    assert fmt is not None and (fmt.type, fmt.name, fmt.schema, fmt.strict) == (
+        "json_schema",
+        "A",
+        schema,
+        True,
+    )
+    assert parse_chat(chat(response_format={"type": "text"}), 8).response_format is None
 
 
 def test_tool_choice_none_and_auto_need_no_tools() -> None:
