@@ -287,7 +287,11 @@ def _chain(
 ) -> list[ModelRoute]:
     """The model asked for, then the fallbacks the tenant may use and the request fits."""
     fallbacks = [runtime.routes[n] for n in route.config.fallback if identity.may_use(n)]
-    if uses_tools(inference) or inference.response_format is not None:
+    if (
+        uses_tools(inference)
+        or inference.response_format is not None
+        or inference.top_logprobs is not None
+    ):
         missing = missing_capability(route, inference)
         if missing is not None:
             raise errors.unsupported_parameter(route.name, missing)
@@ -314,6 +318,8 @@ def missing_capability(route: ModelRoute, inference: InferenceRequest) -> str | 
         return "tools"
     if not capabilities.structured_outputs and inference.response_format is not None:
         return "response_format"
+    if not capabilities.logprobs and inference.top_logprobs is not None:
+        return "logprobs"
     return None
 
 
@@ -487,7 +493,7 @@ async def _sse_events(
             if first.text:
                 if fmt is not None:
                     text.append(first.text)
-                yield writer.text(first.text)
+                yield writer.text(first.text, first.logprobs)
             if first.tool_calls:
                 called = True
                 yield writer.tool_calls(first.tool_calls)
@@ -498,7 +504,7 @@ async def _sse_events(
                 if delta.text:
                     if fmt is not None:
                         text.append(delta.text)
-                    yield writer.text(delta.text)
+                    yield writer.text(delta.text, delta.logprobs)
                 if delta.tool_calls:
                     called = True
                     yield writer.tool_calls(delta.tool_calls)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from gateway.api.requests import INT64, MAX_STOP, MAX_TOOLS, ROLES
+from gateway.api.requests import INT64, MAX_STOP, MAX_TOOLS, MAX_TOP_LOGPROBS, ROLES
 
 Schema = dict[str, Any]
 
@@ -100,6 +100,8 @@ _TOOLS: dict[str, Schema] = {
         ]
     },
     "parallel_tool_calls": {"type": "boolean"},
+    "logprobs": {"type": "boolean"},
+    "top_logprobs": {"type": "integer", "minimum": 0, "maximum": MAX_TOP_LOGPROBS},
     "response_format": {
         "oneOf": [
             {
@@ -131,8 +133,6 @@ _TOOLS: dict[str, Schema] = {
 # that asks for the default is accepted (`requests.DEFAULT_ONLY`, the same fields).
 DEFAULT_ONLY_SCHEMAS: dict[str, Schema] = {
     "n": {"const": 1},
-    "logprobs": {"const": False},
-    "top_logprobs": {"const": 0},
     "functions": {"type": "array", "maxItems": 0},
     "function_call": {"enum": ["none", "auto"]},
     "presence_penalty": {"const": 0},

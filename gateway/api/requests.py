@@ -44,8 +44,6 @@ DEFAULT_ONLY: dict[str, tuple[Callable[[object], bool], str]] = {
     # The deprecated forms of `tools` and `tool_choice`.
     "functions": (lambda v: v == [], "an empty list (use `tools`)"),
     "function_call": (lambda v: v in ("none", "auto"), '"none" or "auto" (use `tool_choice`)'),
-    "logprobs": (lambda v: v is False, "false"),
-    "top_logprobs": (lambda v: _is_int(v, 0), "0"),
     "best_of": (lambda v: _is_int(v, 1), "1"),
     "suffix": (lambda v: v == "", "an empty string"),
     "echo": (lambda v: v is False, "false"),
@@ -57,7 +55,7 @@ DEFAULT_ONLY: dict[str, tuple[Callable[[object], bool], str]] = {
 
 
 # Chat fields that a text completion does not take (other than at their default).
-CHAT_ONLY = ("tools", "tool_choice", "parallel_tool_calls", "response_format")
+CHAT_ONLY = ("tools", "tool_choice", "parallel_tool_calls", "response_format", "top_logprobs")
 
 
 def decode_json(body: bytes) -> Mapping[str, Any]:
@@ -91,6 +89,7 @@ def parse_chat(data: Mapping[str, Any], default_max_tokens: int) -> InferenceReq
         forced_tool=forced,
         parallel_tool_calls=parallel,
         response_format=parse_response_format(data.get("response_format")),
+        top_logprobs=_logprobs(data),
     )
 
 
@@ -104,8 +103,13 @@ def parse_completion(data: Mapping[str, Any], default_max_tokens: int) -> Infere
             "`prompt` must be a string (batched prompts are not supported).", "prompt"
         )
     for name in CHAT_ONLY:
-        if data.get(name) not in (None, [], {"type": "text"}, "none", "auto"):
+        if data.get(name) not in (None, [], {"type": "text"}, "none", "auto", 0):
             raise bad_request(f"`{name}` is a field of `/v1/chat/completions` only.", name)
+    if data.get("logprobs") not in (None, False, 0):
+        raise bad_request(
+            "`logprobs` is not supported on `/v1/completions` (it is on chat completions).",
+            "logprobs",
+        )
     return _request(data, RequestKind.COMPLETION, default_max_tokens, prompt=prompt)
 
 
@@ -270,6 +274,18 @@ def check_json_schema(schema: object, param: str) -> None:
         validator_for(schema).check_schema(schema)
     except SchemaError as exc:
         raise bad_request(f"`{param}` is not a valid JSON Schema: {exc.message}", param) from None
+
+
+MAX_TOP_LOGPROBS = 20
+
+
+def _logprobs(data: Mapping[str, Any]) -> int | None:
+    """`top_logprobs` when `logprobs` is true (0: the chosen tokens only), else None."""
+    wanted = _optional_bool(data, "logprobs")
+    top = _optional_int(data, "top_logprobs", 0, MAX_TOP_LOGPROBS)
+    if top not in (None, 0) and not wanted:
+        raise bad_request("`top_logprobs` needs `logprobs` to be true.", "top_logprobs")
+    return (top or 0) if wanted else None
 
 
 def parse_response_format(raw: object) -> ResponseFormat | None:

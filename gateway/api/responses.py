@@ -44,10 +44,13 @@ def completion_body(
             # As OpenAI answers a turn of calls: content null unless the model also wrote.
             message["content"] = completion.text or None
             message["tool_calls"] = [_tool_call(call) for call in completion.tool_calls]
+        logprobs = None
+        if request.top_logprobs is not None:
+            logprobs = {"content": completion.logprobs or [], "refusal": None}
         choice = {
             "index": 0,
             "message": message,
-            "logprobs": None,
+            "logprobs": logprobs,
             "finish_reason": completion.finish_reason,
         }
         obj = "chat.completion"
@@ -99,8 +102,8 @@ class ChunkWriter:
     def _event(self, choices: list[dict[str, Any]], **extra: Any) -> bytes:
         return b"data: " + orjson.dumps({**self._head, "choices": choices, **extra}) + b"\n\n"
 
-    def text(self, text: str) -> bytes:
-        """An event carrying generated text."""
+    def text(self, text: str, logprobs: list[Any] | None = None) -> bytes:
+        """An event carrying generated text (and its tokens' log probabilities)."""
         if self._chat:
             delta: dict[str, str] = {"content": text}
             if not self._role_sent:
@@ -110,7 +113,7 @@ class ChunkWriter:
             choice: dict[str, Any] = {
                 "index": 0,
                 "delta": delta,
-                "logprobs": None,
+                "logprobs": None if logprobs is None else {"content": logprobs, "refusal": None},
                 "finish_reason": None,
             }
         else:

@@ -43,9 +43,11 @@ class OpenAIBackend:
         try:
             choice = data["choices"][0]
             tool_calls: tuple[ToolCall, ...] = ()
+            logprobs = None
             if call.kind is RequestKind.CHAT:
                 text = choice["message"].get("content") or ""
                 tool_calls = _tool_calls(choice["message"].get("tool_calls"))
+                logprobs = _logprobs(choice)
             else:
                 text = choice["text"]
         except (KeyError, IndexError, TypeError) as exc:
@@ -56,6 +58,7 @@ class OpenAIBackend:
             usage=usage or Usage(),
             finish_reason=choice.get("finish_reason") or "stop",
             tool_calls=tool_calls,
+            logprobs=logprobs,
         )
 
     async def stream(self, url: str, call: UpstreamCall) -> AsyncGenerator[Delta, None]:
@@ -102,6 +105,10 @@ def _payload(call: UpstreamCall, stream: bool) -> bytes:
             body["parallel_tool_calls"] = call.parallel_tool_calls
         if call.response_format is not None:
             body["response_format"] = _response_format(call.response_format)
+        if call.top_logprobs is not None:
+            body["logprobs"] = True
+            if call.top_logprobs:
+                body["top_logprobs"] = call.top_logprobs
     else:
         body["prompt"] = call.prompt
     if stream:
@@ -189,6 +196,13 @@ def _tool_call_deltas(raw: object) -> tuple[ToolCallDelta, ...]:
     return tuple(deltas)
 
 
+def _logprobs(choice: dict[str, Any]) -> list[Any] | None:
+    """A choice's `logprobs.content` entries, as they came."""
+    logprobs = choice.get("logprobs")
+    content = logprobs.get("content") if isinstance(logprobs, dict) else None
+    return content if isinstance(content, list) else None
+
+
 def _usage(raw: object) -> Usage | None:
     if not isinstance(raw, dict):
         return None
@@ -210,10 +224,12 @@ def _chunk_delta(chunk: dict[str, Any], kind: RequestKind) -> Delta | None:
         return Delta(text="", usage=usage)
     choice = choices[0]
     tool_calls: tuple[ToolCallDelta, ...] = ()
+    logprobs = None
     if kind is RequestKind.CHAT:
         delta = choice.get("delta") or {}
         text = delta.get("content") or ""
         tool_calls = _tool_call_deltas(delta.get("tool_calls"))
+        logprobs = _logprobs(choice)
     else:
         text = choice.get("text") or ""
     return Delta(
@@ -221,4 +237,5 @@ def _chunk_delta(chunk: dict[str, Any], kind: RequestKind) -> Delta | None:
         output_tokens=1 if text or tool_calls else 0,
         finish_reason=choice.get("finish_reason"),
         tool_calls=tool_calls,
+        logprobs=logprobs,
     )

@@ -212,6 +212,9 @@ class Capabilities(Strict):
     # Structured outputs (`response_format` json_object / json_schema): an `openai`
     # upstream takes it as it is; a Triton model gets it as guided decoding parameters.
     structured_outputs: bool = False
+    # Log probabilities (`logprobs`, `top_logprobs`) as the upstream returns them; only
+    # an `openai` upstream does here.
+    logprobs: bool = False
 
 
 class OutboundPolicy(StrEnum):

@@ -85,6 +85,9 @@ class InferenceRequest:
     forced_tool: str | None = None
     parallel_tool_calls: bool | None = None
     response_format: ResponseFormat | None = None
+    # Log probabilities of the output tokens, with this many alternatives each; None:
+    # not asked for.
+    top_logprobs: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +109,9 @@ class UpstreamCall:
     forced_tool: str | None = None
     parallel_tool_calls: bool | None = None
     response_format: ResponseFormat | None = None
+    # Log probabilities of the output tokens, with this many alternatives each; None:
+    # not asked for.
+    top_logprobs: int | None = None
 
     def finish_reason(self, completion_tokens: int, tool_calls: bool = False) -> str:
         """OpenAI's finish reason for an output of this many tokens (and tool calls)."""
@@ -138,6 +144,8 @@ class Delta:
     # Exact totals for the whole request, when the upstream reports them at the end.
     usage: Usage | None = None
     tool_calls: tuple[ToolCallDelta, ...] = ()
+    # OpenAI's `logprobs.content` entries for this piece's tokens, as the upstream sent.
+    logprobs: list[Any] | None = None
 
 
 @dataclass(slots=True)
@@ -158,6 +166,7 @@ class Completion:
     usage: Usage = field(default_factory=Usage)
     finish_reason: str = "stop"
     tool_calls: tuple[ToolCall, ...] = ()
+    logprobs: list[Any] | None = None
 
 
 class UsageMeter:

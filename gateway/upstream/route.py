@@ -89,4 +89,5 @@ class ModelRoute:
             forced_tool=request.forced_tool,
             parallel_tool_calls=request.parallel_tool_calls,
             response_format=request.response_format,
+            top_logprobs=request.top_logprobs,
         )

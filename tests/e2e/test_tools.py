@@ -48,7 +48,7 @@ def gateway(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[Gateway]:
     _, urls = tool_model
-    tools = {"capabilities": {"tools": True}}
+    tools = {"capabilities": {"tools": True, "logprobs": True}}
     models = {
         "agent": model("openai", urls, **tools),
         "hosted": model("openai", urls, external=True, **tools),
@@ -184,6 +184,28 @@ def test_tool_arguments_and_results_are_masked_for_an_external_model(
     assert json.loads(sent[1]["tool_calls"][0]["function"]["arguments"]) == {"key": "[API_KEY_1]"}
     assert sent[1]["tool_calls"][0]["id"] == "call_9"  # ids are not masked: they pair results
     assert sent[2]["content"] == "used [API_KEY_1]"
+
+
+def test_logprobs_come_back_where_the_upstream_gives_them(client: OpenAI) -> None:
+    reply = client.chat.completions.create(
+        model="agent", messages=ASK, logprobs=True, top_logprobs=2
+    )
+    content = (reply.choices[0].logprobs and reply.choices[0].logprobs.content) or []
+    assert [t.token for t in content] == ["No", "tool", "needed."]
+    assert [len(t.top_logprobs) for t in content] == [2, 2, 2]
+    chunks = list(
+        client.chat.completions.create(model="agent", messages=ASK, logprobs=True, stream=True)
+    )
+    streamed = [t.token for c in chunks if c.choices and c.choices[0].logprobs
+                for t in c.choices[0].logprobs.content or []]  # fmt: skip
+    assert streamed == ["No", "tool", "needed."]
+
+
+def test_a_model_without_logprobs_is_refused_by_name(client: OpenAI) -> None:
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.chat.completions.create(model="plain", messages=ASK, logprobs=True)
+    assert refused.value.param == "logprobs"
+    assert "`plain` does not support `logprobs`" in refused.value.message
 
 
 # --- a Triton model that writes Hermes tool calls (the simulator) --------------------------

@@ -52,6 +52,8 @@ class ToolModel:
                 message = {"role": "assistant", "content": None, "tool_calls": [tool_call]}
                 finish = "tool_calls"
             choice = {"index": 0, "message": message, "finish_reason": finish}
+            if body.get("logprobs"):
+                choice["logprobs"] = {"content": [logprob(w, body) for w in text.split(" ")]}
             return web.json_response(
                 {"id": "x", "object": "chat.completion", "created": 0, "model": "m",
                  "choices": [choice], "usage": usage}
@@ -59,8 +61,12 @@ class ToolModel:
         response = web.StreamResponse(headers={"content-type": "text/event-stream"})
         await response.prepare(request)
 
-        async def send(delta: dict[str, Any], finish: str | None = None) -> None:
+        async def send(
+            delta: dict[str, Any], finish: str | None = None, logprobs: Any = None
+        ) -> None:
             choice = {"index": 0, "delta": delta, "finish_reason": finish}
+            if logprobs:
+                choice["logprobs"] = {"content": [logprob(logprobs, body)]}
             chunk = {"id": "x", "object": "chat.completion.chunk", "created": 0, "model": "m",
                      "choices": [choice]}  # fmt: skip
             await response.write(b"data: " + orjson.dumps(chunk) + b"\n\n")
@@ -68,7 +74,7 @@ class ToolModel:
         if call is None:
             await send({"role": "assistant", "content": ""})
             for word in text.split(" "):
-                await send({"content": word + " "})
+                await send({"content": word + " "}, logprobs=body.get("logprobs") and word)
             await send({}, "stop")
         else:
             first = {"index": 0, "id": call["id"], "type": "function",
@@ -83,3 +89,12 @@ class ToolModel:
             await response.write(b"data: " + orjson.dumps(tail) + b"\n\n")
         await response.write(b"data: [DONE]\n\n")
         return response
+
+
+def logprob(token: str, body: dict[str, Any]) -> dict[str, Any]:
+    """A token's `logprobs.content` entry, with `top_logprobs` alternatives."""
+    top = [
+        {"token": f"{token}{i}", "logprob": -1.0 - i, "bytes": None}
+        for i in range(body.get("top_logprobs") or 0)
+    ]
+    return {"token": token, "logprob": -0.5, "bytes": list(token.encode()), "top_logprobs": top}
