@@ -233,10 +233,31 @@ def _fallback_problems(source: Source) -> list[Problem]:
             problems.append(source.problem(loc, at(loc, f"model '{target}' is not defined")))
         else:
             edges.setdefault(name, []).append((loc, target))
+            problems += _dropped_capabilities(source, loc, name, target)
     return problems + [
         source.problem(loc, at(loc, "fallback chain loops: " + " -> ".join(cycle)))
         for loc, cycle in _cycles(edges)
     ]
+
+
+# Capabilities a request may use, by their key under `capabilities:`.
+_CAPABILITIES = ("tools", "structured_outputs", "logprobs")
+
+
+def _dropped_capabilities(source: Source, loc: Loc, model: str, target: str) -> list[Problem]:
+    """A fallback without a capability its model has: a request that uses it would never
+    fall back there (the gateway leaves such a fallback out of the chain)."""
+    models = _as_dict(_as_dict(source.data).get("models"))
+    have = _as_dict(_as_dict(models.get(model)).get("capabilities"))
+    other = _as_dict(_as_dict(models.get(target)).get("capabilities"))
+    missing = [c for c in _CAPABILITIES if have.get(c) is True and other.get(c) is not True]
+    if not missing:
+        return []
+    message = (
+        f"model '{target}' lacks {', '.join(missing)}, which '{model}' has: requests that "
+        "use them would not fall back to it"
+    )
+    return [source.problem(loc, at(loc, message))]
 
 
 def _cycles(edges: dict[str, list[tuple[Loc, str]]]) -> list[tuple[Loc, list[str]]]:

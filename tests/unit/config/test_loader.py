@@ -323,6 +323,28 @@ def test_a_triton_model_with_tools_needs_a_tool_parser() -> None:
     assert problems(with_capabilities("openai", "{tools: true}")) == []
 
 
+def test_a_fallback_without_a_capability_of_its_model_is_reported() -> None:
+    gateway = """\
+models:
+  big:
+    backend: openai
+    replicas: [{url: http://a}]
+    capabilities: {tools: true, logprobs: true}
+    fallback: [small, same]
+  small:
+    backend: openai
+    replicas: [{url: http://b}]
+  same:
+    backend: openai
+    replicas: [{url: http://c}]
+    capabilities: {tools: true, logprobs: true}
+"""
+    assert problems(gateway) == [
+        "gateway.yaml:6: models.big.fallback[0]: model 'small' lacks tools, logprobs, which "
+        "'big' has: requests that use them would not fall back to it"
+    ]
+
+
 def test_duplicate_key_hash_across_and_within_tenants() -> None:
     tenants = TENANTS + (
         f"  beta:\n    api_keys:\n      - {hash_key(BETA_KEY)}\n      - {hash_key(BETA_KEY)}\n"
