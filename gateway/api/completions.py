@@ -32,12 +32,12 @@ from gateway.api.responses import SSE_DONE, ChunkWriter, completion_body, new_id
 from gateway.api.streaming import ClientGone, DisconnectWatch, EventStreamResponse, StreamCut
 from gateway.backends.base import UpstreamError, UpstreamRejected, UpstreamTimeout
 from gateway.inference.structured import output_problem
-from gateway.inference.tokens import estimate_request_tokens
 from gateway.inference.types import Delta, InferenceRequest, RequestKind, Usage, UsageMeter
 from gateway.observability import metrics
 from gateway.observability.access import RequestRecord
 from gateway.ratelimit.limiter import Decision
 from gateway.serving.auth import Identity
+from gateway.serving.chain import check_context, fallback_chain
 from gateway.serving.dispatch import DeadlineMissed, Served, Work
 from gateway.serving.runtime import Runtime
 from gateway.upstream.failover import NoReplicaLeft
@@ -237,7 +237,7 @@ async def _serve_model(
         )
     priority = record.priority = _priority(runtime, identity, request.headers.get("x-priority"))
     deadline = _deadline(route, request.headers.get("x-request-timeout"))
-    chain = _chain(runtime, identity, route, inference)
+    chain = fallback_chain(runtime.routes, identity, route, inference)
     outbound = runtime.outbound.prepare(
         identity.name, identity.tenant, [r.name for r in chain], inference, record.request_id
     )
@@ -245,7 +245,7 @@ async def _serve_model(
         chain = [runtime.routes[name] for name in outbound.models]
     call = route.upstream_call(inference if outbound is None else outbound.requests[0])
     prompt_estimate = call.prompt_estimate
-    _check_context(route, prompt_estimate, inference)
+    check_context(route, prompt_estimate, inference)
     idempotency = await claim(runtime, identity, request, inference, data)
     if isinstance(idempotency, Response):
         record.finish(idempotency.status_code)
@@ -280,62 +280,6 @@ def _route(runtime: Runtime, identity: Identity, model: str, record: RequestReco
     if not identity.may_use(model):
         raise errors.model_not_allowed(model)
     return route
-
-
-def _chain(
-    runtime: Runtime, identity: Identity, route: ModelRoute, inference: InferenceRequest
-) -> list[ModelRoute]:
-    """The model asked for, then the fallbacks the tenant may use and the request fits."""
-    fallbacks = [runtime.routes[n] for n in route.config.fallback if identity.may_use(n)]
-    if (
-        uses_tools(inference)
-        or inference.response_format is not None
-        or inference.top_logprobs is not None
-    ):
-        missing = missing_capability(route, inference)
-        if missing is not None:
-            raise errors.unsupported_parameter(route.name, missing)
-        fallbacks = [r for r in fallbacks if missing_capability(r, inference) is None]
-    if any(r.config.context_length is not None for r in fallbacks):
-        # The messages' own estimate (each fallback renders its own prompt, a few
-        # tokens apart): a fallback the request cannot fit is left out.
-        tokens = estimate_request_tokens(inference)
-        fallbacks = [r for r in fallbacks if _fits(r, tokens, inference)]
-    return [route, *fallbacks]
-
-
-def uses_tools(inference: InferenceRequest) -> bool:
-    """Whether the request offers tools or carries tool calls or results."""
-    return bool(inference.tools) or any(
-        m.tool_calls or m.tool_call_id is not None for m in inference.messages
-    )
-
-
-def missing_capability(route: ModelRoute, inference: InferenceRequest) -> str | None:
-    """The field of the request that `route`'s model cannot serve, if any."""
-    capabilities = route.config.capabilities
-    if not capabilities.tools and uses_tools(inference):
-        return "tools"
-    if not capabilities.structured_outputs and inference.response_format is not None:
-        return "response_format"
-    if not capabilities.logprobs and inference.top_logprobs is not None:
-        return "logprobs"
-    return None
-
-
-def _fits(route: ModelRoute, prompt_tokens: int, inference: InferenceRequest) -> bool:
-    limit = route.config.context_length
-    return limit is None or prompt_tokens + inference.params.max_tokens <= limit
-
-
-def _check_context(route: ModelRoute, prompt_tokens: int, inference: InferenceRequest) -> None:
-    """Refuse a request whose prompt and completion cannot fit the model's context."""
-    if not _fits(route, prompt_tokens, inference):
-        limit = route.config.context_length
-        assert limit is not None
-        raise errors.context_length_exceeded(
-            route.name, limit, prompt_tokens, inference.params.max_tokens
-        )
 
 
 def _priority(runtime: Runtime, identity: Identity, asked: str | None) -> str:

@@ -11,6 +11,7 @@ from starlette.responses import Response
 from gateway.observability.logging import redact
 from gateway.ratelimit.errors import LimiterUnavailable, UnknownTenant
 from gateway.serving.auth import InvalidApiKey
+from gateway.serving.chain import ContextTooLong, MissingCapability
 from gateway.serving.outbound import SensitiveDataBlocked
 
 if TYPE_CHECKING:
@@ -262,7 +263,14 @@ def limiter_unavailable(retry_after_s: float) -> APIError:
 
 
 # The errors of the layers below that a client is told about, as they are told.
-DOMAIN_ERRORS = (InvalidApiKey, UnknownTenant, LimiterUnavailable, SensitiveDataBlocked)
+DOMAIN_ERRORS = (
+    InvalidApiKey,
+    UnknownTenant,
+    LimiterUnavailable,
+    SensitiveDataBlocked,
+    MissingCapability,
+    ContextTooLong,
+)
 
 
 def client_error(exc: Exception) -> APIError:
@@ -276,4 +284,10 @@ def client_error(exc: Exception) -> APIError:
         return limiter_unavailable(exc.retry_after_s)
     if isinstance(exc, SensitiveDataBlocked):
         return sensitive_data_blocked(exc.model, exc.categories)
+    if isinstance(exc, MissingCapability):
+        return unsupported_parameter(exc.model, exc.field)
+    if isinstance(exc, ContextTooLong):
+        return context_length_exceeded(
+            exc.model, exc.limit, exc.prompt_tokens, exc.completion_tokens
+        )
     raise TypeError(f"not a client error: {exc!r}")
