@@ -432,6 +432,8 @@ async def _sse_events(
         # Kept only to check it against `response_format` at the end.
         fmt = request.response_format
         text: list[str] = []
+        # The first piece and the rest are handled alike, written out twice: a shared
+        # helper would cost every streamed chunk a call on the hot path.
         if first is not None:
             meter.add(first)
             if first.text:

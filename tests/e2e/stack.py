@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import subprocess
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -119,6 +121,18 @@ def start_gateway(
         raise RuntimeError(f"gateway did not start:\n{(tmp / 'gateway.log').read_text()}") from exc
     ops_url = f"http://127.0.0.1:{server['ops'].get('port')}"
     return Gateway(url=url, process=process, config_dir=tmp, ops_url=ops_url)
+
+
+@contextmanager
+def running_gateway(
+    tmp: Path, models: dict[str, Any], redis_url: str, **options: Any
+) -> Iterator[Gateway]:
+    """`start_gateway`, stopped at the end whatever happens."""
+    gateway = start_gateway(tmp, models, redis_url, **options)
+    try:
+        yield gateway
+    finally:
+        stop(gateway.process)
 
 
 def model(backend: str, urls: list[str], **extra: Any) -> dict[str, Any]:

@@ -10,7 +10,7 @@ import pytest
 from aiohttp import web
 from openai import OpenAI
 
-from tests.e2e.stack import Gateway, default_tenants, model, start_gateway
+from tests.e2e.stack import Gateway, default_tenants, model, running_gateway
 from tests.e2e.upstreams import chat_upstream, serve_in_thread
 
 CALLS: list[int] = []
@@ -42,17 +42,13 @@ def gateway(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterato
                 max_tokens_default=100, max_attempts=1,
             ),
         }  # fmt: skip
-        gw = start_gateway(
+        with running_gateway(
             tmp_path_factory.mktemp("context"),
             models,
             redis_url,
             tenants=default_tenants(["small-context"]),
-        )
-        try:
+        ) as gw:
             yield gw
-        finally:
-            gw.process.terminate()
-            gw.process.wait(10)
 
 
 def client(gateway: Gateway) -> OpenAI:

@@ -13,7 +13,7 @@ from langchain_openai import ChatOpenAI
 from pydantic import BaseModel
 
 from gateway.dev.sim.server import TritonSim
-from tests.e2e.stack import Gateway, model, start_gateway, tenant
+from tests.e2e.stack import Gateway, model, running_gateway, tenant
 
 CAPABLE = {
     "capabilities": {"tools": True, "tool_parser": "hermes", "structured_outputs": True},
@@ -38,15 +38,11 @@ def gateway(
 ) -> Iterator[Gateway]:
     a, _ = sims
     models = {"agent": model("triton_grpc", [a.grpc_target], upstream_model="llm-small", **CAPABLE)}
-    gw = start_gateway(
+    with running_gateway(
         tmp_path_factory.mktemp("langchain"), models, redis_url,
         tenants={"acme": tenant("acme", ["*"])},
-    )  # fmt: skip
-    try:
+    ) as gw:  # fmt: skip
         yield gw
-    finally:
-        gw.process.terminate()
-        gw.process.wait(10)
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ from aiohttp import web
 from openai import BadRequestError, OpenAI
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.e2e.stack import Gateway, model, start_gateway, tenant
+from tests.e2e.stack import Gateway, model, running_gateway, tenant
 from tests.e2e.test_openai_api import fetch_text
 from tests.e2e.upstreams import no_models, serve_in_thread
 
@@ -92,18 +92,14 @@ def gateway(
         "strict": tenant("strict", ["*"], outbound={"policy": "block"}),
         "trusted": tenant("trusted", ["*"], outbound={"models": {"hosted": "off"}}),
     }
-    gw = start_gateway(
+    with running_gateway(
         tmp_path_factory.mktemp("outbound"),
         models,
         redis_url,
         tenants=tenants,
         gateway={"outbound": {"internal_domains": ["corp.example.com"]}},
-    )
-    try:
+    ) as gw:
         yield gw
-    finally:
-        gw.process.terminate()
-        gw.process.wait(10)
 
 
 def client(gateway: Gateway, name: str) -> OpenAI:

@@ -12,7 +12,7 @@ from openai import OpenAI
 from pydantic import BaseModel
 
 from gateway.dev.sim.server import TritonSim
-from tests.e2e.stack import Gateway, model, start_gateway, tenant
+from tests.e2e.stack import Gateway, model, running_gateway, tenant
 from tests.e2e.tool_upstream import ToolModel
 from tests.e2e.upstreams import serve_in_thread
 
@@ -44,15 +44,11 @@ def gateway(
             "careless": model("openai", urls, **STRUCTURED),
             "text-only": model("triton_http", [a.http_url], upstream_model="llm-small"),
         }
-        gw = start_gateway(
+        with running_gateway(
             tmp_path_factory.mktemp("structured"), models, redis_url,
             tenants={"acme": tenant("acme", ["*"])},
-        )  # fmt: skip
-        try:
+        ) as gw:  # fmt: skip
             yield gw
-        finally:
-            gw.process.terminate()
-            gw.process.wait(10)
 
 
 @pytest.fixture

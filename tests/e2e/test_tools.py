@@ -14,7 +14,7 @@ import pytest
 from openai import OpenAI
 
 from gateway.dev.sim.server import TritonSim
-from tests.e2e.stack import Gateway, model, start_gateway, tenant
+from tests.e2e.stack import Gateway, model, running_gateway, tenant
 from tests.e2e.tool_upstream import ToolModel
 from tests.e2e.upstreams import serve_in_thread
 
@@ -54,14 +54,10 @@ def gateway(
         "hosted": model("openai", urls, external=True, **tools),
         "plain": model("openai", urls),
     }
-    gw = start_gateway(
+    with running_gateway(
         tmp_path_factory.mktemp("tools"), models, redis_url, tenants={"acme": tenant("acme", ["*"])}
-    )
-    try:
+    ) as gw:
         yield gw
-    finally:
-        gw.process.terminate()
-        gw.process.wait(10)
 
 
 @pytest.fixture
@@ -222,15 +218,11 @@ def triton_gateway(
         "hermes-http": model("triton_http", [a.http_url], upstream_model="llm-small", **HERMES),
         "hermes-grpc": model("triton_grpc", [a.grpc_target], upstream_model="llm-small", **HERMES),
     }
-    gw = start_gateway(
+    with running_gateway(
         tmp_path_factory.mktemp("triton-tools"), models, redis_url,
         tenants={"acme": tenant("acme", ["*"])},
-    )  # fmt: skip
-    try:
+    ) as gw:  # fmt: skip
         yield gw
-    finally:
-        gw.process.terminate()
-        gw.process.wait(10)
 
 
 @pytest.fixture

@@ -45,6 +45,15 @@ def streamed(parser: ToolParser, pieces: list[str]) -> tuple[str, list[tuple[str
     return out.content, calls
 
 
+def split(text: str, sizes: list[int]) -> list[str]:
+    """`text` in pieces of `sizes`, and the rest."""
+    pieces, position = [], 0
+    for size in sizes:
+        pieces.append(text[position : position + size])
+        position += size
+    return [*pieces, text[position:]]
+
+
 def whole(parser: ToolParser, text: str) -> tuple[str, list[tuple[str, str]]]:
     content, calls = parser.parse(text)
     return content, [(c.name, c.arguments) for c in calls]
@@ -114,11 +123,7 @@ def normalized(result: tuple[str, list[tuple[str, str]]]) -> tuple[str, list[tup
 @settings(max_examples=200, deadline=None)
 @given(st.sampled_from(HERMES_ANSWERS[:3]), st.lists(st.integers(1, 12), max_size=40))
 def test_hermes_any_split_gives_the_same_calls(answer: str, sizes: list[int]) -> None:
-    pieces, position = [], 0
-    for size in sizes:
-        pieces.append(answer[position : position + size])
-        position += size
-    pieces.append(answer[position:])
+    pieces = split(answer, sizes)
     assert normalized(streamed(HERMES, pieces)) == normalized(whole(HERMES, answer))
 
 
@@ -132,9 +137,5 @@ LLAMA3_ANSWERS = [
 @settings(max_examples=200, deadline=None)
 @given(st.sampled_from(LLAMA3_ANSWERS), st.lists(st.integers(1, 12), max_size=40))
 def test_llama3_any_split_gives_the_same_calls(answer: str, sizes: list[int]) -> None:
-    pieces, position = [], 0
-    for size in sizes:
-        pieces.append(answer[position : position + size])
-        position += size
-    pieces.append(answer[position:])
+    pieces = split(answer, sizes)
     assert normalized(streamed(LLAMA3, pieces)) == normalized(whole(LLAMA3, answer))
