@@ -335,7 +335,7 @@ async def _complete(exchange: _Exchange, request: Request) -> Response:
         watch.stop()  # before the answer goes out: its end looks like a disconnect
         exchange.settle(used)
     exchange.served_by(served, completion.usage)
-    fmt = exchange.work.request.response_format
+    fmt = exchange.work.request.options.response_format
     if fmt is not None and not completion.tool_calls:
         problem = output_problem(fmt, completion.text)
         if problem is not None:
@@ -430,7 +430,7 @@ async def _sse_events(
     try:
         called = False
         # Kept only to check it against `response_format` at the end.
-        fmt = request.response_format
+        fmt = request.options.response_format
         text: list[str] = []
         # The first piece and the rest are handled alike, written out twice: a shared
         # helper would cost every streamed chunk a call on the hot path.

@@ -14,6 +14,7 @@ from jsonschema.validators import validator_for
 from gateway.api.errors import APIError, bad_request
 from gateway.inference.types import (
     ChatMessage,
+    ChatOptions,
     InferenceRequest,
     RequestKind,
     ResponseFormat,
@@ -84,12 +85,14 @@ def parse_chat(data: Mapping[str, Any], default_max_tokens: int) -> InferenceReq
         parallel = None  # meaningless without tools; SDKs send it anyway
     return dataclasses.replace(
         request,
-        tools=tools,
-        tool_choice=choice,
-        forced_tool=forced,
-        parallel_tool_calls=parallel,
-        response_format=parse_response_format(data.get("response_format")),
-        top_logprobs=_logprobs(data),
+        options=ChatOptions(
+            tools=tools,
+            tool_choice=choice,
+            forced_tool=forced,
+            parallel_tool_calls=parallel,
+            response_format=parse_response_format(data.get("response_format")),
+            top_logprobs=_logprobs(data),
+        ),
     )
 
 

@@ -45,7 +45,7 @@ def completion_body(
             message["content"] = completion.text or None
             message["tool_calls"] = [_tool_call(call) for call in completion.tool_calls]
         logprobs = None
-        if request.top_logprobs is not None:
+        if request.options.top_logprobs is not None:
             logprobs = {"content": completion.logprobs or [], "refusal": None}
         choice = {
             "index": 0,

@@ -93,22 +93,23 @@ def _payload(call: UpstreamCall, stream: bool) -> bytes:
     body: dict[str, Any] = {"model": call.upstream_model, "max_tokens": params.max_tokens}
     if call.kind is RequestKind.CHAT:
         body["messages"] = [_message(m) for m in call.messages]
-        if call.tools:
-            body["tools"] = [_tool(t) for t in call.tools]
-        if call.tool_choice is not None:
+        options = call.options
+        if options.tools:
+            body["tools"] = [_tool(t) for t in options.tools]
+        if options.tool_choice is not None:
             body["tool_choice"] = (
-                {"type": "function", "function": {"name": call.forced_tool}}
-                if call.forced_tool is not None
-                else call.tool_choice
+                {"type": "function", "function": {"name": options.forced_tool}}
+                if options.forced_tool is not None
+                else options.tool_choice
             )
-        if call.parallel_tool_calls is not None:
-            body["parallel_tool_calls"] = call.parallel_tool_calls
-        if call.response_format is not None:
-            body["response_format"] = _response_format(call.response_format)
-        if call.top_logprobs is not None:
+        if options.parallel_tool_calls is not None:
+            body["parallel_tool_calls"] = options.parallel_tool_calls
+        if options.response_format is not None:
+            body["response_format"] = _response_format(options.response_format)
+        if options.top_logprobs is not None:
             body["logprobs"] = True
-            if call.top_logprobs:
-                body["top_logprobs"] = call.top_logprobs
+            if options.top_logprobs:
+                body["top_logprobs"] = options.top_logprobs
     else:
         body["prompt"] = call.prompt
     if stream:

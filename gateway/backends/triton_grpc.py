@@ -164,8 +164,8 @@ def _request(call: UpstreamCall, stream: bool) -> service_pb2.ModelInferRequest:
         params["seed"].int64_param = call.params.seed
     if call.params.stop:
         params["stop"].string_param = orjson.dumps(list(call.params.stop)).decode()
-    if call.response_format is not None:
-        for name, value in guided_decoding_parameters(call.response_format).items():
+    if call.options.response_format is not None:
+        for name, value in guided_decoding_parameters(call.options.response_format).items():
             params[name].string_param = value
     return request
 

@@ -70,8 +70,8 @@ def _payload(call: UpstreamCall, stream: bool) -> bytes:
     if params.stop:
         # Triton parameters are scalars, so a list travels as a JSON string.
         body["stop"] = orjson.dumps(list(params.stop)).decode()
-    if call.response_format is not None:
-        body.update(guided_decoding_parameters(call.response_format))
+    if call.options.response_format is not None:
+        body.update(guided_decoding_parameters(call.options.response_format))
     return orjson.dumps(body)
 
 

@@ -44,5 +44,5 @@ def _tool_json(tool: Tool) -> dict[str, object]:
 def estimate_request_tokens(request: InferenceRequest) -> int:
     """A rough prompt token count of `request` before any template renders it."""
     if request.kind is RequestKind.CHAT:
-        return estimate_chat_tokens(request.messages, request.tools)
+        return estimate_chat_tokens(request.messages, request.options.tools)
     return estimate_tokens(request.prompt)

@@ -46,6 +46,24 @@ class ResponseFormat:
 
 
 @dataclass(frozen=True, slots=True)
+class ChatOptions:
+    """What a chat request asks beyond text. `tool_choice` is "none", "auto" or
+    "required", or None (the backend's default); `forced_tool` names the one function
+    the model must call; `top_logprobs` is None when log probabilities are not asked
+    for, else how many alternatives each token gets."""
+
+    tools: tuple[Tool, ...] = ()
+    tool_choice: str | None = None
+    forced_tool: str | None = None
+    parallel_tool_calls: bool | None = None
+    response_format: ResponseFormat | None = None
+    top_logprobs: int | None = None
+
+
+NO_OPTIONS = ChatOptions()
+
+
+@dataclass(frozen=True, slots=True)
 class ChatMessage:
     role: str
     content: str
@@ -78,16 +96,8 @@ class InferenceRequest:
     # The client's own `max_tokens`, or None when the model default applies.
     requested_max_tokens: int | None = None
     user: str | None = None
-    # Functions the model may call; `tool_choice` is "none", "auto" or "required", or
-    # None (the backend's default); `forced_tool` names the one function it must call.
-    tools: tuple[Tool, ...] = ()
-    tool_choice: str | None = None
-    forced_tool: str | None = None
-    parallel_tool_calls: bool | None = None
-    response_format: ResponseFormat | None = None
-    # Log probabilities of the output tokens, with this many alternatives each; None:
-    # not asked for.
-    top_logprobs: int | None = None
+    # Tools, structured output, log probabilities: none asked for by default.
+    options: ChatOptions = NO_OPTIONS
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,15 +113,8 @@ class UpstreamCall:
     params: SamplingParams
     # Prompt tokens as estimated before the upstream counts them.
     prompt_estimate: int
-    # The request's tools, as `InferenceRequest` has them.
-    tools: tuple[Tool, ...] = ()
-    tool_choice: str | None = None
-    forced_tool: str | None = None
-    parallel_tool_calls: bool | None = None
-    response_format: ResponseFormat | None = None
-    # Log probabilities of the output tokens, with this many alternatives each; None:
-    # not asked for.
-    top_logprobs: int | None = None
+    # The request's options, as `InferenceRequest` has them.
+    options: ChatOptions = NO_OPTIONS
 
     def finish_reason(self, completion_tokens: int, tool_calls: bool = False) -> str:
         """OpenAI's finish reason for an output of this many tokens (and tool calls)."""

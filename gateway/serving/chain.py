@@ -38,7 +38,8 @@ def fallback_chain(
     """`route`, then its fallbacks that may serve `request`; MissingCapability when
     `route` itself cannot."""
     fallbacks = [routes[name] for name in route.config.fallback if identity.may_use(name)]
-    if uses_tools(request) or request.response_format or request.top_logprobs is not None:
+    options = request.options
+    if uses_tools(request) or options.response_format or options.top_logprobs is not None:
         missing = missing_capability(route, request)
         if missing is not None:
             raise MissingCapability(route.name, missing)
@@ -53,19 +54,19 @@ def fallback_chain(
 
 def uses_tools(request: InferenceRequest) -> bool:
     """Whether the request offers tools or carries tool calls or results."""
-    return bool(request.tools) or any(
+    return bool(request.options.tools) or any(
         m.tool_calls or m.tool_call_id is not None for m in request.messages
     )
 
 
 def missing_capability(route: ModelRoute, request: InferenceRequest) -> str | None:
     """The field of the request that `route`'s model cannot serve, if any."""
-    capabilities = route.config.capabilities
+    capabilities, options = route.config.capabilities, request.options
     if not capabilities.tools and uses_tools(request):
         return "tools"
-    if not capabilities.structured_outputs and request.response_format is not None:
+    if not capabilities.structured_outputs and options.response_format is not None:
         return "response_format"
-    if not capabilities.logprobs and request.top_logprobs is not None:
+    if not capabilities.logprobs and options.top_logprobs is not None:
         return "logprobs"
     return None
 

@@ -66,17 +66,18 @@ class ModelRoute:
         if request.kind is not RequestKind.CHAT:
             prompt, estimate = request.prompt, estimate_tokens(request.prompt)
         elif self.backend.renders_prompt:
-            if request.tools and request.tool_choice != "none":
-                required = request.forced_tool or (
-                    "one of the functions" if request.tool_choice == "required" else None
+            options = request.options
+            if options.tools and options.tool_choice != "none":
+                required = options.forced_tool or (
+                    "one of the functions" if options.tool_choice == "required" else None
                 )
-                prompt = self.template.render(request.messages, request.tools, required)
+                prompt = self.template.render(request.messages, options.tools, required)
             else:
                 prompt = self.template.render(request.messages)
             estimate = estimate_tokens(prompt)
         else:
             # The server renders the messages itself: no need to render them here.
-            prompt, estimate = "", estimate_chat_tokens(request.messages, request.tools)
+            prompt, estimate = "", estimate_chat_tokens(request.messages, request.options.tools)
         return UpstreamCall(
             kind=request.kind,
             upstream_model=self.upstream_model,
@@ -84,10 +85,5 @@ class ModelRoute:
             messages=request.messages,
             params=request.params,
             prompt_estimate=estimate,
-            tools=request.tools,
-            tool_choice=request.tool_choice,
-            forced_tool=request.forced_tool,
-            parallel_tool_calls=request.parallel_tool_calls,
-            response_format=request.response_format,
-            top_logprobs=request.top_logprobs,
+            options=request.options,
         )

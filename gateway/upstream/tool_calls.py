@@ -18,7 +18,7 @@ from gateway.upstream.route import ModelRoute
 
 def parser_for(route: ModelRoute, call: UpstreamCall) -> ToolParser | None:
     """The parser that reads `route`'s answer to `call` for tool calls, if it is to be."""
-    if not call.tools or call.tool_choice == "none":
+    if not call.options.tools or call.options.tool_choice == "none":
         return None  # the usual case: no tools, nothing to read
     return route.tool_parser
 

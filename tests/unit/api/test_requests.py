@@ -206,10 +206,11 @@ def test_tools_and_their_history_are_parsed() -> None:
         ),
         default_max_tokens=8,
     )
-    assert request.tools[0].name == "f"
-    assert request.tools[0].parameters == TOOL["function"]["parameters"]
-    assert (request.tool_choice, request.forced_tool) == ("required", "f")
-    assert request.parallel_tool_calls is False
+    options = request.options
+    assert options.tools[0].name == "f"
+    assert options.tools[0].parameters == TOOL["function"]["parameters"]
+    assert (options.tool_choice, options.forced_tool) == ("required", "f")
+    assert options.parallel_tool_calls is False
     assert request.messages[1].tool_calls[0].arguments == '{"a": 1}'
     assert request.messages[1].content == ""
     assert request.messages[2].tool_call_id == "call_1"
@@ -238,19 +239,21 @@ def test_response_format_is_parsed() -> None:
             }
         ),
         default_max_tokens=8,
-    ).response_format
+    ).options.response_format
     assert fmt is not None and (fmt.type, fmt.name, fmt.schema, fmt.strict) == (
         "json_schema",
         "A",
         schema,
         True,
     )
-    assert parse_chat(chat(response_format={"type": "text"}), 8).response_format is None
+    assert parse_chat(chat(response_format={"type": "text"}), 8).options.response_format is None
 
 
 def test_tool_choice_none_and_auto_need_no_tools() -> None:
     for choice in ("none", "auto"):
-        assert parse_chat(chat(tool_choice=choice), default_max_tokens=8).tool_choice == choice
+        assert (
+            parse_chat(chat(tool_choice=choice), default_max_tokens=8).options.tool_choice == choice
+        )
 
 
 def test_seed_takes_the_whole_int64_range() -> None:

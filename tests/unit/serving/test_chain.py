@@ -10,6 +10,7 @@ import pytest
 from gateway.config import ModelConfig, Tenant
 from gateway.inference.types import (
     ChatMessage,
+    ChatOptions,
     InferenceRequest,
     RequestKind,
     ResponseFormat,
@@ -62,12 +63,12 @@ def test_a_plain_request_may_fall_back_to_every_model_it_fits() -> None:
 
 
 def test_a_request_with_tools_falls_back_only_to_models_that_take_them() -> None:
-    with_tools = request(tools=(Tool("f"),))
+    with_tools = request(options=ChatOptions(tools=(Tool("f"),)))
     assert names(fallback_chain(ROUTES, ANYONE, ROUTES["big"], with_tools)) == ["big", "tools"]
     with pytest.raises(MissingCapability) as missing:
         fallback_chain(ROUTES, ANYONE, ROUTES["plain"], with_tools)
     assert (missing.value.model, missing.value.field) == ("plain", "tools")
-    structured = request(response_format=ResponseFormat("json_object"))
+    structured = request(options=ChatOptions(response_format=ResponseFormat("json_object")))
     with pytest.raises(MissingCapability) as missing:
         fallback_chain(ROUTES, ANYONE, ROUTES["big"], structured)
     assert missing.value.field == "response_format"
