@@ -59,6 +59,7 @@ def build_app(config: Config) -> ASGIApp:
     hot_routes = {
         "/v1/chat/completions": completions.chat_completions,
         "/v1/completions": completions.completions,
+        "/v1/embeddings": completions.embeddings,
     }
     probes = [
         Route("/livez", endpoints.livez, methods=["GET"]),

@@ -14,10 +14,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncGenerator, Callable, Mapping
+from collections.abc import AsyncGenerator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
+import numpy as np
 from starlette.background import BackgroundTask
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
@@ -27,18 +28,42 @@ from gateway.api import errors
 from gateway.api.endpoints import runtime_of
 from gateway.api.errors import APIError, rate_limited
 from gateway.api.idempotency import claim
-from gateway.api.requests import decode_json, parse_chat, parse_completion, requested_model
-from gateway.api.responses import SSE_DONE, ChunkWriter, completion_body, new_id, sse_error
+from gateway.api.requests import (
+    decode_json,
+    parse_chat,
+    parse_completion,
+    parse_embeddings,
+    requested_model,
+)
+from gateway.api.responses import (
+    SSE_DONE,
+    ChunkWriter,
+    completion_body,
+    embeddings_body,
+    new_id,
+    sse_error,
+)
 from gateway.api.streaming import ClientGone, DisconnectWatch, EventStreamResponse, StreamCut
 from gateway.backends.base import UpstreamError, UpstreamRejected, UpstreamTimeout
 from gateway.inference.structured import output_problem
-from gateway.inference.types import Delta, InferenceRequest, RequestKind, Usage, UsageMeter
+from gateway.inference.tokens import estimate_request_tokens, estimate_tokens
+from gateway.inference.types import (
+    Completion,
+    Delta,
+    InferenceRequest,
+    RequestKind,
+    UpstreamCall,
+    Usage,
+    UsageMeter,
+    Vectors,
+)
 from gateway.observability import metrics
 from gateway.observability.access import RequestRecord
 from gateway.ratelimit.limiter import Decision
 from gateway.serving.auth import Identity
 from gateway.serving.chain import check_context, fallback_chain
 from gateway.serving.dispatch import DeadlineMissed, Served, Work
+from gateway.serving.fanout import gather_all, interleave, split
 from gateway.serving.runtime import Runtime
 from gateway.upstream.failover import NoReplicaLeft
 from gateway.upstream.route import ModelRoute
@@ -61,9 +86,14 @@ async def completions(request: Request) -> Response:
     return await _serve(request, parse_completion)
 
 
+async def embeddings(request: Request) -> Response:
+    return await _serve(request, parse_embeddings)
+
+
 _KINDS: dict[Parser, RequestKind] = {
     parse_chat: RequestKind.CHAT,
     parse_completion: RequestKind.COMPLETION,
+    parse_embeddings: RequestKind.EMBEDDING,
 }
 
 
@@ -91,12 +121,17 @@ class _Exchange:
 
     runtime: Runtime
     route: ModelRoute
-    work: Work
+    # One per part of the request (`gateway.serving.fanout`): usually just one.
+    works: list[Work]
     decision: Decision
-    prompt_estimate: int
     record: RequestRecord
     # Why a stream ended before its last event, if it did.
     cut: StreamCut | None = None
+
+    @property
+    def work(self) -> Work:
+        """The first part: the request itself, unless it has several."""
+        return self.works[0]
 
     @property
     def response_id(self) -> str:
@@ -124,17 +159,20 @@ class _Exchange:
             headers["x-gateway-fallback"] = fallback
         return headers
 
-    def served_by(self, served: Served, usage: Usage) -> None:
-        """Fill the request's record with who served it and what it used."""
+    def served_by(self, served: Sequence[Served], usage: Usage) -> None:
+        """Fill the request's record with who served it (its first part's answer: the
+        model, queue wait and fallbacks the client is told of) and what it used."""
         record = self.record
-        record.served_model = served.route.name
-        record.queue_wait_s = served.queued_s
-        record.ttft_s = served.ttft_s
+        first = served[0]
+        record.served_model = first.route.name
+        record.queue_wait_s = first.queued_s
+        record.ttft_s = first.ttft_s
         record.prompt_tokens = usage.prompt_tokens
         record.completion_tokens = usage.completion_tokens
-        record.fallbacks = [f"{f.source}->{f.target}:{f.reason.value}" for f in served.fallbacks]
-        for step in served.fallbacks:
-            metrics.FALLBACKS.labels(step.source, step.target, step.reason.value).inc()
+        record.fallbacks = [f"{f.source}->{f.target}:{f.reason.value}" for f in first.fallbacks]
+        for part in served:
+            for step in part.fallbacks:
+                metrics.FALLBACKS.labels(step.source, step.target, step.reason.value).inc()
 
     def watch(self, request: Request) -> DisconnectWatch:
         """A watch that cancels this task when the client leaves (its body has been read).
@@ -224,11 +262,10 @@ async def _serve_model(
     record: RequestRecord,
 ) -> Response:
     inference = parse(data, route.config.max_tokens_default)
+    _check_model_kind(route, inference)
     record.stream = inference.stream
     if runtime.config.gateway.server.log_prompts:
-        record.prompt = inference.prompt or "\n".join(
-            f"{m.role}: {m.content}" for m in inference.messages
-        )
+        record.prompt = _logged_prompt(inference)
     if inference.params.max_tokens > route.config.max_tokens_limit:
         field = "max_completion_tokens" if data.get("max_completion_tokens") else "max_tokens"
         raise errors.bad_request(
@@ -237,30 +274,29 @@ async def _serve_model(
         )
     priority = record.priority = _priority(runtime, identity, request.headers.get("x-priority"))
     deadline = _deadline(route, request.headers.get("x-request-timeout"))
-    chain = fallback_chain(runtime.routes, identity, route, inference)
-    outbound = runtime.outbound.prepare(
-        identity.name, identity.tenant, [r.name for r in chain], inference, record.request_id
-    )
-    if outbound is not None:  # an external model in the chain: what leaves is sanitized
-        chain = [runtime.routes[name] for name in outbound.models]
-    call = route.upstream_call(inference if outbound is None else outbound.requests[0])
-    prompt_estimate = call.prompt_estimate
-    check_context(route, prompt_estimate, inference)
+    embeddings = route.config.capabilities.embeddings
+    parts = split(inference, embeddings.max_batch if embeddings is not None else 1)
+    chain = fallback_chain(runtime.routes, identity, route, max(parts, key=estimate_request_tokens))
+    # Each part as it leaves for each model of the chain, and what it costs.
+    planned = [_plan(runtime, identity, route, chain, part, record) for part in parts]
     idempotency = await claim(runtime, identity, request, inference, data)
     if isinstance(idempotency, Response):
         record.finish(idempotency.status_code)
         return idempotency  # the stored answer to an earlier run
 
-    cost = prompt_estimate + _completion_reserve(runtime, inference)
+    cost = sum(plan.cost for plan in planned)
     try:
         decision = await runtime.limiter.admit(identity.name, route.name, cost, deadline)
         if not decision.allowed:
             raise rate_limited(decision)
-        work = Work(
-            inference, chain, identity.name, identity.tenant.share, priority, cost, deadline, call,
-            outbound=None if outbound is None else outbound.requests,
-        )  # fmt: skip
-        exchange = _Exchange(runtime, route, work, decision, prompt_estimate, record)
+        works = [
+            Work(
+                part, plan.chain, identity.name, identity.tenant.share, priority, plan.cost,
+                deadline, plan.call, outbound=plan.outbound,
+            )
+            for part, plan in zip(parts, planned, strict=True)
+        ]  # fmt: skip
+        exchange = _Exchange(runtime, route, works, decision, record)
         if inference.stream:
             return await _stream(exchange, request)
         response = await _complete(exchange, request)
@@ -270,6 +306,81 @@ async def _serve_model(
         raise
     await idempotency.complete(response)
     return response
+
+
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    """One part of a request, ready to dispatch: the models it may go to, the call to the
+    first, what each is sent where outbound sanitization masked it, its cost in tokens."""
+
+    chain: list[ModelRoute]
+    call: UpstreamCall
+    outbound: Sequence[InferenceRequest] | None
+    cost: int
+
+
+def _plan(
+    runtime: Runtime,
+    identity: Identity,
+    route: ModelRoute,
+    chain: list[ModelRoute],
+    part: InferenceRequest,
+    record: RequestRecord,
+) -> _Plan:
+    outbound = runtime.outbound.prepare(
+        identity.name, identity.tenant, [r.name for r in chain], part, record.request_id
+    )
+    if outbound is not None:  # an external model in the chain: what leaves is sanitized
+        chain = [runtime.routes[name] for name in outbound.models]
+    call = route.upstream_call(part if outbound is None else outbound.requests[0])
+    check_context(route, call.prompt_estimate, part)
+    return _Plan(
+        chain,
+        call,
+        None if outbound is None else outbound.requests,
+        call.prompt_estimate + _completion_reserve(runtime, part),
+    )
+
+
+def _check_model_kind(route: ModelRoute, inference: InferenceRequest) -> None:
+    """An embedding request needs an embedding model, and any other request another
+    model; an embedding request's inputs and `dimensions` must suit the model."""
+    embeddings = route.config.capabilities.embeddings
+    if (inference.kind is RequestKind.EMBEDDING) != (embeddings is not None):
+        raise errors.wrong_model_kind(route.name, embedding=embeddings is not None)
+    if embeddings is None:
+        return
+    if len(inference.inputs) > embeddings.max_inputs:
+        raise errors.bad_request(
+            f"`input` may hold at most {embeddings.max_inputs} texts for `{route.name}`.",
+            "input",
+        )
+    for index, text in enumerate(inference.inputs):
+        tokens = estimate_tokens(text)
+        if tokens > embeddings.max_input_tokens:
+            where = f"input[{index}]" if len(inference.inputs) > 1 else "input"
+            raise errors.bad_request(
+                f"`{where}` is about {tokens} tokens; `{route.name}` takes at most "
+                f"{embeddings.max_input_tokens} tokens a text.",
+                where,
+            )
+    dimensions = inference.dimensions
+    if dimensions is not None and dimensions != embeddings.dimensions:
+        if not embeddings.shortenable:
+            raise errors.unsupported_parameter(route.name, "dimensions")
+        if dimensions > embeddings.dimensions:
+            raise errors.bad_request(
+                f"`dimensions` may be at most {embeddings.dimensions} for `{route.name}`.",
+                "dimensions",
+            )
+
+
+def _logged_prompt(inference: InferenceRequest) -> str:
+    if inference.kind is RequestKind.EMBEDDING:
+        return "\n".join(inference.inputs)
+    if inference.prompts:
+        return "\n".join(inference.prompts)
+    return inference.prompt or "\n".join(f"{m.role}: {m.content}" for m in inference.messages)
 
 
 def _route(runtime: Runtime, identity: Identity, model: str, record: RequestRecord) -> ModelRoute:
@@ -320,38 +431,74 @@ def _completion_reserve(runtime: Runtime, inference: InferenceRequest) -> int:
 
 async def _complete(exchange: _Exchange, request: Request) -> Response:
     used = 0
+    dispatcher = exchange.runtime.dispatcher
+
+    async def dispatch(work: Work) -> tuple[Completion, Served]:
+        nonlocal used
+        completion, served = await dispatcher.complete(work)
+        if completion.usage.prompt_tokens == 0:
+            completion.usage.prompt_tokens = work.first_call.prompt_estimate
+        used += completion.usage.total_tokens
+        return completion, served
+
     dispatched = time.monotonic()
     watch = exchange.watch(request)
     try:
         if watch.gone:
             raise ClientGone
-        completion, served = await exchange.runtime.dispatcher.complete(exchange.work)
-        if completion.usage.prompt_tokens == 0:
-            completion.usage.prompt_tokens = exchange.prompt_estimate
-        used = completion.usage.total_tokens
+        results = await gather_all([dispatch(work) for work in exchange.works])
     except BaseException as exc:
         exchange.failed(exc, watch, dispatched)
     finally:
         watch.stop()  # before the answer goes out: its end looks like a disconnect
         exchange.settle(used)
-    exchange.served_by(served, completion.usage)
-    fmt = exchange.work.request.options.response_format
-    if fmt is not None and not completion.tool_calls:
-        problem = output_problem(fmt, completion.text)
-        if problem is not None:
-            raise errors.invalid_structured_output(served.route.name, problem)
-    body = completion_body(
-        exchange.work.request,
-        completion,
-        response_id=exchange.response_id,
-        model=served.route.name,
-    )
+    completions = [completion for completion, _ in results]
+    served = [part for _, part in results]
+    usage = completions[0].usage
+    if len(completions) > 1:
+        usage = Usage(
+            sum(c.usage.prompt_tokens for c in completions),
+            sum(c.usage.completion_tokens for c in completions),
+        )
+    exchange.served_by(served, usage)
+    model = served[0].route.name
+    parts = [work.request for work in exchange.works]
+    if parts[0].kind is RequestKind.EMBEDDING:
+        vectors = _vectors(parts, completions, model)
+        body = embeddings_body(parts[0], vectors, usage.prompt_tokens, model=model)
+    else:
+        fmt = parts[0].options.response_format
+        for completion in completions:
+            if fmt is not None and not completion.tool_calls:
+                problem = output_problem(fmt, completion.text)
+                if problem is not None:
+                    raise errors.invalid_structured_output(model, problem)
+        body = completion_body(parts, completions, response_id=exchange.response_id, model=model)
     return Response(
         body,
         media_type="application/json",
-        headers=exchange.headers(served),
+        headers=exchange.headers(served[0]),
         background=BackgroundTask(_answered, exchange.record),
     )
+
+
+def _vectors(
+    parts: Sequence[InferenceRequest], completions: Sequence[Completion], model: str
+) -> Vectors:
+    """The vectors of every input, in order, `dimensions` long."""
+    batches = []
+    for part, completion in zip(parts, completions, strict=True):
+        if completion.vectors is None or len(completion.vectors) != len(part.inputs):
+            raise errors.upstream_failed(model, "the backend did not return one vector per input")
+        batches.append(completion.vectors)
+    rows = np.concatenate(batches) if len(batches) > 1 else batches[0]
+    dimensions = parts[0].dimensions
+    if dimensions is not None and rows.shape[1] > dimensions:
+        # A Matryoshka model's leading coordinates, made unit vectors again.
+        rows = rows[:, :dimensions]
+        norms = np.linalg.norm(rows, axis=1, keepdims=True)
+        rows = (rows / np.where(norms == 0, 1, norms)).astype(np.float32)
+    return rows
 
 
 async def _answered(record: RequestRecord) -> None:
@@ -359,25 +506,39 @@ async def _answered(record: RequestRecord) -> None:
     record.finish(200)
 
 
+_Opened = tuple[Delta | None, AsyncGenerator[Delta, None], Served]
+
+
+async def _close(opened: _Opened) -> None:
+    await opened[1].aclose()
+
+
 async def _stream(exchange: _Exchange, request: Request) -> Response:
     # The dispatcher answers after the first piece, so a failure up to here is a plain
     # HTTP error (and another replica or model could still be tried).
     dispatched = time.monotonic()
     watch = exchange.watch(request)
+    dispatcher = exchange.runtime.dispatcher
     try:
         if watch.gone:
             raise ClientGone
-        first, deltas, served = await exchange.runtime.dispatcher.stream(exchange.work)
+        opened = await gather_all([dispatcher.stream(w) for w in exchange.works], _close)
     except BaseException as exc:
         watch.stop()
         exchange.settle(0)
         exchange.failed(exc, watch, dispatched)
     # From here the relay watches the client (no more cancelling this task).
     watch.on_gone = None
+    served = opened[0][2]
     headers = {**_SSE_HEADERS, **exchange.headers(served)}
-    end = _StreamEnd(exchange, served, deltas)
+    end = _StreamEnd(exchange, [part for _, _, part in opened], [rest for _, rest, _ in opened])
+    if len(opened) == 1:
+        first, deltas, _ = opened[0]
+        events = _sse_events(exchange, served, first, deltas, end)
+    else:
+        events = _sse_choices(exchange, opened, end)
     return EventStreamResponse(
-        _sse_events(exchange, served, first, deltas, end),
+        events,
         stall_timeout_s=exchange.runtime.config.gateway.server.stream_stall_timeout_s,
         headers=headers,
         on_cut=exchange.cut_short,
@@ -392,12 +553,27 @@ class _StreamEnd:
     response when the generator never started (its `finally` would not run then)."""
 
     exchange: _Exchange
-    served: Served
-    deltas: AsyncGenerator[Delta, None]
-    meter: UsageMeter = field(default_factory=UsageMeter)
+    served: list[Served]
+    # The rest of each part's stream, and what each used.
+    streams: list[AsyncGenerator[Delta, None]]
+    meters: list[UsageMeter] = field(default_factory=list)
     # 499, as nginx logs it, unless the stream ran to its end or its error event.
     status: int = 499
     done: bool = False
+
+    def __post_init__(self) -> None:
+        self.meters = [UsageMeter() for _ in self.streams]
+
+    def usage(self) -> Usage:
+        """What every part used so far (prompt tokens estimated until reported)."""
+        works = self.exchange.works
+        if len(works) == 1:
+            return self.meters[0].usage(works[0].first_call.prompt_estimate)
+        usages = [
+            meter.usage(work.first_call.prompt_estimate)
+            for meter, work in zip(self.meters, works, strict=True)
+        ]
+        return Usage(sum(u.prompt_tokens for u in usages), sum(u.completion_tokens for u in usages))
 
     async def __call__(self) -> None:
         if self.done:
@@ -405,9 +581,10 @@ class _StreamEnd:
         self.done = True
         exchange = self.exchange
         try:
-            await self.deltas.aclose()  # cancels the upstream request if still open
+            for stream in self.streams:
+                await stream.aclose()  # cancels the upstream request if still open
         finally:
-            usage = self.meter.usage(exchange.prompt_estimate)
+            usage = self.usage()
             exchange.settle(usage.total_tokens)
             exchange.served_by(self.served, usage)
             # The client closed the request or stopped reading.
@@ -423,7 +600,8 @@ async def _sse_events(
 ) -> AsyncGenerator[bytes, None]:
     request = exchange.work.request
     writer = ChunkWriter(request, response_id=exchange.response_id, model=served.route.name)
-    meter = end.meter
+    meter = end.meters[0]
+    prompt_estimate = exchange.work.first_call.prompt_estimate
     # 499 until the stream has run to its end or to its error event.
     status = 499
     charging = exchange.decision.reservation is not None
@@ -434,6 +612,8 @@ async def _sse_events(
         text: list[str] = []
         # The first piece and the rest are handled alike, written out twice: a shared
         # helper would cost every streamed chunk a call on the hot path.
+        if request.echo:
+            yield writer.text(request.prompt)
         if first is not None:
             meter.add(first)
             if first.text:
@@ -446,7 +626,7 @@ async def _sse_events(
             async for delta in deltas:
                 meter.add(delta)
                 if charging:
-                    exchange.charge(meter.usage(exchange.prompt_estimate).total_tokens)
+                    exchange.charge(meter.usage(prompt_estimate).total_tokens)
                 if delta.text:
                     if fmt is not None:
                         text.append(delta.text)
@@ -461,7 +641,7 @@ async def _sse_events(
             status = invalid.status
             yield sse_error(invalid.body())
             return
-        usage = meter.usage(exchange.prompt_estimate)
+        usage = meter.usage(prompt_estimate)
         finish = meter.finish_reason or exchange.work.first_call.finish_reason(
             usage.completion_tokens, called
         )
@@ -477,6 +657,75 @@ async def _sse_events(
         yield sse_error(api_error.body())
     except Exception:
         # A bug, or an upstream that sent what no backend expects: still a terminal event.
+        log.exception("stream of %s failed", served.route.name)
+        status = 500
+        failed = APIError(
+            500, "The gateway failed while streaming the answer.", type="server_error"
+        )
+        yield sse_error(failed.body())
+    finally:
+        end.status = status
+        await end()
+
+
+async def _sse_choices(
+    exchange: _Exchange, opened: Sequence[_Opened], end: _StreamEnd
+) -> AsyncGenerator[bytes, None]:
+    """The events of a stream of several choices (`n`, or a completion's prompts): each
+    choice's pieces as they arrive, with its `index`; a choice's finish when it ends."""
+    parts = [work.request for work in exchange.works]
+    served = opened[0][2]
+    writer = ChunkWriter(parts[0], response_id=exchange.response_id, model=served.route.name)
+    meters = end.meters
+    status = 499
+    fmt = parts[0].options.response_format
+    texts: list[list[str]] = [[] for _ in parts]
+    called = [False] * len(parts)
+
+    def events(index: int, delta: Delta) -> Iterator[bytes]:
+        meters[index].add(delta)
+        if delta.text:
+            texts[index].append(delta.text)
+            yield writer.text(delta.text, delta.logprobs, index)
+        if delta.tool_calls:
+            called[index] = True
+            yield writer.tool_calls(delta.tool_calls, index)
+
+    try:
+        for index, (first, _, _) in enumerate(opened):
+            if parts[index].echo:
+                yield writer.text(parts[index].prompt, index=index)
+            if first is not None:
+                for event in events(index, first):
+                    yield event
+        async for index, delta in interleave([rest for _, rest, _ in opened]):
+            if delta is not None:
+                for event in events(index, delta):
+                    yield event
+                if exchange.decision.reservation is not None:
+                    exchange.charge(end.usage().total_tokens)
+                continue
+            text = "".join(texts[index])
+            problem = None if fmt is None or called[index] else output_problem(fmt, text)
+            if problem is not None:
+                invalid = errors.invalid_structured_output(served.route.name, problem)
+                status = invalid.status
+                yield sse_error(invalid.body())
+                return
+            meter = meters[index]
+            finish = meter.finish_reason or exchange.works[index].first_call.finish_reason(
+                meter.completion_tokens, called[index]
+            )
+            yield writer.finish(finish, index)
+        if parts[0].include_usage:
+            yield writer.usage(end.usage())
+        yield SSE_DONE
+        status = 200
+    except (UpstreamError, NoReplicaLeft) as exc:
+        api_error = dispatch_error(served.route.name, exc)
+        status = api_error.status
+        yield sse_error(api_error.body())
+    except Exception:
         log.exception("stream of %s failed", served.route.name)
         status = 500
         failed = APIError(

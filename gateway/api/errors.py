@@ -120,6 +120,16 @@ def unsupported_parameter(model: str, param: str) -> APIError:
     )
 
 
+def wrong_model_kind(model: str, *, embedding: bool) -> APIError:
+    """An embedding model asked for text, or a text model asked for vectors."""
+    message = (
+        f"`{model}` is an embedding model: use /v1/embeddings."
+        if embedding
+        else f"`{model}` is not an embedding model: /v1/embeddings needs one."
+    )
+    return APIError(400, message, param="model", code="model_not_supported")
+
+
 def invalid_structured_output(model: str, problem: str) -> APIError:
     """The model's answer is not the JSON `response_format` asked for."""
     return APIError(

@@ -12,7 +12,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from gateway.api.requests import INT64, MAX_STOP, MAX_TOOLS, MAX_TOP_LOGPROBS, ROLES
+from gateway.api.requests import (
+    COMPLETION_ONLY,
+    INT64,
+    MAX_CHOICES,
+    MAX_N,
+    MAX_STOP,
+    MAX_TOOLS,
+    MAX_TOP_LOGPROBS,
+    ROLES,
+)
 
 Schema = dict[str, Any]
 
@@ -132,18 +141,16 @@ _TOOLS: dict[str, Schema] = {
 # Fields OpenAI defines for behaviour the gateway does not implement: only the value
 # that asks for the default is accepted (`requests.DEFAULT_ONLY`, the same fields).
 DEFAULT_ONLY_SCHEMAS: dict[str, Schema] = {
-    "n": {"const": 1},
     "functions": {"type": "array", "maxItems": 0},
     "function_call": {"enum": ["none", "auto"]},
     "presence_penalty": {"const": 0},
     "frequency_penalty": {"const": 0},
     "logit_bias": {"type": "object", "maxProperties": 0},
-    "best_of": {"const": 1},
-    "echo": {"const": False},
     "suffix": {"const": ""},
 }
 _SAMPLING: dict[str, Schema] = {
     "model": {"type": "string", "minLength": 1},
+    "n": {"type": "integer", "minimum": 1, "maximum": MAX_N},
     "max_tokens": {"type": "integer", "minimum": 1},
     "max_completion_tokens": {"type": "integer", "minimum": 1},
     "temperature": {"type": "number", "minimum": 0, "maximum": 2},
@@ -165,6 +172,7 @@ CHAT_REQUEST: Schema = {
         "messages": {"type": "array", "items": _MESSAGE, "minItems": 1},
         **_TOOLS,
         **DEFAULT_ONLY_SCHEMAS,
+        **{name: {"const": default} for name, default in COMPLETION_ONLY.items()},
     },
     "required": ["model", "messages"],
 }
@@ -175,12 +183,37 @@ COMPLETION_REQUEST: Schema = {
         "prompt": {
             "oneOf": [
                 {"type": "string"},
-                {"type": "array", "items": {"type": "string"}, "minItems": 1, "maxItems": 1},
+                {
+                    "type": "array",
+                    "items": {"type": "string"},
+                    "minItems": 1,
+                    "maxItems": MAX_CHOICES,
+                    "description": f"n times the prompts: at most {MAX_CHOICES}",
+                },
             ]
         },
+        "echo": {"type": "boolean"},
+        "best_of": {"type": "integer", "minimum": 1, "description": "equal to n"},
         **DEFAULT_ONLY_SCHEMAS,
     },
     "required": ["model", "prompt"],
+}
+EMBEDDINGS_REQUEST: Schema = {
+    "type": "object",
+    "properties": {
+        "model": {"type": "string", "minLength": 1},
+        "input": {
+            "oneOf": [
+                {"type": "string", "minLength": 1},
+                {"type": "array", "items": {"type": "string", "minLength": 1}, "minItems": 1},
+            ],
+            "description": "text (token ids are refused); at most the model's max_inputs",
+        },
+        "encoding_format": {"enum": ["float", "base64"]},
+        "dimensions": {"type": "integer", "minimum": 1},
+        "user": {"type": "string"},
+    },
+    "required": ["model", "input"],
 }
 ERROR: Schema = {
     "type": "object",
@@ -235,15 +268,13 @@ def _completion_operation(summary: str, request: Schema) -> Schema:
 
 def openapi_document(models: Sequence[str] = ()) -> Schema:
     """The document (OpenAPI 3.1); with `models`, the `model` fields name them."""
+    chat, text, embeddings = CHAT_REQUEST, COMPLETION_REQUEST, EMBEDDINGS_REQUEST
     if models:
         model = {"type": "string", "enum": list(models)}
-        chat = {**CHAT_REQUEST, "properties": {**CHAT_REQUEST["properties"], "model": model}}
-        text = {
-            **COMPLETION_REQUEST,
-            "properties": {**COMPLETION_REQUEST["properties"], "model": model},
-        }
-    else:
-        chat, text = CHAT_REQUEST, COMPLETION_REQUEST
+        chat, text, embeddings = (
+            {**schema, "properties": {**schema["properties"], "model": model}}
+            for schema in (chat, text, embeddings)
+        )
     return {
         "openapi": "3.1.0",
         "info": {"title": "Inference gateway", "version": "1"},
@@ -254,6 +285,7 @@ def openapi_document(models: Sequence[str] = ()) -> Schema:
         "paths": {
             "/v1/chat/completions": {"post": _completion_operation("Chat completion", chat)},
             "/v1/completions": {"post": _completion_operation("Text completion", text)},
+            "/v1/embeddings": {"post": _completion_operation("Embeddings", embeddings)},
             "/v1/models": {
                 "get": {
                     "summary": "The models this key may use",

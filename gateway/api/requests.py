@@ -29,10 +29,6 @@ MAX_STOP = 4
 INT64 = (-(2**63), 2**63 - 1)
 
 
-def _is_int(value: object, wanted: int) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value == wanted
-
-
 def _is_number(value: object, wanted: float) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and value == wanted
 
@@ -45,9 +41,8 @@ DEFAULT_ONLY: dict[str, tuple[Callable[[object], bool], str]] = {
     # The deprecated forms of `tools` and `tool_choice`.
     "functions": (lambda v: v == [], "an empty list (use `tools`)"),
     "function_call": (lambda v: v in ("none", "auto"), '"none" or "auto" (use `tool_choice`)'),
-    "best_of": (lambda v: _is_int(v, 1), "1"),
+    # Text after the completion needs a fill-in-the-middle model; none is served here.
     "suffix": (lambda v: v == "", "an empty string"),
-    "echo": (lambda v: v is False, "false"),
     # Sampling settings no backend here applies (yet): refused rather than dropped.
     "presence_penalty": (lambda v: _is_number(v, 0), "0"),
     "frequency_penalty": (lambda v: _is_number(v, 0), "0"),
@@ -57,6 +52,12 @@ DEFAULT_ONLY: dict[str, tuple[Callable[[object], bool], str]] = {
 
 # Chat fields that a text completion does not take (other than at their default).
 CHAT_ONLY = ("tools", "tool_choice", "parallel_tool_calls", "response_format", "top_logprobs")
+# Text completion fields that chat does not take (other than at their default).
+COMPLETION_ONLY = {"echo": False, "best_of": 1}
+# Choices a request may ask for (`n`), and upstream requests it may make in all (`n`
+# times the prompts of a text completion): each is admitted and charged on its own.
+MAX_N = 16
+MAX_CHOICES = 64
 
 
 def decode_json(body: bytes) -> Mapping[str, Any]:
@@ -77,6 +78,11 @@ def parse_chat(data: Mapping[str, Any], default_max_tokens: int) -> InferenceReq
         raise bad_request("`messages` must be a non-empty array.", "messages")
     messages = tuple(_message(m, i) for i, m in enumerate(raw_messages))
     _check_tool_results(messages)
+    for name, default in COMPLETION_ONLY.items():
+        value = data.get(name)
+        # `type` too: JSON's `true` is not 1.
+        if value is not None and (type(value) is not type(default) or value != default):
+            raise bad_request(f"`{name}` is a field of `/v1/completions` only.", name)
     request = _request(data, RequestKind.CHAT, default_max_tokens, messages=messages)
     tools = parse_tools(data.get("tools"))
     choice, forced = _tool_choice(data.get("tool_choice"), tools)
@@ -98,13 +104,7 @@ def parse_chat(data: Mapping[str, Any], default_max_tokens: int) -> InferenceReq
 
 def parse_completion(data: Mapping[str, Any], default_max_tokens: int) -> InferenceRequest:
     """A `/v1/completions` body."""
-    prompt = data.get("prompt")
-    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
-        prompt = prompt[0]
-    if not isinstance(prompt, str):
-        raise bad_request(
-            "`prompt` must be a string (batched prompts are not supported).", "prompt"
-        )
+    prompts = _prompts(data.get("prompt"))
     for name in CHAT_ONLY:
         if data.get(name) not in (None, [], {"type": "text"}, "none", "auto", 0):
             raise bad_request(f"`{name}` is a field of `/v1/chat/completions` only.", name)
@@ -113,7 +113,73 @@ def parse_completion(data: Mapping[str, Any], default_max_tokens: int) -> Infere
             "`logprobs` is not supported on `/v1/completions` (it is on chat completions).",
             "logprobs",
         )
-    return _request(data, RequestKind.COMPLETION, default_max_tokens, prompt=prompt)
+    request = _request(data, RequestKind.COMPLETION, default_max_tokens, prompt=prompts[0])
+    if len(prompts) * request.n > MAX_CHOICES:
+        raise bad_request(
+            f"`n` times the number of prompts may be at most {MAX_CHOICES}.", "prompt"
+        )
+    best_of = _optional_int(data, "best_of", minimum=1)
+    if best_of is not None and best_of != request.n:
+        raise bad_request(
+            "`best_of` may only equal `n`: ranking more choices than are returned needs "
+            "their log probabilities, which the gateway does not compare.",
+            "best_of",
+        )
+    return dataclasses.replace(
+        request,
+        prompts=prompts if len(prompts) > 1 else (),
+        echo=_optional_bool(data, "echo") or False,
+    )
+
+
+def _prompts(raw: object) -> tuple[str, ...]:
+    """`prompt`: a string, or an array of strings (one completion each)."""
+    prompts = [raw] if isinstance(raw, str) else raw
+    if not isinstance(prompts, list) or not prompts:
+        raise bad_request("`prompt` must be a string or a non-empty array of strings.", "prompt")
+    if all(isinstance(p, int) and not isinstance(p, bool) for p in prompts):
+        raise bad_request("`prompt` must be text: token ids are not supported.", "prompt")
+    for index, prompt in enumerate(prompts):
+        if not isinstance(prompt, str):
+            where = "prompt" if isinstance(raw, str) else f"prompt[{index}]"
+            raise bad_request(f"`{where}` must be a string.", where)
+    if len(prompts) > MAX_CHOICES:
+        raise bad_request(f"`prompt` may hold at most {MAX_CHOICES} prompts.", "prompt")
+    return tuple(prompts)
+
+
+def parse_embeddings(data: Mapping[str, Any], default_max_tokens: int) -> InferenceRequest:
+    """A `/v1/embeddings` body: `input` (a text or a list of texts), `encoding_format`,
+    `dimensions`, `user`. Texts as token ids are refused: the gateway cannot read them."""
+    raw = data.get("input")
+    texts = [raw] if isinstance(raw, str) else raw
+    if not isinstance(texts, list) or not texts:
+        raise bad_request("`input` must be a non-empty string or array of strings.", "input")
+    for index, text in enumerate(texts):
+        where = "input" if isinstance(raw, str) else f"input[{index}]"
+        if isinstance(text, int | list):
+            raise bad_request(
+                f"`{where}` is given as token ids; this gateway takes text only "
+                "(langchain's OpenAIEmbeddings: `check_embedding_ctx_length=False`).",
+                where,
+            )
+        if not isinstance(text, str) or not text:
+            raise bad_request(f"`{where}` must be a non-empty string.", where)
+    encoding = data.get("encoding_format", "float")
+    if encoding not in ("float", "base64"):
+        raise bad_request('`encoding_format` must be "float" or "base64".', "encoding_format")
+    user = data.get("user")
+    if user is not None and not isinstance(user, str):
+        raise bad_request("`user` must be a string.", "user")
+    return InferenceRequest(
+        kind=RequestKind.EMBEDDING,
+        model=requested_model(data),
+        params=SamplingParams(max_tokens=0),
+        inputs=tuple(texts),
+        dimensions=_optional_int(data, "dimensions", minimum=1),
+        base64=encoding == "base64",
+        user=user,
+    )
 
 
 def requested_model(data: Mapping[str, Any]) -> str:
@@ -138,9 +204,7 @@ def _request(
             raise bad_request(
                 f"`{name}` is not supported by this gateway: only {accepted} is accepted.", name
             )
-    n = _optional_int(data, "n", minimum=1)
-    if n not in (None, 1):
-        raise bad_request("Only `n` = 1 is supported.", "n")
+    n = _optional_int(data, "n", 1, MAX_N) or 1
     max_tokens = _optional_int(data, "max_completion_tokens", minimum=1)
     if max_tokens is None:
         max_tokens = _optional_int(data, "max_tokens", minimum=1)
@@ -177,6 +241,7 @@ def _request(
         prompt=prompt,
         requested_max_tokens=max_tokens,
         user=user,
+        n=n,
     )
 
 
@@ -454,4 +519,11 @@ def _optional_bool(data: Mapping[str, Any], name: str, param: str | None = None)
     return value
 
 
-__all__ = ["APIError", "decode_json", "parse_chat", "parse_completion", "requested_model"]
+__all__ = [
+    "APIError",
+    "decode_json",
+    "parse_chat",
+    "parse_completion",
+    "parse_embeddings",
+    "requested_model",
+]

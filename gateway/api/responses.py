@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import base64
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import orjson
@@ -15,14 +17,21 @@ from gateway.inference.types import (
     ToolCall,
     ToolCallDelta,
     Usage,
+    Vectors,
 )
 
 SSE_DONE = b"data: [DONE]\n\n"
 
 
 def new_id(kind: RequestKind) -> str:
-    prefix = "chatcmpl-" if kind is RequestKind.CHAT else "cmpl-"
-    return prefix + random_id()
+    return _ID_PREFIXES[kind] + random_id()
+
+
+_ID_PREFIXES = {
+    RequestKind.CHAT: "chatcmpl-",
+    RequestKind.COMPLETION: "cmpl-",
+    RequestKind.EMBEDDING: "embd-",
+}
 
 
 def _usage(usage: Usage) -> dict[str, int]:
@@ -34,43 +43,89 @@ def _usage(usage: Usage) -> dict[str, int]:
 
 
 def completion_body(
-    request: InferenceRequest, completion: Completion, *, response_id: str, model: str
+    parts: Sequence[InferenceRequest],
+    completions: Sequence[Completion],
+    *,
+    response_id: str,
+    model: str,
 ) -> bytes:
-    """The JSON body of a non-streamed response."""
-    choice: dict[str, Any]
-    if request.kind is RequestKind.CHAT:
-        message: dict[str, Any] = {"role": "assistant", "content": completion.text}
-        if completion.tool_calls:
-            # As OpenAI answers a turn of calls: content null unless the model also wrote.
-            message["content"] = completion.text or None
-            message["tool_calls"] = [_tool_call(call) for call in completion.tool_calls]
-        logprobs = None
-        if request.options.top_logprobs is not None:
-            logprobs = {"content": completion.logprobs or [], "refusal": None}
-        choice = {
-            "index": 0,
-            "message": message,
-            "logprobs": logprobs,
-            "finish_reason": completion.finish_reason,
-        }
-        obj = "chat.completion"
-    else:
-        choice = {
-            "index": 0,
-            "text": completion.text,
-            "logprobs": None,
-            "finish_reason": completion.finish_reason,
-        }
-        obj = "text_completion"
+    """The JSON body of a non-streamed response: choice `i` is `completions[i]`, the
+    answer to `parts[i]`; the usage is theirs together."""
+    request = parts[0]
+    chat = request.kind is RequestKind.CHAT
+    choices = [
+        _chat_choice(request, index, completion) if chat else _text_choice(part, index, completion)
+        for index, (part, completion) in enumerate(zip(parts, completions, strict=True))
+    ]
+    usage = completions[0].usage
+    if len(completions) > 1:
+        usage = Usage(
+            prompt_tokens=sum(c.usage.prompt_tokens for c in completions),
+            completion_tokens=sum(c.usage.completion_tokens for c in completions),
+        )
     return orjson.dumps(
         {
             "id": response_id,
-            "object": obj,
+            "object": "chat.completion" if chat else "text_completion",
             "created": int(time.time()),
             "model": model,
-            "choices": [choice],
-            "usage": _usage(completion.usage),
+            "choices": choices,
+            "usage": _usage(usage),
         }
+    )
+
+
+def _chat_choice(request: InferenceRequest, index: int, completion: Completion) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": completion.text}
+    if completion.tool_calls:
+        # As OpenAI answers a turn of calls: content null unless the model also wrote.
+        message["content"] = completion.text or None
+        message["tool_calls"] = [_tool_call(call) for call in completion.tool_calls]
+    logprobs = None
+    if request.options.top_logprobs is not None:
+        logprobs = {"content": completion.logprobs or [], "refusal": None}
+    return {
+        "index": index,
+        "message": message,
+        "logprobs": logprobs,
+        "finish_reason": completion.finish_reason,
+    }
+
+
+def _text_choice(part: InferenceRequest, index: int, completion: Completion) -> dict[str, Any]:
+    return {
+        "index": index,
+        "text": part.prompt + completion.text if part.echo else completion.text,
+        "logprobs": None,
+        "finish_reason": completion.finish_reason,
+    }
+
+
+def embeddings_body(
+    request: InferenceRequest, vectors: Vectors, prompt_tokens: int, *, model: str
+) -> bytes:
+    """The JSON body of `/v1/embeddings`: one vector per input, as numbers or base64."""
+    if request.base64:
+        data: list[dict[str, Any]] = [
+            {
+                "object": "embedding",
+                "index": i,
+                "embedding": base64.b64encode(row.tobytes()).decode(),
+            }
+            for i, row in enumerate(vectors.astype("<f4", copy=False))
+        ]
+    else:
+        data = [
+            {"object": "embedding", "index": i, "embedding": row} for i, row in enumerate(vectors)
+        ]
+    return orjson.dumps(
+        {
+            "object": "list",
+            "data": data,
+            "model": model,
+            "usage": {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens},
+        },
+        option=orjson.OPT_SERIALIZE_NUMPY,
     )
 
 
@@ -97,30 +152,31 @@ class ChunkWriter:
             "created": int(time.time()),
             "model": model,
         }
-        self._role_sent = False
+        # The choices that have had their first chunk (OpenAI sends the role once).
+        self._started: set[int] = set()
 
     def _event(self, choices: list[dict[str, Any]], **extra: Any) -> bytes:
         return b"data: " + orjson.dumps({**self._head, "choices": choices, **extra}) + b"\n\n"
 
-    def text(self, text: str, logprobs: list[Any] | None = None) -> bytes:
+    def text(self, text: str, logprobs: list[Any] | None = None, index: int = 0) -> bytes:
         """An event carrying generated text (and its tokens' log probabilities)."""
         if self._chat:
             delta: dict[str, str] = {"content": text}
-            if not self._role_sent:
+            if index not in self._started:
                 # OpenAI sends the role once, on the first chunk.
                 delta = {"role": "assistant", "content": text}
-                self._role_sent = True
+                self._started.add(index)
             choice: dict[str, Any] = {
-                "index": 0,
+                "index": index,
                 "delta": delta,
                 "logprobs": None if logprobs is None else {"content": logprobs, "refusal": None},
                 "finish_reason": None,
             }
         else:
-            choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": None}
+            choice = {"index": index, "text": text, "logprobs": None, "finish_reason": None}
         return self._event([choice])
 
-    def tool_calls(self, fragments: tuple[ToolCallDelta, ...]) -> bytes:
+    def tool_calls(self, fragments: tuple[ToolCallDelta, ...], index: int = 0) -> bytes:
         """An event carrying pieces of tool calls: a call's first piece has its id, type
         and name (and arguments so far), later pieces only more of its arguments."""
         calls = []
@@ -134,24 +190,24 @@ class ChunkWriter:
             call["function"] = function
             calls.append(call)
         delta: dict[str, Any] = {"tool_calls": calls}
-        if not self._role_sent:
+        if index not in self._started:
             delta = {"role": "assistant", "content": None, "tool_calls": calls}
-            self._role_sent = True
-        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": None}
+            self._started.add(index)
+        choice = {"index": index, "delta": delta, "logprobs": None, "finish_reason": None}
         return self._event([choice])
 
-    def finish(self, finish_reason: str) -> bytes:
+    def finish(self, finish_reason: str, index: int = 0) -> bytes:
         """The event that closes the choice."""
         if self._chat:
-            delta = {} if self._role_sent else {"role": "assistant", "content": ""}
+            delta = {} if index in self._started else {"role": "assistant", "content": ""}
             choice: dict[str, Any] = {
-                "index": 0,
+                "index": index,
                 "delta": delta,
                 "logprobs": None,
                 "finish_reason": finish_reason,
             }
         else:
-            choice = {"index": 0, "text": "", "logprobs": None, "finish_reason": finish_reason}
+            choice = {"index": index, "text": "", "logprobs": None, "finish_reason": finish_reason}
         return self._event([choice])
 
     def usage(self, usage: Usage) -> bytes:

@@ -11,6 +11,7 @@ import struct
 from collections.abc import AsyncGenerator, AsyncIterator
 
 import grpc
+import numpy as np
 import orjson
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
@@ -22,7 +23,15 @@ from gateway.backends.base import (
     model_error,
 )
 from gateway.backends.guided import guided_decoding_parameters
-from gateway.inference.types import Completion, Delta, UpstreamCall, UsageMeter
+from gateway.inference.types import (
+    Completion,
+    Delta,
+    RequestKind,
+    UpstreamCall,
+    Usage,
+    UsageMeter,
+    embedding_rows,
+)
 
 _UNAVAILABLE = frozenset(
     {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.NOT_FOUND, grpc.StatusCode.RESOURCE_EXHAUSTED}
@@ -76,6 +85,8 @@ class TritonGRPCBackend:
         return service_pb2_grpc.GRPCInferenceServiceStub(channel)
 
     async def complete(self, url: str, call: UpstreamCall) -> Completion:
+        if call.kind is RequestKind.EMBEDDING:
+            return await self._embed(url, call)
         parts: list[str] = []
         meter = UsageMeter()
         async for delta in self._generate(url, call, stream=False):
@@ -87,6 +98,30 @@ class TritonGRPCBackend:
             usage=usage,
             finish_reason=call.finish_reason(usage.completion_tokens),
         )
+
+    async def _embed(self, url: str, call: UpstreamCall) -> Completion:
+        """The standard unary `ModelInfer`: a BYTES tensor of texts in, raw FP32 out."""
+        input_tensor, output_tensor = call.tensors
+        request = service_pb2.ModelInferRequest(model_name=call.upstream_model)
+        texts = request.inputs.add(name=input_tensor, datatype="BYTES", shape=[len(call.inputs)])
+        texts.contents.bytes_contents.extend(text.encode() for text in call.inputs)
+        stub = await self._connected_stub(url)
+        try:
+            result = await stub.ModelInfer(request, timeout=self._total_timeout_s)
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() is grpc.StatusCode.UNAVAILABLE:
+                self._connected.discard(url)
+            raise _error(exc) from exc
+        raw = dict(zip((o.name for o in result.outputs), result.raw_output_contents, strict=False))
+        if output_tensor not in raw:
+            raise UpstreamError(f"no `{output_tensor}` vectors in the answer")
+        try:
+            vectors = embedding_rows(raw[output_tensor], len(call.inputs))
+        except ValueError as exc:
+            raise UpstreamError(f"`{output_tensor}`: {exc}") from exc
+        counts = raw.get("num_input_tokens", b"")
+        prompt_tokens = int(np.frombuffer(counts, dtype="<i4").sum()) if counts else 0
+        return Completion(text="", usage=Usage(prompt_tokens=prompt_tokens), vectors=vectors)
 
     def stream(self, url: str, call: UpstreamCall) -> AsyncGenerator[Delta, None]:
         return self._generate(url, call, stream=True)

@@ -7,10 +7,17 @@ from typing import Any
 
 import orjson
 
-from gateway.backends.base import model_error
+from gateway.backends.base import UpstreamError, model_error
 from gateway.backends.guided import guided_decoding_parameters
 from gateway.backends.http import LazySession, get_ok, post, sse_payloads
-from gateway.inference.types import Completion, Delta, UpstreamCall, Usage
+from gateway.inference.types import (
+    Completion,
+    Delta,
+    RequestKind,
+    UpstreamCall,
+    Usage,
+    embedding_rows,
+)
 
 
 class TritonHTTPBackend:
@@ -26,6 +33,8 @@ class TritonHTTPBackend:
         self._session = LazySession(connect_timeout_s, total_timeout_s)
 
     async def complete(self, url: str, call: UpstreamCall) -> Completion:
+        if call.kind is RequestKind.EMBEDDING:
+            return await self._embed(url, call)
         endpoint = f"{url}/v2/models/{call.upstream_model}/generate"
         async with post(self._session.get(), endpoint, _payload(call, False)) as r:
             data = orjson.loads(await r.read())
@@ -36,6 +45,33 @@ class TritonHTTPBackend:
         return Completion(
             text=delta.text, usage=usage, finish_reason=call.finish_reason(usage.completion_tokens)
         )
+
+    async def _embed(self, url: str, call: UpstreamCall) -> Completion:
+        """The standard `infer` API (KServe v2): a BYTES tensor of texts in."""
+        input_tensor, output_tensor = call.tensors
+        body = {
+            "inputs": [
+                {
+                    "name": input_tensor,
+                    "shape": [len(call.inputs)],
+                    "datatype": "BYTES",
+                    "data": list(call.inputs),
+                }
+            ]
+        }
+        endpoint = f"{url}/v2/models/{call.upstream_model}/infer"
+        async with post(self._session.get(), endpoint, orjson.dumps(body)) as r:
+            data = orjson.loads(await r.read())
+        if "error" in data:
+            raise model_error(str(data["error"]), before_output=True)
+        outputs = {o.get("name"): o for o in data.get("outputs", []) if isinstance(o, dict)}
+        try:
+            vectors = embedding_rows(outputs[output_tensor]["data"], len(call.inputs))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise UpstreamError(f"no `{output_tensor}` vectors in the answer: {exc!r}") from exc
+        counts = outputs.get("num_input_tokens", {}).get("data")
+        prompt_tokens = sum(counts) if isinstance(counts, list) else 0
+        return Completion(text="", usage=Usage(prompt_tokens=prompt_tokens), vectors=vectors)
 
     async def stream(self, url: str, call: UpstreamCall) -> AsyncGenerator[Delta, None]:
         endpoint = f"{url}/v2/models/{call.upstream_model}/generate_stream"

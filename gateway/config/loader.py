@@ -233,7 +233,10 @@ def _fallback_problems(source: Source) -> list[Problem]:
             problems.append(source.problem(loc, at(loc, f"model '{target}' is not defined")))
         else:
             edges.setdefault(name, []).append((loc, target))
-            problems += _dropped_capabilities(source, loc, name, target)
+            # A fallback of another kind is wrong whatever it can do: said once.
+            problems += _other_vectors(source, loc, name, target) or _dropped_capabilities(
+                source, loc, name, target
+            )
     return problems + [
         source.problem(loc, at(loc, "fallback chain loops: " + " -> ".join(cycle)))
         for loc, cycle in _cycles(edges)
@@ -257,6 +260,35 @@ def _dropped_capabilities(source: Source, loc: Loc, model: str, target: str) -> 
         f"model '{target}' lacks {', '.join(missing)}, which '{model}' has: requests that "
         "use them would not fall back to it"
     )
+    return [source.problem(loc, at(loc, message))]
+
+
+def _embedding_dimensions(source: Source, model: str) -> int | None:
+    """The vector length of an embedding model; None for any other model."""
+    models = _as_dict(_as_dict(source.data).get("models"))
+    capabilities = _as_dict(_as_dict(models.get(model)).get("capabilities"))
+    embeddings = capabilities.get("embeddings")
+    if not isinstance(embeddings, dict):
+        return None
+    dimensions = embeddings.get("dimensions")
+    return dimensions if isinstance(dimensions, int) else 0
+
+
+def _other_vectors(source: Source, loc: Loc, model: str, target: str) -> list[Problem]:
+    """A fallback that answers in another kind: an embedding model's fallback must give
+    vectors of the same length (vectors of another space would be stored next to the
+    model's own), and a text model cannot fall back to an embedding model or back."""
+    own, other = _embedding_dimensions(source, model), _embedding_dimensions(source, target)
+    if own == other:
+        return []
+    if own is None or other is None:
+        kind = "an embedding model" if own is None else "not an embedding model"
+        message = f"model '{target}' is {kind}, unlike '{model}'"
+    else:
+        message = (
+            f"model '{target}' gives vectors of {other} dimensions, '{model}' of {own}: "
+            "an embedding model may only fall back to one of the same vectors"
+        )
     return [source.problem(loc, at(loc, message))]
 
 
@@ -363,6 +395,12 @@ def _capability_problems(source: Source) -> list[Problem]:
                 "an `openai` backend returns its calls parsed" if openai else "needs `tools: true`"
             )
             problems.append(source.problem(loc, at(loc, message)))
+        if isinstance(capabilities.get("embeddings"), dict):
+            chat = [c for c in _CAPABILITIES if capabilities.get(c) is True]
+            if chat:
+                loc = ("models", name, "capabilities", "embeddings")
+                message = f"an embedding model cannot have {', '.join(chat)}"
+                problems.append(source.problem(loc, at(loc, message)))
     return problems
 
 

@@ -201,6 +201,29 @@ class ToolParserName(StrEnum):
     LLAMA3_JSON = "llama3_json"  # {"name": ..., "parameters": ...}
 
 
+class Embeddings(Strict):
+    """An embedding model (`/v1/embeddings`): text in, a vector of `dimensions` out.
+
+    A Triton model is called through the standard `infer` API (KServe v2): a BYTES
+    tensor of texts in, an FP32 tensor of one vector per text out (and, if the model
+    reports them, an INT32 `num_input_tokens` per text).
+    """
+
+    dimensions: PositiveInt
+    # Whether a client may ask for shorter vectors (`dimensions`): for a Triton model the
+    # gateway keeps the leading coordinates and normalizes them again (Matryoshka
+    # models); an `openai` upstream is sent the field.
+    shortenable: bool = False
+    # Texts per upstream request: a longer list is split into several, sent at once.
+    max_batch: PositiveInt = 32
+    # Texts per client request, and tokens (the gateway's estimate) per text.
+    max_inputs: PositiveInt = 2048
+    max_input_tokens: PositiveInt = 8192
+    # The Triton model's tensors.
+    input_tensor: str = "text_input"
+    output_tensor: str = "embedding"
+
+
 class Capabilities(Strict):
     """What a model can do beyond plain text; a request that needs more is a 400."""
 
@@ -215,6 +238,8 @@ class Capabilities(Strict):
     # Log probabilities (`logprobs`, `top_logprobs`) as the upstream returns them; only
     # an `openai` upstream does here.
     logprobs: bool = False
+    # An embedding model, for `/v1/embeddings` only.
+    embeddings: Embeddings | None = None
 
 
 class OutboundPolicy(StrEnum):

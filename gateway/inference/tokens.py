@@ -45,4 +45,6 @@ def estimate_request_tokens(request: InferenceRequest) -> int:
     """A rough prompt token count of `request` before any template renders it."""
     if request.kind is RequestKind.CHAT:
         return estimate_chat_tokens(request.messages, request.options.tools)
+    if request.kind is RequestKind.EMBEDDING:
+        return sum(estimate_tokens(text) for text in request.inputs)
     return estimate_tokens(request.prompt)

@@ -7,10 +7,14 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+import numpy as np
+import numpy.typing as npt
+
 
 class RequestKind(StrEnum):
     CHAT = "chat"
     COMPLETION = "completion"
+    EMBEDDING = "embedding"
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +102,17 @@ class InferenceRequest:
     user: str | None = None
     # Tools, structured output, log probabilities: none asked for by default.
     options: ChatOptions = NO_OPTIONS
+    # Choices to generate (`n`), for each prompt.
+    n: int = 1
+    # A text completion of several prompts: all of them (`prompt` is then the first).
+    prompts: tuple[str, ...] = ()
+    # A text completion that starts with its prompt (`echo`).
+    echo: bool = False
+    # The texts to embed, and the length of their vectors if shorter than the model's.
+    inputs: tuple[str, ...] = ()
+    dimensions: int | None = None
+    # The vectors as base64 of their float32 bytes (`encoding_format`), not JSON numbers.
+    base64: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +130,11 @@ class UpstreamCall:
     prompt_estimate: int
     # The request's options, as `InferenceRequest` has them.
     options: ChatOptions = NO_OPTIONS
+    # An embedding request's texts, and the tensors that carry them in and the vectors out.
+    inputs: tuple[str, ...] = ()
+    tensors: tuple[str, str] = ("text_input", "embedding")
+    # Shorter vectors asked of the upstream (an `openai` one makes them itself).
+    dimensions: int | None = None
 
     def finish_reason(self, completion_tokens: int, tool_calls: bool = False) -> str:
         """OpenAI's finish reason for an output of this many tokens (and tool calls)."""
@@ -170,6 +190,23 @@ class Completion:
     finish_reason: str = "stop"
     tool_calls: tuple[ToolCall, ...] = ()
     logprobs: list[Any] | None = None
+    # An embedding request's vectors, one row per input (float32).
+    vectors: Vectors | None = None
+
+
+Vectors = npt.NDArray[np.float32]
+
+
+def embedding_rows(values: Any, inputs: int) -> Vectors:
+    """The vectors of `inputs` texts from an FP32 tensor's values (numbers or raw
+    little-endian bytes), one row per text; ValueError when they do not divide evenly."""
+    if isinstance(values, bytes | bytearray):
+        flat = np.frombuffer(values, dtype="<f4")
+    else:
+        flat = np.asarray(values, dtype=np.float32).reshape(-1)
+    if inputs <= 0 or flat.size == 0 or flat.size % inputs:
+        raise ValueError(f"{flat.size} numbers for {inputs} texts")
+    return flat.reshape(inputs, -1)
 
 
 class UsageMeter:

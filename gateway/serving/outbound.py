@@ -108,16 +108,23 @@ class OutboundGuard:
 
 
 # Findings of every text of a request, by the text's place in it: ("prompt",) for a
-# completion's prompt, (message index,) for a message's content, (message index, call
-# index) for the arguments of a tool call. Roles, names and call ids are not scanned:
-# they are not the user's data, and a masked call id would no longer pair its result.
-_Place = tuple[int, ...] | tuple[str]
+# completion's prompt, ("input", i) for an embedding request's text i, (message index,)
+# for a message's content, (message index, call index) for the arguments of a tool call.
+# Roles, names and call ids are not scanned: they are not the user's data, and a masked
+# call id would no longer pair its result.
+_Place = tuple[int | str, ...]
 _PROMPT: _Place = ("prompt",)
+
+
+def _input(index: int) -> _Place:
+    return ("input", index)
 
 
 def _texts(request: InferenceRequest) -> Iterator[tuple[_Place, str]]:
     if request.prompt:
         yield _PROMPT, request.prompt
+    for index, text in enumerate(request.inputs):
+        yield _input(index), text
     for index, message in enumerate(request.messages):
         if message.content:
             yield (index,), message.content
@@ -139,6 +146,10 @@ def _rewrite(
     prompt = request.prompt
     if _PROMPT in findings:
         prompt = masker.mask(prompt, findings[_PROMPT])
+    inputs = tuple(
+        masker.mask(text, findings[at]) if (at := _input(index)) in findings else text
+        for index, text in enumerate(request.inputs)
+    )
     messages = list(request.messages)
     for index, message in enumerate(messages):
         content = message.content
@@ -151,7 +162,7 @@ def _rewrite(
             for call_index, call in enumerate(message.tool_calls)
         )
         messages[index] = dataclasses.replace(message, content=content, tool_calls=calls)
-    return dataclasses.replace(request, prompt=prompt, messages=tuple(messages))
+    return dataclasses.replace(request, prompt=prompt, messages=tuple(messages), inputs=inputs)
 
 
 def _report(

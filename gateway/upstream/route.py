@@ -5,9 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gateway.backends.base import Backend
-from gateway.config import ModelConfig
+from gateway.config import BackendKind, ModelConfig
 from gateway.inference.prompt import PromptTemplate
-from gateway.inference.tokens import estimate_chat_tokens, estimate_tokens
+from gateway.inference.tokens import (
+    estimate_chat_tokens,
+    estimate_request_tokens,
+    estimate_tokens,
+)
 from gateway.inference.tool_parsers import TOOL_PARSERS, ToolParser
 from gateway.inference.types import InferenceRequest, RequestKind, UpstreamCall
 from gateway.upstream.backoff import Backoff
@@ -63,6 +67,8 @@ class ModelRoute:
 
     def upstream_call(self, request: InferenceRequest) -> UpstreamCall:
         """The request as this model's backend receives it."""
+        if request.kind is RequestKind.EMBEDDING:
+            return self._embedding_call(request)
         if request.kind is not RequestKind.CHAT:
             prompt, estimate = request.prompt, estimate_tokens(request.prompt)
         elif self.backend.renders_prompt:
@@ -86,4 +92,24 @@ class ModelRoute:
             params=request.params,
             prompt_estimate=estimate,
             options=request.options,
+        )
+
+    def _embedding_call(self, request: InferenceRequest) -> UpstreamCall:
+        embeddings = self.config.capabilities.embeddings
+        tensors = (
+            ("text_input", "embedding")
+            if embeddings is None
+            else (embeddings.input_tensor, embeddings.output_tensor)
+        )
+        return UpstreamCall(
+            kind=request.kind,
+            upstream_model=self.upstream_model,
+            prompt="",
+            messages=(),
+            params=request.params,
+            prompt_estimate=estimate_request_tokens(request),
+            inputs=request.inputs,
+            tensors=tensors,
+            # Shorter vectors: an `openai` upstream makes them, Triton's are cut here.
+            dimensions=request.dimensions if self.config.backend is BackendKind.OPENAI else None,
         )

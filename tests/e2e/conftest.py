@@ -20,6 +20,7 @@ LARGE = "llm-large=4"
 SMALL = "llm-small=1"
 # Slow enough that a request is surely still running while a test looks at it.
 SLOW = "llm-slow=40"
+EMBED = "embed-small"
 
 
 def start_sim(models: str) -> TritonSim:
@@ -51,8 +52,9 @@ def two_sims(models_a: str, models_b: str) -> Iterator[tuple[TritonSim, TritonSi
 
 @pytest.fixture(scope="session")
 def sims() -> Iterator[tuple[TritonSim, TritonSim]]:
-    """Server A serves llm-large, llm-small and llm-slow, server B another llm-large."""
-    with two_sims(f"{LARGE},{SMALL},{SLOW}", LARGE) as pair:
+    """Server A serves llm-large, llm-small, llm-slow and embed-small, server B another
+    llm-large and embed-small."""
+    with two_sims(f"{LARGE},{SMALL},{SLOW},{EMBED}", f"{LARGE},{EMBED}") as pair:
         yield pair
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import time
+import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -13,6 +14,7 @@ from typing import Any
 
 import orjson
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.config import hash_key
 from gateway.dev.processes import (
@@ -144,3 +146,16 @@ def model(backend: str, urls: list[str], **extra: Any) -> dict[str, Any]:
         "health": {"interval_s": 0.5, "timeout_s": 1.0},
         **extra,
     }
+
+
+def replica_requests(gateway: Gateway, model_name: str) -> dict[str, float]:
+    """`gateway_replica_requests_total` of one model, by replica URL."""
+    with urllib.request.urlopen(f"{gateway.ops_url}/metrics", timeout=5) as response:
+        exposition = response.read().decode()
+    counts: dict[str, float] = {}
+    for family in text_string_to_metric_families(exposition):
+        for sample in family.samples:
+            labels = sample.labels
+            if sample.name == "gateway_replica_requests_total" and labels["model"] == model_name:
+                counts[labels["replica"]] = sample.value
+    return counts

@@ -4,6 +4,7 @@ The layout written by `write_repository(root, profiles)`:
 
     root/repo/<model>/config.pbtxt          decoupled Python-backend model
     root/repo/<model>/1/model.py            a copy of gateway/dev/sim/model_template.py
+                                            (embedding_template.py for `embed*` models)
     root/backends/python/*                  symlinks into the installed pytriton wheel
 """
 
@@ -19,7 +20,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 MODEL_TEMPLATE = Path(__file__).with_name("model_template.py")
+EMBEDDING_TEMPLATE = Path(__file__).with_name("embedding_template.py")
 SYNC_SUFFIX = "-sync"
+# Models named so are embedding models (text in, a vector out), of this many dimensions.
+EMBEDDING_PREFIX = "embed"
+EMBEDDING_DIMENSIONS = 256
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
@@ -36,12 +41,19 @@ class ModelProfile:
         """Streaming (decoupled) unless the name ends in `-sync`: such a model answers once
         per request and Triton runs its requests one at a time, queueing the rest (so
         `nv_inference_pending_request_count` shows its queue)."""
-        return not self.name.endswith(SYNC_SUFFIX)
+        return not self.name.endswith(SYNC_SUFFIX) and not self.embedding
+
+    @property
+    def embedding(self) -> bool:
+        """An embedding model (`embedding_template.py`): its name starts with `embed`."""
+        return self.name.startswith(EMBEDDING_PREFIX)
 
 
 LARGE = ModelProfile("llm-large", token_delay=0.04, prefill_per_char=0.0004)
 SMALL = ModelProfile("llm-small", token_delay=0.008, prefill_per_char=0.00005)
-_KNOWN = {LARGE.name: LARGE, SMALL.name: SMALL}
+# An embedding model has no tokens to generate: only its time per input byte counts.
+EMBED = ModelProfile("embed-small", token_delay=0.0, prefill_per_char=0.00001)
+_KNOWN = {LARGE.name: LARGE, SMALL.name: SMALL, EMBED.name: EMBED}
 
 
 def profile_for(name: str, token_delay_ms: float | None = None) -> ModelProfile:
@@ -52,7 +64,7 @@ def profile_for(name: str, token_delay_ms: float | None = None) -> ModelProfile:
     if not _NAME.match(name):
         raise ValueError(f"invalid model name {name!r}: use letters, digits, '_', '.', '-'")
     if token_delay_ms is None:
-        base = _KNOWN.get(name, SMALL)
+        base = _KNOWN.get(name, EMBED if name.startswith(EMBEDDING_PREFIX) else SMALL)
         return ModelProfile(name, base.token_delay, base.prefill_per_char)
     if not (math.isfinite(token_delay_ms) and token_delay_ms >= 0):
         raise ValueError(f"token delay for {name!r} must be >= 0 ms, got {token_delay_ms}")
@@ -87,6 +99,8 @@ def parse_models(spec: str) -> list[ModelProfile]:
 
 def render_config(profile: ModelProfile) -> str:
     """The config.pbtxt of one simulated model."""
+    if profile.embedding:
+        return _render_embedding_config(profile)
     policy = "model_transaction_policy { decoupled: true }\n" if profile.decoupled else ""
     return f"""\
 name: "{profile.name}"
@@ -105,6 +119,24 @@ output [
 instance_group [ {{ count: 1 kind: KIND_CPU }} ]
 parameters {{ key: "token_delay" value {{ string_value: "{profile.token_delay!r}" }} }}
 parameters {{ key: "prefill_per_char" value {{ string_value: "{profile.prefill_per_char!r}" }} }}
+"""
+
+
+def _render_embedding_config(profile: ModelProfile) -> str:
+    return f"""\
+name: "{profile.name}"
+backend: "python"
+max_batch_size: 0
+input [
+  {{ name: "text_input" data_type: TYPE_STRING dims: [ -1 ] }}
+]
+output [
+  {{ name: "embedding" data_type: TYPE_FP32 dims: [ -1, {EMBEDDING_DIMENSIONS} ] }},
+  {{ name: "num_input_tokens" data_type: TYPE_INT32 dims: [ -1 ] }}
+]
+instance_group [ {{ count: 1 kind: KIND_CPU }} ]
+parameters {{ key: "dimensions" value {{ string_value: "{EMBEDDING_DIMENSIONS}" }} }}
+parameters {{ key: "delay_per_char" value {{ string_value: "{profile.prefill_per_char!r}" }} }}
 """
 
 
@@ -149,5 +181,6 @@ def write_repository(root: Path, profiles: Sequence[ModelProfile]) -> Repository
         version_dir = layout.model_repository / profile.name / "1"
         version_dir.mkdir(parents=True)
         (version_dir.parent / "config.pbtxt").write_text(render_config(profile))
-        shutil.copyfile(MODEL_TEMPLATE, version_dir / "model.py")
+        template = EMBEDDING_TEMPLATE if profile.embedding else MODEL_TEMPLATE
+        shutil.copyfile(template, version_dir / "model.py")
     return layout

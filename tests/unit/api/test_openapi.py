@@ -7,8 +7,7 @@ from gateway.api.requests import DEFAULT_ONLY
 
 
 def test_the_fields_taken_only_at_their_default_are_the_parsers() -> None:
-    # `n` the parser checks on its own: an integer first, then only 1.
-    assert set(DEFAULT_ONLY_SCHEMAS) == set(DEFAULT_ONLY) | {"n"}
+    assert set(DEFAULT_ONLY_SCHEMAS) == set(DEFAULT_ONLY)
 
 
 def test_the_served_document_names_the_models() -> None:

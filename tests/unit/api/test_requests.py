@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gateway.api.errors import APIError
-from gateway.api.requests import decode_json, parse_chat, parse_completion
+from gateway.api.requests import decode_json, parse_chat, parse_completion, parse_embeddings
 from gateway.inference.types import ChatMessage, RequestKind
 
 USER = [{"role": "user", "content": "hi"}]
@@ -150,7 +150,9 @@ TOOL: dict[str, Any] = {
         ({"seed": 2**63}, "seed"),
         ({"seed": -(2**63) - 1}, "seed"),
         ({"seed": 2**64 - 1}, "seed"),
-        ({"n": 2}, "n"),
+        ({"n": 0}, "n"),
+        ({"n": 17}, "n"),
+        ({"n": True}, "n"),
         ({"logprobs": "yes"}, "logprobs"),
         ({"logprobs": True, "top_logprobs": 21}, "top_logprobs"),
         ({"top_logprobs": 2}, "top_logprobs"),
@@ -287,12 +289,69 @@ def test_fields_asking_for_the_default_behaviour_are_accepted(fields: dict[str, 
     assert completion.prompt == "p"
 
 
-def test_completion_takes_a_string_or_a_single_prompt_list() -> None:
+def test_completion_takes_a_string_or_a_list_of_prompts() -> None:
     assert parse_completion({"model": "m", "prompt": "p"}, 8).prompt == "p"
     assert parse_completion({"model": "m", "prompt": ["p"]}, 8).prompt == "p"
+    several = parse_completion({"model": "m", "prompt": ["a", "b"], "n": 2}, 8)
+    assert (several.prompt, several.prompts, several.n) == ("a", ("a", "b"), 2)
+
+
+@pytest.mark.parametrize(
+    ("prompt", "param"),
+    [
+        ([], "prompt"),
+        ([1, 2, 3], "prompt"),  # token ids
+        (["a", 5], "prompt[1]"),
+        (["a"] * 65, "prompt"),
+    ],
+)
+def test_bad_prompts_are_refused_by_name(prompt: object, param: str) -> None:
     with pytest.raises(APIError) as caught:
-        parse_completion({"model": "m", "prompt": ["a", "b"]}, 8)
+        parse_completion({"model": "m", "prompt": prompt}, 8)
+    assert caught.value.param == param
+
+
+def test_more_choices_than_allowed_in_all_are_refused() -> None:
+    with pytest.raises(APIError) as caught:
+        parse_completion({"model": "m", "prompt": ["a"] * 8, "n": 9}, 8)
     assert caught.value.param == "prompt"
+
+
+def test_completion_takes_echo_and_best_of_equal_to_n() -> None:
+    request = parse_completion({"model": "m", "prompt": "p", "echo": True, "n": 2, "best_of": 2}, 8)
+    assert (request.echo, request.n) == (True, 2)
+    with pytest.raises(APIError) as caught:
+        parse_completion({"model": "m", "prompt": "p", "n": 2, "best_of": 3}, 8)
+    assert caught.value.param == "best_of"
+
+
+def test_embeddings_take_a_text_or_a_list_of_texts() -> None:
+    one = parse_embeddings({"model": "e", "input": "hi"}, 8)
+    assert (one.inputs, one.base64, one.dimensions) == (("hi",), False, None)
+    many = parse_embeddings(
+        {"model": "e", "input": ["a", "b"], "encoding_format": "base64", "dimensions": 64}, 8
+    )
+    assert (many.inputs, many.base64, many.dimensions) == (("a", "b"), True, 64)
+
+
+@pytest.mark.parametrize(
+    ("fields", "param"),
+    [
+        ({"input": ""}, "input"),
+        ({"input": []}, "input"),
+        ({"input": None}, "input"),
+        ({"input": ["a", ""]}, "input[1]"),
+        ({"input": [1, 2]}, "input[0]"),  # token ids
+        ({"input": [[1, 2]]}, "input[0]"),
+        ({"input": "a", "encoding_format": "int8"}, "encoding_format"),
+        ({"input": "a", "dimensions": 0}, "dimensions"),
+        ({"input": "a", "user": 3}, "user"),
+    ],
+)
+def test_bad_embedding_fields_are_refused_by_name(fields: dict[str, Any], param: str) -> None:
+    with pytest.raises(APIError) as caught:
+        parse_embeddings({"model": "e", **fields}, 8)
+    assert caught.value.param == param
 
 
 @pytest.mark.parametrize("body", [b"{", b"[1, 2]", b"", b"\xff"])
@@ -313,7 +372,8 @@ _JSON = st.recursive(
 _FIELDS = st.sampled_from(
     ["model", "messages", "prompt", "max_tokens", "max_completion_tokens", "temperature",
      "top_p", "stop", "seed", "stream", "stream_options", "user", "n", "tools", "tool_choice",
-     "logprobs", "top_logprobs", "response_format", "presence_penalty", "logit_bias"]
+     "logprobs", "top_logprobs", "response_format", "presence_penalty", "logit_bias",
+     "echo", "best_of", "input", "encoding_format", "dimensions"]
 )  # fmt: skip
 _MESSAGE = st.fixed_dictionaries(
     {}, optional={"role": _JSON | st.sampled_from(["user", "assistant"]), "content": _JSON}
@@ -332,6 +392,7 @@ def test_any_body_is_parsed_or_refused_with_a_400(
     for parse, body in (
         (parse_chat, {"model": "m", "messages": messages, **fields}),
         (parse_completion, {"model": "m", "prompt": "p", **fields}),
+        (parse_embeddings, {"model": "m", "input": "i", **fields}),
     ):
         try:
             parse(body, 8)

@@ -2,10 +2,20 @@
 
 from __future__ import annotations
 
+import base64
+import dataclasses
+
+import numpy as np
 import orjson
 
 from gateway.api.errors import APIError
-from gateway.api.responses import SSE_DONE, ChunkWriter, completion_body, sse_error
+from gateway.api.responses import (
+    SSE_DONE,
+    ChunkWriter,
+    completion_body,
+    embeddings_body,
+    sse_error,
+)
 from gateway.inference.types import (
     ChatMessage,
     Completion,
@@ -35,8 +45,8 @@ def event(raw: bytes) -> dict[str, object]:
 def test_chat_body_has_message_usage_and_served_model() -> None:
     body = orjson.loads(
         completion_body(
-            CHAT,
-            Completion("hello", Usage(3, 1), "stop"),
+            [CHAT],
+            [Completion("hello", Usage(3, 1), "stop")],
             response_id="chatcmpl-1",
             model="llm-small",
         )
@@ -55,7 +65,7 @@ def test_chat_body_has_message_usage_and_served_model() -> None:
 
 
 def test_text_completion_body_has_text() -> None:
-    body = orjson.loads(completion_body(TEXT, Completion("x"), response_id="cmpl-1", model="m"))
+    body = orjson.loads(completion_body([TEXT], [Completion("x")], response_id="cmpl-1", model="m"))
     assert body["object"] == "text_completion"
     assert body["choices"][0]["text"] == "x"
 
@@ -92,3 +102,58 @@ def test_retry_after_is_whole_seconds_rounded_up() -> None:
     response = APIError(503, "busy", retry_after_s=0.2).response()
     assert response.headers["retry-after"] == "1"
     assert APIError(503, "busy", retry_after_s=2.5).response().headers["retry-after"] == "3"
+
+
+def test_choices_are_indexed_in_order_and_usage_is_their_sum() -> None:
+    parts = [TEXT, dataclasses.replace(TEXT, prompt="q", echo=True)]
+    body = orjson.loads(
+        completion_body(
+            parts,
+            [Completion("a", Usage(1, 2)), Completion("b", Usage(3, 4), "length")],
+            response_id="cmpl-1",
+            model="m",
+        )
+    )
+    assert [(c["index"], c["text"], c["finish_reason"]) for c in body["choices"]] == [
+        (0, "a", "stop"),
+        (1, "qb", "length"),  # echo: the prompt, then the completion
+    ]
+    assert body["usage"] == {"prompt_tokens": 4, "completion_tokens": 6, "total_tokens": 10}
+
+
+def test_each_choice_of_a_stream_gets_the_role_on_its_own_first_chunk() -> None:
+    writer = ChunkWriter(CHAT, response_id="chatcmpl-1", model="m")
+    first, other, again = (
+        event(writer.text("a", index=0)),
+        event(writer.text("b", index=1)),
+        event(writer.text("c", index=1)),
+    )
+    assert [e["choices"][0]["index"] for e in (first, other, again)] == [0, 1, 1]  # type: ignore[index]
+    assert first["choices"][0]["delta"] == {"role": "assistant", "content": "a"}  # type: ignore[index]
+    assert other["choices"][0]["delta"] == {"role": "assistant", "content": "b"}  # type: ignore[index]
+    assert again["choices"][0]["delta"] == {"content": "c"}  # type: ignore[index]
+    finish = event(writer.finish("stop", index=1))
+    assert finish["choices"] == [
+        {"index": 1, "delta": {}, "logprobs": None, "finish_reason": "stop"}
+    ]
+
+
+EMBED = InferenceRequest(
+    kind=RequestKind.EMBEDDING, model="e", params=SamplingParams(0), inputs=("a", "b")
+)
+VECTORS = np.array([[0.6, 0.8], [1.0, -0.0]], dtype=np.float32)
+
+
+def test_embeddings_body_has_a_vector_per_input_as_numbers() -> None:
+    body = orjson.loads(embeddings_body(EMBED, VECTORS, 5, model="e"))
+    assert body["object"] == "list" and body["model"] == "e"
+    assert [(d["object"], d["index"]) for d in body["data"]] == [("embedding", 0), ("embedding", 1)]
+    assert np.allclose([d["embedding"] for d in body["data"]], VECTORS)
+    assert body["usage"] == {"prompt_tokens": 5, "total_tokens": 5}
+
+
+def test_embeddings_body_in_base64_is_little_endian_float32() -> None:
+    request = dataclasses.replace(EMBED, base64=True)
+    body = orjson.loads(embeddings_body(request, VECTORS, 5, model="e"))
+    decoded = [np.frombuffer(base64.b64decode(d["embedding"]), "<f4") for d in body["data"]]
+    assert np.array_equal(decoded, VECTORS)

@@ -345,6 +345,45 @@ models:
     ]
 
 
+def test_an_embedding_model_falls_back_only_to_vectors_of_its_length() -> None:
+    gateway = """\
+models:
+  embed:
+    backend: triton_http
+    replicas: [{url: http://a}]
+    capabilities: {embeddings: {dimensions: 384}}
+    fallback: [embed-copy, embed-wide, chat]
+  embed-copy:
+    backend: triton_grpc
+    replicas: [{url: b:1}]
+    capabilities: {embeddings: {dimensions: 384}}
+  embed-wide:
+    backend: openai
+    replicas: [{url: http://c}]
+    capabilities: {embeddings: {dimensions: 1024}}
+  chat:
+    backend: openai
+    replicas: [{url: http://d}]
+    fallback: [embed-copy]
+    capabilities: {tools: true}
+  mixed:
+    backend: openai
+    replicas: [{url: http://e}]
+    capabilities: {tools: true, embeddings: {dimensions: 8}}
+"""
+    assert problems(gateway) == [
+        "gateway.yaml:6: models.embed.fallback[1]: model 'embed-wide' gives vectors of 1024 "
+        "dimensions, 'embed' of 384: an embedding model may only fall back to one of the "
+        "same vectors",
+        "gateway.yaml:6: models.embed.fallback[2]: model 'chat' is not an embedding model, "
+        "unlike 'embed'",
+        "gateway.yaml:18: models.chat.fallback[0]: model 'embed-copy' is an embedding model, "
+        "unlike 'chat'",
+        "gateway.yaml:23: models.mixed.capabilities.embeddings: an embedding model cannot "
+        "have tools",
+    ]
+
+
 def test_duplicate_key_hash_across_and_within_tenants() -> None:
     tenants = TENANTS + (
         f"  beta:\n    api_keys:\n      - {hash_key(BETA_KEY)}\n      - {hash_key(BETA_KEY)}\n"
