@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator
-from typing import Protocol
+from collections.abc import AsyncGenerator, Sequence
+from typing import Any, Protocol
 
-from gateway.inference.types import Completion, Delta, UpstreamCall
+from gateway.inference.types import Completion, Delta, UpstreamCall, UsageMeter
 
 
 class UpstreamError(Exception):
@@ -63,3 +63,44 @@ class Backend(Protocol):
     async def close(self) -> None:
         """Release pooled connections."""
         ...
+
+
+async def collect(deltas: AsyncGenerator[Delta, None], call: UpstreamCall) -> Completion:
+    """The whole answer from the pieces of a stream: their text, usage and log
+    probabilities together."""
+    parts: list[str] = []
+    logprobs: list[Any] = []
+    meter = UsageMeter()
+    async for delta in deltas:
+        parts.append(delta.text)
+        if delta.logprobs:
+            logprobs.extend(delta.logprobs)
+        meter.add(delta)
+    usage = meter.usage(prompt_estimate=0)
+    return Completion(
+        text="".join(parts),
+        usage=usage,
+        finish_reason=call.finish_reason(usage.completion_tokens),
+        logprobs=logprobs if call.options.top_logprobs is not None else None,
+    )
+
+
+def token_logprobs(text: str, values: Sequence[float]) -> list[dict[str, Any]]:
+    """OpenAI's `logprobs.content` entries for a streamed piece of text and the log
+    probabilities of its tokens (TensorRT-LLM's `output_log_probs`), one entry per value.
+
+    A streamed piece is one token, so its entry is exact; a piece of several tokens
+    cannot be split without the model's tokenizer: the first entry takes its text.
+    """
+    entries = []
+    for index, value in enumerate(values):
+        token = text if index == 0 else ""
+        entries.append(
+            {
+                "token": token,
+                "logprob": float(value),
+                "bytes": list(token.encode()),
+                "top_logprobs": [],
+            }
+        )
+    return entries

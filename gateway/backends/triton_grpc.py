@@ -20,7 +20,9 @@ from gateway.backends.base import (
     UpstreamError,
     UpstreamRejected,
     UpstreamTimeout,
+    collect,
     model_error,
+    token_logprobs,
 )
 from gateway.backends.guided import guided_decoding_parameters
 from gateway.inference.types import (
@@ -29,7 +31,6 @@ from gateway.inference.types import (
     RequestKind,
     UpstreamCall,
     Usage,
-    UsageMeter,
     embedding_rows,
 )
 
@@ -87,17 +88,9 @@ class TritonGRPCBackend:
     async def complete(self, url: str, call: UpstreamCall) -> Completion:
         if call.kind is RequestKind.EMBEDDING:
             return await self._embed(url, call)
-        parts: list[str] = []
-        meter = UsageMeter()
-        async for delta in self._generate(url, call, stream=False):
-            parts.append(delta.text)
-            meter.add(delta)
-        usage = meter.usage(prompt_estimate=0)
-        return Completion(
-            text="".join(parts),
-            usage=usage,
-            finish_reason=call.finish_reason(usage.completion_tokens),
-        )
+        # Log probabilities need each token's text: only a stream gives it.
+        stream = call.options.top_logprobs is not None
+        return await collect(self._generate(url, call, stream=stream), call)
 
     async def _embed(self, url: str, call: UpstreamCall) -> Completion:
         """The standard unary `ModelInfer`: a BYTES tensor of texts in, raw FP32 out."""
@@ -202,11 +195,14 @@ def _request(call: UpstreamCall, stream: bool) -> service_pb2.ModelInferRequest:
     if call.options.response_format is not None:
         for name, value in guided_decoding_parameters(call.options.response_format).items():
             params[name].string_param = value
+    if call.options.top_logprobs is not None:
+        params["return_log_probs"].bool_param = True
     return request
 
 
 def _delta(result: service_pb2.ModelInferResponse) -> Delta:
     delta = Delta(text="")
+    logprobs: list[float] | None = None
     for output, raw in zip(result.outputs, result.raw_output_contents, strict=False):
         if output.name == "text_output":
             # A BYTES tensor is serialized as a 4-byte little-endian length, then the bytes.
@@ -216,6 +212,10 @@ def _delta(result: service_pb2.ModelInferResponse) -> Delta:
             delta.output_tokens = _INT32.unpack_from(raw, 0)[0]
         elif output.name == "num_input_tokens":
             delta.input_tokens = _INT32.unpack_from(raw, 0)[0]
+        elif output.name == "output_log_probs":
+            logprobs = np.frombuffer(raw, dtype="<f4").tolist()
+    if logprobs is not None:  # after the loop: it names the text of its tokens
+        delta.logprobs = token_logprobs(delta.text, logprobs)
     return delta
 
 

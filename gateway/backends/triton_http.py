@@ -7,7 +7,7 @@ from typing import Any
 
 import orjson
 
-from gateway.backends.base import UpstreamError, model_error
+from gateway.backends.base import UpstreamError, collect, model_error, token_logprobs
 from gateway.backends.guided import guided_decoding_parameters
 from gateway.backends.http import LazySession, get_ok, post, sse_payloads
 from gateway.inference.types import (
@@ -35,6 +35,9 @@ class TritonHTTPBackend:
     async def complete(self, url: str, call: UpstreamCall) -> Completion:
         if call.kind is RequestKind.EMBEDDING:
             return await self._embed(url, call)
+        if call.options.top_logprobs is not None:
+            # Log probabilities need each token's text: only a stream gives it.
+            return await collect(self.stream(url, call), call)
         endpoint = f"{url}/v2/models/{call.upstream_model}/generate"
         async with post(self._session.get(), endpoint, _payload(call, False)) as r:
             data = orjson.loads(await r.read())
@@ -108,6 +111,8 @@ def _payload(call: UpstreamCall, stream: bool) -> bytes:
         body["stop"] = orjson.dumps(list(params.stop)).decode()
     if call.options.response_format is not None:
         body.update(guided_decoding_parameters(call.options.response_format))
+    if call.options.top_logprobs is not None:
+        body["return_log_probs"] = True  # TensorRT-LLM's input; the simulator's too
     return orjson.dumps(body)
 
 
@@ -126,8 +131,15 @@ def _delta(data: dict[str, Any], before_output: bool) -> Delta:
     text = _scalar(data.get("text_output"))
     output_tokens = _scalar(data.get("num_output_tokens"))
     input_tokens = _scalar(data.get("num_input_tokens"))
+    text = text if isinstance(text, str) else ""
+    logprobs = data.get("output_log_probs")
     return Delta(
-        text=text if isinstance(text, str) else "",
+        text=text,
         output_tokens=int(output_tokens) if output_tokens is not None else None,
         input_tokens=int(input_tokens) if input_tokens is not None else None,
+        logprobs=None if logprobs is None else token_logprobs(text, _list(logprobs)),
     )
+
+
+def _list(value: Any) -> list[float]:
+    return value if isinstance(value, list) else [value]

@@ -385,10 +385,6 @@ def _capability_problems(source: Source) -> list[Problem]:
         if capabilities.get("tools") is True and not openai and not capabilities.get("tool_parser"):
             message = "a Triton model needs a `tool_parser` to read its calls"
             problems.append(source.problem(loc, at(loc, message)))
-        if capabilities.get("logprobs") is True and not openai:
-            loc = ("models", name, "capabilities", "logprobs")
-            message = "only an `openai` upstream returns log probabilities here"
-            problems.append(source.problem(loc, at(loc, message)))
         if capabilities.get("tool_parser") and (openai or capabilities.get("tools") is not True):
             loc = ("models", name, "capabilities", "tool_parser")
             message = (

@@ -235,8 +235,9 @@ class Capabilities(Strict):
     # Structured outputs (`response_format` json_object / json_schema): an `openai`
     # upstream takes it as it is; a Triton model gets it as guided decoding parameters.
     structured_outputs: bool = False
-    # Log probabilities (`logprobs`, `top_logprobs`) as the upstream returns them; only
-    # an `openai` upstream does here.
+    # Log probabilities (`logprobs`) as the upstream returns them: an `openai` upstream
+    # with `top_logprobs` alternatives; a Triton model the chosen tokens' only, as
+    # TensorRT-LLM's `output_log_probs` (asked with `return_log_probs`).
     logprobs: bool = False
     # An embedding model, for `/v1/embeddings` only.
     embeddings: Embeddings | None = None

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from gateway.config import BackendKind
 from gateway.inference.tokens import estimate_request_tokens
 from gateway.inference.types import InferenceRequest
 from gateway.serving.auth import Identity
@@ -68,6 +69,8 @@ def missing_capability(route: ModelRoute, request: InferenceRequest) -> str | No
         return "response_format"
     if not capabilities.logprobs and options.top_logprobs is not None:
         return "logprobs"
+    if options.top_logprobs and route.config.backend is not BackendKind.OPENAI:
+        return "top_logprobs"  # Triton models give the chosen tokens' only
     return None
 
 

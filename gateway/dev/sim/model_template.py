@@ -12,9 +12,11 @@ whose arguments follow the function's JSON Schema.
 
 Inputs:  text_input BYTES [1], max_tokens INT32 [1] (optional, default 16),
          stream BOOL [1] (optional, default false).
-Outputs: text_output BYTES [1], num_input_tokens INT32 [1], num_output_tokens INT32 [1].
+Outputs: text_output BYTES [1], num_input_tokens INT32 [1], num_output_tokens INT32 [1],
+         output_log_probs FP32 [-1] (one per token of the response; only when asked).
 Request parameters (JSON): seed (changes the text), stop (JSON list of strings, or one
-plain string); temperature, top_p and anything else are accepted and ignored.
+plain string), return_log_probs (TensorRT-LLM's name: the tokens' log probabilities);
+temperature, top_p and anything else are accepted and ignored.
 Model config parameters (string values, seconds): token_delay, prefill_per_char.
 """
 
@@ -183,6 +185,13 @@ def _value(schema: Any, digest: bytes, depth: int) -> Any:
     return VOCABULARY[h % len(VOCABULARY)]
 
 
+def token_logprob(prompt: bytes, seed: Any, index: int) -> float:
+    """The log probability the model gives its token `index` for this prompt: between
+    -3 and 0, deterministic like the text."""
+    h = hashlib.blake2b(_digest(prompt, seed) + b"lp" + index.to_bytes(4, "big"), digest_size=4)
+    return -(int.from_bytes(h.digest(), "big") % 3000) / 1000
+
+
 def parse_stop(value: Any) -> list[str]:
     """Stop strings from a request parameter: a JSON list, a plain string, or a list."""
     if value is None or value == "":
@@ -207,6 +216,7 @@ class _GenerateRequest:
     seed: Any
     stop: list[str]
     guided: Any
+    logprobs: bool
 
 
 def _first(request: Any, name: str) -> Any:
@@ -238,17 +248,28 @@ def _parse_request(request: Any) -> _GenerateRequest:
         seed=params.get("seed"),
         stop=parse_stop(params.get("stop")),
         guided=params.get("guided_decoding"),
+        logprobs=bool(params.get("return_log_probs")),
     )
 
 
-def _response(text: str, input_tokens: int, output_tokens: int) -> Any:
-    return pb_utils.InferenceResponse(
-        output_tensors=[
-            pb_utils.Tensor("text_output", np.array([text.encode()], dtype=np.object_)),
-            pb_utils.Tensor("num_input_tokens", np.array([input_tokens], dtype=np.int32)),
-            pb_utils.Tensor("num_output_tokens", np.array([output_tokens], dtype=np.int32)),
-        ]
-    )
+def _response(
+    text: str, input_tokens: int, output_tokens: int, logprobs: list[float] | None = None
+) -> Any:
+    tensors = [
+        pb_utils.Tensor("text_output", np.array([text.encode()], dtype=np.object_)),
+        pb_utils.Tensor("num_input_tokens", np.array([input_tokens], dtype=np.int32)),
+        pb_utils.Tensor("num_output_tokens", np.array([output_tokens], dtype=np.int32)),
+    ]
+    if logprobs is not None:
+        values = np.array(logprobs, dtype=np.float32)
+        tensors.append(pb_utils.Tensor("output_log_probs", values))
+    return pb_utils.InferenceResponse(output_tensors=tensors)
+
+
+def _logprobs(parsed: _GenerateRequest, start: int, count: int) -> list[float] | None:
+    if not parsed.logprobs:
+        return None
+    return [token_logprob(parsed.prompt, parsed.seed, i) for i in range(start, start + count)]
 
 
 def _error(message: str) -> Any:
@@ -308,7 +329,12 @@ class TritonPythonModel:
         await asyncio.sleep(
             self.prefill_per_char * len(parsed.prompt) + self.token_delay * len(pieces)
         )
-        return _response("".join(pieces), count_input_tokens(parsed.prompt), len(pieces))
+        return _response(
+            "".join(pieces),
+            count_input_tokens(parsed.prompt),
+            len(pieces),
+            _logprobs(parsed, 0, len(pieces)),
+        )
 
     async def _generate(self, parsed: _GenerateRequest, sender: Any) -> None:
         final = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
@@ -320,11 +346,13 @@ class TritonPythonModel:
             await asyncio.sleep(self.prefill_per_char * len(parsed.prompt))
             if not parsed.stream:
                 await asyncio.sleep(self.token_delay * len(pieces))
-                sender.send(_response("".join(pieces), n_in, len(pieces)), flags=final)
+                text = "".join(pieces)
+                logprobs = _logprobs(parsed, 0, len(pieces))
+                sender.send(_response(text, n_in, len(pieces), logprobs), flags=final)
                 return
             if not pieces:
                 # Still one data response, so every stream carries its usage counts.
-                sender.send(_response("", n_in, 0), flags=final)
+                sender.send(_response("", n_in, 0, _logprobs(parsed, 0, 0)), flags=final)
                 return
             for i, piece in enumerate(pieces):
                 await asyncio.sleep(self.token_delay)
@@ -333,7 +361,8 @@ class TritonPythonModel:
                     return
                 # The last token carries FINAL itself: no extra empty response is needed.
                 last = i == len(pieces) - 1
-                sender.send(_response(piece, n_in, 1), flags=final if last else 0)
+                logprobs = _logprobs(parsed, i, 1)
+                sender.send(_response(piece, n_in, 1, logprobs), flags=final if last else 0)
         except Exception as exc:
             # If the sender is already closed, nothing more can reach the client.
             with contextlib.suppress(Exception):

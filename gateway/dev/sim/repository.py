@@ -114,7 +114,8 @@ max_batch_size: 0
 output [
   {{ name: "text_output" data_type: TYPE_STRING dims: [ 1 ] }},
   {{ name: "num_input_tokens" data_type: TYPE_INT32 dims: [ 1 ] }},
-  {{ name: "num_output_tokens" data_type: TYPE_INT32 dims: [ 1 ] }}
+  {{ name: "num_output_tokens" data_type: TYPE_INT32 dims: [ 1 ] }},
+  {{ name: "output_log_probs" data_type: TYPE_FP32 dims: [ -1 ] }}
 ]
 instance_group [ {{ count: 1 kind: KIND_CPU }} ]
 parameters {{ key: "token_delay" value {{ string_value: "{profile.token_delay!r}" }} }}
