@@ -26,9 +26,10 @@ from gateway.dev.processes import (
 )
 from gateway.storage.redis_client import EMBEDDED_URL
 
-# Two Triton servers, the nodes of config/cluster.yaml. Both have both models; the
+# Two Triton servers, the nodes of config/cluster.yaml. Both have every model; the
 # gateway loads and unloads them where the scheduler places cluster.yaml's deployments.
-_SERVERS = (("NODE_A_URL", "llm-large,llm-small"), ("NODE_B_URL", "llm-large,llm-small"))
+_MODELS = "llm-large,llm-small,embed-small"
+_SERVERS = (("NODE_A_URL", _MODELS), ("NODE_B_URL", _MODELS))
 # A node (triton-sim) that dies is started again after this long, so that a user who
 # kills one watches its replicas move to the other node and then back.
 NODE_RESTART_ENV = "GATEWAY_DEMO_NODE_RESTART_S"
@@ -77,9 +78,11 @@ for chunk in client.chat.completions.create(
 ):
     print(chunk.choices[0].delta.content or "", end="", flush=True)
 print()
+vectors = client.embeddings.create(model="embed-small", input=["a cat", "a dog"])
+print([len(item.embedding) for item in vectors.data])
 PY
 
-Tenants: acme   (key sk-acme-demo, online, models llm-large and llm-small)
+Tenants: acme   (key sk-acme-demo, online, models llm-large, llm-small, embed-small)
          globex (key sk-globex-demo, batch, model llm-small)
 {_ops_line(ops_port)}"""
 
