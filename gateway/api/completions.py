@@ -681,6 +681,7 @@ async def _sse_choices(
     fmt = parts[0].options.response_format
     texts: list[list[str]] = [[] for _ in parts]
     called = [False] * len(parts)
+    merged = interleave([rest for _, rest, _ in opened])
 
     def events(index: int, delta: Delta) -> Iterator[bytes]:
         meters[index].add(delta)
@@ -698,7 +699,7 @@ async def _sse_choices(
             if first is not None:
                 for event in events(index, first):
                     yield event
-        async for index, delta in interleave([rest for _, rest, _ in opened]):
+        async for index, delta in merged:
             if delta is not None:
                 for event in events(index, delta):
                     yield event
@@ -733,6 +734,9 @@ async def _sse_choices(
         )
         yield sse_error(failed.body())
     finally:
+        # Before the streams close: its readers of them must stop first (a client that
+        # left mid-stream ends this generator while they wait for pieces).
+        await merged.aclose()
         end.status = status
         await end()
 

@@ -121,3 +121,17 @@ def test_best_of_more_than_n_and_suffix_are_refused_by_name(acme: OpenAI) -> Non
         with pytest.raises(BadRequestError) as caught:
             acme.completions.create(model="llm-small", prompt="x", **fields)  # type: ignore[call-overload]
         assert caught.value.param == param
+
+
+def test_a_client_leaving_a_stream_of_choices_ends_every_choice(
+    acme: OpenAI, gateway: Gateway
+) -> None:
+    stream = acme.chat.completions.create(
+        model="llm-large", messages=ASK, n=3, max_tokens=64, stream=True
+    )
+    next(iter(stream))
+    request_id = stream.response.headers["x-request-id"]
+    stream.close()
+    record = gateway.access_record(request_id)
+    assert record["status"] == 499
+    assert "Traceback" not in gateway.log

@@ -28,7 +28,11 @@ def fuzzed(
     models = {
         "fuzz-http": model("triton_http", [a.http_url], **short),
         "fuzz-grpc": model("triton_grpc", [a.grpc_target], **short),
-    }
+        "fuzz-embed": model(
+            "triton_http", [a.http_url], upstream_model="embed-small",
+            capabilities={"embeddings": {"dimensions": 256, "shortenable": True}},
+        ),
+    }  # fmt: skip
     gateway = start_gateway(
         tmp_path_factory.mktemp("fuzz"), models, redis_url, tenants=default_tenants([])
     )
