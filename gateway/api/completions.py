@@ -276,7 +276,9 @@ async def _serve_model(
     deadline = _deadline(route, request.headers.get("x-request-timeout"))
     embeddings = route.config.capabilities.embeddings
     parts = split(inference, embeddings.max_batch if embeddings is not None else 1)
-    chain = fallback_chain(runtime.routes, identity, route, max(parts, key=estimate_request_tokens))
+    # The chain's context check takes the longest part (a completion's longest prompt).
+    longest = parts[0] if len(parts) == 1 else max(parts, key=estimate_request_tokens)
+    chain = fallback_chain(runtime.routes, identity, route, longest)
     # Each part as it leaves for each model of the chain, and what it costs.
     planned = [_plan(runtime, identity, route, chain, part, record) for part in parts]
     idempotency = await claim(runtime, identity, request, inference, data)
