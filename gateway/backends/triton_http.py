@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncGenerator
 from typing import Any
 
+import numpy as np
 import orjson
 
 from gateway.backends.base import UpstreamError, collect, model_error, token_logprobs
@@ -50,7 +51,9 @@ class TritonHTTPBackend:
         )
 
     async def _embed(self, url: str, call: UpstreamCall) -> Completion:
-        """The standard `infer` API (KServe v2): a BYTES tensor of texts in."""
+        """The standard `infer` API (KServe v2): a BYTES tensor of texts in, the outputs
+        back as raw bytes (Triton's binary tensor extension), which costs a fraction of
+        parsing thousands of JSON numbers."""
         input_tensor, output_tensor = call.tensors
         body = {
             "inputs": [
@@ -60,20 +63,26 @@ class TritonHTTPBackend:
                     "datatype": "BYTES",
                     "data": list(call.inputs),
                 }
-            ]
+            ],
+            "parameters": {"binary_data_output": True},
         }
         endpoint = f"{url}/v2/models/{call.upstream_model}/infer"
         async with post(self._session.get(), endpoint, orjson.dumps(body)) as r:
-            data = orjson.loads(await r.read())
-        if "error" in data:
-            raise model_error(str(data["error"]), before_output=True)
-        outputs = {o.get("name"): o for o in data.get("outputs", []) if isinstance(o, dict)}
+            raw = await r.read()
+            header_length = r.headers.get("Inference-Header-Content-Length")
+        outputs = _infer_outputs(raw, header_length)
+        if output_tensor not in outputs:
+            raise UpstreamError(f"no `{output_tensor}` vectors in the answer")
         try:
-            vectors = embedding_rows(outputs[output_tensor]["data"], len(call.inputs))
-        except (KeyError, TypeError, ValueError) as exc:
-            raise UpstreamError(f"no `{output_tensor}` vectors in the answer: {exc!r}") from exc
-        counts = outputs.get("num_input_tokens", {}).get("data")
-        prompt_tokens = sum(counts) if isinstance(counts, list) else 0
+            vectors = embedding_rows(outputs[output_tensor], len(call.inputs))
+        except ValueError as exc:
+            raise UpstreamError(f"`{output_tensor}`: {exc}") from exc
+        counts = outputs.get("num_input_tokens")
+        prompt_tokens = 0
+        if isinstance(counts, bytes):
+            prompt_tokens = int(np.frombuffer(counts, dtype="<i4").sum())
+        elif isinstance(counts, list):
+            prompt_tokens = int(sum(counts))
         return Completion(text="", usage=Usage(prompt_tokens=prompt_tokens), vectors=vectors)
 
     async def stream(self, url: str, call: UpstreamCall) -> AsyncGenerator[Delta, None]:
@@ -91,6 +100,28 @@ class TritonHTTPBackend:
 
     async def close(self) -> None:
         await self._session.close()
+
+
+def _infer_outputs(raw: bytes, header_length: str | None) -> dict[str, Any]:
+    """An `infer` answer's outputs by name: raw bytes for those sent in binary (after the
+    JSON header of `header_length` bytes), else their JSON `data`."""
+    size = int(header_length) if header_length is not None else len(raw)
+    try:
+        header = orjson.loads(raw[:size])
+    except orjson.JSONDecodeError as exc:
+        raise UpstreamError(f"malformed infer answer: {exc}") from exc
+    if "error" in header:
+        raise model_error(str(header["error"]), before_output=True)
+    outputs: dict[str, Any] = {}
+    offset = size
+    for output in header.get("outputs", []):
+        binary = (output.get("parameters") or {}).get("binary_data_size")
+        if binary is None:
+            outputs[output.get("name")] = output.get("data")
+        else:
+            outputs[output.get("name")] = raw[offset : offset + binary]
+            offset += binary
+    return outputs
 
 
 def _payload(call: UpstreamCall, stream: bool) -> bytes:

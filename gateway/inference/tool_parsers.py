@@ -90,8 +90,9 @@ class ToolParser(ABC):
 
 
 class _CallWriter:
-    """Streams one call: its header once the name is known, then its arguments' text up
-    to the last `}` seen (which may close the call object rather than the arguments)."""
+    """Streams one call: its header once the name is known, then its arguments' text as
+    it comes, up to the brace that closes the arguments object (found by following the
+    JSON's nesting and strings; what follows is the call object's end, not arguments)."""
 
     # `{"name": "x", "arguments": ` (or `"parameters"`), as far as it goes.
     _HEAD = re.compile(r'\s*\{\s*"name"\s*:\s*"([^"\\]+)"\s*,\s*"(?:arguments|parameters)"\s*:\s*')
@@ -102,6 +103,7 @@ class _CallWriter:
         self.name: str | None = None
         self._arguments_at = 0
         self._sent = 0
+        self._scan = _ObjectScan()
 
     def progress(self, body: str) -> list[ToolCallDelta]:
         """Fragments for the call's text so far (`body`, from its opening brace on)."""
@@ -112,7 +114,7 @@ class _CallWriter:
                 return []
             self.name, self._arguments_at = head.group(1), head.end()
             out.append(ToolCallDelta(self.index, self.id, self.name, ""))
-        certain = body.rfind("}")
+        certain = self._arguments_at + self._scan.feed(body[self._arguments_at :])
         if certain > self._arguments_at + self._sent:
             piece = body[self._arguments_at + self._sent : certain]
             self._sent += len(piece)
@@ -136,6 +138,50 @@ class _CallWriter:
         rest = body[self._arguments_at + self._sent : end]
         self._sent += len(rest)
         return Parsed(calls=[ToolCallDelta(self.index, arguments=rest)] if rest else [])
+
+
+class _ObjectScan:
+    """How much of a JSON object's text, given as it grows, is surely the object's: all
+    of it until its closing brace, which ends it. Text that does not start an object is
+    never sure (the call's whole text decides it)."""
+
+    __slots__ = ("_depth", "_end", "_escaped", "_in_string", "_seen")
+
+    def __init__(self) -> None:
+        self._seen = 0
+        self._depth = 0
+        self._in_string = False
+        self._escaped = False
+        self._end: int | None = None
+
+    def feed(self, text: str) -> int:
+        """The length of `text` (the object's text so far) that is surely the object's."""
+        if self._end is not None:
+            return self._end
+        for position in range(self._seen, len(text)):
+            char = text[position]
+            if self._in_string:
+                if self._escaped:
+                    self._escaped = False
+                elif char == "\\":
+                    self._escaped = True
+                elif char == '"':
+                    self._in_string = False
+            elif char == '"':
+                self._in_string = True
+            elif char in "{[":
+                self._depth += 1
+            elif char in "}]":
+                self._depth -= 1
+                if self._depth == 0:
+                    self._end = position + 1
+                    return self._end
+            elif self._depth == 0 and not char.isspace():
+                self._end = 0  # not an object: nothing is sure
+                return 0
+        self._seen = len(text)
+        # Leading blanks are sure only once the object has started.
+        return len(text) if self._depth > 0 else 0
 
 
 # --- hermes ------------------------------------------------------------------------------

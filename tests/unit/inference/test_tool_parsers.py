@@ -89,11 +89,18 @@ def test_streamed_fragments_come_as_the_text_arrives() -> None:
     stream = HERMES.stream()
     assert stream.feed("Let me check.\n<tool").content == "Let me check.\n"
     header = stream.feed('_call>\n{"name": "get_weather", "arguments": {"city": ')
-    assert [(c.name, c.arguments) for c in header.calls] == [("get_weather", "")]
-    more = stream.feed('"Paris"}')  # that `}` may close the call object: not yet certain
-    assert "".join(c.arguments for c in more.calls) == '{"city": "Paris"'
+    assert [(c.name, c.arguments) for c in header.calls] == [
+        ("get_weather", ""),
+        (None, '{"city": '),  # the arguments as far as they are written
+    ]
+    more = stream.feed('"Pa')
+    assert "".join(c.arguments for c in more.calls) == '"Pa'
+    # A `}` inside a string is text; the one that closes the arguments ends them ...
+    last = stream.feed('ris}"}')
+    assert "".join(c.arguments for c in last.calls) == 'ris}"}'
+    # ... and the call object's own `}` is not arguments.
     end = stream.feed("}\n</tool_call>")
-    assert "".join(c.arguments for c in end.calls) == "}"
+    assert "".join(c.arguments for c in end.calls) == ""
 
 
 @pytest.mark.parametrize("answer", [a for a in HERMES_ANSWERS if a != HERMES_ANSWERS[3]])
