@@ -652,22 +652,23 @@ async def _sse_events(
             yield writer.usage(usage)
         yield SSE_DONE
         status = 200
-    except (UpstreamError, NoReplicaLeft) as exc:
+    except Exception as exc:
         # Headers are gone: the failure becomes a terminal error event.
-        api_error = dispatch_error(served.route.name, exc)
-        status = api_error.status
-        yield sse_error(api_error.body())
-    except Exception:
-        # A bug, or an upstream that sent what no backend expects: still a terminal event.
-        log.exception("stream of %s failed", served.route.name)
-        status = 500
-        failed = APIError(
-            500, "The gateway failed while streaming the answer.", type="server_error"
-        )
+        failed = _stream_failure(served.route.name, exc)
+        status = failed.status
         yield sse_error(failed.body())
     finally:
         end.status = status
         await end()
+
+
+def _stream_failure(model: str, exc: Exception) -> APIError:
+    """What a stream's terminal error event says of a failure after its headers."""
+    if isinstance(exc, UpstreamError | NoReplicaLeft):
+        return dispatch_error(model, exc)
+    # A bug, or an upstream that sent what no backend expects: still a terminal event.
+    log.exception("stream of %s failed", model)
+    return APIError(500, "The gateway failed while streaming the answer.", type="server_error")
 
 
 async def _sse_choices(
@@ -688,7 +689,8 @@ async def _sse_choices(
     def events(index: int, delta: Delta) -> Iterator[bytes]:
         meters[index].add(delta)
         if delta.text:
-            texts[index].append(delta.text)
+            if fmt is not None:  # kept only to check it against `response_format`
+                texts[index].append(delta.text)
             yield writer.text(delta.text, delta.logprobs, index)
         if delta.tool_calls:
             called[index] = True
@@ -724,16 +726,9 @@ async def _sse_choices(
             yield writer.usage(end.usage())
         yield SSE_DONE
         status = 200
-    except (UpstreamError, NoReplicaLeft) as exc:
-        api_error = dispatch_error(served.route.name, exc)
-        status = api_error.status
-        yield sse_error(api_error.body())
-    except Exception:
-        log.exception("stream of %s failed", served.route.name)
-        status = 500
-        failed = APIError(
-            500, "The gateway failed while streaming the answer.", type="server_error"
-        )
+    except Exception as exc:
+        failed = _stream_failure(served.route.name, exc)
+        status = failed.status
         yield sse_error(failed.body())
     finally:
         # Before the streams close: its readers of them must stop first (a client that
