@@ -14,11 +14,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncGenerator, Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
-import numpy as np
 from starlette.background import BackgroundTask
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
@@ -28,23 +27,12 @@ from gateway.api import errors
 from gateway.api.endpoints import runtime_of
 from gateway.api.errors import APIError, rate_limited
 from gateway.api.idempotency import claim
-from gateway.api.requests import (
-    decode_json,
-    parse_chat,
-    parse_completion,
-    parse_embeddings,
-    requested_model,
-)
-from gateway.api.responses import (
-    SSE_DONE,
-    ChunkWriter,
-    completion_body,
-    embeddings_body,
-    new_id,
-    sse_error,
-)
+from gateway.api.requests import decode_json, requested_model
+from gateway.api.responses import SSE_DONE, ChunkWriter, sse_error
 from gateway.api.streaming import ClientGone, DisconnectWatch, EventStreamResponse, StreamCut
+from gateway.api.wire import CHAT, COMPLETIONS, EMBEDDINGS, Wire
 from gateway.backends.base import UpstreamError, UpstreamRejected, UpstreamTimeout
+from gateway.inference.ids import random_id
 from gateway.inference.structured import output_problem
 from gateway.inference.tokens import estimate_request_tokens, estimate_tokens
 from gateway.inference.types import (
@@ -55,7 +43,6 @@ from gateway.inference.types import (
     UpstreamCall,
     Usage,
     UsageMeter,
-    Vectors,
 )
 from gateway.observability import metrics
 from gateway.observability.access import RequestRecord
@@ -70,8 +57,6 @@ from gateway.upstream.route import ModelRoute
 
 log = logging.getLogger("gateway")
 
-Parser = Callable[[Mapping[str, Any], int], InferenceRequest]
-
 _SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
 
 # What the dispatcher may raise instead of answering.
@@ -79,22 +64,15 @@ _DISPATCH_ERRORS = (UpstreamError, NoReplicaLeft, DeadlineMissed, Overloaded)
 
 
 async def chat_completions(request: Request) -> Response:
-    return await _serve(request, parse_chat)
+    return await serve(request, CHAT)
 
 
 async def completions(request: Request) -> Response:
-    return await _serve(request, parse_completion)
+    return await serve(request, COMPLETIONS)
 
 
 async def embeddings(request: Request) -> Response:
-    return await _serve(request, parse_embeddings)
-
-
-_KINDS: dict[Parser, RequestKind] = {
-    parse_chat: RequestKind.CHAT,
-    parse_completion: RequestKind.COMPLETION,
-    parse_embeddings: RequestKind.EMBEDDING,
-}
+    return await serve(request, EMBEDDINGS)
 
 
 async def read_body(request: Request, limit: int) -> bytes:
@@ -121,6 +99,7 @@ class _Exchange:
 
     runtime: Runtime
     route: ModelRoute
+    wire: Wire
     # One per part of the request (`gateway.serving.fanout`): usually just one.
     works: list[Work]
     decision: Decision
@@ -215,22 +194,25 @@ class _Exchange:
         return error
 
 
-async def _serve(request: Request, parse: Parser) -> Response:
+async def serve(request: Request, wire: Wire) -> Response:
+    """Serve one request of `wire`'s API, start to end."""
     # Counted and logged from the start, whatever happens: tenant and model are "-" until
     # known (a model only once it is a configured one).
-    record = RequestRecord(new_id(_KINDS[parse]))
+    record = RequestRecord(wire.id_prefix + random_id())
     try:
         runtime = runtime_of(request)
-        identity = runtime.auth.identify(request.headers.get("authorization"))
+        identity = runtime.auth.identify(wire.credentials(request.headers))
         record.tenant = identity.name
         body = await read_body(request, runtime.config.gateway.server.max_body_bytes)
         data = decode_json(body)
         route = _route(runtime, identity, requested_model(data), record)
-        return await _serve_model(request, runtime, identity, route, parse, data, record)
+        return await _serve_model(request, runtime, identity, route, wire, data, record)
     except (APIError, *errors.DOMAIN_ERRORS) as exc:
         error = errors.client_error(exc)
         record.finish(error.status, error.reason)
         error.headers["x-request-id"] = record.request_id
+        if wire.render_error is not None:
+            return wire.render_error(error)
         if error is exc:
             raise
         raise error from exc
@@ -244,12 +226,15 @@ async def _serve(request: Request, parse: Parser) -> Response:
     except Exception as exc:
         record.finish(500)
         log.exception("unhandled error on %s %s", request.method, request.url.path)
-        raise APIError(
+        failed = APIError(
             500,
             "The gateway failed to handle the request.",
             type="server_error",
             headers={"x-request-id": record.request_id},
-        ) from exc
+        )
+        if wire.render_error is not None:
+            return wire.render_error(failed)
+        raise failed from exc
 
 
 async def _serve_model(
@@ -257,11 +242,11 @@ async def _serve_model(
     runtime: Runtime,
     identity: Identity,
     route: ModelRoute,
-    parse: Parser,
+    wire: Wire,
     data: Mapping[str, Any],
     record: RequestRecord,
 ) -> Response:
-    inference = parse(data, route.config.max_tokens_default)
+    inference = wire.parse(data, route.config.max_tokens_default)
     _check_model_kind(route, inference)
     record.stream = inference.stream
     if runtime.config.gateway.server.log_prompts:
@@ -298,7 +283,7 @@ async def _serve_model(
             )
             for part, plan in zip(parts, planned, strict=True)
         ]  # fmt: skip
-        exchange = _Exchange(runtime, route, works, decision, record)
+        exchange = _Exchange(runtime, route, wire, works, decision, record)
         if inference.stream:
             return await _stream(exchange, request)
         response = await _complete(exchange, request)
@@ -465,42 +450,19 @@ async def _complete(exchange: _Exchange, request: Request) -> Response:
     exchange.served_by(served, usage)
     model = served[0].route.name
     parts = [work.request for work in exchange.works]
-    if parts[0].kind is RequestKind.EMBEDDING:
-        vectors = _vectors(parts, completions, model)
-        body = embeddings_body(parts[0], vectors, usage.prompt_tokens, model=model)
-    else:
-        fmt = parts[0].options.response_format
-        for completion in completions:
-            if fmt is not None and not completion.tool_calls:
-                problem = output_problem(fmt, completion.text)
-                if problem is not None:
-                    raise errors.invalid_structured_output(model, problem)
-        body = completion_body(parts, completions, response_id=exchange.response_id, model=model)
+    fmt = parts[0].options.response_format
+    for completion in completions:
+        if fmt is not None and not completion.tool_calls:
+            problem = output_problem(fmt, completion.text)
+            if problem is not None:
+                raise errors.invalid_structured_output(model, problem)
+    body = exchange.wire.body(parts, completions, response_id=exchange.response_id, model=model)
     return Response(
         body,
         media_type="application/json",
         headers=exchange.headers(served[0]),
         background=BackgroundTask(_answered, exchange.record),
     )
-
-
-def _vectors(
-    parts: Sequence[InferenceRequest], completions: Sequence[Completion], model: str
-) -> Vectors:
-    """The vectors of every input, in order, `dimensions` long."""
-    batches = []
-    for part, completion in zip(parts, completions, strict=True):
-        if completion.vectors is None or len(completion.vectors) != len(part.inputs):
-            raise errors.upstream_failed(model, "the backend did not return one vector per input")
-        batches.append(completion.vectors)
-    rows = np.concatenate(batches) if len(batches) > 1 else batches[0]
-    dimensions = parts[0].dimensions
-    if dimensions is not None and rows.shape[1] > dimensions:
-        # A Matryoshka model's leading coordinates, made unit vectors again.
-        rows = rows[:, :dimensions]
-        norms = np.linalg.norm(rows, axis=1, keepdims=True)
-        rows = (rows / np.where(norms == 0, 1, norms)).astype(np.float32)
-    return rows
 
 
 async def _answered(record: RequestRecord) -> None:
@@ -601,9 +563,11 @@ async def _sse_events(
     end: _StreamEnd,
 ) -> AsyncGenerator[bytes, None]:
     request = exchange.work.request
-    writer = ChunkWriter(request, response_id=exchange.response_id, model=served.route.name)
-    meter = end.meters[0]
     prompt_estimate = exchange.work.first_call.prompt_estimate
+    writer = exchange.wire.stream_writer(
+        request, exchange.response_id, served.route.name, prompt_estimate
+    )
+    meter = end.meters[0]
     # 499 until the stream has run to its end or to its error event.
     status = 499
     charging = exchange.decision.reservation is not None
@@ -612,6 +576,9 @@ async def _sse_events(
         # Kept only to check it against `response_format` at the end.
         fmt = request.options.response_format
         text: list[str] = []
+        opening = writer.start()
+        if opening:
+            yield opening
         # The first piece and the rest are handled alike, written out twice: a shared
         # helper would cost every streamed chunk a call on the hot path.
         if request.echo:
@@ -641,22 +608,19 @@ async def _sse_events(
             # The text has gone out; the stream ends with an error instead of its finish.
             invalid = errors.invalid_structured_output(served.route.name, problem)
             status = invalid.status
-            yield sse_error(invalid.body())
+            yield writer.error(invalid)
             return
         usage = meter.usage(prompt_estimate)
         finish = meter.finish_reason or exchange.work.first_call.finish_reason(
             usage.completion_tokens, called
         )
-        yield writer.finish(finish)
-        if request.include_usage:
-            yield writer.usage(usage)
-        yield SSE_DONE
+        yield writer.close(finish, usage)
         status = 200
     except Exception as exc:
         # Headers are gone: the failure becomes a terminal error event.
         failed = _stream_failure(served.route.name, exc)
         status = failed.status
-        yield sse_error(failed.body())
+        yield writer.error(failed)
     finally:
         end.status = status
         await end()

@@ -7,9 +7,10 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import orjson
 
-from gateway.inference.ids import random_id
+from gateway.api.errors import APIError, upstream_failed
 from gateway.inference.types import (
     Completion,
     InferenceRequest,
@@ -21,17 +22,6 @@ from gateway.inference.types import (
 )
 
 SSE_DONE = b"data: [DONE]\n\n"
-
-
-def new_id(kind: RequestKind) -> str:
-    return _ID_PREFIXES[kind] + random_id()
-
-
-_ID_PREFIXES = {
-    RequestKind.CHAT: "chatcmpl-",
-    RequestKind.COMPLETION: "cmpl-",
-    RequestKind.EMBEDDING: "embd-",
-}
 
 
 def _usage(usage: Usage) -> dict[str, int]:
@@ -102,9 +92,17 @@ def _text_choice(part: InferenceRequest, index: int, completion: Completion) -> 
 
 
 def embeddings_body(
-    request: InferenceRequest, vectors: Vectors, prompt_tokens: int, *, model: str
+    parts: Sequence[InferenceRequest],
+    completions: Sequence[Completion],
+    *,
+    response_id: str,
+    model: str,
 ) -> bytes:
-    """The JSON body of `/v1/embeddings`: one vector per input, as numbers or base64."""
+    """The JSON body of `/v1/embeddings`: one vector per input of every part, in order,
+    as numbers or base64; a 502 when the backend did not give one vector per input."""
+    request = parts[0]
+    vectors = _vectors(parts, completions, model)
+    prompt_tokens = sum(c.usage.prompt_tokens for c in completions)
     if request.base64:
         data: list[dict[str, Any]] = [
             {
@@ -129,6 +127,25 @@ def embeddings_body(
     )
 
 
+def _vectors(
+    parts: Sequence[InferenceRequest], completions: Sequence[Completion], model: str
+) -> Vectors:
+    """The vectors of every input, in order, `dimensions` long."""
+    batches = []
+    for part, completion in zip(parts, completions, strict=True):
+        if completion.vectors is None or len(completion.vectors) != len(part.inputs):
+            raise upstream_failed(model, "the backend did not return one vector per input")
+        batches.append(completion.vectors)
+    rows = np.concatenate(batches) if len(batches) > 1 else batches[0]
+    dimensions = parts[0].dimensions
+    if dimensions is not None and rows.shape[1] > dimensions:
+        # A Matryoshka model's leading coordinates, made unit vectors again.
+        rows = rows[:, :dimensions]
+        norms = np.linalg.norm(rows, axis=1, keepdims=True)
+        rows = (rows / np.where(norms == 0, 1, norms)).astype(np.float32)
+    return rows
+
+
 def _tool_call(call: ToolCall) -> dict[str, Any]:
     return {
         "id": call.id,
@@ -144,8 +161,11 @@ class ChunkWriter:
     constant part is kept here and only the choice changes per event.
     """
 
-    def __init__(self, request: InferenceRequest, *, response_id: str, model: str) -> None:
+    def __init__(
+        self, request: InferenceRequest, *, response_id: str, model: str, prompt_estimate: int = 0
+    ) -> None:
         self._chat = request.kind is RequestKind.CHAT
+        self._include_usage = request.include_usage
         self._head: dict[str, Any] = {
             "id": response_id,
             "object": "chat.completion.chunk" if self._chat else "text_completion",
@@ -213,6 +233,22 @@ class ChunkWriter:
     def usage(self, usage: Usage) -> bytes:
         """The trailing usage event (`stream_options.include_usage`)."""
         return self._event([], usage=_usage(usage))
+
+    def start(self) -> bytes:
+        """Events before the first piece: none (the first chunk carries the role)."""
+        return b""
+
+    def close(self, finish_reason: str, usage: Usage) -> bytes:
+        """The stream's last events, in one write: the finish, the usage if asked for,
+        and `[DONE]`."""
+        events = self.finish(finish_reason)
+        if self._include_usage:
+            events += self.usage(usage)
+        return events + SSE_DONE
+
+    def error(self, error: APIError) -> bytes:
+        """A terminal error event."""
+        return sse_error(error.body())
 
 
 def sse_error(body: dict[str, object]) -> bytes:

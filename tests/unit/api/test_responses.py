@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+from typing import Any
 
 import numpy as np
 import orjson
@@ -144,8 +145,13 @@ EMBED = InferenceRequest(
 VECTORS = np.array([[0.6, 0.8], [1.0, -0.0]], dtype=np.float32)
 
 
+def embedded(request: InferenceRequest) -> Any:
+    answer = Completion("", Usage(5), vectors=VECTORS)
+    return orjson.loads(embeddings_body([request], [answer], response_id="embd-1", model="e"))
+
+
 def test_embeddings_body_has_a_vector_per_input_as_numbers() -> None:
-    body = orjson.loads(embeddings_body(EMBED, VECTORS, 5, model="e"))
+    body = embedded(EMBED)
     assert body["object"] == "list" and body["model"] == "e"
     assert [(d["object"], d["index"]) for d in body["data"]] == [("embedding", 0), ("embedding", 1)]
     assert np.allclose([d["embedding"] for d in body["data"]], VECTORS)
@@ -153,7 +159,6 @@ def test_embeddings_body_has_a_vector_per_input_as_numbers() -> None:
 
 
 def test_embeddings_body_in_base64_is_little_endian_float32() -> None:
-    request = dataclasses.replace(EMBED, base64=True)
-    body = orjson.loads(embeddings_body(request, VECTORS, 5, model="e"))
+    body = embedded(dataclasses.replace(EMBED, base64=True))
     decoded = [np.frombuffer(base64.b64decode(d["embedding"]), "<f4") for d in body["data"]]
     assert np.array_equal(decoded, VECTORS)

@@ -1,0 +1,101 @@
+"""The HTTP APIs the gateway speaks, each a translation onto the one internal request.
+
+A `Wire` says how one API's request bodies parse into an `InferenceRequest`, where its
+key is, and how answers, streams and errors are written back. Everything between
+(limits, admission, fallback, retries, idempotency, metrics, logs) is the same request
+path for every wire (`gateway.api.completions`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from starlette.datastructures import Headers
+from starlette.responses import Response
+
+from gateway.api.errors import APIError
+from gateway.api.requests import parse_chat, parse_completion, parse_embeddings
+from gateway.api.responses import ChunkWriter, completion_body, embeddings_body
+from gateway.inference.types import (
+    Completion,
+    InferenceRequest,
+    ToolCallDelta,
+    Usage,
+)
+
+Parser = Callable[[Mapping[str, Any], int], InferenceRequest]
+
+
+class StreamWriter(Protocol):
+    """The events of one streamed answer, in the wire's format."""
+
+    def start(self) -> bytes:
+        """Events before the first piece (empty when the wire has none)."""
+        ...
+
+    def text(self, text: str, logprobs: list[Any] | None = None, index: int = 0) -> bytes:
+        """Generated text (and its tokens' log probabilities)."""
+        ...
+
+    def tool_calls(self, fragments: tuple[ToolCallDelta, ...], index: int = 0) -> bytes:
+        """Pieces of tool calls."""
+        ...
+
+    def close(self, finish_reason: str, usage: Usage) -> bytes:
+        """The last events of a stream that ran to its end (OpenAI's finish reason)."""
+        ...
+
+    def error(self, error: APIError) -> bytes:
+        """The terminal event of a stream that failed after its headers."""
+        ...
+
+
+class BodyWriter(Protocol):
+    def __call__(
+        self,
+        parts: Sequence[InferenceRequest],
+        completions: Sequence[Completion],
+        *,
+        response_id: str,
+        model: str,
+    ) -> bytes:
+        """The JSON body of a whole answer: `completions[i]` answers `parts[i]`."""
+        ...
+
+
+StreamWriterFactory = Callable[[InferenceRequest, str, str, int], StreamWriter]
+
+
+def bearer(headers: Headers) -> str | None:
+    """The `Authorization` header, which OpenAI's clients send."""
+    return headers.get("authorization")
+
+
+@dataclass(frozen=True, slots=True)
+class Wire:
+    """One HTTP API onto the internal request."""
+
+    name: str
+    # Of the request id (and the response id, where the wire has one).
+    id_prefix: str
+    parse: Parser
+    body: BodyWriter
+    # (request, response id, model, prompt tokens estimated) -> the stream's writer.
+    stream_writer: StreamWriterFactory
+    # The `Authorization` value the caller is identified by.
+    credentials: Callable[[Headers], str | None] = bearer
+    # How an error is answered; None: OpenAI's shape (the app's error handlers).
+    render_error: Callable[[APIError], Response] | None = None
+
+
+def _chunk_writer(
+    request: InferenceRequest, response_id: str, model: str, prompt_estimate: int
+) -> StreamWriter:
+    return ChunkWriter(request, response_id=response_id, model=model)
+
+
+CHAT = Wire("chat", "chatcmpl-", parse_chat, completion_body, _chunk_writer)
+COMPLETIONS = Wire("completions", "cmpl-", parse_completion, completion_body, _chunk_writer)
+EMBEDDINGS = Wire("embeddings", "embd-", parse_embeddings, embeddings_body, _chunk_writer)
