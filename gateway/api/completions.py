@@ -136,6 +136,8 @@ class _Exchange:
         fallback = served.header()
         if fallback is not None:
             headers["x-gateway-fallback"] = fallback
+        if self.wire.more_headers is not None:
+            headers.update(self.wire.more_headers(headers))
         return headers
 
     def served_by(self, served: Sequence[Served], usage: Usage) -> None:
@@ -205,7 +207,7 @@ async def serve(request: Request, wire: Wire) -> Response:
         record.tenant = identity.name
         body = await read_body(request, runtime.config.gateway.server.max_body_bytes)
         data = decode_json(body)
-        route = _route(runtime, identity, requested_model(data), record)
+        route = resolve_route(runtime, identity, requested_model(data), record)
         return await _serve_model(request, runtime, identity, route, wire, data, record)
     except (APIError, *errors.DOMAIN_ERRORS) as exc:
         error = errors.client_error(exc)
@@ -370,7 +372,9 @@ def _logged_prompt(inference: InferenceRequest) -> str:
     return inference.prompt or "\n".join(f"{m.role}: {m.content}" for m in inference.messages)
 
 
-def _route(runtime: Runtime, identity: Identity, model: str, record: RequestRecord) -> ModelRoute:
+def resolve_route(
+    runtime: Runtime, identity: Identity, model: str, record: RequestRecord
+) -> ModelRoute:
     route = runtime.routes.get(model)
     if route is None:
         raise errors.model_not_found(model)

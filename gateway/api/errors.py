@@ -60,13 +60,15 @@ class APIError(Exception):
             }
         }
 
-    def response(self) -> Response:
+    def response(self, body: dict[str, object] | None = None) -> Response:
+        """The HTTP answer: `body` (default: OpenAI's error object), this error's status
+        and headers, and `Retry-After` when waiting helps."""
         headers = dict(self.headers)
         if self.retry_after_s is not None:
             # Retry-After takes whole seconds; round up so a client never comes back early.
             headers["retry-after"] = str(max(1, math.ceil(self.retry_after_s)))
         return Response(
-            orjson.dumps(self.body()),
+            orjson.dumps(self.body() if body is None else body),
             status_code=self.status,
             headers=headers,
             media_type="application/json",

@@ -77,7 +77,7 @@ def parse_chat(data: Mapping[str, Any], default_max_tokens: int) -> InferenceReq
     if not isinstance(raw_messages, list) or not raw_messages:
         raise bad_request("`messages` must be a non-empty array.", "messages")
     messages = tuple(_message(m, i) for i, m in enumerate(raw_messages))
-    _check_tool_results(messages)
+    check_tool_results(messages)
     for name, default in COMPLETION_ONLY.items():
         value = data.get(name)
         # `type` too: JSON's `true` is not 1.
@@ -86,7 +86,7 @@ def parse_chat(data: Mapping[str, Any], default_max_tokens: int) -> InferenceReq
     request = _request(data, RequestKind.CHAT, default_max_tokens, messages=messages)
     tools = parse_tools(data.get("tools"))
     choice, forced = _tool_choice(data.get("tool_choice"), tools)
-    parallel = _optional_bool(data, "parallel_tool_calls")
+    parallel = optional_bool(data, "parallel_tool_calls")
     if not tools and parallel is not None:
         parallel = None  # meaningless without tools; SDKs send it anyway
     return dataclasses.replace(
@@ -118,7 +118,7 @@ def parse_completion(data: Mapping[str, Any], default_max_tokens: int) -> Infere
         raise bad_request(
             f"`n` times the number of prompts may be at most {MAX_CHOICES}.", "prompt"
         )
-    best_of = _optional_int(data, "best_of", minimum=1)
+    best_of = optional_int(data, "best_of", minimum=1)
     if best_of is not None and best_of != request.n:
         raise bad_request(
             "`best_of` may only equal `n`: ranking more choices than are returned needs "
@@ -128,7 +128,7 @@ def parse_completion(data: Mapping[str, Any], default_max_tokens: int) -> Infere
     return dataclasses.replace(
         request,
         prompts=prompts if len(prompts) > 1 else (),
-        echo=_optional_bool(data, "echo") or False,
+        echo=optional_bool(data, "echo") or False,
     )
 
 
@@ -176,7 +176,7 @@ def parse_embeddings(data: Mapping[str, Any], default_max_tokens: int) -> Infere
         model=requested_model(data),
         params=SamplingParams(max_tokens=0),
         inputs=tuple(texts),
-        dimensions=_optional_int(data, "dimensions", minimum=1),
+        dimensions=optional_int(data, "dimensions", minimum=1),
         base64=encoding == "base64",
         user=user,
     )
@@ -204,11 +204,11 @@ def _request(
             raise bad_request(
                 f"`{name}` is not supported by this gateway: only {accepted} is accepted.", name
             )
-    n = _optional_int(data, "n", 1, MAX_N) or 1
-    max_tokens = _optional_int(data, "max_completion_tokens", minimum=1)
+    n = optional_int(data, "n", 1, MAX_N) or 1
+    max_tokens = optional_int(data, "max_completion_tokens", minimum=1)
     if max_tokens is None:
-        max_tokens = _optional_int(data, "max_tokens", minimum=1)
-    stream = _optional_bool(data, "stream") or False
+        max_tokens = optional_int(data, "max_tokens", minimum=1)
+    stream = optional_bool(data, "stream") or False
     include_usage = False
     options = data.get("stream_options")
     if options is not None:
@@ -219,17 +219,17 @@ def _request(
                 "`stream_options` is only allowed when `stream` is true.", "stream_options"
             )
         include_usage = (
-            _optional_bool(options, "include_usage", "stream_options.include_usage") or False
+            optional_bool(options, "include_usage", "stream_options.include_usage") or False
         )
     user = data.get("user")
     if user is not None and not isinstance(user, str):
         raise bad_request("`user` must be a string.", "user")
     params = SamplingParams(
         max_tokens=max_tokens or default_max_tokens,
-        temperature=_optional_float(data, "temperature", 0.0, 2.0),
-        top_p=_optional_float(data, "top_p", 0.0, 1.0),
+        temperature=optional_float(data, "temperature", 0.0, 2.0),
+        top_p=optional_float(data, "top_p", 0.0, 1.0),
         stop=_stop(data.get("stop")),
-        seed=_optional_int(data, "seed", *INT64),
+        seed=optional_int(data, "seed", *INT64),
     )
     return InferenceRequest(
         kind=kind,
@@ -349,8 +349,8 @@ MAX_TOP_LOGPROBS = 20
 
 def _logprobs(data: Mapping[str, Any]) -> int | None:
     """`top_logprobs` when `logprobs` is true (0: the chosen tokens only), else None."""
-    wanted = _optional_bool(data, "logprobs")
-    top = _optional_int(data, "top_logprobs", 0, MAX_TOP_LOGPROBS)
+    wanted = optional_bool(data, "logprobs")
+    top = optional_int(data, "top_logprobs", 0, MAX_TOP_LOGPROBS)
     if top not in (None, 0) and not wanted:
         raise bad_request("`top_logprobs` needs `logprobs` to be true.", "top_logprobs")
     return (top or 0) if wanted else None
@@ -454,13 +454,16 @@ def _tool_calls(raw: object, where: str) -> tuple[ToolCall, ...]:
     return tuple(calls)
 
 
-def _check_tool_results(messages: tuple[ChatMessage, ...]) -> None:
-    """Every `tool` message answers a call an earlier assistant message made."""
+def check_tool_results(
+    messages: tuple[ChatMessage, ...], places: Mapping[str, str] | None = None
+) -> None:
+    """Every `tool` message answers a call an earlier assistant message made; a 400
+    naming the result's place (`places[call id]`, else its chat message's)."""
     called: set[str] = set()
     for index, message in enumerate(messages):
         called.update(call.id for call in message.tool_calls)
         if message.tool_call_id is not None and message.tool_call_id not in called:
-            where = f"messages[{index}].tool_call_id"
+            where = (places or {}).get(message.tool_call_id, f"messages[{index}].tool_call_id")
             raise bad_request(
                 f"`{where}`: no earlier assistant message made a call with the id "
                 f"`{message.tool_call_id}`.",
@@ -483,7 +486,7 @@ def _stop(raw: object) -> tuple[str, ...]:
     )
 
 
-def _optional_int(
+def optional_int(
     data: Mapping[str, Any], name: str, minimum: int | None = None, maximum: int | None = None
 ) -> int | None:
     value = data.get(name)
@@ -499,7 +502,7 @@ def _optional_int(
     return value
 
 
-def _optional_float(data: Mapping[str, Any], name: str, low: float, high: float) -> float | None:
+def optional_float(data: Mapping[str, Any], name: str, low: float, high: float) -> float | None:
     value = data.get(name)
     if value is None:
         return None
@@ -510,7 +513,7 @@ def _optional_float(data: Mapping[str, Any], name: str, low: float, high: float)
     return float(value)
 
 
-def _optional_bool(data: Mapping[str, Any], name: str, param: str | None = None) -> bool | None:
+def optional_bool(data: Mapping[str, Any], name: str, param: str | None = None) -> bool | None:
     value = data.get(name)
     if value is None:
         return None

@@ -15,6 +15,14 @@ from typing import Any, Protocol
 from starlette.datastructures import Headers
 from starlette.responses import Response
 
+from gateway.api.anthropic_requests import parse_messages
+from gateway.api.anthropic_responses import (
+    MessageStreamWriter,
+    error_response,
+    message_body,
+    ratelimit_headers,
+)
+from gateway.api.anthropic_responses import credentials as anthropic_credentials
 from gateway.api.errors import APIError
 from gateway.api.requests import parse_chat, parse_completion, parse_embeddings
 from gateway.api.responses import ChunkWriter, completion_body, embeddings_body
@@ -88,6 +96,8 @@ class Wire:
     credentials: Callable[[Headers], str | None] = bearer
     # How an error is answered; None: OpenAI's shape (the app's error handlers).
     render_error: Callable[[APIError], Response] | None = None
+    # Headers the wire adds to an answer's, from them (its own rate-limit headers).
+    more_headers: Callable[[dict[str, str]], dict[str, str]] | None = None
 
 
 def _chunk_writer(
@@ -96,6 +106,16 @@ def _chunk_writer(
     return ChunkWriter(request, response_id=response_id, model=model)
 
 
+MESSAGES = Wire(
+    "messages",
+    "msg_",
+    parse_messages,
+    message_body,
+    MessageStreamWriter,
+    credentials=anthropic_credentials,
+    render_error=error_response,
+    more_headers=ratelimit_headers,
+)
 CHAT = Wire("chat", "chatcmpl-", parse_chat, completion_body, _chunk_writer)
 COMPLETIONS = Wire("completions", "cmpl-", parse_completion, completion_body, _chunk_writer)
 EMBEDDINGS = Wire("embeddings", "embd-", parse_embeddings, embeddings_body, _chunk_writer)

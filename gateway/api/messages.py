@@ -1,0 +1,38 @@
+"""Anthropic's endpoints: `POST /v1/messages` (the one request path, through its wire)
+and `POST /v1/messages/count_tokens`."""
+
+from __future__ import annotations
+
+import orjson
+from starlette.requests import Request
+from starlette.responses import Response
+
+from gateway.api import errors
+from gateway.api.anthropic_requests import parse_count_tokens
+from gateway.api.anthropic_responses import credentials, error_response
+from gateway.api.completions import read_body, resolve_route, serve
+from gateway.api.endpoints import runtime_of
+from gateway.api.errors import APIError
+from gateway.api.requests import decode_json, requested_model
+from gateway.api.wire import MESSAGES
+from gateway.observability.access import RequestRecord
+
+
+async def messages(request: Request) -> Response:
+    return await serve(request, MESSAGES)
+
+
+async def count_tokens(request: Request) -> Response:
+    """The prompt tokens a message request would count (the gateway's estimate of the
+    prompt its model's template renders); neither charged nor queued."""
+    try:
+        runtime = runtime_of(request)
+        identity = runtime.auth.identify(credentials(request.headers))
+        data = decode_json(await read_body(request, runtime.config.gateway.server.max_body_bytes))
+        # Not a request to log: a record that is never finished counts nothing.
+        route = resolve_route(runtime, identity, requested_model(data), RequestRecord("-"))
+        inference = parse_count_tokens(data, route.config.max_tokens_default)
+        tokens = route.upstream_call(inference).prompt_estimate
+    except (APIError, *errors.DOMAIN_ERRORS) as exc:
+        return error_response(errors.client_error(exc))
+    return Response(orjson.dumps({"input_tokens": tokens}), media_type="application/json")

@@ -1,0 +1,148 @@
+"""Anthropic Messages bodies onto the chat request, and its answers and events back."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+import pytest
+
+from gateway.api.anthropic_requests import parse_messages
+from gateway.api.anthropic_responses import MessageStreamWriter, ratelimit_headers
+from gateway.api.errors import APIError
+from gateway.inference.types import ChatMessage, ToolCall, ToolCallDelta, Usage
+
+USE = {"type": "tool_use", "id": "toolu_1", "name": "f", "input": {"a": 1}}
+RESULT = {
+    "type": "tool_result",
+    "tool_use_id": "toolu_1",
+    "content": [{"type": "text", "text": "ok"}],
+}
+TOOL = {"name": "f", "input_schema": {"type": "object"}}
+
+
+def body(**fields: Any) -> dict[str, Any]:
+    return {
+        "model": "m",
+        "max_tokens": 8,
+        "messages": [{"role": "user", "content": "hi"}],
+        **fields,
+    }
+
+
+def test_blocks_become_chat_messages() -> None:
+    request = parse_messages(
+        body(
+            system=[{"type": "text", "text": "Be "}, {"type": "text", "text": "brief."}],
+            messages=[
+                {"role": "user", "content": "weather?"},
+                {"role": "assistant", "content": [{"type": "text", "text": "Let me see."}, USE]},
+                {"role": "user", "content": [RESULT, {"type": "text", "text": "thanks"}]},
+            ],
+            tools=[TOOL],
+            tool_choice={"type": "tool", "name": "f", "disable_parallel_tool_use": True},
+            stop_sequences=["END"],
+            metadata={"user_id": "u1"},
+        ),
+        16,
+    )
+    assert request.messages == (
+        ChatMessage("system", "Be brief."),
+        ChatMessage("user", "weather?"),
+        ChatMessage("assistant", "Let me see.", tool_calls=(ToolCall("toolu_1", "f", '{"a":1}'),)),
+        ChatMessage("tool", "ok", tool_call_id="toolu_1"),
+        ChatMessage("user", "thanks"),
+    )
+    options = request.options
+    assert (options.tool_choice, options.forced_tool, options.parallel_tool_calls) == (
+        "required",
+        "f",
+        False,
+    )
+    assert request.params.stop == ("END",) and request.user == "u1"
+    assert request.params.max_tokens == request.requested_max_tokens == 8
+
+
+@pytest.mark.parametrize(
+    ("fields", "param"),
+    [
+        ({"max_tokens": None}, "max_tokens"),
+        ({"messages": []}, "messages"),
+        ({"messages": [{"role": "system", "content": "x"}]}, "messages[0].role"),
+        (
+            {"messages": [{"role": "user", "content": [{"type": "image"}]}]},
+            "messages[0].content[0].type",
+        ),
+        ({"messages": [{"role": "user", "content": [USE]}]}, "messages[0].content[0].type"),
+        (
+            {"messages": [{"role": "user", "content": [RESULT]}]},
+            "messages[0].content[0].tool_use_id",
+        ),
+        ({"tools": [{"name": "f"}]}, "tools[0].input_schema"),
+        ({"tools": [{"name": "f g", "input_schema": {"type": "object"}}]}, "tools[0].name"),
+        ({"tools": [{"type": "bash_20250124", "name": "bash"}]}, "tools[0].type"),
+        ({"tool_choice": {"type": "any"}}, "tool_choice"),
+        ({"tool_choice": {"type": "tool", "name": "g"}, "tools": [TOOL]}, "tool_choice.name"),
+        ({"temperature": 1.5}, "temperature"),
+        ({"top_k": 5}, "top_k"),
+        ({"stop_sequences": ["a", ""]}, "stop_sequences"),
+    ],
+)
+def test_bad_input_is_refused_by_name(fields: dict[str, Any], param: str) -> None:
+    data = {k: v for k, v in body(**fields).items() if v is not None}
+    with pytest.raises(APIError) as caught:
+        parse_messages(data, 16)
+    assert caught.value.param == param
+
+
+def events(raw: bytes) -> list[tuple[str, dict[str, Any]]]:
+    out = []
+    for block in raw.decode().strip().split("\n\n"):
+        name, data = block.split("\n")
+        out.append((name.removeprefix("event: "), orjson.loads(data.removeprefix("data: "))))
+    return out
+
+
+def test_the_stream_opens_and_closes_each_block_in_turn() -> None:
+    writer = MessageStreamWriter(parse_messages(body(), 16), "msg_1", "m", 5)
+    raw = (
+        writer.start()
+        + writer.text("Let ")
+        + writer.text("me.")
+        + writer.tool_calls(
+            (ToolCallDelta(0, "call_1", "f", ""), ToolCallDelta(0, arguments='{"a"'))
+        )
+        + writer.tool_calls((ToolCallDelta(0, arguments=": 1}"),))
+        + writer.close("tool_calls", Usage(5, 7))
+    )
+    names = [name for name, _ in events(raw)]
+    assert names == [
+        "message_start", "ping",
+        "content_block_start", "content_block_delta", "content_block_delta", "content_block_stop",
+        "content_block_start", "content_block_delta", "content_block_delta", "content_block_stop",
+        "message_delta", "message_stop",
+    ]  # fmt: skip
+    parsed = events(raw)
+    assert parsed[0][1]["message"]["usage"] == {"input_tokens": 5, "output_tokens": 0}
+    assert parsed[6][1] == {
+        "type": "content_block_start",
+        "index": 1,
+        "content_block": {"type": "tool_use", "id": "call_1", "name": "f", "input": {}},
+    }
+    assert parsed[7][1]["delta"] == {"type": "input_json_delta", "partial_json": '{"a"'}
+    assert parsed[10][1]["delta"]["stop_reason"] == "tool_use"
+    assert parsed[10][1]["usage"] == {"output_tokens": 7}
+
+
+def test_ratelimit_headers_say_when_the_bucket_is_full_again() -> None:
+    headers = ratelimit_headers(
+        {
+            "x-ratelimit-limit-tokens": "60",
+            "x-ratelimit-remaining-tokens": "10",
+            "x-ratelimit-reset-tokens": "50s",
+        }
+    )
+    assert headers["anthropic-ratelimit-tokens-limit"] == "60"
+    assert headers["anthropic-ratelimit-tokens-remaining"] == "10"
+    assert headers["anthropic-ratelimit-tokens-reset"].endswith("Z")
+    assert "anthropic-ratelimit-requests-limit" not in headers
