@@ -375,11 +375,11 @@ def _logged_prompt(inference: InferenceRequest) -> str:
 def resolve_route(
     runtime: Runtime, identity: Identity, model: str, record: RequestRecord
 ) -> ModelRoute:
-    route = runtime.routes.get(model)
+    route = runtime.routes.get(model) or runtime.routes.get(runtime.aliases.get(model, ""))
     if route is None:
         raise errors.model_not_found(model)
     record.model = route.name
-    if not identity.may_use(model):
+    if not identity.may_use(route.name):
         raise errors.model_not_allowed(model)
     return route
 

@@ -119,6 +119,7 @@ def _check_gateway(source: Source) -> tuple[GatewayConfig | None, list[Problem]]
     problems += _replica_problems(source)
     problems += _ops_port_problems(source)
     problems += _capability_problems(source)
+    problems += _alias_problems(source)
     gateway, invalid = validate_source(GatewayConfig, source)
     problems += invalid
     return (None if problems else gateway), _sorted(problems)
@@ -397,6 +398,26 @@ def _capability_problems(source: Source) -> list[Problem]:
                 loc = ("models", name, "capabilities", "embeddings")
                 message = f"an embedding model cannot have {', '.join(chat)}"
                 problems.append(source.problem(loc, at(loc, message)))
+    return problems
+
+
+def _alias_problems(source: Source) -> list[Problem]:
+    """An alias must name one model only: not a model, nor another model's alias."""
+    models = _as_dict(_as_dict(source.data).get("models"))
+    owner: dict[str, str] = {}
+    problems = []
+    for name, model in models.items():
+        for index, alias in enumerate(_as_list(_as_dict(model).get("aliases"))):
+            loc: Loc = ("models", name, "aliases", index)
+            other = owner.get(alias)
+            if alias in models and alias != name:
+                message = f"'{alias}' is the name of a model"
+            elif other is not None and alias != name:
+                message = f"'{alias}' is already an alias of '{other}'"
+            else:
+                owner[alias] = name
+                continue
+            problems.append(source.problem(loc, at(loc, message)))
     return problems
 
 

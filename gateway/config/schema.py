@@ -266,6 +266,9 @@ class ModelConfig(Strict):
     backend: BackendKind
     # The model's name at the backend; defaults to the gateway's name for it.
     upstream_model: str | None = None
+    # Other names clients may send for it (the default model names of coding tools, so
+    # that they reach a local model); answers name the model itself.
+    aliases: list[str] = []
     # Empty only for a model placed by the cluster file (`cluster_file`).
     replicas: list[Replica] = Field(default_factory=list)
     # A built-in template name (see gateway/inference/prompt.py) or a Jinja template.

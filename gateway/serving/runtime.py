@@ -7,7 +7,7 @@ import hashlib
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from redis.asyncio import RedisCluster
 from redis.exceptions import RedisError
@@ -142,6 +142,8 @@ class Runtime:
     outbound: OutboundGuard
     # Models served where cluster.yaml's deployments are placed, when gateway.yaml says so.
     placement: ClusterPlacement | None = None
+    # Each model's other names (`aliases`), to its own.
+    aliases: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def build(cls, config: Config) -> Runtime:
@@ -165,6 +167,11 @@ class Runtime:
         return cls(
             config=config,
             routes=routes,
+            aliases={
+                alias: name
+                for name, model in config.gateway.models.items()
+                for alias in model.aliases
+            },
             auth=Authenticator(config.tenants.tenants, config.tenant_by_key_hash),
             redis=redis,
             health=HealthChecker(routes.values(), on_change=admission.capacity_changed),

@@ -39,8 +39,11 @@ def gateway(
 ) -> Iterator[Gateway]:
     a, _ = sims
     models = {
-        "local": model("triton_grpc", [a.grpc_target], upstream_model="llm-small", **HERMES),
-    }
+        "local": model(
+            "triton_grpc", [a.grpc_target], upstream_model="llm-small",
+            aliases=["claude-sonnet-4-5"], **HERMES,
+        ),
+    }  # fmt: skip
     tenants = {
         "acme": tenant("acme", ["*"]),
         "frugal": tenant("frugal", ["*"], limits={"tokens_per_minute": 60, "burst_tokens": 60}),
@@ -134,6 +137,13 @@ def test_count_tokens_is_the_prompts_estimate(client: anthropic.Anthropic) -> No
     )
     longer = client.messages.count_tokens(model="local", messages=ASK, tools=[WEATHER])
     assert 0 < short.input_tokens < longer.input_tokens
+
+
+def test_a_tools_default_model_name_reaches_the_local_model(client: anthropic.Anthropic) -> None:
+    reply = client.messages.create(
+        model="claude-sonnet-4-5", max_tokens=2, messages=[{"role": "user", "content": "Hi"}]
+    )
+    assert reply.model == "local" and reply.usage.output_tokens == 2
 
 
 def test_a_bearer_key_works_too(gateway: Gateway) -> None:

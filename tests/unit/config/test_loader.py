@@ -384,6 +384,24 @@ models:
     ]
 
 
+def test_an_alias_names_one_model_only() -> None:
+    gateway = """\
+models:
+  local:
+    backend: openai
+    replicas: [{url: http://a}]
+    aliases: [claude-sonnet-4-5, gpt-5-codex, other]
+  other:
+    backend: openai
+    replicas: [{url: http://b}]
+    aliases: [gpt-5-codex]
+"""
+    assert problems(gateway) == [
+        "gateway.yaml:5: models.local.aliases[2]: 'other' is the name of a model",
+        "gateway.yaml:9: models.other.aliases[0]: 'gpt-5-codex' is already an alias of 'local'",
+    ]
+
+
 def test_duplicate_key_hash_across_and_within_tenants() -> None:
     tenants = TENANTS + (
         f"  beta:\n    api_keys:\n      - {hash_key(BETA_KEY)}\n      - {hash_key(BETA_KEY)}\n"
