@@ -200,7 +200,7 @@ async def serve(request: Request, wire: Wire) -> Response:
     """Serve one request of `wire`'s API, start to end."""
     # Counted and logged from the start, whatever happens: tenant and model are "-" until
     # known (a model only once it is a configured one).
-    record = RequestRecord(wire.id_prefix + random_id())
+    record = RequestRecord(wire.id_prefix + random_id(), endpoint=wire.name)
     try:
         runtime = runtime_of(request)
         identity = runtime.auth.identify(wire.credentials(request.headers))

@@ -27,6 +27,8 @@ class RequestRecord:
     request_id: str
     tenant: str = UNKNOWN
     model: str = UNKNOWN
+    # The API it came by (`gateway.api.wire.Wire.name`).
+    endpoint: str = "chat"
     stream: bool = False
     priority: str = ""
     served_model: str = ""
@@ -54,7 +56,8 @@ class RequestRecord:
         self.reason = reason or ""
         duration = time.perf_counter() - self.started
         served = self.served_model or "-"
-        metrics.labels(metrics.REQUESTS, self.tenant, self.model, served, str(status)).inc()
+        requests = metrics.REQUESTS
+        metrics.labels(requests, self.tenant, self.model, served, str(status), self.endpoint).inc()
         stream = "true" if self.stream else "false"
         metrics.labels(metrics.DURATION, self.model, stream).observe(duration)
         if self.reason:
@@ -72,6 +75,7 @@ class RequestRecord:
         if log.isEnabledFor(logging.INFO):
             fields = {
                 "request_id": self.request_id,
+                "endpoint": self.endpoint,
                 "tenant": self.tenant,
                 "model": self.model,
                 "served_model": self.served_model or None,

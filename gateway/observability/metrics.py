@@ -76,8 +76,9 @@ RATELIMIT_FALLBACK_DECISIONS = Counter(
 )
 REQUESTS = Counter(
     "gateway_requests_total",
-    "Completion requests answered, by tenant, requested model, serving model and status.",
-    ["tenant", "model", "served_model", "status"],
+    "Requests answered, by tenant, requested model, serving model, status and endpoint "
+    "(chat, completions, embeddings, messages, responses).",
+    ["tenant", "model", "served_model", "status", "endpoint"],
     registry=REGISTRY,
 )
 REFUSALS = Counter(

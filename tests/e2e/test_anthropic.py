@@ -6,6 +6,7 @@ one token budget shared with the chat API."""
 
 from __future__ import annotations
 
+import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
@@ -219,3 +220,15 @@ def test_one_token_budget_across_the_chat_and_messages_apis(gateway: Gateway) ->
     assert int(headers["anthropic-ratelimit-tokens-remaining"]) < 40
     assert headers["anthropic-ratelimit-tokens-reset"].endswith("Z")
     assert caught.value.body["error"]["type"] == "rate_limit_error"  # type: ignore[index]
+
+
+def test_the_access_log_and_metrics_name_the_endpoint(
+    client: anthropic.Anthropic, gateway: Gateway
+) -> None:
+    reply = client.messages.create(
+        model="local", max_tokens=2, messages=[{"role": "user", "content": "Hi"}]
+    )
+    record = gateway.access_record(reply.id)
+    assert (record["endpoint"], record["tenant"], record["status"]) == ("messages", "acme", 200)
+    exposition = urllib.request.urlopen(f"{gateway.ops_url}/metrics").read().decode()
+    assert 'gateway_requests_total{endpoint="messages",model="local"' in exposition

@@ -256,7 +256,7 @@ def test_metrics_and_the_request_log_show_the_request_without_key_or_prompt(
     assert record["tenant"] == "acme" and record["status"] == 200
     exposition = fetch_text(f"{gateway.ops_url}/metrics")
     series = (
-        'gateway_requests_total{model="llm-large",served_model="llm-large",'
+        'gateway_requests_total{endpoint="chat",model="llm-large",served_model="llm-large",'
         'status="200",tenant="acme"}'
     )
     assert series in exposition

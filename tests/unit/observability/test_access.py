@@ -21,7 +21,13 @@ def access_fields(caplog: pytest.LogCaptureFixture) -> list[dict[str, object]]:
 def test_a_request_refused_before_anything_is_known_counts_under_dashes(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    labels = {"tenant": UNKNOWN, "model": UNKNOWN, "served_model": "-", "status": "401"}
+    labels = {
+        "tenant": UNKNOWN,
+        "model": UNKNOWN,
+        "served_model": "-",
+        "status": "401",
+        "endpoint": "chat",
+    }
     before = sample("gateway_requests_total", **labels)
     caplog.set_level(logging.INFO, "gateway.access")
     record = RequestRecord("chatcmpl-unit-1")

@@ -33,7 +33,7 @@ from gateway.upstream.outlier import ReplicaState
 spec = json.loads(sys.argv[1])
 metrics.RATELIMIT_BACKEND_UP.set(spec["redis_up"])
 metrics.set_config_version(spec["version"])
-metrics.REQUESTS.labels("t", "m", "m", "200").inc(spec["requests"])
+metrics.REQUESTS.labels("t", "m", "m", "200", "chat").inc(spec["requests"])
 snapshot = SimpleNamespace(in_flight=spec["in_flight"], queued=spec["queued"])
 admission = SimpleNamespace(snapshot=lambda model: snapshot)
 replicas = [
@@ -145,7 +145,7 @@ def test_workers_add_up_and_a_dead_worker_leaves_no_gauge(
     r2 = _labels(model="m", replica="http://r2:8000")
     requests = (
         "gateway_requests_total",
-        _labels(tenant="t", model="m", served_model="m", status="200"),
+        _labels(tenant="t", model="m", served_model="m", status="200", endpoint="chat"),
     )
 
     both = new.render()
