@@ -27,8 +27,8 @@ from gateway.api import errors
 from gateway.api.endpoints import runtime_of
 from gateway.api.errors import APIError, rate_limited
 from gateway.api.idempotency import claim
+from gateway.api.openai_answers import SSE_DONE, ChunkWriter, sse_error
 from gateway.api.requests import decode_json, requested_model
-from gateway.api.responses import SSE_DONE, ChunkWriter, sse_error
 from gateway.api.streaming import ClientGone, DisconnectWatch, EventStreamResponse, StreamCut
 from gateway.api.wire import CHAT, COMPLETIONS, EMBEDDINGS, Wire
 from gateway.backends.base import UpstreamError, UpstreamRejected, UpstreamTimeout

@@ -8,8 +8,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from gateway.api import errors
+from gateway.api.anthropic_answers import credentials, error_response
 from gateway.api.anthropic_requests import parse_count_tokens
-from gateway.api.anthropic_responses import credentials, error_response
 from gateway.api.completions import read_body, resolve_route, serve
 from gateway.api.endpoints import runtime_of
 from gateway.api.errors import APIError

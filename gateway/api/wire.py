@@ -15,17 +15,17 @@ from typing import Any, Protocol
 from starlette.datastructures import Headers
 from starlette.responses import Response
 
-from gateway.api.anthropic_requests import parse_messages
-from gateway.api.anthropic_responses import (
+from gateway.api.anthropic_answers import (
     MessageStreamWriter,
     error_response,
     message_body,
     ratelimit_headers,
 )
-from gateway.api.anthropic_responses import credentials as anthropic_credentials
+from gateway.api.anthropic_answers import credentials as anthropic_credentials
+from gateway.api.anthropic_requests import parse_messages
 from gateway.api.errors import APIError
+from gateway.api.openai_answers import ChunkWriter, completion_body, embeddings_body
 from gateway.api.requests import parse_chat, parse_completion, parse_embeddings
-from gateway.api.responses import ChunkWriter, completion_body, embeddings_body
 from gateway.inference.types import (
     Completion,
     InferenceRequest,
