@@ -15,7 +15,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Lifespan
 
-from gateway.api import completions, endpoints, messages, protocol
+from gateway.api import completions, endpoints, messages, protocol, responses_state
 from gateway.api.direct import DirectRoutes
 from gateway.api.errors import DOMAIN_ERRORS, APIError, client_error
 from gateway.api.listeners import Listeners
@@ -61,6 +61,7 @@ def build_app(config: Config) -> ASGIApp:
         "/v1/completions": completions.completions,
         "/v1/embeddings": completions.embeddings,
         "/v1/messages": messages.messages,
+        "/v1/responses": completions.responses,
     }
     probes = [
         Route("/livez", endpoints.livez, methods=["GET"]),
@@ -70,6 +71,8 @@ def build_app(config: Config) -> ASGIApp:
     api_routes = [Route(path, endpoint, methods=["POST"]) for path, endpoint in hot_routes.items()]
     api_routes += [
         Route("/v1/messages/count_tokens", messages.count_tokens, methods=["POST"]),
+        Route("/v1/responses/{response_id}", responses_state.retrieve, methods=["GET"]),
+        Route("/v1/responses/{response_id}", responses_state.delete, methods=["DELETE"]),
         Route("/v1/models", endpoints.list_models, methods=["GET"]),
         Route("/v1/models/{model:path}", endpoints.retrieve_model, methods=["GET"]),
         Route("/openapi.json", endpoints.openapi_json, methods=["GET"]),

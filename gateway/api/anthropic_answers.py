@@ -173,6 +173,10 @@ class MessageStreamWriter:
     def error(self, error: APIError) -> bytes:
         return _event(b"error", error_body(error))
 
+    def answer(self) -> dict[str, Any] | None:
+        """Messages are not kept."""
+        return None
+
 
 def error_body(error: APIError) -> dict[str, Any]:
     """Anthropic's error object for `error`."""

@@ -18,6 +18,7 @@ from collections.abc import AsyncGenerator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
+import orjson
 from starlette.background import BackgroundTask
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
@@ -30,7 +31,7 @@ from gateway.api.idempotency import claim
 from gateway.api.openai_answers import SSE_DONE, ChunkWriter, sse_error
 from gateway.api.requests import decode_json, requested_model
 from gateway.api.streaming import ClientGone, DisconnectWatch, EventStreamResponse, StreamCut
-from gateway.api.wire import CHAT, COMPLETIONS, EMBEDDINGS, Wire
+from gateway.api.wire import CHAT, COMPLETIONS, EMBEDDINGS, RESPONSES, Wire
 from gateway.backends.base import UpstreamError, UpstreamRejected, UpstreamTimeout
 from gateway.inference.ids import random_id
 from gateway.inference.structured import output_problem
@@ -73,6 +74,10 @@ async def completions(request: Request) -> Response:
 
 async def embeddings(request: Request) -> Response:
     return await serve(request, EMBEDDINGS)
+
+
+async def responses(request: Request) -> Response:
+    return await serve(request, RESPONSES)
 
 
 async def read_body(request: Request, limit: int) -> bytes:
@@ -248,7 +253,8 @@ async def _serve_model(
     data: Mapping[str, Any],
     record: RequestRecord,
 ) -> Response:
-    inference = wire.parse(data, route.config.max_tokens_default)
+    parse = wire.parse if wire.prepare is None else await wire.prepare(runtime, identity.name, data)
+    inference = parse(data, route.config.max_tokens_default)
     _check_model_kind(route, inference)
     record.stream = inference.stream
     if runtime.config.gateway.server.log_prompts:
@@ -461,6 +467,10 @@ async def _complete(exchange: _Exchange, request: Request) -> Response:
             if problem is not None:
                 raise errors.invalid_structured_output(model, problem)
     body = exchange.wire.body(parts, completions, response_id=exchange.response_id, model=model)
+    if exchange.wire.keep is not None:
+        await exchange.wire.keep(
+            exchange.runtime, exchange.record.tenant, parts[0], orjson.loads(body)
+        )
     return Response(
         body,
         media_type="application/json",
@@ -620,6 +630,9 @@ async def _sse_events(
         )
         yield writer.close(finish, usage)
         status = 200
+        answer = writer.answer()
+        if answer is not None and exchange.wire.keep is not None:
+            await exchange.wire.keep(exchange.runtime, exchange.record.tenant, request, answer)
     except Exception as exc:
         # Headers are gone: the failure becomes a terminal error event.
         failed = _stream_failure(served.route.name, exc)

@@ -250,6 +250,10 @@ class ChunkWriter:
         """A terminal error event."""
         return sse_error(error.body())
 
+    def answer(self) -> dict[str, Any] | None:
+        """Chat answers are not kept."""
+        return None
+
 
 def sse_error(body: dict[str, object]) -> bytes:
     """A terminal error event; the openai SDK raises it as an APIError."""

@@ -23,6 +23,9 @@ from gateway.inference.types import (
     ToolCall,
 )
 
+# A body parser: (the request body, the model's default max_tokens) -> the request.
+Parser = Callable[[Mapping[str, Any], int], InferenceRequest]
+
 # What the parser accepts; `api/openapi.py` documents the same values.
 ROLES = frozenset({"system", "user", "assistant", "tool", "developer"})
 MAX_STOP = 4

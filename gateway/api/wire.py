@@ -8,13 +8,14 @@ path for every wire (`gateway.api.completions`).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from starlette.datastructures import Headers
 from starlette.responses import Response
 
+from gateway.api import responses_state
 from gateway.api.anthropic_answers import (
     MessageStreamWriter,
     error_response,
@@ -25,7 +26,9 @@ from gateway.api.anthropic_answers import credentials as anthropic_credentials
 from gateway.api.anthropic_requests import parse_messages
 from gateway.api.errors import APIError
 from gateway.api.openai_answers import ChunkWriter, completion_body, embeddings_body
-from gateway.api.requests import parse_chat, parse_completion, parse_embeddings
+from gateway.api.requests import Parser, parse_chat, parse_completion, parse_embeddings
+from gateway.api.responses_answers import ResponseStreamWriter, response_body
+from gateway.api.responses_requests import parse_responses
 from gateway.inference.types import (
     Completion,
     InferenceRequest,
@@ -33,7 +36,8 @@ from gateway.inference.types import (
     Usage,
 )
 
-Parser = Callable[[Mapping[str, Any], int], InferenceRequest]
+if TYPE_CHECKING:
+    from gateway.serving.runtime import Runtime
 
 
 class StreamWriter(Protocol):
@@ -59,6 +63,11 @@ class StreamWriter(Protocol):
         """The terminal event of a stream that failed after its headers."""
         ...
 
+    def answer(self) -> dict[str, Any] | None:
+        """The whole answer as the wire's object, once closed, for a wire that keeps its
+        answers (`Wire.keep`); None for the others."""
+        ...
+
 
 class BodyWriter(Protocol):
     def __call__(
@@ -74,6 +83,10 @@ class BodyWriter(Protocol):
 
 
 StreamWriterFactory = Callable[[InferenceRequest, str, str, int], StreamWriter]
+# (runtime, tenant, body) -> the parser for it (one that continues a stored conversation).
+Prepare = Callable[["Runtime", str, Mapping[str, Any]], Awaitable[Parser]]
+# (runtime, tenant, request, the answer as the wire's object): keep it.
+Keep = Callable[["Runtime", str, InferenceRequest, dict[str, Any]], Awaitable[None]]
 
 
 def bearer(headers: Headers) -> str | None:
@@ -98,6 +111,10 @@ class Wire:
     render_error: Callable[[APIError], Response] | None = None
     # Headers the wire adds to an answer's, from them (its own rate-limit headers).
     more_headers: Callable[[dict[str, str]], dict[str, str]] | None = None
+    # Before parsing: what the request needs from storage (a previous conversation).
+    prepare: Prepare | None = None
+    # After a whole answer: keep it (stored responses).
+    keep: Keep | None = None
 
 
 def _chunk_writer(
@@ -115,6 +132,15 @@ MESSAGES = Wire(
     credentials=anthropic_credentials,
     render_error=error_response,
     more_headers=ratelimit_headers,
+)
+RESPONSES = Wire(
+    "responses",
+    "resp_",
+    parse_responses,
+    response_body,
+    ResponseStreamWriter,
+    prepare=responses_state.prepare,
+    keep=responses_state.keep,
 )
 CHAT = Wire("chat", "chatcmpl-", parse_chat, completion_body, _chunk_writer)
 COMPLETIONS = Wire("completions", "cmpl-", parse_completion, completion_body, _chunk_writer)

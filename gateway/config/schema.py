@@ -310,12 +310,20 @@ class IdempotencyConfig(Strict):
     ttl_s: PositiveInt = 86400
 
 
+class ResponsesConfig(Strict):
+    """The Responses API's stored responses (`store: true`, `previous_response_id`)."""
+
+    # How long a stored response (with its whole conversation) stays in Redis.
+    ttl_s: PositiveInt = 86400
+
+
 class GatewayConfig(Strict):
     """`gateway.yaml`."""
 
     server: ServerConfig = ServerConfig()
     admission: AdmissionConfig = AdmissionConfig()
     idempotency: IdempotencyConfig = IdempotencyConfig()
+    responses: ResponsesConfig = ResponsesConfig()
     outbound: OutboundConfig = OutboundConfig()
     redis: RedisConfig = RedisConfig()
     ratelimit: RateLimitConfig = RateLimitConfig()

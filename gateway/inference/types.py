@@ -113,6 +113,8 @@ class InferenceRequest:
     dimensions: int | None = None
     # The vectors as base64 of their float32 bytes (`encoding_format`), not JSON numbers.
     base64: bool = False
+    # What the request's API keeps for its answer (`gateway.api.wire`); opaque here.
+    wire_state: object = None
 
 
 @dataclass(frozen=True, slots=True)

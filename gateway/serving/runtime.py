@@ -29,6 +29,7 @@ from gateway.serving.dispatch import Dispatcher
 from gateway.serving.outbound import OutboundGuard
 from gateway.storage.idempotency_store import DEFAULT_IN_PROGRESS_TTL_S, IdempotencyStore
 from gateway.storage.redis_client import REDIS_ERRORS, RedisClient, connect_redis
+from gateway.storage.response_store import ResponseStore
 from gateway.upstream.health import HealthChecker
 from gateway.upstream.outlier import ReplicaState
 from gateway.upstream.pool import Replica, ReplicaPool
@@ -140,6 +141,8 @@ class Runtime:
     idempotency: IdempotencyStore
     # Sanitizes what leaves for external models.
     outbound: OutboundGuard
+    # The Responses API's stored responses.
+    responses: ResponseStore
     # Models served where cluster.yaml's deployments are placed, when gateway.yaml says so.
     placement: ClusterPlacement | None = None
     # Each model's other names (`aliases`), to its own.
@@ -178,6 +181,9 @@ class Runtime:
             limiter=limiter,
             admission=admission,
             dispatcher=Dispatcher(admission),
+            responses=ResponseStore(
+                redis, config.gateway.redis.key_prefix, config.gateway.responses.ttl_s
+            ),
             idempotency=IdempotencyStore(
                 redis,
                 config.gateway.redis.key_prefix,

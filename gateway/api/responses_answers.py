@@ -1,0 +1,287 @@
+"""OpenAI Responses API answers: the `response` object and its stream of events
+(`response.created` ... `response.completed`, each with its `sequence_number`), written
+from the gateway's internal results."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import orjson
+
+from gateway.api.errors import APIError
+from gateway.api.responses_requests import ResponsesState
+from gateway.inference.ids import random_id
+from gateway.inference.types import (
+    ChatMessage,
+    Completion,
+    InferenceRequest,
+    ToolCall,
+    ToolCallDelta,
+    Usage,
+)
+
+
+def state_of(request: InferenceRequest) -> ResponsesState:
+    state = request.wire_state
+    return state if isinstance(state, ResponsesState) else ResponsesState()
+
+
+def response_object(
+    request: InferenceRequest,
+    response_id: str,
+    model: str,
+    created_at: int,
+    status: str,
+    output: list[dict[str, Any]],
+    usage: Usage | None,
+) -> dict[str, Any]:
+    """The `response` object: what was asked (as sent), what came out, its status."""
+    state = state_of(request)
+    params = request.params
+    return {
+        "id": response_id,
+        "object": "response",
+        "created_at": created_at,
+        "status": status,
+        "error": None,
+        "incomplete_details": {"reason": "max_output_tokens"} if status == "incomplete" else None,
+        "instructions": state.instructions,
+        "max_output_tokens": state.max_output_tokens,
+        "metadata": dict(state.metadata),
+        "model": model,
+        "output": output,
+        "parallel_tool_calls": state.parallel_tool_calls,
+        "previous_response_id": state.previous_response_id,
+        "reasoning": {"effort": None, "summary": None},
+        "store": state.store,
+        "temperature": params.temperature,
+        "text": {"format": dict(state.text_format)},
+        "tool_choice": state.tool_choice,
+        "tools": [dict(tool) for tool in state.tools],
+        "top_p": params.top_p,
+        "truncation": "disabled",
+        "usage": None if usage is None else _usage(usage),
+        "user": request.user,
+    }
+
+
+def _usage(usage: Usage) -> dict[str, Any]:
+    return {
+        "input_tokens": usage.prompt_tokens,
+        "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
+        "output_tokens": usage.completion_tokens,
+        "output_tokens_details": {"reasoning_tokens": 0},
+        "total_tokens": usage.total_tokens,
+    }
+
+
+def _status(finish_reason: str) -> str:
+    return "incomplete" if finish_reason == "length" else "completed"
+
+
+def _message_item(item_id: str, text: str, status: str) -> dict[str, Any]:
+    return {
+        "id": item_id,
+        "type": "message",
+        "status": status,
+        "role": "assistant",
+        "content": [] if status == "in_progress" else [_text_part(text)],
+    }
+
+
+def _text_part(text: str) -> dict[str, Any]:
+    return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+
+
+def _call_item(item_id: str, call: ToolCall, status: str) -> dict[str, Any]:
+    return {
+        "id": item_id,
+        "type": "function_call",
+        "status": status,
+        "call_id": call.id,
+        "name": call.name,
+        "arguments": call.arguments,
+    }
+
+
+def response_body(
+    parts: Sequence[InferenceRequest],
+    completions: Sequence[Completion],
+    *,
+    response_id: str,
+    model: str,
+) -> bytes:
+    """The `response` object of a whole answer."""
+    completion = completions[0]
+    output = []
+    if completion.text or not completion.tool_calls:
+        output.append(_message_item("msg_" + random_id(), completion.text, "completed"))
+    for call in completion.tool_calls:
+        output.append(_call_item("fc_" + random_id(), call, "completed"))
+    response = response_object(
+        parts[0],
+        response_id,
+        model,
+        int(time.time()),
+        _status(completion.finish_reason),
+        output,
+        completion.usage,
+    )
+    return orjson.dumps(response)
+
+
+def conversation_after(request: InferenceRequest, response: dict[str, Any]) -> list[ChatMessage]:
+    """The conversation a stored response continues: its request's, then its output."""
+    text = "".join(
+        part.get("text", "")
+        for item in response["output"]
+        if item.get("type") == "message"
+        for part in item.get("content", [])
+    )
+    calls = tuple(
+        ToolCall(item["call_id"], item["name"], item["arguments"])
+        for item in response["output"]
+        if item.get("type") == "function_call"
+    )
+    return [*state_of(request).conversation, ChatMessage("assistant", text, calls)]
+
+
+class ResponseStreamWriter:
+    """The Responses API's events for one streamed answer. It keeps the whole answer as
+    it goes: `response.completed` carries it, and a stored response is made of it."""
+
+    def __init__(
+        self, request: InferenceRequest, response_id: str, model: str, prompt_estimate: int
+    ) -> None:
+        self._request, self._id, self._model = request, response_id, model
+        self._created = int(time.time())
+        self._sequence = 0
+        self._output: list[dict[str, Any]] = []
+        # The open item: its id and text (a message) or call (a function call).
+        self._item_id = ""
+        self._text: list[str] | None = None
+        self._call: list[str] | None = None  # call id, name, arguments so far
+        self.final: dict[str, Any] | None = None
+
+    def _event(self, kind: str, **fields: Any) -> bytes:
+        data = {"type": kind, "sequence_number": self._sequence, **fields}
+        self._sequence += 1
+        return b"event: " + kind.encode() + b"\ndata: " + orjson.dumps(data) + b"\n\n"
+
+    def _snapshot(self, status: str, usage: Usage | None = None) -> dict[str, Any]:
+        return response_object(
+            self._request, self._id, self._model, self._created, status, self._output, usage
+        )
+
+    def start(self) -> bytes:
+        created = self._event("response.created", response=self._snapshot("in_progress"))
+        return created + self._event("response.in_progress", response=self._snapshot("in_progress"))
+
+    @property
+    def _index(self) -> int:
+        return len(self._output)
+
+    def text(self, text: str, logprobs: list[Any] | None = None, index: int = 0) -> bytes:
+        events = b""
+        if self._text is None:
+            events = self._close_item()
+            self._item_id, self._text = "msg_" + random_id(), []
+            item = _message_item(self._item_id, "", "in_progress")
+            events += self._event("response.output_item.added", output_index=self._index, item=item)
+            events += self._event(
+                "response.content_part.added",
+                item_id=self._item_id,
+                output_index=self._index,
+                content_index=0,
+                part=_text_part(""),
+            )
+        self._text.append(text)
+        return events + self._event(
+            "response.output_text.delta",
+            item_id=self._item_id,
+            output_index=self._index,
+            content_index=0,
+            delta=text,
+            logprobs=[],
+        )
+
+    def tool_calls(self, fragments: tuple[ToolCallDelta, ...], index: int = 0) -> bytes:
+        events = b""
+        for fragment in fragments:
+            if fragment.id is not None:
+                events += self._close_item()
+                self._item_id = "fc_" + random_id()
+                self._call = [fragment.id, fragment.name or "", ""]
+                call = ToolCall(fragment.id, fragment.name or "", "")
+                item = _call_item(self._item_id, call, "in_progress")
+                events += self._event(
+                    "response.output_item.added", output_index=self._index, item=item
+                )
+            if fragment.arguments and self._call is not None:
+                self._call[2] += fragment.arguments
+                events += self._event(
+                    "response.function_call_arguments.delta",
+                    item_id=self._item_id,
+                    output_index=self._index,
+                    delta=fragment.arguments,
+                )
+        return events
+
+    def _close_item(self) -> bytes:
+        """The `.done` events of the open item, which joins the output."""
+        index = self._index
+        if self._text is not None:
+            text = "".join(self._text)
+            self._text = None
+            item = _message_item(self._item_id, text, "completed")
+            self._output.append(item)
+            return (
+                self._event(
+                    "response.output_text.done",
+                    item_id=self._item_id,
+                    output_index=index,
+                    content_index=0,
+                    text=text,
+                    logprobs=[],
+                )
+                + self._event(
+                    "response.content_part.done",
+                    item_id=self._item_id,
+                    output_index=index,
+                    content_index=0,
+                    part=_text_part(text),
+                )
+                + self._event("response.output_item.done", output_index=index, item=item)
+            )
+        if self._call is not None:
+            call_id, name, arguments = self._call
+            self._call = None
+            item = _call_item(self._item_id, ToolCall(call_id, name, arguments), "completed")
+            self._output.append(item)
+            return self._event(
+                "response.function_call_arguments.done",
+                item_id=self._item_id,
+                output_index=index,
+                name=name,
+                arguments=arguments,
+            ) + self._event("response.output_item.done", output_index=index, item=item)
+        return b""
+
+    def close(self, finish_reason: str, usage: Usage) -> bytes:
+        events = self._close_item()
+        status = _status(finish_reason)
+        self.final = self._snapshot(status, usage)
+        return events + self._event(f"response.{status}", response=self.final)
+
+    def answer(self) -> dict[str, Any] | None:
+        """The response object `response.completed` carried, once closed."""
+        return self.final
+
+    def error(self, error: APIError) -> bytes:
+        failed = self._snapshot("failed")
+        failed["error"] = {"code": error.code or error.type, "message": error.message}
+        return self._event(
+            "error", code=error.code or error.type, message=error.message, param=error.param
+        ) + self._event("response.failed", response=failed)

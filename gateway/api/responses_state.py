@@ -1,0 +1,127 @@
+"""The Responses API's state: `previous_response_id` continues a stored conversation,
+`store` keeps an answer (`gateway.storage.response_store`), and `GET` / `DELETE
+/v1/responses/{id}` read and forget one. Every response is the caller's tenant's: an id
+of another tenant's response is not found."""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import orjson
+from redis.exceptions import RedisError
+from starlette.requests import Request
+from starlette.responses import Response
+
+from gateway.api.endpoints import runtime_of
+from gateway.api.errors import APIError
+from gateway.api.requests import Parser
+from gateway.api.responses_answers import conversation_after, state_of
+from gateway.api.responses_requests import parse_responses
+from gateway.inference.types import ChatMessage, InferenceRequest, ToolCall
+
+if TYPE_CHECKING:
+    from gateway.serving.runtime import Runtime
+
+log = logging.getLogger("gateway")
+
+
+def not_found(response_id: str, param: str | None = None) -> APIError:
+    return APIError(
+        404,
+        f"Response with id '{response_id}' not found.",
+        param=param,
+        code="response_not_found",
+    )
+
+
+async def prepare(runtime: Runtime, tenant: str, data: Mapping[str, Any]) -> Parser:
+    """The parser of a request: one that continues the previous response's conversation
+    when `previous_response_id` names one (a 404 when it is unknown, expired or another
+    tenant's; a 503 when Redis cannot tell)."""
+    previous = data.get("previous_response_id")
+    if previous is None:
+        return parse_responses
+    if not isinstance(previous, str) or not previous:
+        raise APIError(
+            400, "`previous_response_id` must be a string.", param="previous_response_id"
+        )
+    try:
+        stored = await runtime.responses.load(tenant, previous)
+    except RedisError as exc:
+        raise _unavailable() from exc
+    if stored is None:
+        raise not_found(previous, "previous_response_id")
+    history = tuple(_message(m) for m in stored["messages"])
+    return functools.partial(parse_responses, history=history)
+
+
+async def keep(
+    runtime: Runtime, tenant: str, request: InferenceRequest, response: dict[str, Any]
+) -> None:
+    """Store a whole answer and its conversation, when the request says `store`. A
+    response that cannot be stored (Redis down) is still answered, and logged."""
+    if not state_of(request).store:
+        return
+    messages = [_record(m) for m in conversation_after(request, response)]
+    try:
+        await runtime.responses.save(tenant, response, messages)
+    except RedisError as exc:
+        log.warning("response %s not stored: %s", response["id"], exc)
+
+
+async def retrieve(request: Request) -> Response:
+    """`GET /v1/responses/{id}`: a stored response of the caller's tenant."""
+    runtime, tenant, response_id = _target(request)
+    try:
+        stored = await runtime.responses.load(tenant, response_id)
+    except RedisError as exc:
+        raise _unavailable() from exc
+    if stored is None:
+        raise not_found(response_id)
+    return Response(orjson.dumps(stored["response"]), media_type="application/json")
+
+
+async def delete(request: Request) -> Response:
+    """`DELETE /v1/responses/{id}`: forget a stored response of the caller's tenant."""
+    runtime, tenant, response_id = _target(request)
+    try:
+        deleted = await runtime.responses.delete(tenant, response_id)
+    except RedisError as exc:
+        raise _unavailable() from exc
+    if not deleted:
+        raise not_found(response_id)
+    body = {"id": response_id, "object": "response", "deleted": True}
+    return Response(orjson.dumps(body), media_type="application/json")
+
+
+def _target(request: Request) -> tuple[Runtime, str, str]:
+    runtime = runtime_of(request)
+    identity = runtime.auth.identify(request.headers.get("authorization"))
+    return runtime, identity.name, request.path_params["response_id"]
+
+
+def _unavailable() -> APIError:
+    return APIError(
+        503,
+        "Stored responses cannot be reached right now.",
+        type="server_error",
+        retry_after_s=1.0,
+    )
+
+
+def _record(message: ChatMessage) -> dict[str, Any]:
+    """A message as a stored conversation keeps it."""
+    record: dict[str, Any] = {"role": message.role, "content": message.content}
+    if message.tool_calls:
+        record["tool_calls"] = [[c.id, c.name, c.arguments] for c in message.tool_calls]
+    if message.tool_call_id is not None:
+        record["tool_call_id"] = message.tool_call_id
+    return record
+
+
+def _message(record: dict[str, Any]) -> ChatMessage:
+    calls = tuple(ToolCall(*call) for call in record.get("tool_calls", ()))
+    return ChatMessage(record["role"], record["content"], calls, record.get("tool_call_id"))
