@@ -59,12 +59,13 @@ async def prepare(runtime: Runtime, tenant: str, data: Mapping[str, Any]) -> Par
 
 
 async def keep(
-    runtime: Runtime, tenant: str, request: InferenceRequest, response: dict[str, Any]
+    runtime: Runtime, tenant: str, request: InferenceRequest, answer: dict[str, Any] | bytes
 ) -> None:
     """Store a whole answer and its conversation, when the request says `store`. A
     response that cannot be stored (Redis down) is still answered, and logged."""
     if not state_of(request).store:
         return
+    response = orjson.loads(answer) if isinstance(answer, bytes) else answer
     messages = [_record(m) for m in conversation_after(request, response)]
     try:
         await runtime.responses.save(tenant, response, messages)

@@ -85,8 +85,8 @@ class BodyWriter(Protocol):
 StreamWriterFactory = Callable[[InferenceRequest, str, str, int], StreamWriter]
 # (runtime, tenant, body) -> the parser for it (one that continues a stored conversation).
 Prepare = Callable[["Runtime", str, Mapping[str, Any]], Awaitable[Parser]]
-# (runtime, tenant, request, the answer as the wire's object): keep it.
-Keep = Callable[["Runtime", str, InferenceRequest, dict[str, Any]], Awaitable[None]]
+# (runtime, tenant, request, the answer: the wire's object, or its JSON): keep it.
+Keep = Callable[["Runtime", str, InferenceRequest, dict[str, Any] | bytes], Awaitable[None]]
 
 
 def bearer(headers: Headers) -> str | None:
