@@ -215,6 +215,112 @@ EMBEDDINGS_REQUEST: Schema = {
     },
     "required": ["model", "input"],
 }
+_BLOCK: Schema = {
+    "type": "object",
+    "properties": {"type": {"enum": ["text", "tool_use", "tool_result"]}},
+    "required": ["type"],
+    "description": "text {text}, tool_use {id, name, input}, tool_result {tool_use_id, content}",
+}
+MESSAGES_REQUEST: Schema = {
+    "type": "object",
+    "properties": {
+        "model": {"type": "string", "minLength": 1},
+        "max_tokens": {"type": "integer", "minimum": 1},
+        "system": {"oneOf": [{"type": "string"}, {"type": "array", "items": _TEXT_PART}]},
+        "messages": {
+            "type": "array",
+            "minItems": 1,
+            "items": {
+                "type": "object",
+                "properties": {
+                    "role": {"enum": ["user", "assistant"]},
+                    "content": {"oneOf": [{"type": "string"}, {"type": "array", "items": _BLOCK}]},
+                },
+                "required": ["role", "content"],
+            },
+        },
+        "stop_sequences": {
+            "type": "array",
+            "items": {"type": "string", "minLength": 1},
+            "maxItems": MAX_STOP,
+        },
+        "temperature": {"type": "number", "minimum": 0, "maximum": 1},
+        "top_p": {"type": "number", "minimum": 0, "maximum": 1},
+        "stream": {"type": "boolean"},
+        "tools": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "properties": {
+                    "name": {"type": "string", "pattern": "^[A-Za-z0-9_-]{1,64}$"},
+                    "description": {"type": "string"},
+                    "input_schema": {"type": "object", "description": "a JSON Schema"},
+                },
+                "required": ["name", "input_schema"],
+            },
+            "maxItems": MAX_TOOLS,
+        },
+        "tool_choice": {
+            "type": "object",
+            "properties": {
+                "type": {"enum": ["auto", "any", "tool", "none"]},
+                "name": {"type": "string"},
+            },
+            "required": ["type"],
+        },
+        "metadata": {"type": "object", "properties": {"user_id": {"type": "string"}}},
+    },
+    "required": ["model", "max_tokens", "messages"],
+}
+RESPONSES_REQUEST: Schema = {
+    "type": "object",
+    "properties": {
+        "model": {"type": "string", "minLength": 1},
+        "input": {
+            "oneOf": [
+                {"type": "string"},
+                {
+                    "type": "array",
+                    "minItems": 1,
+                    "items": {
+                        "type": "object",
+                        "properties": {
+                            "type": {"enum": ["message", "function_call", "function_call_output"]}
+                        },
+                    },
+                },
+            ]
+        },
+        "instructions": {"type": "string"},
+        "max_output_tokens": {"type": "integer", "minimum": 1},
+        "temperature": {"type": "number", "minimum": 0, "maximum": 2},
+        "top_p": {"type": "number", "minimum": 0, "maximum": 1},
+        "stream": {"type": "boolean"},
+        "store": {"type": "boolean"},
+        "previous_response_id": {"type": "string"},
+        "tools": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "properties": {
+                    "type": {"const": "function"},
+                    "name": {"type": "string", "pattern": "^[A-Za-z0-9_-]{1,64}$"},
+                    "parameters": {"type": "object", "description": "a JSON Schema"},
+                },
+                "required": ["type", "name"],
+            },
+            "maxItems": MAX_TOOLS,
+        },
+        "parallel_tool_calls": {"type": "boolean"},
+        "metadata": {
+            "type": "object",
+            "additionalProperties": {"type": "string"},
+            "maxProperties": 16,
+        },
+        "user": {"type": "string"},
+    },
+    "required": ["model", "input"],
+}
 ERROR: Schema = {
     "type": "object",
     "properties": {
@@ -268,13 +374,15 @@ def _completion_operation(summary: str, request: Schema) -> Schema:
 
 def openapi_document(models: Sequence[str] = ()) -> Schema:
     """The document (OpenAPI 3.1); with `models`, the `model` fields name them."""
-    chat, text, embeddings = CHAT_REQUEST, COMPLETION_REQUEST, EMBEDDINGS_REQUEST
+    schemas: tuple[Schema, ...] = (
+        CHAT_REQUEST, COMPLETION_REQUEST, EMBEDDINGS_REQUEST, MESSAGES_REQUEST, RESPONSES_REQUEST
+    )  # fmt: skip
     if models:
         model = {"type": "string", "enum": list(models)}
-        chat, text, embeddings = (
-            {**schema, "properties": {**schema["properties"], "model": model}}
-            for schema in (chat, text, embeddings)
+        schemas = tuple(
+            {**schema, "properties": {**schema["properties"], "model": model}} for schema in schemas
         )
+    chat, text, embeddings, messages, responses = schemas
     return {
         "openapi": "3.1.0",
         "info": {"title": "Inference gateway", "version": "1"},
@@ -286,6 +394,36 @@ def openapi_document(models: Sequence[str] = ()) -> Schema:
             "/v1/chat/completions": {"post": _completion_operation("Chat completion", chat)},
             "/v1/completions": {"post": _completion_operation("Text completion", text)},
             "/v1/embeddings": {"post": _completion_operation("Embeddings", embeddings)},
+            "/v1/messages": {"post": _completion_operation("Anthropic Messages", messages)},
+            "/v1/messages/count_tokens": {
+                "post": _completion_operation("Anthropic token count", messages)
+            },
+            "/v1/responses": {"post": _completion_operation("OpenAI Responses", responses)},
+            "/v1/responses/{response_id}": {
+                method: {
+                    "summary": summary,
+                    "security": [{"bearer": []}],
+                    "parameters": [
+                        {
+                            "name": "response_id",
+                            "in": "path",
+                            "required": True,
+                            "schema": {"type": "string"},
+                        }
+                    ],
+                    "responses": {
+                        "200": {
+                            "description": summary,
+                            "content": {"application/json": {"schema": {"type": "object"}}},
+                        },
+                        **_errors(401, 404, 503),
+                    },
+                }
+                for method, summary in (
+                    ("get", "A stored response of this key's tenant"),
+                    ("delete", "Forget a stored response of this key's tenant"),
+                )
+            },
             "/v1/models": {
                 "get": {
                     "summary": "The models this key may use",
