@@ -261,14 +261,17 @@ def _response_format(raw: object) -> ResponseFormat | None:
         return None
     if not isinstance(raw, dict):
         raise bad_request("`text.format` must be an object.", "text.format")
-    if raw.get("type") != "json_schema":
-        return parse_response_format(raw)
-    spec = {k: raw[k] for k in ("name", "schema", "strict", "description") if k in raw}
+    chat = raw
+    if raw.get("type") == "json_schema":
+        spec = {k: raw[k] for k in ("name", "schema", "strict", "description") if k in raw}
+        chat = {"type": "json_schema", "json_schema": spec}
     try:
-        return parse_response_format({"type": "json_schema", "json_schema": spec})
+        return parse_response_format(chat)
     except APIError as exc:  # the chat parser names chat's field: name the Responses one
-        param = exc.param or "text.format"
-        renamed = param.replace("response_format.json_schema", "text.format")
+        param = exc.param or "response_format"
+        renamed = param.replace("response_format.json_schema", "text.format").replace(
+            "response_format", "text.format"
+        )
         raise bad_request(exc.message.replace(param, renamed), renamed) from None
 
 
