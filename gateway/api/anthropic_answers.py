@@ -87,6 +87,9 @@ def _event(name: bytes, data: dict[str, Any]) -> bytes:
     return b"event: " + name + b"\ndata: " + orjson.dumps(data) + b"\n\n"
 
 
+PING = _event(b"ping", {"type": "ping"})
+
+
 class MessageStreamWriter:
     """Anthropic's event sequence for one streamed answer: `message_start`, then each
     content block (`text`, `tool_use`) opened, filled by deltas and closed in turn,
@@ -111,9 +114,7 @@ class MessageStreamWriter:
             "stop_sequence": None,
             "usage": {"input_tokens": self._prompt_estimate, "output_tokens": 0},
         }
-        return _event(b"message_start", {"type": "message_start", "message": message}) + _event(
-            b"ping", {"type": "ping"}
-        )
+        return _event(b"message_start", {"type": "message_start", "message": message}) + PING
 
     def _switch(self, kind: object, block: dict[str, Any]) -> bytes:
         """Close the open block, open the next."""

@@ -515,13 +515,16 @@ async def _stream(exchange: _Exchange, request: Request) -> Response:
         events = _sse_events(exchange, served, first, deltas, end)
     else:
         events = _sse_choices(exchange, opened, end)
+    server = exchange.runtime.config.gateway.server
+    ping = exchange.wire.ping
     return EventStreamResponse(
         events,
-        stall_timeout_s=exchange.runtime.config.gateway.server.stream_stall_timeout_s,
+        stall_timeout_s=server.stream_stall_timeout_s,
         headers=headers,
         on_cut=exchange.cut_short,
         on_close=end,
         watch=watch,
+        keepalive=None if ping is None else (server.stream_ping_interval_s, ping),
     )
 
 

@@ -109,6 +109,7 @@ class EventStreamResponse(Response):
         on_cut: Callable[[StreamCut], None] | None = None,
         on_close: Callable[[], Awaitable[None]] | None = None,
         watch: DisconnectWatch | None = None,
+        keepalive: tuple[float, bytes] | None = None,
     ) -> None:
         self.status_code = 200
         self.background = None
@@ -118,14 +119,17 @@ class EventStreamResponse(Response):
         self._on_cut = on_cut
         self._on_close = on_close
         self._watch = watch
+        # (seconds, event): sent whenever no event came for that long (Anthropic's ping).
+        self._keepalive = keepalive
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         # uvicorn's `send` does nothing once the client is gone; only `receive` says so.
         watch = self._watch or DisconnectWatch(receive)
         watch.on_gone = None  # the relay looks at `gone` before each event
+        events = self._events if self._keepalive is None else self._with_keepalive()
         try:
             await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
-            async for event in self._events:
+            async for event in events:
                 if watch.gone:
                     self._cut(StreamCut.CLIENT_GONE)
                     return
@@ -141,11 +145,40 @@ class EventStreamResponse(Response):
         finally:
             watch.stop()
             try:
+                if events is not self._events:
+                    await events.aclose()  # stops its wait for the next event first
                 await self._events.aclose()
             finally:
                 # Closing a generator that never started skips its cleanup: this runs it.
                 if self._on_close is not None:
                     await self._on_close()
+
+    async def _with_keepalive(self) -> AsyncGenerator[bytes, None]:
+        """The events, with the keepalive event between two that are far apart. Each
+        wait is a task, so that a timeout does not cancel the event being made: this
+        costs a task an event, and only streams that ask for keepalives pay it."""
+        assert self._keepalive is not None
+        interval, ping = self._keepalive
+        pending: asyncio.Future[bytes] | None = None
+        try:
+            while True:
+                if pending is None:
+                    pending = asyncio.ensure_future(anext(self._events))
+                done, _ = await asyncio.wait({pending}, timeout=interval)
+                if not done:
+                    yield ping
+                    continue
+                try:
+                    event = pending.result()
+                except StopAsyncIteration:
+                    return
+                finally:
+                    pending = None
+                yield event
+        finally:
+            if pending is not None:  # stopped while waiting: the events close after it
+                pending.cancel()
+                await asyncio.gather(pending, return_exceptions=True)
 
     def _cut(self, reason: StreamCut) -> None:
         if self._on_cut is not None:

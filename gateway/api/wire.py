@@ -17,6 +17,7 @@ from starlette.responses import Response
 
 from gateway.api import responses_state
 from gateway.api.anthropic_answers import (
+    PING,
     MessageStreamWriter,
     error_response,
     message_body,
@@ -111,6 +112,9 @@ class Wire:
     render_error: Callable[[APIError], Response] | None = None
     # Headers the wire adds to an answer's, from them (its own rate-limit headers).
     more_headers: Callable[[dict[str, str]], dict[str, str]] | None = None
+    # The event a stream sends while it waits long for the next (`server.
+    # stream_ping_interval_s`); None: the wire has none.
+    ping: bytes | None = None
     # Before parsing: what the request needs from storage (a previous conversation).
     prepare: Prepare | None = None
     # After a whole answer: keep it (stored responses).
@@ -132,6 +136,7 @@ MESSAGES = Wire(
     credentials=anthropic_credentials,
     render_error=error_response,
     more_headers=ratelimit_headers,
+    ping=PING,
 )
 RESPONSES = Wire(
     "responses",

@@ -85,6 +85,10 @@ class ServerConfig(Strict):
     # A streaming client that takes no event for this long is cut off (the upstream
     # request is cancelled); until then flow control pauses the relay.
     stream_stall_timeout_s: PositiveFloat = 30.0
+    # A Messages API stream that has sent nothing for this long sends a `ping` event (as
+    # Anthropic does), so that proxies and clients do not take a slow model for a dead
+    # connection.
+    stream_ping_interval_s: PositiveFloat = 10.0
     # Log prompts in clear text (off: they are never logged).
     log_prompts: bool = False
     # Reload the tenants file when it changes (SIGHUP and the admin API always work).

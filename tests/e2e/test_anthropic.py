@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import anthropic
+import httpx
 import jsonschema
 import pytest
 from openai import OpenAI
@@ -49,8 +50,11 @@ def gateway(
         "acme": tenant("acme", ["*"]),
         "frugal": tenant("frugal", ["*"], limits={"tokens_per_minute": 60, "burst_tokens": 60}),
     }
+    models["slow"] = model("triton_http", [a.http_url], upstream_model="llm-slow")
+    # Pings while a slow model (40 ms a token) is between two tokens.
+    server = {"server": {"stream_ping_interval_s": 0.01}}
     with running_gateway(
-        tmp_path_factory.mktemp("anthropic"), models, redis_url, tenants=tenants
+        tmp_path_factory.mktemp("anthropic"), models, redis_url, tenants=tenants, gateway=server
     ) as gw:
         yield gw
 
@@ -232,3 +236,20 @@ def test_the_access_log_and_metrics_name_the_endpoint(
     assert (record["endpoint"], record["tenant"], record["status"]) == ("messages", "acme", 200)
     exposition = urllib.request.urlopen(f"{gateway.ops_url}/metrics").read().decode()
     assert 'gateway_requests_total{endpoint="messages",model="local"' in exposition
+
+
+def test_a_stream_waiting_for_a_slow_model_sends_pings(gateway: Gateway) -> None:
+    body = {
+        "model": "slow",
+        "max_tokens": 5,
+        "stream": True,
+        "messages": [{"role": "user", "content": "Hi"}],
+    }
+    with httpx.stream(
+        "POST", f"{gateway.url}/v1/messages", json=body, headers={"x-api-key": "sk-test-acme"}
+    ) as response:
+        names = [line[7:] for line in response.iter_lines() if line.startswith("event: ")]
+    assert names[0] == "message_start" and names[-1] == "message_stop"
+    between = names[names.index("content_block_start") : names.index("content_block_stop")]
+    assert between.count("content_block_delta") == 5
+    assert "ping" in between  # sent while the next token was being made
