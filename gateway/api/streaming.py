@@ -126,10 +126,12 @@ class EventStreamResponse(Response):
         # uvicorn's `send` does nothing once the client is gone; only `receive` says so.
         watch = self._watch or DisconnectWatch(receive)
         watch.on_gone = None  # the relay looks at `gone` before each event
-        events = self._events if self._keepalive is None else self._with_keepalive()
+        keepalive = None if self._keepalive is None else _Keepalive(send, *self._keepalive)
         try:
             await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
-            async for event in events:
+            if keepalive is not None:
+                keepalive.arm()
+            async for event in self._events:
                 if watch.gone:
                     self._cut(StreamCut.CLIENT_GONE)
                     return
@@ -141,45 +143,64 @@ class EventStreamResponse(Response):
                     # connection.
                     self._cut(StreamCut.CLIENT_STALLED)
                     return
+                if keepalive is not None:
+                    keepalive.arm()
+            if keepalive is not None:
+                await keepalive.stop()  # no ping after the end
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         finally:
             watch.stop()
+            if keepalive is not None:
+                await keepalive.stop()
             try:
-                if events is not self._events:
-                    await events.aclose()  # stops its wait for the next event first
                 await self._events.aclose()
             finally:
                 # Closing a generator that never started skips its cleanup: this runs it.
                 if self._on_close is not None:
                     await self._on_close()
 
-    async def _with_keepalive(self) -> AsyncGenerator[bytes, None]:
-        """The events, with the keepalive event between two that are far apart. Each
-        wait is a task, so that a timeout does not cancel the event being made: this
-        costs a task an event, and only streams that ask for keepalives pay it."""
-        assert self._keepalive is not None
-        interval, ping = self._keepalive
-        pending: asyncio.Future[bytes] | None = None
-        try:
-            while True:
-                if pending is None:
-                    pending = asyncio.ensure_future(anext(self._events))
-                done, _ = await asyncio.wait({pending}, timeout=interval)
-                if not done:
-                    yield ping
-                    continue
-                try:
-                    event = pending.result()
-                except StopAsyncIteration:
-                    return
-                finally:
-                    pending = None
-                yield event
-        finally:
-            if pending is not None:  # stopped while waiting: the events close after it
-                pending.cancel()
-                await asyncio.gather(pending, return_exceptions=True)
-
     def _cut(self, reason: StreamCut) -> None:
         if self._on_cut is not None:
             self._on_cut(reason)
+
+
+class _Keepalive:
+    """Sends a keepalive event whenever the stream has sent nothing for `interval`
+    seconds: one timer, re-armed after each event (no task per event). The keepalive goes
+    out from a task of its own while the relay waits for the next event; uvicorn writes
+    each `send` whole, so events are never interleaved, and at most one keepalive is in
+    flight (a client that reads nothing does not pile them up)."""
+
+    __slots__ = ("_interval", "_message", "_send", "_task", "_timer")
+
+    def __init__(self, send: Send, interval: float, event: bytes) -> None:
+        self._send = send
+        self._interval = interval
+        self._message: Message = {"type": "http.response.body", "body": event, "more_body": True}
+        self._timer: asyncio.TimerHandle | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    def arm(self) -> None:
+        """(Re)start the wait for the next keepalive."""
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = asyncio.get_running_loop().call_later(self._interval, self._fire)
+
+    def _fire(self) -> None:
+        self._timer = None
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(self._ping())
+        self.arm()
+
+    async def _ping(self) -> None:
+        await self._send(self._message)
+
+    async def stop(self) -> None:
+        """No keepalive from now on (one on its way is cancelled, or has gone out)."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        task, self._task = self._task, None
+        if task is not None and not task.done():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)

@@ -253,3 +253,16 @@ def test_a_stream_waiting_for_a_slow_model_sends_pings(gateway: Gateway) -> None
     between = names[names.index("content_block_start") : names.index("content_block_stop")]
     assert between.count("content_block_delta") == 5
     assert "ping" in between  # sent while the next token was being made
+
+
+def test_a_client_leaving_a_stream_ends_it_cleanly(
+    client: anthropic.Anthropic, gateway: Gateway
+) -> None:
+    with client.messages.stream(
+        model="slow", max_tokens=64, messages=[{"role": "user", "content": "Hi"}]
+    ) as stream:
+        first = next(iter(stream))
+        message_id = first.message.id  # type: ignore[union-attr]
+    record = gateway.access_record(message_id)
+    assert (record["endpoint"], record["status"]) == ("messages", 499)
+    assert "Traceback" not in gateway.log
