@@ -43,7 +43,7 @@ def gateway(
     models = {
         "local": model(
             "triton_grpc", [a.grpc_target], upstream_model="llm-small",
-            aliases=["claude-sonnet-4-5"], **HERMES,
+            aliases=["claude-sonnet-5-5"], **HERMES,
         ),
     }  # fmt: skip
     tenants = {
@@ -146,7 +146,7 @@ def test_count_tokens_is_the_prompts_estimate(client: anthropic.Anthropic) -> No
 
 def test_a_tools_default_model_name_reaches_the_local_model(client: anthropic.Anthropic) -> None:
     reply = client.messages.create(
-        model="claude-sonnet-4-5", max_tokens=2, messages=[{"role": "user", "content": "Hi"}]
+        model="claude-sonnet-5-5", max_tokens=2, messages=[{"role": "user", "content": "Hi"}]
     )
     assert reply.model == "local" and reply.usage.output_tokens == 2
 

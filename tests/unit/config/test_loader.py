@@ -390,7 +390,7 @@ models:
   local:
     backend: openai
     replicas: [{url: http://a}]
-    aliases: [claude-sonnet-4-5, gpt-5-codex, other]
+    aliases: [claude-sonnet-5-5, gpt-5-codex, other]
   other:
     backend: openai
     replicas: [{url: http://b}]
