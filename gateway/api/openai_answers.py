@@ -161,9 +161,7 @@ class ChunkWriter:
     constant part is kept here and only the choice changes per event.
     """
 
-    def __init__(
-        self, request: InferenceRequest, *, response_id: str, model: str, prompt_estimate: int = 0
-    ) -> None:
+    def __init__(self, request: InferenceRequest, *, response_id: str, model: str) -> None:
         self._chat = request.kind is RequestKind.CHAT
         self._include_usage = request.include_usage
         self._head: dict[str, Any] = {

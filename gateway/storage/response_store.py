@@ -23,7 +23,7 @@ from gateway.storage.redis_keys import hash_tag
 class ResponseStore:
     """Responses kept per tenant for `ttl_s` seconds."""
 
-    def __init__(self, redis: Redis | RedisCluster, prefix: str, ttl_s: int) -> None:
+    def __init__(self, redis: Redis | RedisCluster, prefix: str, ttl_s: float) -> None:
         self._redis = redis
         self._prefix = prefix
         self.ttl_s = ttl_s
@@ -36,7 +36,8 @@ class ResponseStore:
     ) -> int:
         """Keep `response` and its conversation; the bytes stored."""
         value = orjson.dumps({"response": response, "messages": messages})
-        await self._redis.set(self._key(tenant, response["id"]), value, ex=self.ttl_s)
+        ttl_ms = max(1, round(self.ttl_s * 1000))
+        await self._redis.set(self._key(tenant, response["id"]), value, px=ttl_ms)
         return len(value)
 
     async def load(self, tenant: str, response_id: str) -> dict[str, Any] | None:

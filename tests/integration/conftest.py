@@ -42,3 +42,24 @@ async def backend(request: pytest.FixtureRequest) -> AsyncIterator[Backend]:
         yield Backend(request.param, client, RedisBuckets(client))
     finally:
         await client.aclose()
+
+
+@pytest.fixture(params=["single", "cluster", "fakeredis"])
+async def client(request: pytest.FixtureRequest) -> AsyncIterator[Redis | RedisCluster]:
+    """The session's redis-server (fakeredis without one), a Redis Cluster, fakeredis."""
+    redis: Redis | RedisCluster
+    if request.param == "single":
+        url: str = request.getfixturevalue("redis_url")
+        redis = FakeAsyncRedis() if url == EMBEDDED_URL else Redis.from_url(url)
+    elif request.param == "cluster":
+        ports: list[int] = request.getfixturevalue("redis_cluster")
+        redis = RedisCluster(host="127.0.0.1", port=ports[0])
+        # redis-py 8.1's async cluster client fails commands sent concurrently before its
+        # first initialization ('NoneType' object has no attribute 'writelines').
+        await redis.initialize()
+    else:
+        redis = FakeAsyncRedis()
+    try:
+        yield redis
+    finally:
+        await redis.aclose()

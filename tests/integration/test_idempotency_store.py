@@ -6,10 +6,8 @@ The shared Redis on 6379 is never touched: the servers are the tests' own.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 
 import pytest
-from fakeredis import FakeAsyncRedis
 from redis.asyncio import Redis, RedisCluster
 from redis.crc import key_slot
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -23,7 +21,6 @@ from gateway.storage.idempotency_store import (
     StoredResponse,
     fingerprint,
 )
-from gateway.storage.redis_client import EMBEDDED_URL
 from tests.integration.redis_backends import fresh_tenant
 
 PREFIX = "gw"
@@ -33,27 +30,6 @@ OTHER_FP = fingerprint("/v1/completions", {"model": "m", "prompt": "bye", "max_t
 # Not UTF-8, and with newlines: stored and returned byte for byte.
 BODY = b'{"id":"cmpl-1","choices":[{"text":"a\\nb"}]}\n\xff\x00\n'
 HEADERS = {"content-type": "application/json", "x-request-id": "req-1"}
-
-
-@pytest.fixture(params=["single", "cluster", "fakeredis"])
-async def client(request: pytest.FixtureRequest) -> AsyncIterator[Redis | RedisCluster]:
-    """The session's redis-server (fakeredis without one), a Redis Cluster, fakeredis."""
-    redis: Redis | RedisCluster
-    if request.param == "single":
-        url: str = request.getfixturevalue("redis_url")
-        redis = FakeAsyncRedis() if url == EMBEDDED_URL else Redis.from_url(url)
-    elif request.param == "cluster":
-        ports: list[int] = request.getfixturevalue("redis_cluster")
-        redis = RedisCluster(host="127.0.0.1", port=ports[0])
-        # redis-py 8.1's async cluster client fails commands sent concurrently before its
-        # first initialization ('NoneType' object has no attribute 'writelines').
-        await redis.initialize()
-    else:
-        redis = FakeAsyncRedis()
-    try:
-        yield redis
-    finally:
-        await redis.aclose()
 
 
 @pytest.fixture
