@@ -104,6 +104,12 @@ def run(
     if isolate and _UNSHARE is not None:
         argv = [_UNSHARE, "--net", "--", *argv]
     group = _pids_group(limits.processes)
+    if group is None and os.geteuid() == 0:
+        # Root is exempt from RLIMIT_NPROC: without a cgroup a fork bomb would be free.
+        raise RuntimeError(
+            "cannot bound the processes of sandboxed code: running as root, and no pids "
+            f"cgroup can be made under {PIDS_ROOT}"
+        )
     if group is not None:
         argv = ["/bin/sh", "-c", _JOIN, "sandbox", str(group / "cgroup.procs"), *argv]
     started = time.monotonic()
