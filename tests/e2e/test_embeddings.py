@@ -51,7 +51,9 @@ def gateway(
     }  # fmt: skip
     tenants = {
         "acme": tenant("acme", ["*"]),
-        "frugal": tenant("frugal", ["*"], limits={"tokens_per_minute": 60, "burst_tokens": 30}),
+        "embed-frugal": tenant(
+            "embed-frugal", ["*"], limits={"tokens_per_minute": 60, "burst_tokens": 30}
+        ),
     }
     with running_gateway(
         tmp_path_factory.mktemp("embeddings"), models, redis_url, tenants=tenants,
@@ -129,8 +131,9 @@ def test_shorter_vectors_are_unit_vectors_of_the_leading_coordinates(
 
 
 def test_inputs_are_charged_to_the_tenants_token_limit(gateway: Gateway) -> None:
-    # 30 tokens of burst, refilled at one a second: the texts' 24 tokens pass once.
-    client = OpenAI(base_url=gateway.base_url, api_key="sk-test-frugal", max_retries=0)
+    # 30 tokens of burst, refilled at one a second: the texts' 24 tokens pass once. The
+    # tenant is this module's own: buckets live in the session's Redis, shared by modules.
+    client = OpenAI(base_url=gateway.base_url, api_key="sk-test-embed-frugal", max_retries=0)
     raw = client.embeddings.with_raw_response.create(model="embed-grpc", input=TEXTS)
     assert int(raw.headers["x-ratelimit-remaining-tokens"]) == 30 - 24
     with pytest.raises(RateLimitError) as caught:
