@@ -14,7 +14,7 @@ from typing import Any
 
 import orjson
 
-from gateway.api.errors import APIError, bad_request
+from gateway.api.errors import APIError, bad_request, renamed
 from gateway.api.requests import (
     MAX_STOP,
     check_tool_results,
@@ -209,9 +209,7 @@ def _parse_tools(raw: object) -> tuple[Tool, ...]:
     try:
         return parse_tools(_as_functions(raw))
     except APIError as exc:
-        param = exc.param or "tools"
-        anthropic = param.replace(".function.", ".").replace(".parameters", ".input_schema")
-        raise bad_request(exc.message.replace(param, anthropic), anthropic) from None
+        raise renamed(exc, "tools", (".function.", "."), (".parameters", ".input_schema")) from None
 
 
 def _as_functions(raw: object) -> object:

@@ -379,12 +379,15 @@ def _logged_prompt(inference: InferenceRequest) -> str:
 
 
 def resolve_route(
-    runtime: Runtime, identity: Identity, model: str, record: RequestRecord
+    runtime: Runtime, identity: Identity, model: str, record: RequestRecord | None = None
 ) -> ModelRoute:
+    """The model a request names (or an alias of), which the caller's tenant may use;
+    `record` takes its name as soon as it is known."""
     route = runtime.routes.get(model) or runtime.routes.get(runtime.aliases.get(model, ""))
     if route is None:
         raise errors.model_not_found(model)
-    record.model = route.name
+    if record is not None:
+        record.model = route.name
     if not identity.may_use(route.name):
         raise errors.model_not_allowed(model)
     return route
@@ -453,10 +456,7 @@ async def _complete(exchange: _Exchange, request: Request) -> Response:
     served = [part for _, part in results]
     usage = completions[0].usage
     if len(completions) > 1:
-        usage = Usage(
-            sum(c.usage.prompt_tokens for c in completions),
-            sum(c.usage.completion_tokens for c in completions),
-        )
+        usage = Usage.sum_of(c.usage for c in completions)
     exchange.served_by(served, usage)
     model = served[0].route.name
     parts = [work.request for work in exchange.works]
@@ -537,7 +537,7 @@ class _StreamEnd:
     served: list[Served]
     # The rest of each part's stream, and what each used.
     streams: list[AsyncGenerator[Delta, None]]
-    meters: list[UsageMeter] = field(default_factory=list)
+    meters: list[UsageMeter] = field(init=False)
     # 499, as nginx logs it, unless the stream ran to its end or its error event.
     status: int = 499
     done: bool = False
@@ -550,11 +550,10 @@ class _StreamEnd:
         works = self.exchange.works
         if len(works) == 1:
             return self.meters[0].usage(works[0].first_call.prompt_estimate)
-        usages = [
+        return Usage.sum_of(
             meter.usage(work.first_call.prompt_estimate)
             for meter, work in zip(self.meters, works, strict=True)
-        ]
-        return Usage(sum(u.prompt_tokens for u in usages), sum(u.completion_tokens for u in usages))
+        )
 
     async def __call__(self) -> None:
         if self.done:

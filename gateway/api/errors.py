@@ -79,6 +79,17 @@ def bad_request(message: str, param: str | None = None) -> APIError:
     return APIError(400, message, param=param, code="invalid_value" if param else None)
 
 
+def renamed(error: APIError, default: str, *renames: tuple[str, str]) -> APIError:
+    """A 400 from a parser shared with another API, naming the field as this API calls
+    it: each `(old, new)` replaced in turn in its param (`default` if it names none) and
+    in its message."""
+    param = error.param or default
+    ours = param
+    for old, new in renames:
+        ours = ours.replace(old, new)
+    return bad_request(error.message.replace(param, ours), ours)
+
+
 def invalid_api_key() -> APIError:
     return APIError(
         401,

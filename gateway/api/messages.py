@@ -15,7 +15,6 @@ from gateway.api.endpoints import runtime_of
 from gateway.api.errors import APIError
 from gateway.api.requests import decode_json, requested_model
 from gateway.api.wire import MESSAGES
-from gateway.observability.access import RequestRecord
 
 
 async def messages(request: Request) -> Response:
@@ -29,8 +28,7 @@ async def count_tokens(request: Request) -> Response:
         runtime = runtime_of(request)
         identity = runtime.auth.identify(credentials(request.headers))
         data = decode_json(await read_body(request, runtime.config.gateway.server.max_body_bytes))
-        # Not a request to log: a record that is never finished counts nothing.
-        route = resolve_route(runtime, identity, requested_model(data), RequestRecord("-"))
+        route = resolve_route(runtime, identity, requested_model(data))
         inference = parse_count_tokens(data, route.config.max_tokens_default)
         tokens = route.upstream_call(inference).prompt_estimate
     except (APIError, *errors.DOMAIN_ERRORS) as exc:

@@ -49,10 +49,7 @@ def completion_body(
     ]
     usage = completions[0].usage
     if len(completions) > 1:
-        usage = Usage(
-            prompt_tokens=sum(c.usage.prompt_tokens for c in completions),
-            completion_tokens=sum(c.usage.completion_tokens for c in completions),
-        )
+        usage = Usage.sum_of(c.usage for c in completions)
     return orjson.dumps(
         {
             "id": response_id,

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from gateway.api.errors import APIError, bad_request
+from gateway.api.errors import APIError, bad_request, renamed
 from gateway.api.requests import (
     check_tool_results,
     optional_bool,
@@ -268,11 +268,12 @@ def _response_format(raw: object) -> ResponseFormat | None:
     try:
         return parse_response_format(chat)
     except APIError as exc:  # the chat parser names chat's field: name the Responses one
-        param = exc.param or "response_format"
-        renamed = param.replace("response_format.json_schema", "text.format").replace(
-            "response_format", "text.format"
-        )
-        raise bad_request(exc.message.replace(param, renamed), renamed) from None
+        raise renamed(
+            exc,
+            "response_format",
+            ("response_format.json_schema", "text.format"),
+            ("response_format", "text.format"),
+        ) from None
 
 
 def _metadata(raw: object) -> dict[str, str]:

@@ -2,10 +2,19 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator, Mapping, Sequence
 from typing import Any, Protocol
 
-from gateway.inference.types import Completion, Delta, UpstreamCall, UsageMeter
+import numpy as np
+
+from gateway.inference.types import (
+    Completion,
+    Delta,
+    UpstreamCall,
+    Usage,
+    UsageMeter,
+    embedding_rows,
+)
 
 
 class UpstreamError(Exception):
@@ -104,3 +113,23 @@ def token_logprobs(text: str, values: Sequence[float]) -> list[dict[str, Any]]:
             }
         )
     return entries
+
+
+def embedding_completion(outputs: Mapping[str, Any], call: UpstreamCall) -> Completion:
+    """An embedding call's result from a Triton `infer` answer's outputs by name, each
+    raw little-endian bytes or JSON numbers: the vectors of `call.tensors[1]`, one row
+    per input, and the input tokens of `num_input_tokens` when the model reports them."""
+    output_tensor = call.tensors[1]
+    if output_tensor not in outputs:
+        raise UpstreamError(f"no `{output_tensor}` vectors in the answer")
+    try:
+        vectors = embedding_rows(outputs[output_tensor], len(call.inputs))
+    except (TypeError, ValueError) as exc:
+        raise UpstreamError(f"`{output_tensor}`: {exc}") from exc
+    counts = outputs.get("num_input_tokens")
+    prompt_tokens = 0
+    if isinstance(counts, bytes):
+        prompt_tokens = int(np.frombuffer(counts, dtype="<i4").sum())
+    elif isinstance(counts, list):
+        prompt_tokens = int(sum(counts))
+    return Completion(text="", usage=Usage(prompt_tokens=prompt_tokens), vectors=vectors)

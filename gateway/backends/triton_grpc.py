@@ -21,6 +21,7 @@ from gateway.backends.base import (
     UpstreamRejected,
     UpstreamTimeout,
     collect,
+    embedding_completion,
     model_error,
     token_logprobs,
 )
@@ -30,8 +31,6 @@ from gateway.inference.types import (
     Delta,
     RequestKind,
     UpstreamCall,
-    Usage,
-    embedding_rows,
 )
 
 _UNAVAILABLE = frozenset(
@@ -94,7 +93,7 @@ class TritonGRPCBackend:
 
     async def _embed(self, url: str, call: UpstreamCall) -> Completion:
         """The standard unary `ModelInfer`: a BYTES tensor of texts in, raw FP32 out."""
-        input_tensor, output_tensor = call.tensors
+        input_tensor = call.tensors[0]
         request = service_pb2.ModelInferRequest(model_name=call.upstream_model)
         texts = request.inputs.add(name=input_tensor, datatype="BYTES", shape=[len(call.inputs)])
         texts.contents.bytes_contents.extend(text.encode() for text in call.inputs)
@@ -106,15 +105,7 @@ class TritonGRPCBackend:
                 self._connected.discard(url)
             raise _error(exc) from exc
         raw = dict(zip((o.name for o in result.outputs), result.raw_output_contents, strict=False))
-        if output_tensor not in raw:
-            raise UpstreamError(f"no `{output_tensor}` vectors in the answer")
-        try:
-            vectors = embedding_rows(raw[output_tensor], len(call.inputs))
-        except ValueError as exc:
-            raise UpstreamError(f"`{output_tensor}`: {exc}") from exc
-        counts = raw.get("num_input_tokens", b"")
-        prompt_tokens = int(np.frombuffer(counts, dtype="<i4").sum()) if counts else 0
-        return Completion(text="", usage=Usage(prompt_tokens=prompt_tokens), vectors=vectors)
+        return embedding_completion(raw, call)
 
     def stream(self, url: str, call: UpstreamCall) -> AsyncGenerator[Delta, None]:
         return self._generate(url, call, stream=True)

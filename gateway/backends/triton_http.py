@@ -5,10 +5,15 @@ from __future__ import annotations
 from collections.abc import AsyncGenerator
 from typing import Any
 
-import numpy as np
 import orjson
 
-from gateway.backends.base import UpstreamError, collect, model_error, token_logprobs
+from gateway.backends.base import (
+    UpstreamError,
+    collect,
+    embedding_completion,
+    model_error,
+    token_logprobs,
+)
 from gateway.backends.guided import guided_decoding_parameters
 from gateway.backends.http import LazySession, get_ok, post, sse_payloads
 from gateway.inference.types import (
@@ -17,7 +22,6 @@ from gateway.inference.types import (
     RequestKind,
     UpstreamCall,
     Usage,
-    embedding_rows,
 )
 
 
@@ -54,7 +58,7 @@ class TritonHTTPBackend:
         """The standard `infer` API (KServe v2): a BYTES tensor of texts in, the outputs
         back as raw bytes (Triton's binary tensor extension), which costs a fraction of
         parsing thousands of JSON numbers."""
-        input_tensor, output_tensor = call.tensors
+        input_tensor = call.tensors[0]
         body = {
             "inputs": [
                 {
@@ -70,20 +74,7 @@ class TritonHTTPBackend:
         async with post(self._session.get(), endpoint, orjson.dumps(body)) as r:
             raw = await r.read()
             header_length = r.headers.get("Inference-Header-Content-Length")
-        outputs = _infer_outputs(raw, header_length)
-        if output_tensor not in outputs:
-            raise UpstreamError(f"no `{output_tensor}` vectors in the answer")
-        try:
-            vectors = embedding_rows(outputs[output_tensor], len(call.inputs))
-        except ValueError as exc:
-            raise UpstreamError(f"`{output_tensor}`: {exc}") from exc
-        counts = outputs.get("num_input_tokens")
-        prompt_tokens = 0
-        if isinstance(counts, bytes):
-            prompt_tokens = int(np.frombuffer(counts, dtype="<i4").sum())
-        elif isinstance(counts, list):
-            prompt_tokens = int(sum(counts))
-        return Completion(text="", usage=Usage(prompt_tokens=prompt_tokens), vectors=vectors)
+        return embedding_completion(_infer_outputs(raw, header_length), call)
 
     async def stream(self, url: str, call: UpstreamCall) -> AsyncGenerator[Delta, None]:
         endpoint = f"{url}/v2/models/{call.upstream_model}/generate_stream"

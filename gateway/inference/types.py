@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -181,6 +181,15 @@ class Usage:
     @property
     def total_tokens(self) -> int:
         return self.prompt_tokens + self.completion_tokens
+
+    @staticmethod
+    def sum_of(usages: Iterable[Usage]) -> Usage:
+        """The usage of several requests together (the parts of one, `n` choices)."""
+        prompt = completion = 0
+        for usage in usages:
+            prompt += usage.prompt_tokens
+            completion += usage.completion_tokens
+        return Usage(prompt, completion)
 
 
 @dataclass(slots=True)
