@@ -1,4 +1,5 @@
-"""The `gateway` command: serve | demo | check-config | place | simulate | triton-sim | hash-key."""
+"""The `gateway` command: serve | demo | check-config | place | eval | simulate | triton-sim |
+hash-key."""
 
 from __future__ import annotations
 
@@ -194,6 +195,11 @@ def parser() -> argparse.ArgumentParser:
     place = sub.add_parser("place", help="place cluster.yaml's model replicas on its nodes")
     add_place_arguments(place)
     place.set_defaults(run=_place)
+
+    from gateway.eval.eval_cli import add_eval_arguments
+
+    evaluate = sub.add_parser("eval", help="evaluate models on a task suite: run, report, compare")
+    add_eval_arguments(evaluate)
 
     hash_key = sub.add_parser("hash-key", help="print the stored form of an API key")
     hash_key.add_argument("key", help="the key, or - to read it from standard input")

@@ -6,6 +6,8 @@
 
 from __future__ import annotations
 
+import hashlib
+
 import orjson
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.requests import Request
@@ -13,6 +15,7 @@ from starlette.responses import JSONResponse, Response
 
 from gateway.api.errors import APIError, model_not_found
 from gateway.api.openapi import openapi_document
+from gateway.config import ModelConfig
 from gateway.observability import metrics
 from gateway.serving.auth import Identity
 from gateway.serving.readiness import readiness
@@ -25,15 +28,29 @@ def runtime_of(request: Request) -> Runtime:
     return runtime
 
 
-def _model_object(name: str) -> dict[str, object]:
-    return {"id": name, "object": "model", "created": 0, "owned_by": "gateway"}
+def _model_object(name: str, config: ModelConfig) -> dict[str, object]:
+    # `config_version` (beyond OpenAI's fields, which SDKs keep as extras) tells which
+    # config of the model answered: `gateway eval` records it in its manifest.
+    return {
+        "id": name, "object": "model", "created": 0, "owned_by": "gateway",
+        "config_version": model_config_version(config),
+    }  # fmt: skip
+
+
+def model_config_version(config: ModelConfig) -> str:
+    """A short digest of one model's configuration."""
+    return hashlib.sha256(config.model_dump_json().encode()).hexdigest()[:12]
 
 
 async def list_models(request: Request) -> Response:
     """`GET /v1/models`: the models the caller's tenant may use."""
     runtime = runtime_of(request)
     identity = runtime.auth.identify(request.headers.get("authorization"))
-    data = [_model_object(name) for name in runtime.routes if identity.may_use(name)]
+    data = [
+        _model_object(name, route.config)
+        for name, route in runtime.routes.items()
+        if identity.may_use(name)
+    ]
     return Response(orjson.dumps({"object": "list", "data": data}), media_type="application/json")
 
 
@@ -45,7 +62,8 @@ async def retrieve_model(request: Request) -> Response:
     name = request.path_params["model"]
     if name not in runtime.routes or not identity.may_use(name):
         raise model_not_found(name)
-    return Response(orjson.dumps(_model_object(name)), media_type="application/json")
+    body = _model_object(name, runtime.routes[name].config)
+    return Response(orjson.dumps(body), media_type="application/json")
 
 
 def admin_identity(request: Request) -> Identity:

@@ -30,7 +30,7 @@ LAYERS = {
     "gateway.serving": 5,
     "gateway.api": 6,
     "gateway.dev": 6,
-    "gateway.eval": 6,  # `gateway eval`: task suites, the sandbox, runs and reports
+    "gateway.eval": 5,  # `gateway eval`: task suites, the sandbox, runs and reports
     "gateway.app": 7,
     "gateway.cli": 8,
 }

@@ -1,0 +1,3 @@
+from ratelimit.bucket import TokenBucket
+
+__all__ = ["TokenBucket"]

@@ -1,0 +1,72 @@
+"""What candidates cost: a price per million tokens in and out, and a person's correction.
+
+A prices file (YAML):
+
+    currency: USD
+    manual_correction: 20.0    # what fixing a failed task by hand costs
+    models:
+      coder-large: {input_per_million: 3.0, output_per_million: 15.0}
+
+Every attempt's tokens are priced, retries included. The cost per completed task (the
+report's unit cost) adds `manual_correction` for each attempt that did not pass: that
+task was completed by a person.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+
+@dataclass(frozen=True, slots=True)
+class Price:
+    input_per_million: float
+    output_per_million: float
+
+
+@dataclass(frozen=True, slots=True)
+class Prices:
+    """Prices by model name; a model without one has no cost (None, not zero)."""
+
+    currency: str = "USD"
+    manual_correction: float = 0.0
+    models: dict[str, Price] = field(default_factory=dict)
+
+    def cost(self, model: str, tokens_in: int, tokens_out: int) -> float | None:
+        price = self.models.get(model)
+        if price is None:
+            return None
+        return (tokens_in * price.input_per_million + tokens_out * price.output_per_million) / 1e6
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "currency": self.currency,
+            "manual_correction": self.manual_correction,
+            "models": {name: {"input_per_million": p.input_per_million,
+                              "output_per_million": p.output_per_million}
+                       for name, p in sorted(self.models.items())},
+        }  # fmt: skip
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Prices:
+        models = {
+            str(name): Price(float(p["input_per_million"]), float(p["output_per_million"]))
+            for name, p in (data.get("models") or {}).items()
+        }
+        return cls(
+            str(data.get("currency", "USD")), float(data.get("manual_correction", 0.0)), models
+        )
+
+
+def load_prices(path: Path) -> Prices:
+    """Load a prices file; ValueError (`file: why`) when it is not one."""
+    try:
+        data = yaml.safe_load(path.read_text())
+        if not isinstance(data, dict):
+            raise TypeError("expected a mapping")
+        return Prices.from_dict(data)
+    except (yaml.YAMLError, TypeError, KeyError, ValueError, AttributeError) as exc:
+        raise ValueError(f"{path}: not a prices file ({exc})") from None
