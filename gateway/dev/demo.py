@@ -26,9 +26,18 @@ from gateway.dev.processes import (
 )
 from gateway.storage.redis_client import EMBEDDED_URL
 
+# The source tree's root: `config/gateway.yaml` is found there when not in the cwd.
+_ROOT = Path(__file__).resolve().parents[2]
+# The scripted coding models replay recorded answers to the shipped eval suite (a
+# fixture: docs/eval.md); gateway/dev/replay.py writes the files.
+REPLAY_DIR = _ROOT / "evals" / "replay"
+_REPLAYING = ("coder-large", "coder-small")
 # Two Triton servers, the nodes of config/cluster.yaml. Both have every model; the
 # gateway loads and unloads them where the scheduler places cluster.yaml's deployments.
-_MODELS = "llm-large,llm-small,embed-small"
+_MODELS = ",".join(
+    ["llm-large", "llm-small", "embed-small"]
+    + [f"{name}=@{REPLAY_DIR / name}.json" for name in _REPLAYING]
+)
 _SERVERS = (("NODE_A_URL", _MODELS), ("NODE_B_URL", _MODELS))
 # A node (triton-sim) that dies is started again after this long, so that a user who
 # kills one watches its replicas move to the other node and then back.
@@ -41,10 +50,6 @@ OPS_PORT_ENV = "GATEWAY_OPS_PORT"
 def _node_name(variable: str) -> str:
     """`NODE_A_URL` -> `node-a`, the node's name in config/cluster.yaml."""
     return variable.removesuffix("_URL").lower().replace("_", "-")
-
-
-# The source tree's root: `config/gateway.yaml` is found there when not in the cwd.
-_ROOT = Path(__file__).resolve().parents[2]
 
 
 def resolve_config(path: str) -> str | None:
@@ -82,7 +87,14 @@ vectors = client.embeddings.create(model="embed-small", input=["a cat", "a dog"]
 print([len(item.embedding) for item in vectors.data])
 PY
 
-Tenants: acme   (key sk-acme-demo, online, models llm-large, llm-small, embed-small)
+Evaluate the two scripted coding models on the shipped task suite (docs/eval.md):
+
+  {python} -m gateway.cli eval run --endpoint {base} --key sk-acme-demo \\
+    --model coder-large --model coder-small --prices evals/prices.yaml --out eval-run
+  {python} -m gateway.cli eval report eval-run
+
+Tenants: acme   (key sk-acme-demo, online, models llm-large, llm-small, embed-small,
+                 coder-large, coder-small)
          globex (key sk-globex-demo, batch, model llm-small)
 {_ops_line(ops_port)}"""
 
@@ -121,7 +133,8 @@ class _Node:
         return self.process
 
     def wait_ready(self, cancel: threading.Event) -> None:
-        for model in self.models.split(","):
+        for spec in self.models.split(","):
+            model = spec.partition("=")[0]  # `name=@FILE`: a replaying model
             url = f"http://127.0.0.1:{self.port}/v2/models/{model}/ready"
             wait_http_ok(url, timeout_s=90, process=self.process, cancel=cancel)
 
@@ -211,7 +224,8 @@ def run_demo(port: int, config_path: str, ops_port: int | None = None) -> int:
         for node in nodes:
             node.wait_ready(stopping)
             where = f"127.0.0.1:{node.port} (gRPC {node.port + 1})"
-            print(f"{node.name}: triton-sim {node.models} on {where}")
+            names = ",".join(spec.partition("=")[0] for spec in node.models.split(","))
+            print(f"{node.name}: triton-sim {names} on {where}")
 
         gateway = spawn(gateway_command("serve", "--config", config, "--port", str(port)), env=env)
         children.append(gateway)

@@ -17,7 +17,8 @@ Outputs: text_output BYTES [1], num_input_tokens INT32 [1], num_output_tokens IN
 Request parameters (JSON): seed (changes the text), stop (JSON list of strings, or one
 plain string), return_log_probs (TensorRT-LLM's name: the tokens' log probabilities);
 temperature, top_p and anything else are accepted and ignored.
-Model config parameters (string values, seconds): token_delay, prefill_per_char.
+Model config parameters (string values, seconds): token_delay, prefill_per_char;
+replay_file (a path): the model replays recorded answers instead (`replay_pieces`).
 """
 
 from __future__ import annotations
@@ -192,6 +193,49 @@ def token_logprob(prompt: bytes, seed: Any, index: int) -> float:
     return -(int.from_bytes(h.digest(), "big") % 3000) / 1000
 
 
+# A replayed answer streams in pieces of four tokens (as TensorRT-LLM may send several
+# tokens a response), each counted as four bytes a token, as the input is.
+REPLAY_PIECE_TOKENS = 4
+
+
+@dataclass(frozen=True)
+class Replay:
+    """A recorded answer: its pieces, and how long the first and each next piece take."""
+
+    pieces: list[str]
+    first_token_delay: float = 0.0
+    token_delay: float | None = None  # between pieces; None: the model's own
+
+    @property
+    def tokens(self) -> list[int]:
+        return [math.ceil(len(piece.encode()) / 4) for piece in self.pieces]
+
+
+def replay_pieces(prompt: bytes, recordings: Any, max_tokens: int) -> Replay:
+    """The recorded answer for a prompt: that of the first recording whose `match` the
+    prompt holds, else the file's `unmatched` text (a scripted model for the demo, which
+    `gateway eval` judges like any other: gateway/dev/replay.py writes the files)."""
+    text = prompt.decode(errors="replace")
+    for recording in recordings.get("recordings", ()):
+        if recording["match"] in text:
+            answer = recording["answer"]
+            first = float(recording.get("first_token_delay_s", 0.0))
+            delay = recording.get("token_delay_s")
+            break
+    else:
+        answer, first, delay = recordings.get("unmatched", "I have no answer for this."), 0.0, None
+    size = 4 * REPLAY_PIECE_TOKENS
+    pieces = [answer[i : i + size] for i in range(0, len(answer), size)]
+    kept, budget = [], max_tokens  # max_tokens cuts the answer, as it would a model's
+    for piece in pieces:
+        piece = piece[: 4 * budget]
+        if not piece:
+            break
+        kept.append(piece)
+        budget -= math.ceil(len(piece.encode()) / 4)
+    return Replay(kept, first, None if delay is None else float(delay))
+
+
 def parse_stop(value: Any) -> list[str]:
     """Stop strings from a request parameter: a JSON list, a plain string, or a list."""
     if value is None or value == "":
@@ -287,6 +331,11 @@ class TritonPythonModel:
 
         self.token_delay = seconds("token_delay", 0.01)
         self.prefill_per_char = seconds("prefill_per_char", 0.0001)
+        replay_file = params.get("replay_file", {}).get("string_value")
+        self.recordings = None
+        if replay_file:
+            with open(replay_file, encoding="utf-8") as recorded:
+                self.recordings = json.load(recorded)
         self.decoupled = pb_utils.using_decoupled_model_transaction_policy(
             json.loads(args["model_config"])
         )
@@ -323,46 +372,53 @@ class TritonPythonModel:
             parsed = _parse_request(request)
         except Exception as exc:
             return _error(str(exc))
-        pieces = generate_pieces(
-            parsed.prompt, parsed.max_tokens, parsed.seed, parsed.stop, parsed.guided
-        )
-        await asyncio.sleep(
-            self.prefill_per_char * len(parsed.prompt) + self.token_delay * len(pieces)
-        )
+        pieces, tokens, first_delay, token_delay = self._plan(parsed)
+        await asyncio.sleep(first_delay + token_delay * len(pieces))
         return _response(
             "".join(pieces),
             count_input_tokens(parsed.prompt),
-            len(pieces),
+            sum(tokens),
             _logprobs(parsed, 0, len(pieces)),
         )
+
+    def _plan(self, parsed: _GenerateRequest) -> tuple[list[str], list[int], float, float]:
+        """The pieces of the answer, the tokens of each, the delay before the first piece
+        and the delay of each next."""
+        prefill = self.prefill_per_char * len(parsed.prompt)
+        if self.recordings is not None:
+            replay = replay_pieces(parsed.prompt, self.recordings, parsed.max_tokens)
+            delay = self.token_delay if replay.token_delay is None else replay.token_delay
+            return replay.pieces, replay.tokens, prefill + replay.first_token_delay, delay
+        pieces = generate_pieces(
+            parsed.prompt, parsed.max_tokens, parsed.seed, parsed.stop, parsed.guided
+        )
+        return pieces, [1] * len(pieces), prefill, self.token_delay
 
     async def _generate(self, parsed: _GenerateRequest, sender: Any) -> None:
         final = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
         try:
-            pieces = generate_pieces(
-                parsed.prompt, parsed.max_tokens, parsed.seed, parsed.stop, parsed.guided
-            )
+            pieces, tokens, first_delay, token_delay = self._plan(parsed)
             n_in = count_input_tokens(parsed.prompt)
-            await asyncio.sleep(self.prefill_per_char * len(parsed.prompt))
+            await asyncio.sleep(first_delay)
             if not parsed.stream:
-                await asyncio.sleep(self.token_delay * len(pieces))
+                await asyncio.sleep(token_delay * len(pieces))
                 text = "".join(pieces)
                 logprobs = _logprobs(parsed, 0, len(pieces))
-                sender.send(_response(text, n_in, len(pieces), logprobs), flags=final)
+                sender.send(_response(text, n_in, sum(tokens), logprobs), flags=final)
                 return
             if not pieces:
                 # Still one data response, so every stream carries its usage counts.
                 sender.send(_response("", n_in, 0, _logprobs(parsed, 0, 0)), flags=final)
                 return
             for i, piece in enumerate(pieces):
-                await asyncio.sleep(self.token_delay)
+                await asyncio.sleep(token_delay)
                 if sender.is_cancelled():  # client went away: stop generating
                     sender.send(flags=final)
                     return
                 # The last token carries FINAL itself: no extra empty response is needed.
                 last = i == len(pieces) - 1
                 logprobs = _logprobs(parsed, i, 1)
-                sender.send(_response(piece, n_in, 1, logprobs), flags=final if last else 0)
+                sender.send(_response(piece, n_in, tokens[i], logprobs), flags=final if last else 0)
         except Exception as exc:
             # If the sender is already closed, nothing more can reach the client.
             with contextlib.suppress(Exception):

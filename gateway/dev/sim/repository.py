@@ -35,6 +35,8 @@ class ModelProfile:
     name: str
     token_delay: float  # seconds per generated token
     prefill_per_char: float  # seconds per prompt byte before the first token
+    # A file of recorded answers that the model replays (gateway/dev/replay.py), if any.
+    replay_file: str | None = None
 
     @property
     def decoupled(self) -> bool:
@@ -53,6 +55,8 @@ LARGE = ModelProfile("llm-large", token_delay=0.04, prefill_per_char=0.0004)
 SMALL = ModelProfile("llm-small", token_delay=0.008, prefill_per_char=0.00005)
 # An embedding model has no tokens to generate: only its time per input byte counts.
 EMBED = ModelProfile("embed-small", token_delay=0.0, prefill_per_char=0.00001)
+# A replaying model streams recorded answers of a few KB: 2 ms a 16-byte piece.
+REPLAY_TOKEN_DELAY = 0.002
 _KNOWN = {LARGE.name: LARGE, SMALL.name: SMALL, EMBED.name: EMBED}
 
 
@@ -73,9 +77,10 @@ def profile_for(name: str, token_delay_ms: float | None = None) -> ModelProfile:
 
 
 def parse_models(spec: str) -> list[ModelProfile]:
-    """Parse a `--models` value such as `llm-large,llm-small,fast=1`.
+    """Parse a `--models` value such as `llm-large,llm-small,fast=1,coder=@answers.json`.
 
-    `name=MS` sets the per-token delay in milliseconds.
+    `name=MS` sets the per-token delay in milliseconds; `name=@FILE` makes a model that
+    replays the recorded answers in FILE.
     """
     profiles: list[ModelProfile] = []
     for item in (part.strip() for part in spec.split(",")):
@@ -83,6 +88,12 @@ def parse_models(spec: str) -> list[ModelProfile]:
             continue
         name, sep, delay = item.partition("=")
         name = name.strip()
+        if delay.startswith("@"):
+            if not Path(delay[1:]).is_file():
+                raise ValueError(f"{name}: no file of recorded answers at {delay[1:]!r}")
+            base = profile_for(name, REPLAY_TOKEN_DELAY * 1000)
+            profiles.append(ModelProfile(name, base.token_delay, base.prefill_per_char, delay[1:]))
+            continue
         try:
             delay_ms = float(delay) if sep else None
         except ValueError:
@@ -120,7 +131,14 @@ output [
 instance_group [ {{ count: 1 kind: KIND_CPU }} ]
 parameters {{ key: "token_delay" value {{ string_value: "{profile.token_delay!r}" }} }}
 parameters {{ key: "prefill_per_char" value {{ string_value: "{profile.prefill_per_char!r}" }} }}
-"""
+{_replay_parameter(profile)}"""
+
+
+def _replay_parameter(profile: ModelProfile) -> str:
+    if profile.replay_file is None:
+        return ""
+    path = str(Path(profile.replay_file).resolve())
+    return f'parameters {{ key: "replay_file" value {{ string_value: "{path}" }} }}\n'
 
 
 def _render_embedding_config(profile: ModelProfile) -> str:
