@@ -8,6 +8,7 @@ exactly; the harness itself only sees two ordinary models.
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -189,3 +190,89 @@ def test_refusals_under_load_are_recorded_as_stability(
     script = expected("coder-small")
     assert {a.task: a.passed for a in attempts} == {task: script[task] for task in tasks}
     assert read_manifest(out)["settings"]["tasks"] == tasks
+
+
+def test_the_responses_api_carries_the_same_attempt(coder_gateway: Gateway, tmp_path: Path) -> None:
+    out = tmp_path / "responses"
+    result = run_eval(
+        coder_gateway, out, "--api", "responses", "--task", "05-sse-multiline-crlf",
+        models=("coder-large",),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    [attempt] = read_attempts(out)
+    assert attempt.passed and attempt.answer_form == "diff"
+    assert attempt.tokens_in > 0 and attempt.tokens_out > 0 and attempt.ttft_s is not None
+    assert read_manifest(out)["settings"]["api"] == "responses"
+
+
+def test_a_malformed_task_is_a_recorded_failure_and_the_run_goes_on(
+    coder_gateway: Gateway, tmp_path: Path
+) -> None:
+    suite = tmp_path / "suite"
+    shutil.copytree(SUITE, suite)
+    shutil.rmtree(suite / "tasks" / "02-duration-millisecond-units" / "tests")
+    (suite / "tasks" / "03-lru-cache-recency" / "solution" / "promptcache" / "lru.py").write_text(
+        "raise ImportError('not a solution')\n"
+    )
+    check = subprocess.run(
+        [sys.executable, "-m", "gateway.cli", "eval", "check-suite", str(suite)],
+        capture_output=True, text=True, cwd=ROOT, timeout=300,
+    )  # fmt: skip
+    assert check.returncode == 1
+    assert "02-duration-millisecond-units: no hidden tests" in check.stdout
+    assert "03-lru-cache-recency: the reference solution does not pass" in check.stdout
+    assert "13 of 15 tasks ok" in check.stdout
+    out = tmp_path / "run"
+    tasks = ["01-token-bucket-refill", "02-duration-millisecond-units", "03-lru-cache-recency"]
+    selection = [arg for task in tasks for arg in ("--task", task)]
+    result = run_eval(
+        coder_gateway, out, "--suite", str(suite), *selection, models=("coder-large",)
+    )
+    assert result.returncode == 0, result.stderr
+    reasons = {a.task: a.reason for a in read_attempts(out)}
+    assert reasons["01-token-bucket-refill"] is None
+    assert (
+        reasons["02-duration-millisecond-units"]
+        == "task: no hidden tests (tests/ holds no test_*.py)"
+    )
+    assert (reasons["03-lru-cache-recency"] or "").startswith(
+        "task: the reference solution does not pass the hidden tests"
+    )
+    recorded = read_manifest(out)["suite"]["tasks"]
+    assert recorded["02-duration-millisecond-units"]["problem"].startswith("no hidden tests")
+
+
+def test_an_external_endpoint_gets_the_task_sanitized_or_not_at_all(
+    coder_gateway: Gateway, tmp_path: Path
+) -> None:
+    # Task 08's instruction names a host under example.internal.
+    out = tmp_path / "external"
+    result = run_eval(
+        coder_gateway, out, "--external", "--outbound", "block", "--internal-domain",
+        "example.internal", "--task", "08-config-env-defaults", "--task",
+        "01-token-bucket-refill", models=("coder-large",),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    reasons = {a.task: a.reason for a in read_attempts(out)}
+    assert reasons == {"08-config-env-defaults": "blocked: the task holds host",
+                       "01-token-bucket-refill": None}  # fmt: skip
+    manifest = read_manifest(out)
+    assert manifest["outbound"] == {"applied_by": "gateway eval", "policy": "block",
+                                    "internal_domains": ["example.internal"]}  # fmt: skip
+
+
+def test_the_report_of_a_run_states_its_policy_scores_and_charts(finished_run: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "gateway.cli", "eval", "report", str(finished_run)],
+        capture_output=True, text=True, cwd=ROOT, timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    report = finished_run / "report"
+    text = (report / "report.md").read_text()
+    assert "applied by the gateway" in text
+    assert "| coder-large | 80.0 % | 75.0 % |" in text
+    assert "| coder-small | 46.7 % | 25.0 % |" in text
+    for profile in ("balanced", "cost-sensitive", "security-sensitive"):
+        assert profile in text
+    for chart in ("pass_rate_vs_cost.png", "ttft.png", "pass_rate_by_category.png"):
+        assert (report / chart).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
