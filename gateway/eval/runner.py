@@ -59,11 +59,11 @@ class RunSettings:
 
 
 class Progress:
-    """One line per finished attempt, and a summary, on a text stream."""
+    """One line per finished attempt on a text stream: how far, how long, how many passed."""
 
-    def __init__(self, total: int, done: int, out: TextIO = sys.stderr) -> None:
-        self.total, self.done, self._out = total, done, out
-        self._passed = 0
+    def __init__(self, total: int, earlier: list[Attempt], out: TextIO = sys.stderr) -> None:
+        self.total, self.done, self._out = total, len(earlier), out
+        self._passed = sum(attempt.passed for attempt in earlier)
         self._started = time.monotonic()
 
     def attempt(self, attempt: Attempt) -> None:
@@ -72,8 +72,8 @@ class Progress:
         verdict = "pass" if attempt.passed else f"FAIL {attempt.reason}"
         elapsed = time.monotonic() - self._started
         print(
-            f"[{self.done}/{self.total} {elapsed:6.1f}s] {attempt.candidate} {attempt.task} "
-            f"#{attempt.attempt}: {verdict}",
+            f"[{self.done}/{self.total} {elapsed:6.1f}s, {self._passed} passed] "
+            f"{attempt.candidate} {attempt.task} #{attempt.attempt}: {verdict}",
             file=self._out,
             flush=True,
         )
@@ -99,7 +99,8 @@ async def run(settings: RunSettings, out: Path, progress_out: TextIO = sys.stder
         verified.update(await _verify(settings, limits.sandbox, skip=verified.keys()))
         record = manifest.with_verified(record, verified)
         records.write_manifest(out, record)
-        done = {attempt.key for attempt in records.read_attempts(out)}
+        earlier = records.read_attempts(out)
+        done = {attempt.key for attempt in earlier}
         jobs = [
             (candidate, task, index)
             for candidate in settings.candidates
@@ -107,7 +108,7 @@ async def run(settings: RunSettings, out: Path, progress_out: TextIO = sys.stder
             for index in range(settings.attempts)
             if (candidate, task.id, index) not in done
         ]
-        progress = Progress(len(jobs) + len(done), len(done), progress_out)
+        progress = Progress(len(jobs) + len(done), earlier, progress_out)
         log = records.AttemptLog(out)
 
         async def one(candidate: str, task: Task, index: int) -> None:
@@ -145,6 +146,8 @@ def _manifest(
     problems = manifest.differences(earlier, fresh)
     missing = sorted(set(fresh["candidates"]) ^ set(earlier.get("candidates", {})))
     problems += [f"candidate {name}: not in both runs" for name in missing]
+    if earlier.get("prices") != fresh["prices"]:
+        problems.append("prices: not the prices the run began with")
     if problems:
         raise RunRefused(
             f"{out} holds a run with other settings; it cannot be resumed with these "
