@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
+from gateway.eval.yaml_files import load_yaml
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,10 +63,10 @@ class Prices:
 
 def load_prices(path: Path) -> Prices:
     """Load a prices file; ValueError (`file: why`) when it is not one."""
-    try:
-        data = yaml.safe_load(path.read_text())
-        if not isinstance(data, dict):
-            raise TypeError("expected a mapping")
-        return Prices.from_dict(data)
-    except (yaml.YAMLError, TypeError, KeyError, ValueError, AttributeError) as exc:
-        raise ValueError(f"{path}: not a prices file ({exc})") from None
+    return load_yaml(path, "prices file", _prices)
+
+
+def _prices(data: Any, path: Path) -> Prices:
+    if not isinstance(data, dict):
+        raise TypeError("not a prices file: expected a mapping")
+    return Prices.from_dict(data)

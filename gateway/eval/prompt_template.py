@@ -12,9 +12,8 @@ import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
-
 from gateway.eval.suite import Task
+from gateway.eval.yaml_files import read_yaml
 
 DEFAULT_TEMPLATE = Path(__file__).with_name("templates") / "code-change.yaml"
 _FIELDS = ("name", "version", "system", "user")
@@ -41,11 +40,7 @@ class Template:
 
 def load_template(path: Path = DEFAULT_TEMPLATE) -> Template:
     """Load a template; ValueError (`file: why`) when it is not one."""
-    raw = path.read_bytes()
-    try:
-        data = yaml.safe_load(raw)
-    except yaml.YAMLError as exc:
-        raise ValueError(f"{path}: not valid YAML ({exc})") from None
+    data = read_yaml(path, "template")
     if not isinstance(data, dict) or any(not isinstance(data.get(k), str | int) for k in _FIELDS):
         raise ValueError(f"{path}: a template needs {', '.join(_FIELDS)}")
     if "{instruction}" not in data["user"] or "{files}" not in data["user"]:
@@ -55,5 +50,5 @@ def load_template(path: Path = DEFAULT_TEMPLATE) -> Template:
         version=str(data["version"]),
         system=str(data["system"]).strip(),
         user=str(data["user"]).strip(),
-        digest=hashlib.sha256(raw).hexdigest(),
+        digest=hashlib.sha256(path.read_bytes()).hexdigest(),
     )

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
+from gateway.eval.yaml_files import load_yaml
 
 MAX_SCORE = 5
 
@@ -72,14 +72,7 @@ class Review:
 
 def load_review(path: Path) -> Review:
     """Load and check one record; ValueError (`file: why`) when it is not a valid one."""
-    try:
-        data = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as exc:
-        raise ValueError(f"{path}: cannot read the review ({exc})") from None
-    try:
-        return _review(data, path)
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"{path}: {exc}") from None
+    return load_yaml(path, "review", _review)
 
 
 def load_reviews(directory: Path) -> dict[str, Review]:

@@ -30,10 +30,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from gateway.eval.records import Attempt
 from gateway.eval.reviews import Review
+from gateway.eval.yaml_files import load_yaml
 
 DIMENSIONS = (
     "correctness",
@@ -272,14 +271,7 @@ class WeightedScore:
 
 def load_profile(path: Path) -> Profile:
     """Load and check a profile; ValueError (`file: why`) when it is not a valid one."""
-    try:
-        data = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as exc:
-        raise ValueError(f"{path}: cannot read the profile ({exc})") from None
-    try:
-        return _profile(data, path)
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"{path}: {exc}") from None
+    return load_yaml(path, "profile", _profile)
 
 
 def _profile(data: Any, path: Path) -> Profile:

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
+from gateway.eval.yaml_files import read_yaml
 
 CATEGORIES = ("single-file", "cross-file")
 KINDS = ("bug-fix", "feature", "refactor")
@@ -177,11 +177,9 @@ def _metadata_problem(task: Task, meta: dict[str, Any]) -> str | None:
 def _yaml_mapping(path: Path) -> dict[str, Any] | str:
     """The YAML mapping in `path`, or `file:line: why` when it is not one."""
     try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = f":{mark.line + 1}" if mark is not None else ""
-        return f"{path}{line}: not valid YAML ({getattr(exc, 'problem', exc)})"
+        data = read_yaml(path, "file")
+    except ValueError as exc:
+        return str(exc)
     if not isinstance(data, dict):
         return f"{path}:1: expected a mapping"
     return data
