@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import shutil
 import signal
 import time
 from collections import Counter
@@ -13,6 +14,7 @@ from typing import Any
 import aiohttp
 import orjson
 import pytest
+import yaml
 
 from gateway.dev.processes import stop
 from gateway.dev.sim.server import TritonSim
@@ -165,3 +167,46 @@ async def test_admin_reload_needs_an_admin_key(gateway: Gateway) -> None:
             body = await applied.json()
     assert applied.status == 200
     assert body == {"applied": True, "changes": []}
+
+
+def configmap_update(directory: Path, files: dict[str, str]) -> None:
+    """Update `directory` as the kubelet updates a mounted ConfigMap (its AtomicWriter):
+    the files go into a new hidden timestamped directory, a `..data_tmp` symlink to it is
+    renamed over `..data` (one atomic switch for every file), each visible file is a
+    symlink through `..data`, and the old directory is removed. The files themselves are
+    never written in place: a watcher that looks only at them misses the update."""
+    stamp = directory / f"..{time.strftime('%Y_%m_%d_%H_%M_%S')}.{time.time_ns() % 10**9}"
+    stamp.mkdir()
+    for name, text in files.items():
+        (stamp / name).write_text(text)
+    data = directory / "..data"
+    old = data.resolve() if data.is_symlink() else None
+    (directory / "..data_tmp").symlink_to(stamp.name)
+    (directory / "..data_tmp").rename(data)
+    for name in files:
+        visible = directory / name
+        if not visible.is_symlink():  # first time: the regular file becomes the link
+            (directory / f".{name}.link").symlink_to(f"..data/{name}")
+            (directory / f".{name}.link").rename(visible)
+    if old is not None:
+        shutil.rmtree(old)
+
+
+async def test_a_configmap_update_swapping_the_data_symlink_is_applied(gateway: Gateway) -> None:
+    directory = gateway.config_dir
+    gateway_yaml = (directory / "gateway.yaml").read_text()
+    current = (directory / "tenants.yaml").read_text()
+    # As Kubernetes mounts it: both files through ..data (the same content: no change).
+    configmap_update(directory, {"gateway.yaml": gateway_yaml, "tenants.yaml": current})
+    assert (directory / "tenants.yaml").is_symlink()
+    raised = {**TENANTS, "few": tenant("few", ["*"], limits={"requests_per_minute": 600})}
+    edited = yaml.safe_dump({"tenants": raised})
+    configmap_update(directory, {"gateway.yaml": gateway_yaml, "tenants.yaml": edited})
+    async with aiohttp.ClientSession() as session:
+
+        async def applied() -> bool:
+            return await limit_of(session, gateway, "few") == "600"
+
+        await wait_until(applied)
+    assert "reload (file changed) applied" in gateway.log
+    assert "tenant few: limits.requests_per_minute 3 -> 600" in gateway.log
