@@ -12,4 +12,5 @@ CLUSTER_NODES = 16000  # Redis Cluster nodes; their bus ports lie 10000 above
 PROMETHEUS = 18000
 OWN_REDIS = 19000  # a test's private redis-server it stops and restarts
 REDIS = 20000  # the session's redis-server (gateway.dev.processes.free_port's default)
+SENTINEL_GROUPS = 24000  # a primary, its replica and three sentinels on P .. P+4
 FAILING_UPSTREAMS = 29000  # one range of 1000 per upstream

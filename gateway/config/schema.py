@@ -10,7 +10,15 @@ from collections.abc import Callable
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, HttpUrl, SecretStr
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    HttpUrl,
+    SecretStr,
+    model_validator,
+)
 from pydantic import Strict as StrictMode
 
 from gateway.config.source import EnvText
@@ -111,6 +119,15 @@ class ServerConfig(Strict):
     ops: OpsConfig = OpsConfig()
 
 
+class RedisSentinel(Strict):
+    """Redis Sentinel: the sentinels that name the primary, and the service they watch."""
+
+    # The primary's name in the sentinels' config (`sentinel monitor <service> ...`).
+    service: str = "mymaster"
+    # `host:port` of each sentinel; any one that answers is enough.
+    nodes: Annotated[list[str], Field(min_length=1)]
+
+
 class RedisConfig(Strict):
     # `embedded://` runs fakeredis with Lua inside the gateway process.
     url: str = "redis://127.0.0.1:6379/0"
@@ -118,6 +135,19 @@ class RedisConfig(Strict):
     socket_timeout_s: PositiveFloat = 0.5
     # A Redis Cluster: `url` names any one of its nodes.
     cluster: bool = False
+    # A primary that fails over, found through Redis Sentinel: `url` then gives only the
+    # database number and credentials; the primary's address comes from the sentinels.
+    sentinel: RedisSentinel | None = None
+
+    @model_validator(mode="after")
+    def _one_topology(self) -> RedisConfig:
+        if self.cluster and self.sentinel is not None:
+            raise ValueError("cluster and sentinel exclude each other: choose one")
+        for node in self.sentinel.nodes if self.sentinel else ():
+            host, _, port = node.rpartition(":")
+            if not host or not port.isdigit():
+                raise ValueError(f"sentinel node {node!r}: expected host:port")
+        return self
 
 
 class RedisFailureMode(StrEnum):

@@ -175,6 +175,11 @@ class ScriptCoalescer:
         ]
         try:
             async with asyncio.timeout(self._timeout_s):
+                if not connection.is_connected:
+                    # connect() and not send_packed_command's own connecting: a Sentinel
+                    # connection asks the sentinels for the primary only in connect()
+                    # (redis-py's send_packed_command would connect to localhost:6379).
+                    await connection.connect()
                 await connection.send_packed_command(
                     connection.pack_commands(commands), check_health=False
                 )

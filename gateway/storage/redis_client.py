@@ -1,11 +1,15 @@
-"""The Redis connection: a real server or cluster by URL, or fakeredis inside the process."""
+"""The Redis connection: a server or a cluster by URL, a primary that fails over (Redis
+Sentinel), or fakeredis inside the process."""
 
 from __future__ import annotations
 
 from redis.asyncio import BlockingConnectionPool, Redis, RedisCluster
+from redis.asyncio.sentinel import Sentinel
+from redis.connection import parse_url
 from redis.exceptions import RedisError
 
 from gateway.config import GatewayConfig
+from gateway.config.schema import RedisConfig
 
 EMBEDDED_URL = "embedded://"
 
@@ -29,6 +33,8 @@ def connect_redis(config: GatewayConfig) -> RedisClient:
 
         client: Redis = FakeAsyncRedis()
         return client
+    if settings.sentinel is not None:
+        return _sentinel_primary(settings)
     if settings.cluster:
         return RedisCluster.from_url(
             settings.url,
@@ -45,3 +51,25 @@ def connect_redis(config: GatewayConfig) -> RedisClient:
         health_check_interval=30,
     )
     return Redis(connection_pool=pool)
+
+
+def _sentinel_primary(settings: RedisConfig) -> Redis:
+    """A client of the primary the sentinels name. redis-py asks them again whenever a
+    connection fails or the old primary answers READONLY (it was demoted), so after a
+    failover the next commands go to the promoted replica."""
+    assert settings.sentinel is not None
+    nodes = [
+        (host, int(port)) for host, _, port in (n.rpartition(":") for n in settings.sentinel.nodes)
+    ]
+    # The URL's database number and credentials; its host is the sentinels' business.
+    parsed = parse_url(settings.url)  # type: ignore[no-untyped-call]
+    options = {k: v for k, v in parsed.items() if k in ("db", "username", "password")}
+    timeouts = {
+        "socket_timeout": settings.socket_timeout_s,
+        "socket_connect_timeout": settings.socket_timeout_s,
+    }
+    sentinel = Sentinel(nodes, sentinel_kwargs=timeouts, **timeouts)  # type: ignore[no-untyped-call]
+    primary: Redis = sentinel.master_for(
+        settings.sentinel.service, max_connections=MAX_CONNECTIONS, **options
+    )
+    return primary

@@ -763,3 +763,26 @@ def test_the_shipped_configs_pass_and_hold_the_demo_keys(monkeypatch: pytest.Mon
     assert config.tenant_by_key_hash[digest("sk-globex-demo")] == "globex"
     assert config.tenants.tenants["acme"].priority == "online"
     assert config.tenants.tenants["globex"].priority == "batch"
+
+
+def test_redis_sentinel_names_its_service_and_sentinels() -> None:
+    sentinel = "redis:\n  sentinel:\n    service: gw\n    nodes: [s-0:26379, s-1:26379]\n"
+    write("tenants.yaml", TENANTS)
+    write("gateway.yaml", GATEWAY + sentinel)
+    config = load_config("gateway.yaml")
+    assert config.gateway.redis.sentinel is not None
+    assert config.gateway.redis.sentinel.nodes == ["s-0:26379", "s-1:26379"]
+
+
+@pytest.mark.parametrize(
+    ("redis", "why"),
+    [
+        ("  cluster: true\n  sentinel: {nodes: [s-0:26379]}\n", "cluster and sentinel exclude"),
+        ("  sentinel: {nodes: [s-0]}\n", "sentinel node 's-0': expected host:port"),
+        ("  sentinel: {nodes: []}\n", "nodes"),
+    ],
+)
+def test_a_bad_redis_topology_is_refused_at_its_line(redis: str, why: str) -> None:
+    found = problems(GATEWAY + "redis:\n" + redis)
+    assert len(found) == 1 and why in found[0], found
+    assert found[0].startswith("gateway.yaml:")
