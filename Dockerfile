@@ -12,7 +12,8 @@ COPY lua ./lua
 COPY config ./config
 RUN pip install --no-cache-dir '.[sim]'
 
-RUN useradd --create-home gateway
+# uid 10001: the Kubernetes manifests run the pod as this user (deploy/kubernetes).
+RUN useradd --uid 10001 --create-home gateway
 USER gateway
 # The API on 8080; /metrics and /admin/* only on the ops listener, 8081, which the
 # deployment keeps from the API's clients (config/gateway.yaml: server.ops).

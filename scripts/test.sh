@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 source scripts/bootstrap.sh
 
-.venv/bin/ruff check gateway tests loadtest
-.venv/bin/ruff format --check gateway tests loadtest
+.venv/bin/ruff check gateway tests loadtest deploy
+.venv/bin/ruff format --check gateway tests loadtest deploy
 .venv/bin/mypy gateway
 .venv/bin/python -m pytest "$@"
