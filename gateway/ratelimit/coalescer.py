@@ -179,7 +179,7 @@ class ScriptCoalescer:
                     # connect() and not send_packed_command's own connecting: a Sentinel
                     # connection asks the sentinels for the primary only in connect()
                     # (redis-py's send_packed_command would connect to localhost:6379).
-                    await connection.connect()
+                    await connection.connect()  # type: ignore[no-untyped-call]
                 await connection.send_packed_command(
                     connection.pack_commands(commands), check_health=False
                 )
