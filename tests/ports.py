@@ -13,4 +13,5 @@ PROMETHEUS = 18000
 OWN_REDIS = 19000  # a test's private redis-server it stops and restarts
 REDIS = 20000  # the session's redis-server (gateway.dev.processes.free_port's default)
 SENTINEL_GROUPS = 24000  # a primary, its replica and three sentinels on P .. P+4
+DNS_SERVERS = 28500  # the tests' own authoritative DNS servers (UDP and TCP on one port)
 FAILING_UPSTREAMS = 29000  # one range of 1000 per upstream

@@ -368,7 +368,12 @@ def _cluster_problems(source: Source) -> list[Problem]:
             problems.append(cluster_source.problem(loc, at(loc, message)))
     cluster_name = os.path.basename(path)
     for name, config in models.items():
-        if isinstance(config, dict) and not config.get("replicas") and name not in deployed:
+        if (
+            isinstance(config, dict)
+            and not config.get("replicas")
+            and not config.get("discovery")
+            and name not in deployed
+        ):
             loc = ("models", name, "replicas")
             message = f"no replicas, and {cluster_name} has no deployment of '{name}'"
             problems.append(source.problem(loc, at(loc, message)))
@@ -440,11 +445,11 @@ def _replica_problems(source: Source) -> list[Problem]:
     return [
         source.problem(
             ("models", name, "replicas"),
-            f"models.{name}.replicas: at least one is needed (or a cluster_file that places "
-            "the model)",
+            f"models.{name}.replicas: at least one is needed (or `discovery`, or a "
+            "cluster_file that places the model)",
         )
         for name, model in _as_dict(data.get("models")).items()
-        if isinstance(model, dict) and not model.get("replicas")
+        if isinstance(model, dict) and not model.get("replicas") and not model.get("discovery")
     ]
 
 

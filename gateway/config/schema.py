@@ -178,6 +178,29 @@ class Replica(Strict):
     metrics_url: HttpUrl | None = None
 
 
+class Discovery(Strict):
+    """A model's replicas from DNS: the A records of a name (a Kubernetes headless
+    Service: one per ready pod) with `port`, or the SRV records of a name (each names a
+    host and its port). Looked up again every `interval_s`."""
+
+    dns: str
+    record: Literal["A", "SRV"] = "A"
+    port: PositiveInt | None = None  # with A records; SRV records carry their own
+    scheme: Literal["http", "https"] = "http"  # for triton_http and openai backends
+    interval_s: PositiveFloat = 5.0
+    timeout_s: PositiveFloat = 2.0
+    # `host` or `host:port` of the DNS servers to ask; empty: the system's resolver.
+    nameservers: list[str] = []
+
+    @model_validator(mode="after")
+    def _port_for_a_records(self) -> Discovery:
+        if self.record == "A" and self.port is None:
+            raise ValueError("A records carry no port: set port (or use record: SRV)")
+        if self.record == "SRV" and self.port is not None:
+            raise ValueError("SRV records carry their own port: leave port out")
+        return self
+
+
 class Timeouts(Strict):
     connect_s: PositiveFloat = 2.0
     # Time allowed until the first token arrives.
@@ -303,8 +326,10 @@ class ModelConfig(Strict):
     # Other names clients may send for it (the default model names of coding tools, so
     # that they reach a local model); answers name the model itself.
     aliases: list[str] = []
-    # Empty only for a model placed by the cluster file (`cluster_file`).
+    # Empty only for a model placed by the cluster file (`cluster_file`) or found in DNS.
     replicas: list[Replica] = Field(default_factory=list)
+    # Replicas from DNS instead, kept up to date (gateway/upstream/discovery.py).
+    discovery: Discovery | None = None
     # A built-in template name (see gateway/inference/prompt.py) or a Jinja template.
     prompt_template: str = "chatml"
     max_tokens_default: PositiveInt = 256

@@ -206,6 +206,12 @@ CONFIG_INFO = Gauge(
     # Across worker processes: 1 for each version some running worker has loaded.
     multiprocess_mode="livemax",
 )
+DISCOVERY_LOOKUPS = Counter(
+    "gateway_discovery_lookups_total",
+    "DNS lookups of models' replicas (models.*.discovery), by model and result (ok, failed).",
+    ["model", "result"],
+    registry=REGISTRY,
+)
 CONFIG_RELOADS = Counter(
     "gateway_config_reloads_total",
     "Tenant config reloads, by result (applied, rejected, unchanged).",

@@ -30,6 +30,7 @@ from gateway.serving.outbound import OutboundGuard
 from gateway.storage.idempotency_store import DEFAULT_IN_PROGRESS_TTL_S, IdempotencyStore
 from gateway.storage.redis_client import REDIS_ERRORS, RedisClient, connect_redis
 from gateway.storage.response_store import ResponseStore
+from gateway.upstream.discovery import ReplicaDiscovery
 from gateway.upstream.health import HealthChecker
 from gateway.upstream.outlier import ReplicaState
 from gateway.upstream.pool import Replica, ReplicaPool
@@ -145,6 +146,8 @@ class Runtime:
     responses: ResponseStore
     # Models served where cluster.yaml's deployments are placed, when gateway.yaml says so.
     placement: ClusterPlacement | None = None
+    # Models whose replicas come from DNS (`discovery`), kept up to date.
+    discovery: ReplicaDiscovery | None = None
     # Each model's other names (`aliases`), to its own.
     aliases: dict[str, str] = field(default_factory=dict)
 
@@ -167,6 +170,7 @@ class Runtime:
         placement = ClusterPlacement.load(
             config.gateway, config.gateway_path, routes, on_change=admission.capacity_changed
         )
+        discovery = ReplicaDiscovery(routes.values(), on_change=admission.capacity_changed)
         return cls(
             config=config,
             routes=routes,
@@ -196,6 +200,7 @@ class Runtime:
             ),
             outbound=OutboundGuard(config),
             placement=placement,
+            discovery=discovery,
         )
 
     def apply_tenants(self, tenants: TenantsConfig) -> None:
@@ -225,12 +230,16 @@ class Runtime:
                 log.warning("Redis Cluster not reachable at start (%s)", exc)
         if self.placement is not None:
             await self.placement.start()
+        if self.discovery is not None:
+            await self.discovery.start()
         await self.health.check_all()
         self.health.start()
 
     async def close(self) -> None:
         if self.placement is not None:
             await self.placement.stop()
+        if self.discovery is not None:
+            await self.discovery.stop()
         await self.limiter.close()
         await self.health.stop()
         for route in self.routes.values():

@@ -515,8 +515,8 @@ def test_all_problems_in_both_files_are_reported(monkeypatch: pytest.MonkeyPatch
     assert problems(gateway, tenants) == [
         "gateway.yaml:2: server.port: Input should be greater than or equal to 1",
         "gateway.yaml:3: server: unknown key 'colour'",
-        "gateway.yaml:7: models.m.replicas: at least one is needed (or a cluster_file that "
-        "places the model)",
+        "gateway.yaml:7: models.m.replicas: at least one is needed (or `discovery`, or a "
+        "cluster_file that places the model)",
         "gateway.yaml:8: models.m.fallback[0]: model 'ghost' is not defined",
         "tenants.yaml:3: environment variable NOPE is not set",
         f"tenants.yaml:3: tenants.acme.api_keys[0]: {PLAIN_KEY_MESSAGE}",

@@ -30,7 +30,6 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import jsonschema
 import kubernetes_validate
@@ -720,15 +719,15 @@ def test_triton_servers(rendered: dict[str, list[Manifest]], overlay: str) -> No
         assert service["spec"]["clusterIP"] == "None"
         assert matches(service["spec"]["selector"], labels)
         assert {p["port"] for p in service["spec"]["ports"]} == {8000, 8001, 8002}
-        # The model's replica in gateway.yaml is that Service, by its full name.
+        # The model's replicas in gateway.yaml are that Service's pods, found in DNS by
+        # its full name, on the port its backend speaks.
         fqdn = f"{name}.{namespace}.svc.cluster.local"
-        (replica,) = models[model]["replicas"]
-        url = replica["url"].replace("${POD_NAMESPACE}", namespace)
-        url = url.replace("${CLUSTER_DOMAIN:-cluster.local}", "cluster.local")
-        if models[model]["backend"] == "triton_grpc":
-            assert url == f"{fqdn}:8001"
-        else:
-            assert (urlsplit(url).hostname, urlsplit(url).port) == (fqdn, 8000)
+        discovery = models[model]["discovery"]
+        dns_name = discovery["dns"].replace("${POD_NAMESPACE}", namespace)
+        assert dns_name.replace("${CLUSTER_DOMAIN:-cluster.local}", "cluster.local") == fqdn
+        assert "replicas" not in models[model]
+        grpc = models[model]["backend"] == "triton_grpc"
+        assert discovery["port"] == (8001 if grpc else 8000)
 
 
 # -- NetworkPolicy -----------------------------------------------------------------------

@@ -1,0 +1,83 @@
+"""Replicas from DNS, against a real DNS server whose records change (dnslib)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from gateway.config import ModelConfig
+from gateway.config.schema import BackendKind, Discovery
+from gateway.serving.runtime import _route
+from gateway.upstream.discovery import ReplicaDiscovery
+from tests.dns_server import Zone, dns_server
+
+
+@pytest.fixture
+def dns() -> Iterator[tuple[str, Zone]]:
+    with dns_server() as served:
+        yield served
+
+
+def model(backend: str, nameserver: str, **discovery: object) -> ModelConfig:
+    return ModelConfig.model_validate(
+        {"backend": backend, "discovery": {"nameservers": [nameserver], **discovery}}
+    )
+
+
+async def test_a_records_become_the_replica_set_and_follow_changes(dns: tuple[str, Zone]) -> None:
+    nameserver, zone = dns
+    zone.set_a("triton.example.internal", ["10.0.0.2", "10.0.0.1"])
+    route = _route("m", model("triton_http", nameserver, dns="triton.example.internal", port=8000))
+    changed: list[str] = []
+    discovery = ReplicaDiscovery([route], on_change=changed.append)
+    assert await discovery.refresh(route) is True
+    assert [r.url for r in route.pool.replicas] == ["http://10.0.0.1:8000", "http://10.0.0.2:8000"]
+    assert route.pool.replicas[0].metrics_url == "http://10.0.0.1:8002/metrics"
+    kept = route.pool.replicas[1]
+    kept.outstanding = 3  # requests in flight there
+    zone.set_a("triton.example.internal", ["10.0.0.2", "10.0.0.3"])
+    assert await discovery.refresh(route) is True
+    assert [r.url for r in route.pool.replicas] == ["http://10.0.0.2:8000", "http://10.0.0.3:8000"]
+    # The replica that stays is the same object: its in-flight count carries over.
+    assert route.pool.replicas[0] is kept and kept.outstanding == 3
+    assert await discovery.refresh(route) is False  # the same answer changes nothing
+    assert changed == ["m", "m"]
+
+
+async def test_srv_records_give_each_replica_its_port_and_grpc_gets_host_port(
+    dns: tuple[str, Zone],
+) -> None:
+    nameserver, zone = dns
+    zone.set_a("pod-a.example.internal", ["127.0.0.1"])
+    zone.set_a("pod-b.example.internal", ["127.0.0.1"])
+    zone.set_srv(
+        "_grpc._tcp.triton.example.internal",
+        [("pod-a.example.internal", 8001), ("pod-b.example.internal", 9001)],
+    )
+    route = _route(
+        "m",
+        model("triton_grpc", nameserver, dns="_grpc._tcp.triton.example.internal", record="SRV"),
+    )
+    await ReplicaDiscovery([route]).refresh(route)
+    assert [r.url for r in route.pool.replicas] == ["127.0.0.1:8001", "127.0.0.1:9001"]
+    assert route.config.backend is BackendKind.TRITON_GRPC
+
+
+async def test_a_failed_lookup_keeps_the_replicas(dns: tuple[str, Zone]) -> None:
+    nameserver, zone = dns
+    zone.set_a("triton.example.internal", ["10.0.0.1"])
+    route = _route("m", model("openai", nameserver, dns="triton.example.internal", port=443,
+                              scheme="https"))  # fmt: skip
+    discovery = ReplicaDiscovery([route])
+    await discovery.refresh(route)
+    zone.set_a("triton.example.internal", [])  # NXDOMAIN: every pod restarting, or a typo
+    assert await discovery.refresh(route) is False
+    assert [r.url for r in route.pool.replicas] == ["https://10.0.0.1:443"]
+
+
+def test_a_records_need_a_port_and_srv_records_refuse_one() -> None:
+    with pytest.raises(ValueError, match="A records carry no port"):
+        Discovery.model_validate({"dns": "x"})
+    with pytest.raises(ValueError, match="SRV records carry their own port"):
+        Discovery.model_validate({"dns": "x", "record": "SRV", "port": 1})
