@@ -150,6 +150,18 @@ class RedisConfig(Strict):
         return self
 
 
+class PlacementConfig(Strict):
+    """Who places cluster.yaml's deployments when several gateways run."""
+
+    # `none`: this gateway places them (one gateway). `redis`: the gateways elect one
+    # leader through a lease in Redis, which places and publishes the placement; the
+    # others serve from what it published (gateway/placement/leadership.py).
+    leader_election: Literal["none", "redis"] = "none"
+    # The lease expires this long after its holder last renewed it (every third of it):
+    # a dead leader is replaced within about this long.
+    lease_ttl_s: PositiveFloat = 10.0
+
+
 class RedisFailureMode(StrEnum):
     """What the rate limiter does while Redis cannot be reached."""
 
@@ -395,6 +407,7 @@ class GatewayConfig(Strict):
     # which a node is down and its replicas are placed elsewhere.
     node_probe_interval_s: PositiveFloat = 2.0
     node_down_after: PositiveInt = 3
+    placement: PlacementConfig = PlacementConfig()
     models: Annotated[dict[str, ModelConfig], Field(min_length=1)]
 
 

@@ -8,11 +8,19 @@ fails `node_down_after` probes in a row is down; its replicas leave their models
 at once (isolated), and are placed again on the nodes still up where capacity allows,
 every other replica staying where it is. Replicas that fit nowhere are tried again at
 each probe round, so they come back when a node does.
+
+With several gateways (`placement.leader_election: redis`), only the holder of the
+placement lease (gateway.placement.leadership) probes, plans and loads; it publishes each
+placement in Redis, and the other gateways serve from the published one. When the leader
+dies, another takes the lease once it expires and places from the published placement
+on, so replicas do not move for a change of leader.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
 import logging
 import os
 from collections.abc import Callable, Mapping
@@ -25,13 +33,16 @@ from gateway.backends.triton_metrics import default_metrics_url
 from gateway.config import BackendKind, GatewayConfig
 from gateway.config.cluster_config import ClusterConfig, ClusterNode, load_cluster
 from gateway.observability import metrics
-from gateway.placement.deployment import DeploymentPlan, plan_deployments
+from gateway.placement.deployment import DeploymentPlan, ReplicaPlacement, plan_deployments
+from gateway.placement.leadership import LostLeadership, RedisLease
 from gateway.placement.triton_repository import RepositoryError, apply_plan
+from gateway.storage.redis_client import REDIS_ERRORS, RedisClient
 from gateway.upstream.route import ModelRoute
 
 log = logging.getLogger("gateway.placement")
 
 PROBE_TIMEOUT_S = 1.0
+_NOT_PUBLISHED: tuple[type[BaseException], ...] = (LostLeadership, *REDIS_ERRORS)
 
 
 def cluster_path(config: GatewayConfig, gateway_path: str) -> str | None:
@@ -61,6 +72,8 @@ class ClusterPlacement:
         probe_interval_s: float,
         down_after: int,
         on_change: Callable[[str], None] | None = None,
+        lease: RedisLease | None = None,
+        redis: RedisClient | None = None,
     ) -> None:
         self.cluster = cluster
         self.plan = DeploymentPlan()
@@ -74,6 +87,10 @@ class ClusterPlacement:
         self._urls = [node.base_url for node in cluster.nodes]
         self._session = LazySession(connect_timeout_s=PROBE_TIMEOUT_S)
         self._task: asyncio.Task[None] | None = None
+        self._lease = lease
+        self._redis = redis
+        self._campaigner: asyncio.Task[None] | None = None
+        self._taking_over = False  # just elected: place (from the published plan) at once
         # Deployed but not served through the gateway: placed and loaded all the same.
         self.unrouted = sorted({d.model for d in cluster.deployments} - set(routes))
 
@@ -84,32 +101,55 @@ class ClusterPlacement:
         gateway_path: str,
         routes: Mapping[str, ModelRoute],
         on_change: Callable[[str], None] | None = None,
+        redis: RedisClient | None = None,
     ) -> ClusterPlacement | None:
         """The placement for gateway.yaml's cluster file, or None when it has none."""
         path = cluster_path(config, gateway_path)
         if path is None:
             return None
+        lease = None
+        if config.placement.leader_election == "redis" and redis is not None:
+            lease = RedisLease(redis, config.redis.key_prefix, config.placement.lease_ttl_s)
         return cls(
             load_cluster(path),
             routes,
             config.node_probe_interval_s,
             config.node_down_after,
             on_change,
+            lease,
+            redis,
         )
+
+    @property
+    def leading(self) -> bool:
+        """Whether this gateway places (alone, or as the elected leader)."""
+        return self._lease is None or self._lease.held
 
     async def start(self) -> None:
         """Plan, apply the plan to the nodes, serve from it, then keep watching the nodes."""
         if self.unrouted:
             log.warning("deployed, not in gateway.yaml's models: %s", ", ".join(self.unrouted))
+        if self._lease is not None:
+            await self._campaign_once()
         await self._probe_all()
-        await self._replace()
+        if self.leading:
+            await self._replace()
+        else:
+            await self._follow()
         self._task = asyncio.create_task(self._watch())
+        if self._lease is not None:
+            self._campaigner = asyncio.create_task(self._campaign(self._lease.ttl_ms / 3000))
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
-            self._task = None
+        for task in (self._task, self._campaigner):
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+        self._task = self._campaigner = None
+        if self._lease is not None:
+            # Another gateway takes over at once, not a lease's time later.
+            with contextlib.suppress(*REDIS_ERRORS):
+                await self._lease.release()
         await self._session.close()
 
     async def _watch(self) -> None:
@@ -117,10 +157,78 @@ class ClusterPlacement:
             await asyncio.sleep(self._interval_s)
             try:
                 changed = await self._probe_all()
-                if changed or self.plan.unplaced:
+                if not self.leading:
+                    await self._follow()
+                elif changed or self.plan.unplaced or self._taking_over:
                     await self._replace()
             except Exception:  # the watch must go on
                 log.exception("placing the cluster's deployments failed")
+
+    # --- leadership ---------------------------------------------------------------------
+
+    async def _campaign(self, every_s: float) -> None:
+        while True:
+            await asyncio.sleep(every_s)
+            was = self.leading
+            await self._campaign_once()
+            if self.leading and not was:
+                self._taking_over = True
+
+    async def _campaign_once(self) -> None:
+        assert self._lease is not None
+        was, token = self._lease.held, self._lease.token
+        try:
+            await self._lease.campaign()
+        except REDIS_ERRORS as exc:
+            # Without Redis the lease cannot be renewed, nor fenced: stop acting now.
+            self._lease.token = 0
+            if was:
+                log.warning("placement leader (token %d) steps down: Redis: %s", token, exc)
+            return
+        if self._lease.held and not was:
+            log.warning(
+                "placement leader: %s (token %d)",
+                self._lease.holder,
+                self._lease.token,
+                extra={"fields": {"event": "placement_leader", "token": self._lease.token}},
+            )
+            await self._adopt_published()
+        elif was and not self._lease.held:
+            log.warning("placement leader (token %d) lost the lease: following", token)
+
+    async def _publish(self) -> None:
+        """Tell the other gateways the placement (only under our lease)."""
+        if self._lease is None or self._redis is None:
+            return
+        await self._lease.fence()
+        await self._redis.set(
+            self._lease.keys.plan, _plan_json(self.plan, self.down, self._lease.token)
+        )
+
+    async def _published(self) -> tuple[DeploymentPlan, set[str]] | None:
+        if self._lease is None or self._redis is None:
+            return None
+        try:
+            raw = await self._redis.get(self._lease.keys.plan)
+        except REDIS_ERRORS:
+            return None  # keep serving from what was published last
+        return None if raw is None else _plan_from_json(raw)
+
+    async def _adopt_published(self) -> None:
+        """A new leader starts from the published placement: nothing moves for the change."""
+        published = await self._published()
+        if published is not None:
+            self.plan, _ = published
+
+    async def _follow(self) -> None:
+        """Serve from the leader's published placement."""
+        published = await self._published()
+        if published is None:
+            return
+        plan, down = published
+        if plan.placements != self.plan.placements or down != self.down:
+            self.plan, self.down = plan, down
+            self._point_pools(lambda route, _: self._plan_urls(route))
 
     async def _probe_all(self) -> bool:
         """Probe every node; True when a node went down or came back."""
@@ -151,11 +259,16 @@ class ClusterPlacement:
         self._point_pools(self._without_down_nodes)
         plan = plan_deployments(self.cluster, down=self.down, keep=self.plan)
         up = [n.name for n in self.cluster.nodes if n.name not in self.down]
+        fence = self._lease.fence if self._lease is not None else None
         try:
-            actions = await apply_plan(self.cluster, plan, nodes=up)
+            actions = await apply_plan(self.cluster, plan, nodes=up, fence=fence)
+        except LostLeadership as exc:
+            log.warning("placement stopped: %s", exc)
+            return
         except (RepositoryError, aiohttp.ClientError, OSError, TimeoutError) as exc:
             log.warning("applying the placement failed (%s); will try again", exc)
             return
+        self._taking_over = False
         for action in actions:
             log.info("placement: %s", action)
         if plan.placements != self.plan.placements or plan.unplaced != self.plan.unplaced:
@@ -171,6 +284,10 @@ class ClusterPlacement:
             unplaced = plan.unplaced.get(deployment.model, 0)
             metrics.labels(metrics.REPLICAS_UNPLACED, deployment.model).set(unplaced)
         self._point_pools(lambda route, _: self._plan_urls(route))
+        try:
+            await self._publish()
+        except _NOT_PUBLISHED as exc:
+            log.warning("the placement was not published: %s", exc)
 
     def _node_url(self, name: str, route: ModelRoute) -> str:
         return replica_url(self._nodes[name], route.config.backend)
@@ -198,3 +315,26 @@ class ClusterPlacement:
             route.pool.set_urls(urls, [default_metrics_url(kind, url) for url in urls])
             if self._on_change is not None:
                 self._on_change(route.name)
+
+
+def _plan_json(plan: DeploymentPlan, down: set[str], token: int) -> str:
+    return json.dumps({
+        "token": token,
+        "placements": [[p.model, p.index, p.node, list(p.gpus)] for p in plan.placements],
+        "unplaced": plan.unplaced,
+        "down": sorted(down),
+    })  # fmt: skip
+
+
+def _plan_from_json(raw: bytes | str) -> tuple[DeploymentPlan, set[str]] | None:
+    try:
+        data = json.loads(raw)
+        placements = [
+            ReplicaPlacement(str(model), int(index), str(node), tuple(int(g) for g in gpus))
+            for model, index, node, gpus in data["placements"]
+        ]
+        unplaced = {str(k): int(v) for k, v in data["unplaced"].items()}
+        return DeploymentPlan(placements, unplaced), {str(n) for n in data["down"]}
+    except (ValueError, KeyError, TypeError) as exc:
+        log.warning("the published placement cannot be read: %s", exc)
+        return None

@@ -8,7 +8,7 @@ know are left alone.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 
 import aiohttp
@@ -52,12 +52,17 @@ async def _call(session: aiohttp.ClientSession, url: str, verb: str, model: str)
 
 
 async def apply_plan(
-    cluster: ClusterConfig, plan: DeploymentPlan, nodes: Iterable[str] | None = None
+    cluster: ClusterConfig,
+    plan: DeploymentPlan,
+    nodes: Iterable[str] | None = None,
+    fence: Callable[[], Awaitable[None]] | None = None,
 ) -> list[Action]:
     """Make each node's Triton serve what `plan` places on it; the calls made, in order.
 
     Every load, on every node, comes before any unload, so a model that moves is served
     somewhere throughout. `nodes` limits the work to some nodes (the others may be down).
+    `fence` runs before every load and unload: it raises when this gateway may no longer
+    act (gateway.placement.leadership), and the calls stop there.
     """
     deployed = {d.model for d in cluster.deployments}
     wanted = set(nodes) if nodes is not None else {n.name for n in cluster.nodes}
@@ -67,10 +72,14 @@ async def apply_plan(
         present = {name: await loaded_models(session, url) for name, url in urls.items()}
         for name, url in urls.items():
             for model in sorted(plan.models_on(name) - present[name]):
+                if fence is not None:
+                    await fence()
                 await _call(session, url, "load", model)
                 actions.append(Action(name, "load", model))
         for name, url in urls.items():
             for model in sorted((present[name] & deployed) - plan.models_on(name)):
+                if fence is not None:
+                    await fence()
                 await _call(session, url, "unload", model)
                 actions.append(Action(name, "unload", model))
     return actions

@@ -168,7 +168,11 @@ class Runtime:
             admission.configure_model(route.name, route.config.queue.max_queued, _capacity(route))
             _follow_ejections(route, admission)
         placement = ClusterPlacement.load(
-            config.gateway, config.gateway_path, routes, on_change=admission.capacity_changed
+            config.gateway,
+            config.gateway_path,
+            routes,
+            on_change=admission.capacity_changed,
+            redis=redis,
         )
         discovery = ReplicaDiscovery(routes.values(), on_change=admission.capacity_changed)
         return cls(
