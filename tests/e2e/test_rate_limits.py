@@ -13,6 +13,8 @@ from typing import Any
 
 import aiohttp
 import pytest
+from redis import Redis as SyncRedis
+from redis.crc import key_slot
 
 from gateway.dev.processes import free_port, start_redis, stop
 from gateway.dev.sim.server import TritonSim
@@ -368,3 +370,63 @@ async def test_limits_hold_on_redis_cluster_and_embedded_fakeredis(
         stop(gw.process)
     assert results == {name: [200, 200, 429] for name in tenants}
     assert "gateway_ratelimit_redis_up 1.0" in exposition
+
+
+async def test_four_gateways_on_a_redis_cluster_admit_no_tenant_past_its_bound(
+    sims: tuple[TritonSim, TritonSim], tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """Issue 16: four gateway processes, two of them with two workers (six processes
+    deciding), share a three-primary Redis Cluster; several tenants, their keys on
+    different primaries, each sent far more than its bound through every gateway at once.
+    Each tenant's admitted total stays within its one bucket."""
+    ports: list[int] = request.getfixturevalue("redis_cluster")
+    redis = {"url": f"redis://127.0.0.1:{ports[0]}/0", "cluster": True,
+             "key_prefix": f"scale-{time.time_ns()}"}  # fmt: skip
+    burst, per_minute = 12, 60
+    names = ("north", "south", "east", "west", "centre")
+    tenants = {
+        name: tenant(name, ["*"], limits={"requests_per_minute": per_minute,
+                                          "burst_requests": burst})
+        for name in names
+    }  # fmt: skip
+    gateways = []
+    try:
+        for i, workers in enumerate((2, 2, 1, 1)):
+            gateways.append(
+                start_gateway(tmp_path / f"g{i}", small_model(sims), redis["url"],
+                              tenants=tenants, gateway={"redis": redis}, workers=workers)
+            )  # fmt: skip
+        async with aiohttp.ClientSession() as session:
+            started = time.monotonic()
+            results = await asyncio.gather(
+                *(
+                    chat(session, gw, name, max_tokens=1)
+                    for gw in gateways
+                    for name in names
+                    for _ in range(10)
+                )
+            )
+            elapsed = time.monotonic() - started
+    finally:
+        for gw in gateways:
+            stop(gw.process)
+    admitted: Counter[str] = Counter()
+    statuses = Counter(status for status, _, _ in results)
+    assert set(statuses) <= {200, 429}, statuses
+    per_request = [name for _ in gateways for name in names for _ in range(10)]
+    for name, (status, _, _) in zip(per_request, results, strict=True):
+        admitted[name] += status == 200
+    bound = burst + per_minute / 60 * elapsed + 1
+    print(f"four gateways on a Redis Cluster: {len(results)} requests in {elapsed:.2f} s, "
+          f"admitted per tenant {dict(admitted)}, bound {bound:.1f}")  # fmt: skip
+    for name in names:
+        assert burst <= admitted[name] <= bound, (name, admitted[name], bound)
+    # The tenants' buckets live on every one of the three primaries.
+    with SyncRedis(port=ports[0]) as node:
+        ranges = node.execute_command("CLUSTER SLOTS")
+    owners = {
+        name: next(port for start, end, (_, port, *_), *_ in ranges
+                   if start <= key_slot(f"{{{name}}}".encode()) <= end)
+        for name in names
+    }  # fmt: skip
+    assert len(set(owners.values())) == 3, owners
