@@ -25,9 +25,13 @@ the image itself is not built. Instead:
    the source tree is not importable) with the final stage's ENV: the Lua scripts load
    from the installed package, `gateway check-config` passes on the copied config, and
    `gateway serve` with the CMD's arguments (host and port moved to free loopback ones)
-   answers its probes and a request against the tests' Redis, writes nothing into the
-   image's directories (its root filesystem is read-only in Kubernetes) and shuts down
-   cleanly on SIGTERM.
+   answers its probes, the image's HEALTHCHECK command and a request against the tests'
+   Redis (through the rate limiter's Lua scripts), writes nothing into the image's
+   directories (its root filesystem is read-only in Kubernetes) and shuts down cleanly on
+   SIGTERM.
+
+Not covered without a build: the base image itself, the dependency versions a build
+resolves, and running as uid 10001 (these tests run as whoever runs them).
 """
 
 from __future__ import annotations
@@ -402,7 +406,7 @@ def test_the_entrypoint_checks_the_copied_config(image: ImageLayout) -> None:
 
 
 def test_the_entrypoint_serves_with_the_images_command(image: ImageLayout, redis_url: str) -> None:
-    api_port = free_port(span=2, start=ports.GATEWAYS)
+    api_port = free_port(span=2, start=ports.GATEWAYS, end=ports.CLUSTER_NODES)
     ops_port = api_port + 1
     # The Dockerfile's own entrypoint and command, with loopback ports of this test's own
     # instead of 0.0.0.0:8080 (and 8081 below); the Triton nodes of the shipped
@@ -434,6 +438,9 @@ def test_the_entrypoint_serves_with_the_images_command(image: ImageLayout, redis
     try:
         wait_http_ok(f"http://127.0.0.1:{ops_port}/livez", 30, process)
         wait_http_ok(f"http://127.0.0.1:{api_port}/readyz", 10, process)
+        (healthcheck,) = final.args("HEALTHCHECK")
+        probe = json.loads(healthcheck.split(" CMD ", 1)[1])
+        assert subprocess.run(probe, cwd=image.workdir, env=env, check=False).returncode == 0
         # Through authentication and the rate limiter (Redis' Lua scripts) to no replica.
         request = urllib.request.Request(
             f"http://127.0.0.1:{api_port}/v1/chat/completions",
