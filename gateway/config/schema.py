@@ -156,10 +156,17 @@ class PlacementConfig(Strict):
     # `none`: this gateway places them (one gateway). `redis`: the gateways elect one
     # leader through a lease in Redis, which places and publishes the placement; the
     # others serve from what it published (gateway/placement/leadership.py).
-    leader_election: Literal["none", "redis"] = "none"
+    # `kubernetes`: the same through a Kubernetes Lease object (coordination.k8s.io/v1).
+    leader_election: Literal["none", "redis", "kubernetes"] = "none"
     # The lease expires this long after its holder last renewed it (every third of it):
     # a dead leader is replaced within about this long.
     lease_ttl_s: PositiveFloat = 10.0
+    # With `kubernetes`: the Lease's name and namespace (default: $POD_NAMESPACE, else
+    # the pod's service-account namespace), and a kubeconfig file (default: the pod's
+    # service account in a cluster, else $KUBECONFIG or ~/.kube/config).
+    lease_name: str = "gateway-placement"
+    lease_namespace: str | None = None
+    kubeconfig: str | None = None
 
 
 class RedisFailureMode(StrEnum):
@@ -190,12 +197,26 @@ class Replica(Strict):
     metrics_url: HttpUrl | None = None
 
 
-class Discovery(Strict):
-    """A model's replicas from DNS: the A records of a name (a Kubernetes headless
-    Service: one per ready pod) with `port`, or the SRV records of a name (each names a
-    host and its port). Looked up again every `interval_s`."""
+class KubernetesEndpoints(Strict):
+    """A Service's ready endpoints, from its EndpointSlices in the Kubernetes API."""
 
-    dns: str
+    service: str
+    # The Service's port by name (`http`, `grpc`) or number.
+    port: str | PositiveInt
+    # Default: $POD_NAMESPACE, else the pod's service-account namespace.
+    namespace: str | None = None
+    # Default: the pod's service account inside a cluster, else $KUBECONFIG.
+    kubeconfig: str | None = None
+
+
+class Discovery(Strict):
+    """A model's replicas, looked up again every `interval_s`: from DNS (the A records of
+    a name, a Kubernetes headless Service's: one per ready pod, with `port`; or SRV
+    records, each naming a host and its port), or from a Service's EndpointSlices in the
+    Kubernetes API (`kubernetes`)."""
+
+    dns: str | None = None
+    kubernetes: KubernetesEndpoints | None = None
     record: Literal["A", "SRV"] = "A"
     port: PositiveInt | None = None  # with A records; SRV records carry their own
     scheme: Literal["http", "https"] = "http"  # for triton_http and openai backends
@@ -206,6 +227,10 @@ class Discovery(Strict):
 
     @model_validator(mode="after")
     def _port_for_a_records(self) -> Discovery:
+        if (self.dns is None) == (self.kubernetes is None):
+            raise ValueError("give one of dns and kubernetes")
+        if self.kubernetes is not None:
+            return self
         if self.record == "A" and self.port is None:
             raise ValueError("A records carry no port: set port (or use record: SRV)")
         if self.record == "SRV" and self.port is not None:

@@ -34,7 +34,12 @@ from gateway.config import BackendKind, GatewayConfig
 from gateway.config.cluster_config import ClusterConfig, ClusterNode, load_cluster
 from gateway.observability import metrics
 from gateway.placement.deployment import DeploymentPlan, ReplicaPlacement, plan_deployments
-from gateway.placement.leadership import LostLeadership, RedisLease
+from gateway.placement.leadership import (
+    LeaseUnavailable,
+    LostLeadership,
+    PlacementLease,
+    RedisLease,
+)
 from gateway.placement.triton_repository import RepositoryError, apply_plan
 from gateway.storage.redis_client import REDIS_ERRORS, RedisClient
 from gateway.upstream.route import ModelRoute
@@ -72,7 +77,7 @@ class ClusterPlacement:
         probe_interval_s: float,
         down_after: int,
         on_change: Callable[[str], None] | None = None,
-        lease: RedisLease | None = None,
+        lease: PlacementLease | None = None,
         redis: RedisClient | None = None,
     ) -> None:
         self.cluster = cluster
@@ -107,9 +112,14 @@ class ClusterPlacement:
         path = cluster_path(config, gateway_path)
         if path is None:
             return None
-        lease = None
-        if config.placement.leader_election == "redis" and redis is not None:
+        lease: PlacementLease | None = None
+        election = config.placement.leader_election
+        if election == "redis" and redis is not None:
             lease = RedisLease(redis, config.redis.key_prefix, config.placement.lease_ttl_s)
+        elif election == "kubernetes":
+            from gateway.placement.kubernetes_lease import KubernetesLease
+
+            lease = KubernetesLease(config.placement, config.redis.key_prefix)
         return cls(
             load_cluster(path),
             routes,
@@ -148,7 +158,7 @@ class ClusterPlacement:
         self._task = self._campaigner = None
         if self._lease is not None:
             # Another gateway takes over at once, not a lease's time later.
-            with contextlib.suppress(*REDIS_ERRORS):
+            with contextlib.suppress(LeaseUnavailable, *REDIS_ERRORS):
                 await self._lease.release()
         await self._session.close()
 
@@ -179,11 +189,10 @@ class ClusterPlacement:
         was, token = self._lease.held, self._lease.token
         try:
             await self._lease.campaign()
-        except REDIS_ERRORS as exc:
-            # Without Redis the lease cannot be renewed, nor fenced: stop acting now.
-            self._lease.token = 0
+        except LeaseUnavailable as exc:
+            # The lease can be neither renewed nor fenced: stop acting now.
             if was:
-                log.warning("placement leader (token %d) steps down: Redis: %s", token, exc)
+                log.warning("placement leader (token %d) steps down: %s", token, exc)
             return
         if self._lease.held and not was:
             log.warning(

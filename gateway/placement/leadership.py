@@ -1,4 +1,7 @@
-"""One placement leader among many gateways: a lease in Redis, fenced by a token.
+"""One placement leader among many gateways: a lease, fenced by a token.
+
+Two leases keep the same promise (`PlacementLease`): one in Redis (below), and a
+Kubernetes `Lease` object (gateway.placement.kubernetes_lease).
 
 Every gateway campaigns: it runs `lease_acquire.lua` every `ttl / 3`. The lease is a key
 that expires after `ttl`; the gateway holding it renews it, the others find it taken. A
@@ -19,10 +22,11 @@ import os
 import socket
 import uuid
 from dataclasses import dataclass
+from typing import Protocol
 
 from redis.commands.core import AsyncScript
 
-from gateway.storage.redis_client import RedisClient
+from gateway.storage.redis_client import REDIS_ERRORS, RedisClient
 from gateway.storage.scripts import read_script
 
 log = logging.getLogger("gateway.placement")
@@ -33,7 +37,36 @@ RELEASE_LUA = read_script("lease_release.lua")
 
 
 class LostLeadership(Exception):
-    """The lease is no longer this gateway's: it must not act."""
+    """The lease is no longer this gateway's (or cannot be checked): it must not act."""
+
+
+class LeaseUnavailable(Exception):
+    """The lease's store (Redis, the Kubernetes API) cannot be reached."""
+
+
+class PlacementLease(Protocol):
+    """What the placement controller needs of a lease."""
+
+    holder: str
+    token: int  # the fencing token while held, else 0
+    ttl_ms: int
+    keys: LeaseKeys  # where the placement is published (in Redis)
+
+    @property
+    def held(self) -> bool: ...
+
+    async def campaign(self) -> int:
+        """Take the lease if it is free or expired, renew it if it is ours; the token, or
+        0. LeaseUnavailable when its store cannot be reached."""
+        ...
+
+    async def fence(self) -> None:
+        """Raise LostLeadership unless the lease is still ours under our token."""
+        ...
+
+    async def release(self) -> None:
+        """Give the lease up now, if it is ours."""
+        ...
 
 
 def holder_id() -> str:
@@ -75,14 +108,21 @@ class RedisLease:
     async def campaign(self) -> int:
         """Take the lease if it is free, renew it if it is ours; the token, or 0."""
         keys = [self.keys.lease, self.keys.token]
-        self.token = int(await self._acquire(keys=keys, args=[self.holder, self.ttl_ms]))
+        try:
+            self.token = int(await self._acquire(keys=keys, args=[self.holder, self.ttl_ms]))
+        except REDIS_ERRORS as exc:
+            self.token = 0  # unrenewed, it may expire any moment: not ours to act on
+            raise LeaseUnavailable(f"Redis: {exc}") from exc
         return self.token
 
     async def fence(self) -> None:
         """Raise LostLeadership unless the lease is still ours under our token."""
         if not self.held:
             raise LostLeadership("not the placement leader")
-        ours = await self._check(keys=[self.keys.lease], args=[self.holder, self.token])
+        try:
+            ours = await self._check(keys=[self.keys.lease], args=[self.holder, self.token])
+        except REDIS_ERRORS as exc:
+            raise LostLeadership(f"the placement lease cannot be checked: {exc}") from exc
         if not ours:
             token, self.token = self.token, 0
             raise LostLeadership(f"the placement lease (token {token}) is no longer ours")

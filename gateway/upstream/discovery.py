@@ -1,14 +1,18 @@
-"""Replicas from DNS: a model's replica set kept up to date from its DNS records.
+"""Discovered replicas: a model's replica set kept up to date from DNS or from the
+Kubernetes API.
 
 In Kubernetes, a headless Service (`clusterIP: None`) has one A record per ready pod, and
-one SRV record per pod and named port. A model configured with `discovery` is looked up
-every `interval_s` (dnspython's resolver); when the answer differs, the model's pool gets
-the new set (`ReplicaPool.set_urls`). A replica that leaves the set serves the requests
+one SRV record per pod and named port; any Service has EndpointSlices that list its
+endpoints and whether each is ready. A model configured with `discovery` is looked up
+every `interval_s` (dnspython's resolver, or the EndpointSlices through
+kubernetes_asyncio); when the answer differs, the model's pool gets the new set
+(`ReplicaPool.set_urls`). A replica that leaves the set serves the requests
 it already has to their end: they hold it, the pool only stops choosing it. A replica
 that joins is health-checked like the others.
 
-A failed lookup (timeout, SERVFAIL, no records) keeps the set as it is: a DNS hiccup, or
-every pod restarting at once, must not empty a model's replicas. It is logged and counted
+A failed lookup (timeout, SERVFAIL, no records, no ready endpoint, the API unreachable)
+keeps the set as it is: a DNS hiccup, or every pod restarting at once, must not empty a
+model's replicas. It is logged and counted
 (`gateway_discovery_lookups_total{result}`).
 """
 
@@ -19,15 +23,20 @@ import contextlib
 import logging
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any, Protocol
 
+import aiohttp
 import dns.asyncresolver
 import dns.exception
 import dns.nameserver
 import dns.resolver
+from kubernetes_asyncio.client import ApiClient, DiscoveryV1Api
+from kubernetes_asyncio.client.exceptions import ApiException
 
 from gateway.backends.triton_metrics import default_metrics_url
-from gateway.config.schema import BackendKind, Discovery
+from gateway.config.schema import BackendKind, Discovery, KubernetesEndpoints
 from gateway.observability import metrics
+from gateway.upstream.kubernetes_api import api_client, pod_namespace
 from gateway.upstream.route import ModelRoute
 
 log = logging.getLogger("gateway.discovery")
@@ -64,8 +73,97 @@ def resolver_for(settings: Discovery) -> dns.asyncresolver.Resolver:
     return resolver
 
 
+class LookupFailed(Exception):
+    """The source did not answer with any replica."""
+
+
+class EndpointSource(Protocol):
+    """Where one model's replicas are looked up."""
+
+    async def endpoints(self) -> list[Endpoint]:
+        """The endpoints now, sorted; LookupFailed when there are none to be had."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+class DnsSource:
+    """A or SRV records, through dnspython."""
+
+    def __init__(self, settings: Discovery) -> None:
+        self._settings = settings
+        self._resolver = resolver_for(settings)
+
+    async def endpoints(self) -> list[Endpoint]:
+        try:
+            return await lookup(self._resolver, self._settings)
+        except _LOOKUP_ERRORS as exc:
+            raise LookupFailed(type(exc).__name__) from exc
+
+    async def close(self) -> None:
+        pass
+
+
+class EndpointSliceSource:
+    """The ready endpoints of a Service's EndpointSlices, through the Kubernetes API."""
+
+    def __init__(self, settings: KubernetesEndpoints, timeout_s: float) -> None:
+        self._settings = settings
+        self._namespace = pod_namespace(settings.namespace)
+        self._timeout_s = timeout_s
+        self._client: ApiClient | None = None
+
+    async def endpoints(self) -> list[Endpoint]:
+        try:
+            if self._client is None:
+                self._client = await api_client(self._settings.kubeconfig)
+            slices = await DiscoveryV1Api(self._client).list_namespaced_endpoint_slice(
+                self._namespace,
+                label_selector=f"kubernetes.io/service-name={self._settings.service}",
+                _request_timeout=self._timeout_s,
+            )
+        except (ApiException, aiohttp.ClientError, OSError, TimeoutError) as exc:
+            raise LookupFailed(f"{type(exc).__name__}: {exc}"[:200]) from exc
+        found = sorted(set(ready_endpoints(slices.items, self._settings.port)))
+        if not found:
+            raise LookupFailed(f"no ready endpoint of Service {self._settings.service}")
+        return found
+
+    async def close(self) -> None:
+        if self._client is not None:
+            await self._client.close()
+            self._client = None
+
+
+def ready_endpoints(slices: Iterable[Any], port: str | int) -> Iterable[Endpoint]:
+    """The addresses of each slice's ready endpoints, on the slice's port named (or
+    numbered) `port`. An endpoint whose `ready` condition is unset counts as ready, as
+    the API documents; a terminating one does not."""
+    for piece in slices:
+        numbers = [
+            p.port for p in piece.ports or ()
+            if p.port is not None and (p.name == port or p.port == port)
+        ]  # fmt: skip
+        if not numbers:
+            continue
+        for endpoint in piece.endpoints or ():
+            conditions = endpoint.conditions
+            if conditions is not None and conditions.ready is False:
+                continue
+            for address in endpoint.addresses or ():
+                yield Endpoint(address, numbers[0])
+
+
+def source_for(settings: Discovery) -> EndpointSource:
+    """The source a model's `discovery` names."""
+    if settings.kubernetes is not None:
+        return EndpointSliceSource(settings.kubernetes, settings.timeout_s)
+    return DnsSource(settings)
+
+
 async def lookup(resolver: dns.asyncresolver.Resolver, settings: Discovery) -> list[Endpoint]:
     """The endpoints the records name now, sorted; DNSException when there are none."""
+    assert settings.dns is not None
     timeout = settings.timeout_s
     if settings.record == "A":
         assert settings.port is not None  # the schema requires it with A records
@@ -87,8 +185,8 @@ class ReplicaDiscovery:
         self, routes: Iterable[ModelRoute], on_change: Callable[[str], None] | None = None
     ) -> None:
         self._routes = [route for route in routes if route.config.discovery is not None]
-        self._resolvers = {
-            route.name: resolver_for(route.config.discovery)  # type: ignore[arg-type]
+        self._sources = {
+            route.name: source_for(route.config.discovery)  # type: ignore[arg-type]
             for route in self._routes
         }
         self._on_change = on_change
@@ -103,13 +201,12 @@ class ReplicaDiscovery:
         settings = route.config.discovery
         assert settings is not None
         try:
-            endpoints = await lookup(self._resolvers[route.name], settings)
-        except _LOOKUP_ERRORS as exc:
+            endpoints = await self._sources[route.name].endpoints()
+        except LookupFailed as exc:
             metrics.DISCOVERY_LOOKUPS.labels(route.name, "failed").inc()
             log.warning(
-                "%s: DNS lookup of %s (%s) failed, keeping %d replica(s): %s",
-                route.name, settings.dns, settings.record, len(route.pool.replicas),
-                type(exc).__name__,
+                "%s: looking up %s failed, keeping %d replica(s): %s",
+                route.name, _named(settings), len(route.pool.replicas), exc,
             )  # fmt: skip
             return False
         metrics.DISCOVERY_LOOKUPS.labels(route.name, "ok").inc()
@@ -120,8 +217,8 @@ class ReplicaDiscovery:
             return False
         route.pool.set_urls(urls, [default_metrics_url(backend, url) for url in urls])
         log.warning(
-            "%s: replicas from DNS %s: %s (were %s)",
-            route.name, settings.dns, ", ".join(urls) or "none", ", ".join(current) or "none",
+            "%s: replicas from %s: %s (were %s)",
+            route.name, _named(settings), ", ".join(urls) or "none", ", ".join(current) or "none",
             extra={"fields": {"event": "replicas_discovered", "model": route.name,
                               "replicas": urls}},
         )  # fmt: skip
@@ -147,3 +244,12 @@ class ReplicaDiscovery:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._tasks = []
+        for source in self._sources.values():
+            await source.close()
+
+
+def _named(settings: Discovery) -> str:
+    """What was looked up, for the log: `DNS <name>` or `EndpointSlices of <Service>`."""
+    if settings.kubernetes is not None:
+        return f"EndpointSlices of {settings.kubernetes.service}"
+    return f"DNS {settings.dns}"

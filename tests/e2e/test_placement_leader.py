@@ -1,5 +1,6 @@
 """Many gateways, one placement (issue 16): three gateways elect one placement leader
-through a lease in Redis; the others serve from the placement it publishes. When the
+through a lease (in Redis, or a Kubernetes Lease on a stand-in API server: no
+kube-apiserver runs here); the others serve from the placement it publishes. When the
 leader dies another takes over within the lease's time; a leader that stalled past its
 lease is fenced off before its next repository call."""
 
@@ -9,6 +10,7 @@ import asyncio
 import os
 import re
 import signal
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,16 +22,19 @@ from openai import OpenAI
 from redis.asyncio import Redis
 
 from gateway.config.cluster_config import load_cluster
-from gateway.dev.processes import stop
+from gateway.dev.processes import free_port, spawn, stop, wait_listening
 from gateway.dev.sim.server import TritonSim
 from gateway.placement.deployment import DeploymentPlan
 from gateway.placement.leadership import LostLeadership, RedisLease
 from gateway.placement.triton_repository import apply_plan, loaded_models
+from tests import ports
 from tests.e2e.conftest import two_sims
 from tests.e2e.stack import KEYS, Gateway, model, start_gateway
+from tests.fake_kube_api import kubeconfig
 from tests.polling import wait_until
 
-LEASE_TTL_S = 1.5
+# The Kubernetes Lease counts whole seconds.
+LEASE_TTL_S = {"redis": 1.5, "kubernetes": 2.0}
 LEADER = re.compile(r"placement leader: \S+ \(token (\d+)\)")
 
 
@@ -48,7 +53,11 @@ def cluster_yaml(a: TritonSim, b: TritonSim) -> str:
 
 
 def start_one(
-    tmp: Path, nodes: tuple[TritonSim, TritonSim], redis_url: str, prefix: str
+    tmp: Path,
+    nodes: tuple[TritonSim, TritonSim],
+    redis_url: str,
+    prefix: str,
+    placement: dict[str, object],
 ) -> Gateway:
     tmp.mkdir(parents=True)
     (tmp / "cluster.yaml").write_text(cluster_yaml(*nodes))
@@ -59,20 +68,47 @@ def start_one(
         "cluster_file": "cluster.yaml",
         "node_probe_interval_s": 0.3,
         "node_down_after": 2,
-        "placement": {"leader_election": "redis", "lease_ttl_s": LEASE_TTL_S},
+        "placement": placement,
     }
     return start_gateway(tmp, {"llm-small": placed}, redis_url, gateway=settings)
 
 
 @pytest.fixture
+def kubernetes_api(tmp_path: Path) -> Iterator[Path]:
+    """A stand-in Kubernetes API server process; its kubeconfig."""
+    port = free_port(start=ports.DNS_SERVERS, end=ports.DNS_SERVERS + 500)
+    process = spawn([sys.executable, "-m", "tests.fake_kube_api", "--port", str(port)])
+    try:
+        wait_listening(process, port, "fake Kubernetes API")
+        yield kubeconfig(tmp_path / "kubeconfig", port, namespace="gateway-test")
+    finally:
+        stop(process)
+
+
+@pytest.fixture(params=["redis", "kubernetes"])
+def election(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
 def gateways(
-    nodes: tuple[TritonSim, TritonSim], redis_url: str, tmp_path: Path
+    nodes: tuple[TritonSim, TritonSim],
+    redis_url: str,
+    tmp_path: Path,
+    election: str,
+    request: pytest.FixtureRequest,
 ) -> Iterator[list[Gateway]]:
     prefix = f"leader-{time.time_ns()}"
+    placement: dict[str, object] = {
+        "leader_election": election,
+        "lease_ttl_s": LEASE_TTL_S[election],
+    }
+    if election == "kubernetes":
+        placement["kubeconfig"] = str(request.getfixturevalue("kubernetes_api"))
     started: list[Gateway] = []
     try:
         for i in range(3):
-            started.append(start_one(tmp_path / f"gw{i}", nodes, redis_url, prefix))
+            started.append(start_one(tmp_path / f"gw{i}", nodes, redis_url, prefix, placement))
         yield started
     finally:
         for gateway in started:
@@ -95,8 +131,9 @@ def answers(gateway: Gateway) -> bool:
 
 
 async def test_one_leader_places_and_another_takes_over_when_it_dies(
-    gateways: list[Gateway],
+    gateways: list[Gateway], election: str
 ) -> None:
+    ttl = LEASE_TTL_S[election]
     leaders = [g for g in gateways if tokens(g)]
     assert len(leaders) == 1, [tokens(g) for g in gateways]
     [leader] = leaders
@@ -112,20 +149,21 @@ async def test_one_leader_places_and_another_takes_over_when_it_dies(
     async def taken_over() -> bool:
         return any(tokens(g) for g in survivors)
 
-    await wait_until(taken_over, timeout_s=4 * LEASE_TTL_S)
+    await wait_until(taken_over, timeout_s=4 * ttl)
     took = time.monotonic() - killed
     new_leaders = [g for g in survivors if tokens(g)]
     assert len(new_leaders) == 1
     assert tokens(new_leaders[0]) == [first_token + 1]
     for gateway in survivors:
         assert answers(gateway)
-    print(f"placement leader replaced {took:.2f} s after the leader was killed "
-          f"(lease {LEASE_TTL_S} s, renewed every {LEASE_TTL_S / 3:.2f} s)")  # fmt: skip
+    print(f"{election}: placement leader replaced {took:.2f} s after the leader was killed "
+          f"(lease {ttl} s, renewed every {ttl / 3:.2f} s)")  # fmt: skip
 
 
 async def test_a_leader_that_stalled_past_its_lease_steps_down_and_acts_no_more(
-    gateways: list[Gateway],
+    gateways: list[Gateway], election: str
 ) -> None:
+    ttl = LEASE_TTL_S[election]
     [leader] = [g for g in gateways if tokens(g)]
     os.kill(leader.process.pid, signal.SIGSTOP)  # a pause longer than the lease
     others = [g for g in gateways if g is not leader]
@@ -133,14 +171,14 @@ async def test_a_leader_that_stalled_past_its_lease_steps_down_and_acts_no_more(
     async def taken_over() -> bool:
         return any(tokens(g) for g in others)
 
-    await wait_until(taken_over, timeout_s=4 * LEASE_TTL_S)
+    await wait_until(taken_over, timeout_s=4 * ttl)
     acted_before = leader.log.count("placement: node-")
     os.kill(leader.process.pid, signal.SIGCONT)
 
     async def stepped_down() -> bool:
         return "lost the lease: following" in leader.log or "no longer ours" in leader.log
 
-    await wait_until(stepped_down, timeout_s=4 * LEASE_TTL_S)
+    await wait_until(stepped_down, timeout_s=4 * ttl)
     assert leader.log.count("placement: node-") == acted_before
     assert sum(1 for g in others if tokens(g)) == 1
 

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 
 import pytest
 
 from gateway.config import ModelConfig
 from gateway.config.schema import BackendKind, Discovery
+from gateway.dev.processes import free_port
 from gateway.serving.runtime import _route
 from gateway.upstream.discovery import ReplicaDiscovery
+from tests import ports
 from tests.dns_server import Zone, dns_server
+from tests.fake_kube_api import FakeApi, kubeconfig, serving
 
 
 @pytest.fixture
@@ -81,3 +85,60 @@ def test_a_records_need_a_port_and_srv_records_refuse_one() -> None:
         Discovery.model_validate({"dns": "x"})
     with pytest.raises(ValueError, match="SRV records carry their own port"):
         Discovery.model_validate({"dns": "x", "record": "SRV", "port": 1})
+
+
+@pytest.fixture
+async def kube(tmp_path: Path) -> AsyncIterator[tuple[FakeApi, str]]:
+    port = free_port(start=ports.DNS_SERVERS, end=ports.DNS_SERVERS + 500)
+    async with serving(port) as fake:
+        yield fake, str(kubeconfig(tmp_path / "kubeconfig", port))
+
+
+async def test_endpointslices_give_the_ready_endpoints_on_the_named_port(
+    kube: tuple[FakeApi, str],
+) -> None:
+    fake, config_path = kube
+    fake.set_endpoints("ml", "triton-llm", "grpc", [("10.0.0.1", 8001, True),
+                                                    ("10.0.0.2", 8001, False),
+                                                    ("10.0.0.3", 8001, True)])  # fmt: skip
+    settings = {"kubernetes": {"service": "triton-llm", "port": "grpc", "namespace": "ml",
+                               "kubeconfig": config_path}}  # fmt: skip
+    route = _route("m", ModelConfig.model_validate({"backend": "triton_grpc",
+                                                    "discovery": settings}))  # fmt: skip
+    discovery = ReplicaDiscovery([route])
+    try:
+        assert await discovery.refresh(route) is True
+        # The pod that is not ready (still loading its model) is left out.
+        assert [r.url for r in route.pool.replicas] == ["10.0.0.1:8001", "10.0.0.3:8001"]
+        fake.set_endpoints("ml", "triton-llm", "grpc", [("10.0.0.3", 8001, True)])
+        assert await discovery.refresh(route) is True
+        assert [r.url for r in route.pool.replicas] == ["10.0.0.3:8001"]
+        fake.set_endpoints("ml", "triton-llm", "grpc", [])  # every pod restarting
+        assert await discovery.refresh(route) is False
+        assert [r.url for r in route.pool.replicas] == ["10.0.0.3:8001"]
+    finally:
+        await discovery.stop()
+
+
+async def test_an_unreachable_kubernetes_api_keeps_the_replicas(tmp_path: Path) -> None:
+    port = free_port(start=ports.DNS_SERVERS, end=ports.DNS_SERVERS + 500)  # nothing there
+    settings = {"kubernetes": {"service": "s", "port": 8000, "namespace": "ml",
+                               "kubeconfig": str(kubeconfig(tmp_path / "kc", port))}}  # fmt: skip
+    route = _route("m", ModelConfig.model_validate({
+        "backend": "triton_http", "replicas": [{"url": "http://10.0.0.9:8000"}],
+        "discovery": settings,
+    }))  # fmt: skip
+    discovery = ReplicaDiscovery([route])
+    try:
+        assert await discovery.refresh(route) is False
+        assert [r.url for r in route.pool.replicas] == ["http://10.0.0.9:8000"]
+    finally:
+        await discovery.stop()
+
+
+def test_discovery_names_one_source() -> None:
+    with pytest.raises(ValueError, match="give one of dns and kubernetes"):
+        Discovery.model_validate({"port": 1})
+    with pytest.raises(ValueError, match="give one of dns and kubernetes"):
+        Discovery.model_validate({"dns": "x", "port": 1,
+                                  "kubernetes": {"service": "s", "port": "http"}})  # fmt: skip
