@@ -367,6 +367,13 @@ class ModelConfig(Strict):
     replicas: list[Replica] = Field(default_factory=list)
     # Replicas from DNS instead, kept up to date (gateway/upstream/discovery.py).
     discovery: Discovery | None = None
+
+    @model_validator(mode="after")
+    def _one_source_of_replicas(self) -> ModelConfig:
+        if self.replicas and self.discovery is not None:
+            raise ValueError("replicas and discovery exclude each other: choose one")
+        return self
+
     # A built-in template name (see gateway/inference/prompt.py) or a Jinja template.
     prompt_template: str = "chatml"
     max_tokens_default: PositiveInt = 256

@@ -42,12 +42,14 @@ from gateway.placement.leadership import (
 )
 from gateway.placement.triton_repository import RepositoryError, apply_plan
 from gateway.storage.redis_client import REDIS_ERRORS, RedisClient
+from gateway.storage.scripts import read_script
 from gateway.upstream.route import ModelRoute
 
 log = logging.getLogger("gateway.placement")
 
 PROBE_TIMEOUT_S = 1.0
 _NOT_PUBLISHED: tuple[type[BaseException], ...] = (LostLeadership, *REDIS_ERRORS)
+PUBLISH_LUA = read_script("lease_publish.lua")
 
 
 def cluster_path(config: GatewayConfig, gateway_path: str) -> str | None:
@@ -94,6 +96,8 @@ class ClusterPlacement:
         self._task: asyncio.Task[None] | None = None
         self._lease = lease
         self._redis = redis
+        self._publish_script = redis.register_script(PUBLISH_LUA) if redis is not None else None
+        self._last_token = 0  # the token this gateway last led under
         self._campaigner: asyncio.Task[None] | None = None
         self._taking_over = False  # just elected: place (from the published plan) at once
         # Deployed but not served through the gateway: placed and loaded all the same.
@@ -141,14 +145,15 @@ class ClusterPlacement:
             log.warning("deployed, not in gateway.yaml's models: %s", ", ".join(self.unrouted))
         if self._lease is not None:
             await self._campaign_once()
+            # Renewing from now on: the first placement may load models for longer than
+            # the lease lasts.
+            self._campaigner = asyncio.create_task(self._campaign(self._lease.ttl_ms / 3000))
         await self._probe_all()
         if self.leading:
             await self._replace()
         else:
             await self._follow()
         self._task = asyncio.create_task(self._watch())
-        if self._lease is not None:
-            self._campaigner = asyncio.create_task(self._campaign(self._lease.ttl_ms / 3000))
 
     async def stop(self) -> None:
         for task in (self._task, self._campaigner):
@@ -171,6 +176,10 @@ class ClusterPlacement:
                     await self._follow()
                 elif changed or self.plan.unplaced or self._taking_over:
                     await self._replace()
+                elif self._lease is not None:
+                    # Again every round: a publish that failed once is not lost, and a
+                    # stale leader's late write is replaced.
+                    await self._publish_safely()
             except Exception:  # the watch must go on
                 log.exception("placing the cluster's deployments failed")
 
@@ -180,7 +189,12 @@ class ClusterPlacement:
         while True:
             await asyncio.sleep(every_s)
             was = self.leading
-            await self._campaign_once()
+            try:
+                await self._campaign_once()
+            except Exception:  # the campaign must go on; never act on an unknown state
+                assert self._lease is not None
+                self._lease.token = 0
+                log.exception("campaigning for the placement lease failed")
             if self.leading and not was:
                 self._taking_over = True
 
@@ -194,7 +208,8 @@ class ClusterPlacement:
             if was:
                 log.warning("placement leader (token %d) steps down: %s", token, exc)
             return
-        if self._lease.held and not was:
+        if self._lease.held and self._lease.token != self._last_token:
+            self._last_token = self._lease.token
             log.warning(
                 "placement leader: %s (token %d)",
                 self._lease.holder,
@@ -202,17 +217,30 @@ class ClusterPlacement:
                 extra={"fields": {"event": "placement_leader", "token": self._lease.token}},
             )
             await self._adopt_published()
-        elif was and not self._lease.held:
+        elif self._lease.held and not was:
+            # Our own lease again after a failed renewal, under the same token: nobody
+            # else led meanwhile, so our placement stands.
+            log.warning("placement leader again (token %d)", self._lease.token)
+        elif token and not self._lease.held:
             log.warning("placement leader (token %d) lost the lease: following", token)
 
     async def _publish(self) -> None:
-        """Tell the other gateways the placement (only under our lease)."""
+        """Tell the other gateways the placement (only under our lease, and never over a
+        newer leader's: lease_publish.lua compares the tokens)."""
         if self._lease is None or self._redis is None:
             return
         await self._lease.fence()
-        await self._redis.set(
-            self._lease.keys.plan, _plan_json(self.plan, self.down, self._lease.token)
+        assert self._publish_script is not None
+        await self._publish_script(
+            keys=[self._lease.keys.plan],
+            args=[self._lease.token, _plan_json(self.plan, self.down, self._lease.token)],
         )
+
+    async def _publish_safely(self) -> None:
+        try:
+            await self._publish()
+        except _NOT_PUBLISHED as exc:
+            log.warning("the placement was not published: %s", exc)
 
     async def _published(self) -> tuple[DeploymentPlan, set[str]] | None:
         if self._lease is None or self._redis is None:
@@ -234,10 +262,11 @@ class ClusterPlacement:
         published = await self._published()
         if published is None:
             return
-        plan, down = published
-        if plan.placements != self.plan.placements or down != self.down:
-            self.plan, self.down = plan, down
-            self._point_pools(lambda route, _: self._plan_urls(route))
+        plan, _ = published
+        # The leader's placement, less the nodes this gateway finds down itself (its own
+        # probes: its `down` is not overwritten by the leader's view).
+        self.plan = plan
+        self._point_pools(lambda route, _: self._without_down_nodes(route, self._plan_urls(route)))
 
     async def _probe_all(self) -> bool:
         """Probe every node; True when a node went down or came back."""
@@ -293,10 +322,7 @@ class ClusterPlacement:
             unplaced = plan.unplaced.get(deployment.model, 0)
             metrics.labels(metrics.REPLICAS_UNPLACED, deployment.model).set(unplaced)
         self._point_pools(lambda route, _: self._plan_urls(route))
-        try:
-            await self._publish()
-        except _NOT_PUBLISHED as exc:
-            log.warning("the placement was not published: %s", exc)
+        await self._publish_safely()
 
     def _node_url(self, name: str, route: ModelRoute) -> str:
         return replica_url(self._nodes[name], route.config.backend)

@@ -26,16 +26,20 @@ from typing import Any
 import aiohttp
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
+from kubernetes_asyncio.config import ConfigException
 
 from gateway.config.schema import PlacementConfig
 from gateway.placement.leadership import LeaseKeys, LeaseUnavailable, LostLeadership, holder_id
 from gateway.upstream.kubernetes_api import api_client, pod_namespace
 
-_UNREACHABLE = (ApiException, aiohttp.ClientError, OSError, TimeoutError)
+# ConfigException: no kubeconfig, or no service-account token in the pod.
+_UNREACHABLE = (ApiException, ConfigException, aiohttp.ClientError, OSError, TimeoutError)
 
 
 def _now() -> datetime.datetime:
-    return datetime.datetime.now(datetime.UTC)
+    now = datetime.datetime.now(datetime.UTC)
+    # isoformat() drops a zero fraction, and the API server's MicroTime wants one.
+    return now.replace(microsecond=now.microsecond or 1)
 
 
 class KubernetesLease:
@@ -47,6 +51,9 @@ class KubernetesLease:
         self.ttl_ms = max(1000, round(settings.lease_ttl_s * 1000))
         self.token = 0
         self._duration_s = max(1, round(settings.lease_ttl_s))
+        # Each API call within a third of the lease: a hung connection must not keep a
+        # leader that can no longer renew believing it leads.
+        self._timeout_s = max(0.5, settings.lease_ttl_s / 3)
         self._name = settings.lease_name
         self._namespace = pod_namespace(settings.lease_namespace)
         self._kubeconfig = settings.kubeconfig
@@ -78,7 +85,9 @@ class KubernetesLease:
     async def _campaign(self) -> int:
         api = await self._coordination()
         try:
-            lease = await api.read_namespaced_lease(self._name, self._namespace)
+            lease = await api.read_namespaced_lease(
+                self._name, self._namespace, _request_timeout=self._timeout_s
+            )
         except ApiException as exc:
             if exc.status != 404:
                 raise
@@ -106,7 +115,9 @@ class KubernetesLease:
             ),
         )  # fmt: skip
         try:
-            await api.create_namespaced_lease(self._namespace, body)
+            await api.create_namespaced_lease(
+                self._namespace, body, _request_timeout=self._timeout_s
+            )
         except ApiException as exc:
             if exc.status == 409:
                 return 0  # another gateway created it first
@@ -125,7 +136,9 @@ class KubernetesLease:
             spec.acquire_time = now
         try:
             # The resourceVersion read goes with it: a write in between makes this a 409.
-            await api.replace_namespaced_lease(self._name, self._namespace, lease)
+            await api.replace_namespaced_lease(
+                self._name, self._namespace, lease, _request_timeout=self._timeout_s
+            )
         except ApiException as exc:
             if exc.status == 409:
                 return 0
@@ -138,7 +151,9 @@ class KubernetesLease:
             raise LostLeadership("not the placement leader")
         try:
             api = await self._coordination()
-            lease = await api.read_namespaced_lease(self._name, self._namespace)
+            lease = await api.read_namespaced_lease(
+                self._name, self._namespace, _request_timeout=self._timeout_s
+            )
         except _UNREACHABLE as exc:
             raise LostLeadership(f"the placement Lease cannot be read: {_reason(exc)}") from exc
         spec = lease.spec
@@ -154,10 +169,14 @@ class KubernetesLease:
         self.token = 0
         try:
             api = await self._coordination()
-            lease = await api.read_namespaced_lease(self._name, self._namespace)
+            lease = await api.read_namespaced_lease(
+                self._name, self._namespace, _request_timeout=self._timeout_s
+            )
             if lease.spec.holder_identity == self.holder:
                 lease.spec.holder_identity = None  # type: ignore[assignment]  # optional
-                await api.replace_namespaced_lease(self._name, self._namespace, lease)
+                await api.replace_namespaced_lease(
+                    self._name, self._namespace, lease, _request_timeout=self._timeout_s
+                )
         except _UNREACHABLE as exc:
             raise LeaseUnavailable(f"the Kubernetes API: {_reason(exc)}") from exc
         finally:

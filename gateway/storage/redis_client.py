@@ -64,6 +64,8 @@ def _sentinel_primary(settings: RedisConfig) -> Redis:
     # The URL's database number and credentials; its host is the sentinels' business.
     parsed = parse_url(settings.url)  # type: ignore[no-untyped-call]
     options = {k: v for k, v in parsed.items() if k in ("db", "username", "password")}
+    if settings.url.startswith("rediss://"):
+        options["ssl"] = True  # TLS to the primary (the sentinels are asked in plain text)
     timeouts = {
         "socket_timeout": settings.socket_timeout_s,
         "socket_connect_timeout": settings.socket_timeout_s,

@@ -32,6 +32,7 @@ import dns.nameserver
 import dns.resolver
 from kubernetes_asyncio.client import ApiClient, DiscoveryV1Api
 from kubernetes_asyncio.client.exceptions import ApiException
+from kubernetes_asyncio.config import ConfigException
 
 from gateway.backends.triton_metrics import default_metrics_url
 from gateway.config.schema import BackendKind, Discovery, KubernetesEndpoints
@@ -122,7 +123,7 @@ class EndpointSliceSource:
                 label_selector=f"kubernetes.io/service-name={self._settings.service}",
                 _request_timeout=self._timeout_s,
             )
-        except (ApiException, aiohttp.ClientError, OSError, TimeoutError) as exc:
+        except (ApiException, ConfigException, aiohttp.ClientError, OSError, TimeoutError) as exc:
             raise LookupFailed(f"{type(exc).__name__}: {exc}"[:200]) from exc
         found = sorted(set(ready_endpoints(slices.items, self._settings.port)))
         if not found:
@@ -172,9 +173,14 @@ async def lookup(resolver: dns.asyncresolver.Resolver, settings: Discovery) -> l
     answer = await resolver.resolve(settings.dns, "SRV", lifetime=timeout)
     endpoints: set[Endpoint] = set()
     for record in answer:
-        target = record.target.to_text().rstrip(".")
-        addresses = await resolver.resolve(target, "A", lifetime=timeout)
+        # One target that does not resolve (a pod going away) leaves the others.
+        try:
+            addresses = await resolver.resolve(record.target, "A", lifetime=timeout)
+        except _LOOKUP_ERRORS:
+            continue
         endpoints.update(Endpoint(a.address, record.port) for a in addresses)
+    if not endpoints:
+        raise dns.exception.DNSException(f"no target of {settings.dns} resolves")  # type: ignore[no-untyped-call]
     return sorted(endpoints)
 
 
@@ -235,7 +241,10 @@ class ReplicaDiscovery:
         assert route.config.discovery is not None
         while True:
             await asyncio.sleep(route.config.discovery.interval_s)
-            await self.refresh(route)
+            try:
+                await self.refresh(route)
+            except Exception:  # discovery must go on
+                log.exception("%s: looking up its replicas failed", route.name)
 
     async def stop(self) -> None:
         for task in self._tasks:

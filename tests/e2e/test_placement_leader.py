@@ -24,6 +24,7 @@ from redis.asyncio import Redis
 from gateway.config.cluster_config import load_cluster
 from gateway.dev.processes import free_port, spawn, stop, wait_listening
 from gateway.dev.sim.server import TritonSim
+from gateway.placement.controller import PUBLISH_LUA
 from gateway.placement.deployment import DeploymentPlan
 from gateway.placement.leadership import LostLeadership, RedisLease
 from gateway.placement.triton_repository import apply_plan, loaded_models
@@ -208,6 +209,11 @@ async def test_every_repository_call_is_fenced(
             after = {n.name: await loaded_models(session, n.base_url) for n in cluster.nodes}
         assert after == before
         await fresh.fence()  # the holder's own check passes
+        # A placement published under token 2 is not overwritten by token 1's late write.
+        publish = redis.register_script(PUBLISH_LUA)
+        assert await publish(keys=[fresh.keys.plan], args=[2, '{"token": 2}']) == 1
+        assert await publish(keys=[fresh.keys.plan], args=[1, '{"token": 1}']) == 0
+        assert await redis.get(fresh.keys.plan) == b'{"token": 2}'
     finally:
         await fresh.release()
         await redis.aclose()

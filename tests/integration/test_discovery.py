@@ -124,10 +124,9 @@ async def test_an_unreachable_kubernetes_api_keeps_the_replicas(tmp_path: Path) 
     port = free_port(start=ports.DNS_SERVERS, end=ports.DNS_SERVERS + 500)  # nothing there
     settings = {"kubernetes": {"service": "s", "port": 8000, "namespace": "ml",
                                "kubeconfig": str(kubeconfig(tmp_path / "kc", port))}}  # fmt: skip
-    route = _route("m", ModelConfig.model_validate({
-        "backend": "triton_http", "replicas": [{"url": "http://10.0.0.9:8000"}],
-        "discovery": settings,
-    }))  # fmt: skip
+    route = _route("m", ModelConfig.model_validate({"backend": "triton_http",
+                                                    "discovery": settings}))  # fmt: skip
+    route.pool.set_urls(["http://10.0.0.9:8000"])  # as an earlier lookup found them
     discovery = ReplicaDiscovery([route])
     try:
         assert await discovery.refresh(route) is False
@@ -142,3 +141,24 @@ def test_discovery_names_one_source() -> None:
     with pytest.raises(ValueError, match="give one of dns and kubernetes"):
         Discovery.model_validate({"dns": "x", "port": 1,
                                   "kubernetes": {"service": "s", "port": "http"}})  # fmt: skip
+
+
+def test_replicas_and_discovery_exclude_each_other() -> None:
+    with pytest.raises(ValueError, match="replicas and discovery exclude each other"):
+        ModelConfig.model_validate({
+            "backend": "triton_http", "replicas": [{"url": "http://10.0.0.9:8000"}],
+            "discovery": {"dns": "x", "port": 8000},
+        })  # fmt: skip
+
+
+async def test_an_srv_target_that_does_not_resolve_leaves_the_others(
+    dns: tuple[str, Zone],
+) -> None:
+    nameserver, zone = dns
+    zone.set_a("pod-a.example.internal", ["127.0.0.1"])
+    zone.set_srv("_http._tcp.t.example.internal",
+                 [("pod-a.example.internal", 8000), ("gone.example.internal", 9000)])  # fmt: skip
+    route = _route("m", model("triton_http", nameserver, dns="_http._tcp.t.example.internal",
+                              record="SRV"))  # fmt: skip
+    await ReplicaDiscovery([route]).refresh(route)
+    assert [r.url for r in route.pool.replicas] == ["http://127.0.0.1:8000"]
