@@ -117,6 +117,7 @@ async def test_generate_is_deterministic(sim: TritonSim, http: aiohttp.ClientSes
         "text_output",
         "num_input_tokens",
         "num_output_tokens",
+        "num_cached_tokens",
     }
     words = expected(PROMPT)
     assert first["text_output"] == "".join(words) == again["text_output"]
@@ -314,3 +315,28 @@ def test_run_triton_sim_stops_on_sigint_even_if_ignored() -> None:
             child.wait()
     assert processes_mentioning(workdir) == []
     assert shm_entries(prefix) == []
+
+
+async def test_the_prefix_cache_serves_a_repeated_prefix_and_reports_it(
+    sim: TritonSim, http: aiohttp.ClientSession
+) -> None:
+    """Issue 17's first piece: a prompt's full 16-token blocks are cached per replica;
+    the next prompt on the same prefix reports them cached, and Triton's custom metrics
+    count the lookups, the hits and the cache's usage."""
+    system = f"You are the assistant of tenant {random.random()}. " * 12  # own prefix
+    _, first = await generate(http, sim, {"text_input": system + "First question?"})
+    _, second = await generate(http, sim, {"text_input": system + "Second, longer question?"})
+    block_tokens = 16
+    prefix_blocks = len(system.encode()) // (4 * block_tokens)
+    assert first["num_cached_tokens"] == 0
+    assert second["num_cached_tokens"] == prefix_blocks * block_tokens
+    async with http.get(sim.metrics_url) as response:
+        exposition = await response.text()
+    values = {
+        line.split("{")[0]: float(line.rsplit(" ", 1)[1])
+        for line in exposition.splitlines()
+        if line.startswith("sim_prefix_cache") and f'model="{MODEL}"' in line
+    }
+    assert values["sim_prefix_cache_hits_total"] >= prefix_blocks * block_tokens
+    assert values["sim_prefix_cache_queries_total"] > values["sim_prefix_cache_hits_total"]
+    assert 0 < values["sim_prefix_cache_usage"] < 1

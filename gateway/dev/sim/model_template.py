@@ -18,7 +18,16 @@ Request parameters (JSON): seed (changes the text), stop (JSON list of strings, 
 plain string), return_log_probs (TensorRT-LLM's name: the tokens' log probabilities);
 temperature, top_p and anything else are accepted and ignored.
 Model config parameters (string values, seconds): token_delay, prefill_per_char;
-replay_file (a path): the model replays recorded answers instead (`replay_pieces`).
+replay_file (a path): the model replays recorded answers instead (`replay_pieces`);
+prefix_cache_blocks (0: no cache) and block_tokens: the prefix cache (`PrefixCache`).
+
+A prefix cache, as vLLM's automatic prefix caching keeps one: the prompt's full blocks of
+`block_tokens` tokens (four bytes a token), each named by a hash chained from the start of
+the prompt, kept in an LRU of `prefix_cache_blocks` blocks. Prefill is charged only for
+the bytes after the cached prefix; each response reports `num_cached_tokens`, and the
+model exports Triton custom metrics: sim_prefix_cache_queries_total and
+sim_prefix_cache_hits_total (prompt tokens looked up, and found), sim_prefix_cache_usage
+(the share of the cache's blocks in use).
 """
 
 from __future__ import annotations
@@ -29,6 +38,7 @@ import hashlib
 import json
 import math
 import re
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -236,6 +246,46 @@ def replay_pieces(prompt: bytes, recordings: Any, max_tokens: int) -> Replay:
     return Replay(kept, first, None if delay is None else float(delay))
 
 
+class PrefixCache:
+    """The KV blocks of the prompts a replica served, by chained block hash, in LRU order."""
+
+    def __init__(self, capacity_blocks: int, block_tokens: int = 16) -> None:
+        self.capacity = capacity_blocks
+        self.block_bytes = 4 * block_tokens
+        self._blocks: OrderedDict[bytes, None] = OrderedDict()
+
+    @property
+    def usage(self) -> float:
+        return len(self._blocks) / self.capacity if self.capacity else 0.0
+
+    def block_hashes(self, prompt: bytes) -> list[bytes]:
+        """One hash per full block, each chained to the one before: a block is the same
+        only after the same prefix."""
+        hashes, previous = [], b""
+        for start in range(0, len(prompt) - self.block_bytes + 1, self.block_bytes):
+            previous = hashlib.sha256(previous + prompt[start : start + self.block_bytes]).digest()
+            hashes.append(previous)
+        return hashes
+
+    def lookup_and_store(self, prompt: bytes) -> int:
+        """Bytes of `prompt` whose KV blocks are cached (its longest cached prefix of full
+        blocks); then every full block of it is cached, most recent last."""
+        if not self.capacity:
+            return 0
+        hashes = self.block_hashes(prompt)
+        hits = 0
+        for block in hashes:
+            if block not in self._blocks:
+                break
+            hits += 1
+        for block in hashes:
+            self._blocks[block] = None
+            self._blocks.move_to_end(block)
+        while len(self._blocks) > self.capacity:
+            self._blocks.popitem(last=False)
+        return hits * self.block_bytes
+
+
 def parse_stop(value: Any) -> list[str]:
     """Stop strings from a request parameter: a JSON list, a plain string, or a list."""
     if value is None or value == "":
@@ -297,12 +347,17 @@ def _parse_request(request: Any) -> _GenerateRequest:
 
 
 def _response(
-    text: str, input_tokens: int, output_tokens: int, logprobs: list[float] | None = None
+    text: str,
+    input_tokens: int,
+    output_tokens: int,
+    logprobs: list[float] | None = None,
+    cached_tokens: int = 0,
 ) -> Any:
     tensors = [
         pb_utils.Tensor("text_output", np.array([text.encode()], dtype=np.object_)),
         pb_utils.Tensor("num_input_tokens", np.array([input_tokens], dtype=np.int32)),
         pb_utils.Tensor("num_output_tokens", np.array([output_tokens], dtype=np.int32)),
+        pb_utils.Tensor("num_cached_tokens", np.array([cached_tokens], dtype=np.int32)),
     ]
     if logprobs is not None:
         values = np.array(logprobs, dtype=np.float32)
@@ -331,6 +386,10 @@ class TritonPythonModel:
 
         self.token_delay = seconds("token_delay", 0.01)
         self.prefill_per_char = seconds("prefill_per_char", 0.0001)
+        self.cache = PrefixCache(
+            int(seconds("prefix_cache_blocks", 0)), int(seconds("block_tokens", 16))
+        )
+        self._cache_metrics(args["model_name"])
         replay_file = params.get("replay_file", {}).get("string_value")
         self.recordings = None
         if replay_file:
@@ -341,6 +400,40 @@ class TritonPythonModel:
         )
         # create_task keeps only a weak reference: hold the tasks until they finish.
         self.tasks: set[asyncio.Task[None]] = set()
+
+    def _cache_metrics(self, model: str) -> None:
+        counter, gauge = pb_utils.MetricFamily.COUNTER, pb_utils.MetricFamily.GAUGE
+        labels = {"model": model}
+        # The families must outlive their metrics: Triton refuses to update a metric
+        # whose family was collected, so both are kept on the model.
+        self.families = [
+            pb_utils.MetricFamily(
+                name="sim_prefix_cache_queries_total",
+                description="Prompt tokens in full blocks looked up in the prefix cache",
+                kind=counter,
+            ),
+            pb_utils.MetricFamily(
+                name="sim_prefix_cache_hits_total",
+                description="Prompt tokens found in the prefix cache (not computed again)",
+                kind=counter,
+            ),
+            pb_utils.MetricFamily(
+                name="sim_prefix_cache_usage",
+                description="Share of the prefix cache's blocks in use (0 to 1)",
+                kind=gauge,
+            ),
+        ]
+        self.queries, self.hits, self.usage = (f.Metric(labels=labels) for f in self.families)
+
+    def _prefill(self, prompt: bytes) -> tuple[float, int]:
+        """Seconds of prefill for the part of `prompt` not cached; its cached tokens."""
+        cached = self.cache.lookup_and_store(prompt)
+        if self.cache.capacity:
+            looked_up = len(prompt) - len(prompt) % self.cache.block_bytes
+            self.queries.increment(looked_up // 4)
+            self.hits.increment(cached // 4)
+            self.usage.set(self.cache.usage)
+        return self.prefill_per_char * (len(prompt) - cached), cached // 4
 
     async def execute(self, requests: list[Any]) -> Any:
         """Start one task per request; responses go through each request's sender.
@@ -372,43 +465,45 @@ class TritonPythonModel:
             parsed = _parse_request(request)
         except Exception as exc:
             return _error(str(exc))
-        pieces, tokens, first_delay, token_delay = self._plan(parsed)
+        pieces, tokens, first_delay, token_delay, cached = self._plan(parsed)
         await asyncio.sleep(first_delay + token_delay * len(pieces))
         return _response(
             "".join(pieces),
             count_input_tokens(parsed.prompt),
             sum(tokens),
             _logprobs(parsed, 0, len(pieces)),
+            cached,
         )
 
-    def _plan(self, parsed: _GenerateRequest) -> tuple[list[str], list[int], float, float]:
-        """The pieces of the answer, the tokens of each, the delay before the first piece
-        and the delay of each next."""
-        prefill = self.prefill_per_char * len(parsed.prompt)
+    def _plan(self, parsed: _GenerateRequest) -> tuple[list[str], list[int], float, float, int]:
+        """The pieces of the answer, the tokens of each, the delay before the first piece,
+        the delay of each next, and the prompt tokens the prefix cache held."""
+        prefill, cached = self._prefill(parsed.prompt)
         if self.recordings is not None:
             replay = replay_pieces(parsed.prompt, self.recordings, parsed.max_tokens)
             delay = self.token_delay if replay.token_delay is None else replay.token_delay
-            return replay.pieces, replay.tokens, prefill + replay.first_token_delay, delay
+            first = prefill + replay.first_token_delay
+            return replay.pieces, replay.tokens, first, delay, cached
         pieces = generate_pieces(
             parsed.prompt, parsed.max_tokens, parsed.seed, parsed.stop, parsed.guided
         )
-        return pieces, [1] * len(pieces), prefill, self.token_delay
+        return pieces, [1] * len(pieces), prefill, self.token_delay, cached
 
     async def _generate(self, parsed: _GenerateRequest, sender: Any) -> None:
         final = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
         try:
-            pieces, tokens, first_delay, token_delay = self._plan(parsed)
+            pieces, tokens, first_delay, token_delay, cached = self._plan(parsed)
             n_in = count_input_tokens(parsed.prompt)
             await asyncio.sleep(first_delay)
             if not parsed.stream:
                 await asyncio.sleep(token_delay * len(pieces))
                 text = "".join(pieces)
                 logprobs = _logprobs(parsed, 0, len(pieces))
-                sender.send(_response(text, n_in, sum(tokens), logprobs), flags=final)
+                sender.send(_response(text, n_in, sum(tokens), logprobs, cached), flags=final)
                 return
             if not pieces:
                 # Still one data response, so every stream carries its usage counts.
-                sender.send(_response("", n_in, 0, _logprobs(parsed, 0, 0)), flags=final)
+                sender.send(_response("", n_in, 0, _logprobs(parsed, 0, 0), cached), flags=final)
                 return
             for i, piece in enumerate(pieces):
                 await asyncio.sleep(token_delay)
@@ -418,7 +513,10 @@ class TritonPythonModel:
                 # The last token carries FINAL itself: no extra empty response is needed.
                 last = i == len(pieces) - 1
                 logprobs = _logprobs(parsed, i, 1)
-                sender.send(_response(piece, n_in, tokens[i], logprobs), flags=final if last else 0)
+                sender.send(
+                    _response(piece, n_in, tokens[i], logprobs, cached),
+                    flags=final if last else 0,
+                )
         except Exception as exc:
             # If the sender is already closed, nothing more can reach the client.
             with contextlib.suppress(Exception):

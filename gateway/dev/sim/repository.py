@@ -55,6 +55,10 @@ LARGE = ModelProfile("llm-large", token_delay=0.04, prefill_per_char=0.0004)
 SMALL = ModelProfile("llm-small", token_delay=0.008, prefill_per_char=0.00005)
 # An embedding model has no tokens to generate: only its time per input byte counts.
 EMBED = ModelProfile("embed-small", token_delay=0.0, prefill_per_char=0.00001)
+# Each simulated LLM's prefix cache (model_template.PrefixCache): blocks of 16 tokens (as
+# vLLM's default), 4096 of them (64 K tokens, 256 KB of prompt text).
+BLOCK_TOKENS = 16
+PREFIX_CACHE_BLOCKS = 4096
 # A replaying model streams recorded answers of a few KB: 2 ms a 16-byte piece.
 REPLAY_TOKEN_DELAY = 0.002
 _KNOWN = {LARGE.name: LARGE, SMALL.name: SMALL, EMBED.name: EMBED}
@@ -126,11 +130,14 @@ output [
   {{ name: "text_output" data_type: TYPE_STRING dims: [ 1 ] }},
   {{ name: "num_input_tokens" data_type: TYPE_INT32 dims: [ 1 ] }},
   {{ name: "num_output_tokens" data_type: TYPE_INT32 dims: [ 1 ] }},
-  {{ name: "output_log_probs" data_type: TYPE_FP32 dims: [ -1 ] }}
+  {{ name: "output_log_probs" data_type: TYPE_FP32 dims: [ -1 ] }},
+  {{ name: "num_cached_tokens" data_type: TYPE_INT32 dims: [ 1 ] }}
 ]
 instance_group [ {{ count: 1 kind: KIND_CPU }} ]
 parameters {{ key: "token_delay" value {{ string_value: "{profile.token_delay!r}" }} }}
 parameters {{ key: "prefill_per_char" value {{ string_value: "{profile.prefill_per_char!r}" }} }}
+parameters {{ key: "prefix_cache_blocks" value {{ string_value: "{PREFIX_CACHE_BLOCKS}" }} }}
+parameters {{ key: "block_tokens" value {{ string_value: "{BLOCK_TOKENS}" }} }}
 {_replay_parameter(profile)}"""
 
 
