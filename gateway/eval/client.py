@@ -3,7 +3,8 @@
 One `ask` sends the messages with `stream: true` (the chat API, or the Responses API),
 records the time to the first token and to the end, the usage the endpoint reports,
 and every status on the way. A 429, a 5xx or a lost connection is retried with
-exponential backoff and jitter, waiting at least what `Retry-After` asks; each retry is
+the gateway's own exponential backoff with full jitter (`gateway.upstream.backoff`),
+waiting at least what `Retry-After` asks; each retry is
 counted, so that rate limits and overload show as stability, not as silence.
 """
 
@@ -11,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import random
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -19,7 +19,9 @@ from typing import Any
 
 import aiohttp
 
+from gateway.backends.http import sse_payloads
 from gateway.eval.records import Requests
+from gateway.upstream.backoff import Backoff
 
 APIS = ("chat", "responses")
 _RETRIED = frozenset({429, 500, 502, 503, 504})
@@ -58,7 +60,7 @@ class Endpoint:
     api: str = "chat"
     max_retries: int = 4
     timeout_s: float = 300.0
-    backoff_s: float = 0.5
+    backoff: Backoff = field(default_factory=lambda: Backoff(base_s=0.5, cap_s=30.0))
 
 
 async def ask(
@@ -82,8 +84,7 @@ async def ask(
             break
         if attempt == endpoint.max_retries:
             break
-        backoff = endpoint.backoff_s * 2**attempt * (0.5 + random.random())
-        await asyncio.sleep(max(wait, backoff))
+        await asyncio.sleep(max(wait, endpoint.backoff.delay(attempt)))
     reply.total_s = time.monotonic() - started
     return reply
 
@@ -156,12 +157,8 @@ def _request(
 
 async def _events(response: aiohttp.ClientResponse) -> AsyncIterator[dict[str, Any]]:
     """The JSON payloads of a server-sent event stream (`[DONE]` ends it)."""
-    async for raw in response.content:
-        line = raw.decode(errors="replace").strip()
-        if not line.startswith("data:"):
-            continue
-        data = line[5:].strip()
-        if data == "[DONE]":
+    async for data in sse_payloads(response):
+        if data == b"[DONE]":
             return
         try:
             event = json.loads(data)
