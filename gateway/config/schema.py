@@ -17,6 +17,7 @@ from pydantic import (
     Field,
     HttpUrl,
     SecretStr,
+    field_validator,
     model_validator,
 )
 from pydantic import Strict as StrictMode
@@ -127,6 +128,25 @@ class RedisSentinel(Strict):
     # `host:port` of each sentinel; any one that answers is enough.
     nodes: Annotated[list[str], Field(min_length=1)]
 
+    @field_validator("nodes")
+    @classmethod
+    def _host_and_port(cls, nodes: list[str]) -> list[str]:
+        for node in nodes:
+            _sentinel_address(node)
+        return nodes
+
+    @property
+    def addresses(self) -> list[tuple[str, int]]:
+        """(host, port) of each node."""
+        return [_sentinel_address(node) for node in self.nodes]
+
+
+def _sentinel_address(node: str) -> tuple[str, int]:
+    host, _, port = node.rpartition(":")
+    if not host or not port.isdigit():
+        raise ValueError(f"sentinel node {node!r}: expected host:port")
+    return host, int(port)
+
 
 class RedisConfig(Strict):
     # `embedded://` runs fakeredis with Lua inside the gateway process.
@@ -143,10 +163,6 @@ class RedisConfig(Strict):
     def _one_topology(self) -> RedisConfig:
         if self.cluster and self.sentinel is not None:
             raise ValueError("cluster and sentinel exclude each other: choose one")
-        for node in self.sentinel.nodes if self.sentinel else ():
-            host, _, port = node.rpartition(":")
-            if not host or not port.isdigit():
-                raise ValueError(f"sentinel node {node!r}: expected host:port")
         return self
 
 

@@ -58,9 +58,7 @@ def _sentinel_primary(settings: RedisConfig) -> Redis:
     connection fails or the old primary answers READONLY (it was demoted), so after a
     failover the next commands go to the promoted replica."""
     assert settings.sentinel is not None
-    nodes = [
-        (host, int(port)) for host, _, port in (n.rpartition(":") for n in settings.sentinel.nodes)
-    ]
+    nodes = settings.sentinel.addresses
     # The URL's database number and credentials; its host is the sentinels' business.
     parsed = parse_url(settings.url)  # type: ignore[no-untyped-call]
     options = {k: v for k, v in parsed.items() if k in ("db", "username", "password")}
