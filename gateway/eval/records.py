@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -137,11 +136,3 @@ def write_manifest(directory: Path, manifest: dict[str, Any]) -> None:
     temporary = path.with_suffix(".tmp")
     temporary.write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
     temporary.replace(path)
-
-
-def by_candidate(attempts: list[Attempt]) -> Iterator[tuple[str, list[Attempt]]]:
-    """Attempts grouped by candidate, in the order candidates first appear."""
-    groups: dict[str, list[Attempt]] = {}
-    for attempt in attempts:
-        groups.setdefault(attempt.candidate, []).append(attempt)
-    yield from groups.items()

@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -197,10 +197,6 @@ class ReplicaDiscovery:
         }
         self._on_change = on_change
         self._tasks: list[asyncio.Task[None]] = []
-
-    @property
-    def models(self) -> Sequence[str]:
-        return [route.name for route in self._routes]
 
     async def refresh(self, route: ModelRoute) -> bool:
         """Look the model's records up once; True when its replica set changed."""
