@@ -24,6 +24,7 @@ from gateway.dev.processes import (
     wait_gateway_ready,
     wait_http_ok,
 )
+from gateway.dev.sim.repository import parse_models
 from gateway.storage.redis_client import EMBEDDED_URL
 
 # The source tree's root: `config/gateway.yaml` is found there when not in the cwd.
@@ -124,6 +125,8 @@ class _Node:
 
     def __init__(self, name: str, port: int, models: str) -> None:
         self.name, self.port, self.models = name, port, models
+        # The names only (`coder-large=@FILE` is the model coder-large).
+        self.model_names = [profile.name for profile in parse_models(models)]
         self.process: subprocess.Popen[bytes] | None = None
         self._restart_at: float | None = None
 
@@ -133,8 +136,7 @@ class _Node:
         return self.process
 
     def wait_ready(self, cancel: threading.Event) -> None:
-        for spec in self.models.split(","):
-            model = spec.partition("=")[0]  # `name=@FILE`: a replaying model
+        for model in self.model_names:
             url = f"http://127.0.0.1:{self.port}/v2/models/{model}/ready"
             wait_http_ok(url, timeout_s=90, process=self.process, cancel=cancel)
 
@@ -224,8 +226,7 @@ def run_demo(port: int, config_path: str, ops_port: int | None = None) -> int:
         for node in nodes:
             node.wait_ready(stopping)
             where = f"127.0.0.1:{node.port} (gRPC {node.port + 1})"
-            names = ",".join(spec.partition("=")[0] for spec in node.models.split(","))
-            print(f"{node.name}: triton-sim {names} on {where}")
+            print(f"{node.name}: triton-sim {','.join(node.model_names)} on {where}")
 
         gateway = spawn(gateway_command("serve", "--config", config, "--port", str(port)), env=env)
         children.append(gateway)
