@@ -30,6 +30,7 @@ from gateway.api.errors import APIError, rate_limited
 from gateway.api.idempotency import claim
 from gateway.api.openai_answers import SSE_DONE, ChunkWriter, sse_error
 from gateway.api.requests import decode_json, requested_model
+from gateway.api.sessions import with_session
 from gateway.api.streaming import ClientGone, DisconnectWatch, EventStreamResponse, StreamCut
 from gateway.api.wire import CHAT, COMPLETIONS, EMBEDDINGS, RESPONSES, Wire
 from gateway.backends.base import UpstreamError, UpstreamRejected, UpstreamTimeout
@@ -255,6 +256,7 @@ async def _serve_model(
 ) -> Response:
     parse = wire.parse if wire.prepare is None else await wire.prepare(runtime, identity.name, data)
     inference = parse(data, route.config.max_tokens_default)
+    inference = with_session(inference, request.headers, data, route.config.routing)
     _check_model_kind(route, inference)
     record.stream = inference.stream
     if runtime.config.gateway.server.log_prompts:

@@ -24,12 +24,15 @@ from gateway.inference.types import (
 SSE_DONE = b"data: [DONE]\n\n"
 
 
-def _usage(usage: Usage) -> dict[str, int]:
-    return {
+def _usage(usage: Usage) -> dict[str, Any]:
+    body: dict[str, Any] = {
         "prompt_tokens": usage.prompt_tokens,
         "completion_tokens": usage.completion_tokens,
         "total_tokens": usage.total_tokens,
     }
+    if usage.cached_tokens is not None:  # as OpenAI reports its prompt caching
+        body["prompt_tokens_details"] = {"cached_tokens": usage.cached_tokens}
+    return body
 
 
 def completion_body(

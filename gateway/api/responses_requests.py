@@ -57,10 +57,13 @@ class ResponsesState:
 
 
 def parse_responses(
-    data: Mapping[str, Any], default_max_tokens: int, history: Sequence[ChatMessage] = ()
+    data: Mapping[str, Any],
+    default_max_tokens: int,
+    history: Sequence[ChatMessage] = (),
+    session: str | None = None,
 ) -> InferenceRequest:
     """A `/v1/responses` body, continuing `history` (the previous response's
-    conversation, when `previous_response_id` names one)."""
+    conversation, when `previous_response_id` names one) and its `session`."""
     conversation = (*history, *_input(data.get("input")))
     check_tool_results(conversation, _output_places(data.get("input")))
     instructions = data.get("instructions")
@@ -115,6 +118,7 @@ def parse_responses(
             response_format=response_format,
         ),
         wire_state=state,
+        session=session,
     )
 
 

@@ -55,7 +55,9 @@ async def prepare(runtime: Runtime, tenant: str, data: Mapping[str, Any]) -> Par
     if stored is None:
         raise not_found(previous, "previous_response_id")
     history = tuple(_message(m) for m in stored["messages"])
-    return functools.partial(parse_responses, history=history)
+    # The conversation's first response names its session, unless the client did.
+    session = stored.get("session") or previous
+    return functools.partial(parse_responses, history=history, session=session)
 
 
 async def keep(
@@ -68,7 +70,7 @@ async def keep(
     response = orjson.loads(answer) if isinstance(answer, bytes) else answer
     messages = [_record(m) for m in conversation_after(request, response)]
     try:
-        await runtime.responses.save(tenant, response, messages)
+        await runtime.responses.save(tenant, response, messages, request.session)
     except RedisError as exc:
         log.warning("response %s not stored: %s", response["id"], exc)
 

@@ -240,9 +240,12 @@ def _logprobs(choice: dict[str, Any]) -> list[Any] | None:
 def _usage(raw: object) -> Usage | None:
     if not isinstance(raw, dict):
         return None
+    details = raw.get("prompt_tokens_details")
+    cached = details.get("cached_tokens") if isinstance(details, dict) else None
     return Usage(
         prompt_tokens=int(raw.get("prompt_tokens") or 0),
         completion_tokens=int(raw.get("completion_tokens") or 0),
+        cached_tokens=None if cached is None else int(cached),
     )
 
 

@@ -203,6 +203,8 @@ def _delta(result: service_pb2.ModelInferResponse) -> Delta:
             delta.output_tokens = _INT32.unpack_from(raw, 0)[0]
         elif output.name == "num_input_tokens":
             delta.input_tokens = _INT32.unpack_from(raw, 0)[0]
+        elif output.name == "num_cached_tokens":
+            delta.cached_tokens = _INT32.unpack_from(raw, 0)[0]
         elif output.name == "output_log_probs":
             logprobs = np.frombuffer(raw, dtype="<f4").tolist()
     if logprobs is not None:  # after the loop: it names the text of its tokens

@@ -47,9 +47,7 @@ class TritonHTTPBackend:
         async with post(self._session.get(), endpoint, _payload(call, False)) as r:
             data = orjson.loads(await r.read())
         delta = _delta(data, before_output=True)
-        usage = Usage(
-            prompt_tokens=delta.input_tokens or 0, completion_tokens=delta.output_tokens or 0
-        )
+        usage = Usage(delta.input_tokens or 0, delta.output_tokens or 0, delta.cached_tokens)
         return Completion(
             text=delta.text, usage=usage, finish_reason=call.finish_reason(usage.completion_tokens)
         )
@@ -153,12 +151,14 @@ def _delta(data: dict[str, Any], before_output: bool) -> Delta:
     text = _scalar(data.get("text_output"))
     output_tokens = _scalar(data.get("num_output_tokens"))
     input_tokens = _scalar(data.get("num_input_tokens"))
+    cached_tokens = _scalar(data.get("num_cached_tokens"))
     text = text if isinstance(text, str) else ""
     logprobs = data.get("output_log_probs")
     return Delta(
         text=text,
         output_tokens=int(output_tokens) if output_tokens is not None else None,
         input_tokens=int(input_tokens) if input_tokens is not None else None,
+        cached_tokens=int(cached_tokens) if cached_tokens is not None else None,
         logprobs=None if logprobs is None else token_logprobs(text, _list(logprobs)),
     )
 

@@ -15,6 +15,8 @@ from gateway.config.schema import (
     RateLimitConfig,
     RateLimits,
     RedisFailureMode,
+    Routing,
+    RoutingPolicy,
     Tenant,
     TenantsConfig,
 )
@@ -33,6 +35,8 @@ __all__ = [
     "RateLimitConfig",
     "RateLimits",
     "RedisFailureMode",
+    "Routing",
+    "RoutingPolicy",
     "Tenant",
     "TenantsConfig",
     "check_config",

@@ -372,6 +372,36 @@ class OutboundConfig(Strict):
     internal_domains: list[str] = []
 
 
+class RoutingPolicy(StrEnum):
+    """How a request's replica is chosen (gateway/upstream/affinity.py, docs/routing.md)."""
+
+    LEAST_LOAD = "least_load"  # the replica with the fewest requests in flight
+    # The replica whose prefix cache most likely holds the prompt's start: the owner of
+    # its session or leading blocks on a consistent-hash ring, within a load bound.
+    CACHE_AWARE = "cache_aware"
+
+
+class Routing(Strict):
+    """Replica choice of one model."""
+
+    policy: RoutingPolicy = RoutingPolicy.LEAST_LOAD
+    # Tokens in one KV-cache block of the replicas (vLLM's default: 16); the gateway
+    # counts 4 bytes a token, as its token estimates do.
+    block_tokens: PositiveInt = 16
+    # Leading full blocks that place a prompt with no session key: 16 blocks are 256
+    # tokens, the prefix OpenAI's prompt caching routes on. Longer shares more replicas
+    # between prompts that differ late; shorter sends more prompts to one owner.
+    prefix_blocks: PositiveInt = 16
+    # Bounded loads: a replica takes a request while its load stays within this factor
+    # of the mean (rounded up); over it, the request goes on to the next on the ring.
+    load_factor: Annotated[float, Field(gt=1.0, le=10.0)] = 1.25
+    # Points per replica on the ring: more spread prefixes more evenly.
+    ring_points: Annotated[int, Field(ge=1, le=1024)] = 100
+    # A request header naming the client's session; before `prompt_cache_key`, `user`
+    # and the Responses API's conversation.
+    session_header: str | None = "x-session-id"
+
+
 class ModelConfig(Strict):
     backend: BackendKind
     # The model's name at the backend; defaults to the gateway's name for it.
@@ -411,6 +441,7 @@ class ModelConfig(Strict):
     max_attempts: PositiveInt = 3
     retry: RetryPolicy = RetryPolicy()
     outlier: OutlierPolicy = OutlierPolicy()
+    routing: Routing = Routing()
     # Bearer key for an `openai` upstream; must be an environment reference `${VAR}`.
     api_key: SecretStr | None = None
     # The model runs outside the cluster (a hosted API): requests to it are sanitized.

@@ -115,6 +115,9 @@ class InferenceRequest:
     base64: bool = False
     # What the request's API keeps for its answer (`gateway.api.wire`); opaque here.
     wire_state: object = None
+    # The client's session, for replica affinity (`gateway.api.sessions`): None, the
+    # prompt alone places the request.
+    session: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +140,8 @@ class UpstreamCall:
     tensors: tuple[str, str] = ("text_input", "embedding")
     # Shorter vectors asked of the upstream (an `openai` one makes them itself).
     dimensions: int | None = None
+    # The request's session key (`InferenceRequest.session`).
+    session: str | None = None
 
     def finish_reason(self, completion_tokens: int, tool_calls: bool = False) -> str:
         """OpenAI's finish reason for an output of this many tokens (and tool calls)."""
@@ -163,8 +168,10 @@ class Delta:
     text: str
     # Tokens in this piece; None when the upstream does not say.
     output_tokens: int | None = None
-    # Prompt tokens, when the upstream reports them (usually once).
+    # Prompt tokens, when the upstream reports them (usually once), and of those the
+    # ones its prefix cache held.
     input_tokens: int | None = None
+    cached_tokens: int | None = None
     finish_reason: str | None = None
     # Exact totals for the whole request, when the upstream reports them at the end.
     usage: Usage | None = None
@@ -177,6 +184,8 @@ class Delta:
 class Usage:
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    # Prompt tokens the replica's prefix cache held; None when it does not say.
+    cached_tokens: int | None = None
 
     @property
     def total_tokens(self) -> int:
@@ -186,10 +195,13 @@ class Usage:
     def sum_of(usages: Iterable[Usage]) -> Usage:
         """The usage of several requests together (the parts of one, `n` choices)."""
         prompt = completion = 0
+        cached: int | None = None
         for usage in usages:
             prompt += usage.prompt_tokens
             completion += usage.completion_tokens
-        return Usage(prompt, completion)
+            if usage.cached_tokens is not None:
+                cached = (cached or 0) + usage.cached_tokens
+        return Usage(prompt, completion, cached)
 
 
 @dataclass(slots=True)
@@ -223,10 +235,11 @@ def embedding_rows(values: Any, inputs: int) -> Vectors:
 class UsageMeter:
     """Adds up the usage of a request from the pieces of its output."""
 
-    __slots__ = ("_exact", "completion_tokens", "finish_reason", "prompt_tokens")
+    __slots__ = ("_exact", "cached_tokens", "completion_tokens", "finish_reason", "prompt_tokens")
 
     def __init__(self) -> None:
         self.prompt_tokens: int | None = None
+        self.cached_tokens: int | None = None
         self.completion_tokens = 0
         self.finish_reason: str | None = None
         self._exact: Usage | None = None
@@ -236,6 +249,8 @@ class UsageMeter:
             self._exact = delta.usage
         if delta.input_tokens is not None:
             self.prompt_tokens = delta.input_tokens
+        if delta.cached_tokens is not None:
+            self.cached_tokens = delta.cached_tokens
         if delta.output_tokens is not None:
             self.completion_tokens += delta.output_tokens
         elif delta.text or delta.tool_calls:
@@ -249,4 +264,4 @@ class UsageMeter:
         if self._exact is not None:
             return self._exact
         prompt = self.prompt_tokens if self.prompt_tokens is not None else prompt_estimate
-        return Usage(prompt_tokens=prompt, completion_tokens=self.completion_tokens)
+        return Usage(prompt, self.completion_tokens, self.cached_tokens)

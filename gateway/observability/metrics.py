@@ -156,6 +156,28 @@ REPLICA_TOKENS = Counter(
     ["model", "replica"],
     registry=REGISTRY,
 )
+REPLICA_PROMPT_TOKENS = Counter(
+    "gateway_replica_prompt_tokens_total",
+    "Prompt tokens a replica computed or found cached, as replicas that report their "
+    "prefix cache count them.",
+    ["model", "replica"],
+    registry=REGISTRY,
+)
+REPLICA_CACHED_TOKENS = Counter(
+    "gateway_replica_cached_prompt_tokens_total",
+    "Prompt tokens a replica's prefix cache held (not computed again): over "
+    "gateway_replica_prompt_tokens_total, the cached fraction.",
+    ["model", "replica"],
+    registry=REGISTRY,
+)
+ROUTING_SKIPS = Counter(
+    "gateway_routing_preferred_skipped_total",
+    "Requests of cache-aware routing not sent to their preferred replica (the owner of "
+    "their session or prefix), by reason: load (above the load bound or its in-flight "
+    "cap) or unavailable (unhealthy or ejected).",
+    ["model", "reason"],
+    registry=REGISTRY,
+)
 REPLICA_EJECTIONS = Counter(
     "gateway_replica_ejections_total",
     "Times a replica was ejected by the passive outlier check.",
@@ -284,6 +306,13 @@ REPLICA_EJECTED = StateMetric(
     # 1 while any worker has ejected it.
     "livemax",
 )
+REPLICA_IN_FLIGHT = StateMetric(
+    "gateway_replica_in_flight",
+    "The gateway's requests in flight on a replica: their spread across a model's "
+    "replicas is the load spread.",
+    ("model", "replica"),
+    "livesum",
+)
 TRITON_PENDING = StateMetric(
     "gateway_triton_pending_requests",
     "Requests queued in Triton on a replica (all clients), scraped from its metrics.",
@@ -303,6 +332,7 @@ STATE_METRICS = (
     ADMISSION_QUEUED,
     REPLICA_HEALTHY,
     REPLICA_EJECTED,
+    REPLICA_IN_FLIGHT,
     TRITON_PENDING,
     TRITON_QUEUE_TIME,
 )

@@ -37,6 +37,7 @@ class GatewayState:
             yield metrics.REPLICA_HEALTHY, labels, 1 if replica.healthy else 0
             ejected = outlier.state(replica) is ReplicaState.EJECTED
             yield metrics.REPLICA_EJECTED, labels, 1 if ejected else 0
+            yield metrics.REPLICA_IN_FLIGHT, labels, replica.outstanding
             if replica.metrics_url is not None:
                 yield metrics.TRITON_PENDING, labels, replica.upstream_pending
                 yield metrics.TRITON_QUEUE_TIME, labels, replica.upstream_queue_seconds

@@ -55,7 +55,10 @@ def _route(name: str, model: ModelConfig) -> ModelRoute:
         str(r.metrics_url) if r.metrics_url else default_metrics_url(model.backend, url)
         for r, url in zip(model.replicas, urls, strict=True)
     ]
-    pool = ReplicaPool(urls, metrics_urls)
+    routing = model.routing
+    pool = ReplicaPool(
+        urls, metrics_urls, load_factor=routing.load_factor, ring_points=routing.ring_points
+    )
     return ModelRoute(
         name=name,
         config=model,

@@ -32,10 +32,16 @@ class ResponseStore:
         return f"{self._prefix}:{{{hash_tag(tenant)}}}:resp:{response_id}"
 
     async def save(
-        self, tenant: str, response: dict[str, Any], messages: list[dict[str, Any]]
+        self,
+        tenant: str,
+        response: dict[str, Any],
+        messages: list[dict[str, Any]],
+        session: str | None = None,
     ) -> int:
-        """Keep `response` and its conversation; the bytes stored."""
-        value = orjson.dumps({"response": response, "messages": messages})
+        """Keep `response`, its conversation and the session it continues (the key that
+        keeps the conversation's requests on one replica); the bytes stored."""
+        record = {"response": response, "messages": messages, "session": session}
+        value = orjson.dumps(record)
         ttl_ms = max(1, round(self.ttl_s * 1000))
         await self._redis.set(self._key(tenant, response["id"]), value, px=ttl_ms)
         return len(value)

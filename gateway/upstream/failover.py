@@ -17,8 +17,10 @@ import time
 from collections.abc import AsyncGenerator, AsyncIterator
 
 from gateway.backends.base import ReplicaUnavailable, UpstreamTimeout
-from gateway.inference.types import Completion, Delta, UpstreamCall, UsageMeter
+from gateway.config import RoutingPolicy
+from gateway.inference.types import Completion, Delta, UpstreamCall, Usage, UsageMeter
 from gateway.observability import metrics
+from gateway.upstream.affinity import routing_key
 from gateway.upstream.outlier import ReplicaState
 from gateway.upstream.pool import Replica
 from gateway.upstream.route import ModelRoute
@@ -36,25 +38,31 @@ class NoReplicaLeft(Exception):
 
 
 async def _candidates(
-    route: ModelRoute, deadline: float, first_by: float | None = None
+    route: ModelRoute, call: UpstreamCall, deadline: float, first_by: float | None = None
 ) -> AsyncIterator[Replica]:
-    """Replicas to try in turn, each the least loaded of the available ones not yet tried
-    and under its in-flight cap; before each retry, once there is a replica to retry on,
-    the budget is asked and the backoff waited.
+    """Replicas to try in turn, each chosen by the model's routing policy (`ReplicaPool.
+    choose`) among the available ones not yet tried and under their in-flight cap; before
+    each retry, once there is a replica to retry on, the budget is asked and the backoff
+    waited.
 
     Stops when no replica is left, the budget says no, or the backoff would end past
     `deadline`; raises TimeoutError when it would end past `first_by` (a stream's
     first-token time) instead.
     """
+    routing = route.config.routing
+    key = routing_key(call, routing) if routing.policy is RoutingPolicy.CACHE_AWARE else None
     resilience = route.resilience
     available = resilience.outlier.available
     cap = route.config.queue.max_in_flight_per_replica
     resilience.budget.record_request()
     tried: list[Replica] = []
     while len(tried) < route.config.max_attempts:
-        replica = route.pool.pick(tried, available, cap)
+        choice = route.pool.choose(tried, available, cap, key)
+        replica = choice.replica
         if replica is None:
             return  # nothing to retry on: no budget spent, no backoff waited
+        if choice.skipped is not None:
+            metrics.ROUTING_SKIPS.labels(route.name, choice.skipped.value).inc()
         if tried:
             delay = resilience.backoff.delay(len(tried) - 1)
             resume = time.monotonic() + delay
@@ -69,7 +77,7 @@ async def _candidates(
             await asyncio.sleep(delay)
             # Picked again after the backoff, with fresh load figures; the caller leases it
             # at once (the outlier detector's single half-open probe relies on that).
-            replica = route.pool.pick(tried, available, cap)
+            replica = route.pool.pick(tried, available, cap, key)
             if replica is None:
                 return
         tried.append(replica)
@@ -85,7 +93,7 @@ async def complete(route: ModelRoute, call: UpstreamCall, deadline: float) -> Co
     """
     last_error: Exception | None = None
     outlier = route.resilience.outlier
-    async for replica in _candidates(route, deadline):
+    async for replica in _candidates(route, call, deadline):
         with route.pool.lease(replica):
             try:
                 completion = await route.backend.complete(replica.url, call)
@@ -97,7 +105,7 @@ async def complete(route: ModelRoute, call: UpstreamCall, deadline: float) -> Co
                 _failed(route, replica)
                 raise
             outlier.record_success(replica)
-            _served(route, replica, completion.usage.completion_tokens)
+            _served(route, replica, completion.usage)
             return completion
     raise NoReplicaLeft(route.name, last_error)
 
@@ -115,7 +123,7 @@ async def stream(
     """
     last_error: Exception | None = None
     outlier = route.resilience.outlier
-    async for replica in _candidates(route, deadline, first_by):
+    async for replica in _candidates(route, call, deadline, first_by):
         with route.pool.lease(replica):
             upstream = route.backend.stream(replica.url, call)
             asked = time.monotonic()
@@ -125,7 +133,7 @@ async def stream(
                         first = await anext(upstream)
                 except StopAsyncIteration:
                     outlier.record_success(replica)
-                    _served(route, replica, 0)
+                    _served(route, replica, Usage())
                     return
                 except ReplicaUnavailable as exc:
                     _failed(route, replica)
@@ -152,8 +160,7 @@ async def stream(
                     _failed(route, replica)
                     raise
                 finally:
-                    # The replica's effective throughput, in the tokens it produced.
-                    _served(route, replica, meter.usage(0).completion_tokens)
+                    _served(route, replica, meter.usage(0))
                 return
             finally:
                 await upstream.aclose()
@@ -169,9 +176,15 @@ def _slow_start(route: ModelRoute, deadline: float, first_by: float | None, aske
     return first_by - asked >= route.config.timeouts.first_token_s / 2
 
 
-def _served(route: ModelRoute, replica: Replica, tokens: int) -> None:
-    metrics.labels(metrics.REPLICA_REQUESTS, route.name, replica.url).inc()
-    metrics.labels(metrics.REPLICA_TOKENS, route.name, replica.url).inc(tokens)
+def _served(route: ModelRoute, replica: Replica, usage: Usage) -> None:
+    """Count what the replica did: requests, the tokens it produced (its effective
+    throughput), and its prompt tokens and the share its prefix cache held."""
+    name, url = route.name, replica.url
+    metrics.labels(metrics.REPLICA_REQUESTS, name, url).inc()
+    metrics.labels(metrics.REPLICA_TOKENS, name, url).inc(usage.completion_tokens)
+    if usage.cached_tokens is not None:  # only replicas that report their cache
+        metrics.labels(metrics.REPLICA_PROMPT_TOKENS, name, url).inc(usage.prompt_tokens)
+        metrics.labels(metrics.REPLICA_CACHED_TOKENS, name, url).inc(usage.cached_tokens)
 
 
 def _failed(route: ModelRoute, replica: Replica) -> None:

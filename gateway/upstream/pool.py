@@ -1,11 +1,27 @@
-"""Per-request replica choice: the healthy replica with the fewest outstanding requests;
-among equals, the one whose Triton queue has been quickest lately, then each in turn."""
+"""Per-request replica choice.
+
+`least_load`: the healthy replica with the fewest outstanding requests; among equals,
+the one whose Triton queue has been quickest lately, then each in turn.
+
+`cache_aware`, for a request with a ring key (`gateway.upstream.affinity`): the key's
+owner on the consistent-hash ring (`gateway.upstream.ring`), whose prefix cache most
+likely holds the prompt's start, unless that would put it above the load bound; then the
+next replica on the ring that is within it (consistent hashing with bounded loads,
+Mirrokni, Thorup and Zadimoghaddam 2018, as HAProxy's `hash-balance-factor`). The bound
+is `load_factor` times the mean load of the replicas that may take the request, this one
+counted, rounded up: the least-loaded replica is always within it, so a hot prefix spreads
+over the ring instead of piling on its owner.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+import math
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from enum import StrEnum
+
+from gateway.upstream.ring import HashRing
 
 # Triton queue delays are compared in steps of this many seconds.
 QUEUE_DELAY_STEP_S = 0.01
@@ -45,6 +61,25 @@ class Replica:
         return self.outstanding + self.external
 
 
+class Skip(StrEnum):
+    """Why a request's preferred replica (its key's owner) did not take it."""
+
+    LOAD = "load"  # above the load bound, or at its in-flight cap
+    UNAVAILABLE = "unavailable"  # failing its health check, or ejected
+
+
+@dataclass(frozen=True, slots=True)
+class Choice:
+    """A replica for a request (None: none can take it), and why the preferred one was
+    passed over, if it was."""
+
+    replica: Replica | None
+    skipped: Skip | None = None
+
+
+NO_CHOICE = Choice(None)
+
+
 class ReplicaPool:
     """The replicas of one model, with the gateway's own count of in-flight requests.
 
@@ -52,10 +87,20 @@ class ReplicaPool:
     gateway's count is the one to balance on.
     """
 
-    def __init__(self, urls: Sequence[str], metrics_urls: Sequence[str | None] = ()) -> None:
+    def __init__(
+        self,
+        urls: Sequence[str],
+        metrics_urls: Sequence[str | None] = (),
+        *,
+        load_factor: float = 1.25,
+        ring_points: int = 100,
+    ) -> None:
         self.replicas = [Replica(url) for url in urls]
         for replica, metrics_url in zip(self.replicas, metrics_urls, strict=False):
             replica.metrics_url = metrics_url
+        self.load_factor = load_factor
+        self._ring_points = ring_points
+        self._ring = HashRing(urls, ring_points)
 
     @property
     def ready(self) -> bool:
@@ -66,25 +111,46 @@ class ReplicaPool:
         exclude: Sequence[Replica] = (),
         available: Callable[[Replica], bool] | None = None,
         max_in_flight: int | None = None,
+        key: int | None = None,
     ) -> Replica | None:
-        """The least-loaded healthy replica not in `exclude`, with fewer than
-        `max_in_flight` of the gateway's requests outstanding, and `available` (the passive
-        outlier check), when those are given; or None."""
-        best: Replica | None = None
-        for replica in self.replicas:
-            if not replica.healthy or replica in exclude:
-                continue
-            if max_in_flight is not None and replica.outstanding >= max_in_flight:
-                continue
-            if available is not None and not available(replica):
-                continue
-            if best is None or (replica.load, replica.upstream_delay_steps, replica.served) < (
-                best.load,
-                best.upstream_delay_steps,
-                best.served,
-            ):
-                best = replica
-        return best
+        """`choose`'s replica."""
+        return self.choose(exclude, available, max_in_flight, key).replica
+
+    def choose(
+        self,
+        exclude: Sequence[Replica] = (),
+        available: Callable[[Replica], bool] | None = None,
+        max_in_flight: int | None = None,
+        key: int | None = None,
+    ) -> Choice:
+        """A healthy replica not in `exclude`, with fewer than `max_in_flight` of the
+        gateway's requests outstanding, and `available` (the passive outlier check), when
+        those are given: `key`'s first on the ring within the load bound, or with no key
+        the least-loaded one."""
+
+        def usable(replica: Replica) -> bool:
+            return (
+                replica.healthy
+                and replica not in exclude
+                and (max_in_flight is None or replica.outstanding < max_in_flight)
+                and (available is None or available(replica))
+            )
+
+        if key is None:
+            return Choice(_least_loaded(r for r in self.replicas if usable(r)))
+        order = [self.replicas[i] for i in self._ring.walk(key)]
+        candidates = [r for r in order if usable(r)]
+        if not candidates:
+            return NO_CHOICE
+        total = sum(r.load for r in candidates) + 1
+        bound = math.ceil(self.load_factor * total / len(candidates))
+        chosen = next(r for r in candidates if r.load + 1 <= bound)
+        owner = order[0]
+        if chosen is owner or owner in exclude:  # taken, or tried already (a retry)
+            return Choice(chosen)
+        # Passed over though it could serve: above the bound, or at its in-flight cap.
+        serves = owner.healthy and (available is None or available(owner))
+        return Choice(chosen, Skip.LOAD if serves else Skip.UNAVAILABLE)
 
     @contextmanager
     def lease(self, replica: Replica) -> Iterator[Replica]:
@@ -98,7 +164,8 @@ class ReplicaPool:
 
     def set_urls(self, urls: Sequence[str], metrics_urls: Sequence[str | None] = ()) -> None:
         """Serve from `urls` from now on (a new placement). Replicas that stay keep their
-        counts; the list is changed in place, as others hold it."""
+        counts (and their keys on the ring); the list is changed in place, as others
+        hold it."""
         current = {r.url: r for r in self.replicas}
         replicas = []
         for index, url in enumerate(urls):
@@ -107,7 +174,21 @@ class ReplicaPool:
                 replica.metrics_url = metrics_urls[index]
             replicas.append(replica)
         self.replicas[:] = replicas
+        if tuple(urls) != self._ring.urls:
+            self._ring = HashRing(urls, self._ring_points)
 
     def mark_checked(self, replica: Replica, healthy: bool) -> None:
         """Record the result of an active health check."""
         replica.healthy = healthy
+
+
+def _least_loaded(replicas: Iterable[Replica]) -> Replica | None:
+    best: Replica | None = None
+    for replica in replicas:
+        if best is None or (replica.load, replica.upstream_delay_steps, replica.served) < (
+            best.load,
+            best.upstream_delay_steps,
+            best.served,
+        ):
+            best = replica
+    return best

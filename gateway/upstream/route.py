@@ -92,6 +92,7 @@ class ModelRoute:
             params=request.params,
             prompt_estimate=estimate,
             options=request.options,
+            session=request.session,
         )
 
     def _embedding_call(self, request: InferenceRequest) -> UpstreamCall:

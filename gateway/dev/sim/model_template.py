@@ -389,6 +389,10 @@ class TritonPythonModel:
         self.cache = PrefixCache(
             int(seconds("prefix_cache_blocks", 0)), int(seconds("block_tokens", 16))
         )
+        # Prompts computed at once: 0, any number; 1, one at a time, as a GPU whose
+        # prefill is compute-bound (decoding is batched and not limited here).
+        slots = int(seconds("prefill_slots", 0))
+        self.prefill_gate = asyncio.Semaphore(slots) if slots else None
         self._cache_metrics(args["model_name"])
         replay_file = params.get("replay_file", {}).get("string_value")
         self.recordings = None
@@ -425,15 +429,25 @@ class TritonPythonModel:
         ]
         self.queries, self.hits, self.usage = (f.Metric(labels=labels) for f in self.families)
 
-    def _prefill(self, prompt: bytes) -> tuple[float, int]:
-        """Seconds of prefill for the part of `prompt` not cached; its cached tokens."""
+    async def _prefill(self, prompt: bytes) -> int:
+        """Compute `prompt` (wait for the part not cached, in turn with other prompts when
+        prefill slots are limited); its tokens the prefix cache held."""
+        if self.prefill_gate is None:
+            return await self._compute(prompt)
+        async with self.prefill_gate:
+            return await self._compute(prompt)
+
+    async def _compute(self, prompt: bytes) -> int:
+        # Looked up when its turn comes, as a server does: blocks that another prompt
+        # computed while this one waited count as cached.
         cached = self.cache.lookup_and_store(prompt)
         if self.cache.capacity:
             looked_up = len(prompt) - len(prompt) % self.cache.block_bytes
             self.queries.increment(looked_up // 4)
             self.hits.increment(cached // 4)
             self.usage.set(self.cache.usage)
-        return self.prefill_per_char * (len(prompt) - cached), cached // 4
+        await asyncio.sleep(self.prefill_per_char * (len(prompt) - cached))
+        return cached // 4
 
     async def execute(self, requests: list[Any]) -> Any:
         """Start one task per request; responses go through each request's sender.
@@ -465,7 +479,8 @@ class TritonPythonModel:
             parsed = _parse_request(request)
         except Exception as exc:
             return _error(str(exc))
-        pieces, tokens, first_delay, token_delay, cached = self._plan(parsed)
+        cached = await self._prefill(parsed.prompt)
+        pieces, tokens, first_delay, token_delay = self._plan(parsed)
         await asyncio.sleep(first_delay + token_delay * len(pieces))
         return _response(
             "".join(pieces),
@@ -475,24 +490,23 @@ class TritonPythonModel:
             cached,
         )
 
-    def _plan(self, parsed: _GenerateRequest) -> tuple[list[str], list[int], float, float, int]:
-        """The pieces of the answer, the tokens of each, the delay before the first piece,
-        the delay of each next, and the prompt tokens the prefix cache held."""
-        prefill, cached = self._prefill(parsed.prompt)
+    def _plan(self, parsed: _GenerateRequest) -> tuple[list[str], list[int], float, float]:
+        """The pieces of the answer, the tokens of each, the delay before the first piece
+        after prefill, and the delay of each next."""
         if self.recordings is not None:
             replay = replay_pieces(parsed.prompt, self.recordings, parsed.max_tokens)
             delay = self.token_delay if replay.token_delay is None else replay.token_delay
-            first = prefill + replay.first_token_delay
-            return replay.pieces, replay.tokens, first, delay, cached
+            return replay.pieces, replay.tokens, replay.first_token_delay, delay
         pieces = generate_pieces(
             parsed.prompt, parsed.max_tokens, parsed.seed, parsed.stop, parsed.guided
         )
-        return pieces, [1] * len(pieces), prefill, self.token_delay, cached
+        return pieces, [1] * len(pieces), 0.0, self.token_delay
 
     async def _generate(self, parsed: _GenerateRequest, sender: Any) -> None:
         final = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
         try:
-            pieces, tokens, first_delay, token_delay, cached = self._plan(parsed)
+            cached = await self._prefill(parsed.prompt)
+            pieces, tokens, first_delay, token_delay = self._plan(parsed)
             n_in = count_input_tokens(parsed.prompt)
             await asyncio.sleep(first_delay)
             if not parsed.stream:

@@ -37,6 +37,9 @@ class ModelProfile:
     prefill_per_char: float  # seconds per prompt byte before the first token
     # A file of recorded answers that the model replays (gateway/dev/replay.py), if any.
     replay_file: str | None = None
+    # Prompts the model computes at once (0: any number); 1 makes prefill a queue, as on
+    # a GPU, so that time to first token grows with load and shrinks with cache hits.
+    prefill_slots: int = 0
 
     @property
     def decoupled(self) -> bool:
@@ -138,6 +141,7 @@ parameters {{ key: "token_delay" value {{ string_value: "{profile.token_delay!r}
 parameters {{ key: "prefill_per_char" value {{ string_value: "{profile.prefill_per_char!r}" }} }}
 parameters {{ key: "prefix_cache_blocks" value {{ string_value: "{PREFIX_CACHE_BLOCKS}" }} }}
 parameters {{ key: "block_tokens" value {{ string_value: "{BLOCK_TOKENS}" }} }}
+parameters {{ key: "prefill_slots" value {{ string_value: "{profile.prefill_slots}" }} }}
 {_replay_parameter(profile)}"""
 
 

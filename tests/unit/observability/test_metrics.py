@@ -38,8 +38,9 @@ snapshot = SimpleNamespace(in_flight=spec["in_flight"], queued=spec["queued"])
 admission = SimpleNamespace(snapshot=lambda model: snapshot)
 replicas = [
     SimpleNamespace(url=url, healthy=healthy, metrics_url=url + "/metrics",
-                    upstream_pending=pending, upstream_queue_seconds=queue_s)
-    for url, healthy, ejected, pending, queue_s in spec["replicas"]
+                    upstream_pending=pending, upstream_queue_seconds=queue_s,
+                    outstanding=outstanding)
+    for url, healthy, ejected, pending, queue_s, outstanding in spec["replicas"]
 ]
 ejected = {r[0] for r in spec["replicas"] if r[2]}
 outlier = SimpleNamespace(
@@ -114,8 +115,8 @@ def workers(tmp_path: Path) -> Iterator[tuple[Worker, Worker]]:
         requests=3,
         in_flight=2,
         queued={"online": 3, "batch": 0},
-        # url, healthy, ejected, Triton pending, Triton queue seconds
-        replicas=[[r1, False, True, 5, 10.0], [r2, True, False, 1, 1.0]],
+        # url, healthy, ejected, Triton pending, Triton queue seconds, in flight
+        replicas=[[r1, False, True, 5, 10.0, 2], [r2, True, False, 1, 1.0, 0]],
     )
     new = Worker(
         tmp_path,
@@ -124,7 +125,7 @@ def workers(tmp_path: Path) -> Iterator[tuple[Worker, Worker]]:
         requests=5,
         in_flight=4,
         queued={"online": 1, "batch": 0},
-        replicas=[[r1, True, False, 7, 12.5]],
+        replicas=[[r1, True, False, 7, 12.5, 3]],
     )
     try:
         yield old, new
@@ -158,6 +159,7 @@ def test_workers_add_up_and_a_dead_worker_leaves_no_gauge(
     assert both[("gateway_replica_healthy", r1)] == 1  # livemax: some worker reaches it
     assert both[("gateway_replica_ejected", r1)] == 1  # livemax: ejected by one worker
     assert both[("gateway_triton_pending_requests", r1)] == 7
+    assert both[("gateway_replica_in_flight", r1)] == 5  # livesum: each worker's own
     assert both[("gateway_triton_queue_duration_seconds_total", r1)] == 12.5
     assert new.types["gateway_triton_queue_duration_seconds"] == "counter"
     # r2 is not among the replicas the answering worker serves (a placement moved it):
