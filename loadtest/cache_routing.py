@@ -2,7 +2,12 @@
 
     python -m loadtest.cache_routing [--seconds 40] [--replicas 4] [--gateways 1,3]
         [--loads 0.5,0.8] [--policies least_load,cache_aware] [--capacity RPS]
-        [--out /tmp/cache-routing.json] [--write-docs]
+        [--load-factor F] [--out /tmp/cache-routing.json] [--write-docs]
+        [--workload-name chat] [workload flags: --tenants --system-bytes --turns
+        --user-bytes --assistant-bytes --active --one-off-share]
+
+docs/benchmarks.md gives the commands of its two workloads, `chat` (the defaults) and
+`agentic`.
 
 Starts `--replicas` Triton servers (triton-sim), each one replica of the simulated LLM
 `llm-chat` with a prefix cache and one prefill slot (prompts are computed one at a time,
@@ -11,15 +16,17 @@ free port. The workload (loadtest/cache_workload.py) is multi-turn conversations
 several tenants, each with its long system prompt, plus one-off prompts that share
 nothing; conversation requests carry their session key as `prompt_cache_key`.
 
-1. Capacity (unless `--capacity`): the saturation throughput of least_load behind one
+1. Capacity (unless `--capacity`): the saturation throughput of each policy behind one
    gateway, measured by a closed loop of 4 x replicas workers replaying the workload
    sequence (a warmup, then `--calibrate-seconds`): completed requests per second.
+   least_load's is the capacity the loads are fractions of; the two compare throughput.
 2. For each gateway count, load (a fraction of the capacity) and policy: fresh gateway
    processes (`gateway serve`, one worker each, the same config, the policy in the
    model's `routing` section, one shared Redis, emptied between runs), then open-loop
    Poisson arrivals at that rate for `--seconds` (the same seed, so the same requests at
    the same times for every policy), each request sent to a gateway picked at random
-   (seeded), then a drain until every request has its answer.
+   (seeded), then a drain until every request has its answer. A conversation's turn is
+   sent at its time or once the answer to its previous turn has arrived, if later.
 
 Cold caches: every prompt of a run starts with a salt of the run (`<run 0003>`, a fixed
 length so block boundaries do not move) and each session key carries it too, so nothing
@@ -37,7 +44,8 @@ start to its last answer.
 
 Prints a Markdown table and the goal checks, writes every request's result to `--out`
 (JSON) and, with `--write-docs`, the section between the `cache-routing` markers of
-docs/benchmarks.md with a chart of the TTFT distributions (docs/img/cache-routing-ttft.png).
+docs/benchmarks.md with a chart of the TTFT distributions
+(docs/img/cache-routing-ttft-WORKLOAD.png).
 """
 
 from __future__ import annotations

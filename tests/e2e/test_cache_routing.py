@@ -75,17 +75,17 @@ def served(gateways: list[Gateway]) -> Counter[str]:
     return total
 
 
-def skips(gateway: Gateway, reason: str) -> float:
+def counted(gateway: Gateway, name: str, **labels: str) -> float:
+    """The sum of `name`'s samples of MODEL with `labels`, on the gateway's /metrics."""
     with urllib.request.urlopen(f"{gateway.ops_url}/metrics", timeout=5) as response:
         exposition = response.read().decode()
-    for family in text_string_to_metric_families(exposition):
-        for sample in family.samples:
-            if sample.name == "gateway_routing_preferred_skipped_total" and sample.labels == {
-                "model": MODEL,
-                "reason": reason,
-            }:
-                return sample.value
-    return 0.0
+    wanted = {"model": MODEL, **labels}
+    return sum(
+        sample.value
+        for family in text_string_to_metric_families(exposition)
+        for sample in family.samples
+        if sample.name == name and wanted.items() <= sample.labels.items()
+    )
 
 
 def ask(gateway: Gateway, messages: list[dict[str, str]], session: str | None = None) -> Any:
@@ -107,6 +107,7 @@ def test_a_conversation_stays_on_its_replica_across_gateways_and_reuses_its_cach
     try:
         gateways = [one, two]
         where: dict[str, set[str]] = {}
+        prompt_tokens = cached_tokens = 0
         for conversation in range(6):
             session = f"conversation-{conversation}"
             messages = [{"role": "system", "content": SYSTEM}]
@@ -123,15 +124,63 @@ def test_a_conversation_stays_on_its_replica_across_gateways_and_reuses_its_cach
                 if turn:  # everything up to the last turn's prompt is cached
                     assert details.cached_tokens >= previous_prompt - 16
                 previous_prompt = answer.usage.prompt_tokens
+                prompt_tokens += answer.usage.prompt_tokens
+                cached_tokens += details.cached_tokens
                 messages.append(
                     {"role": "assistant", "content": answer.choices[0].message.content or ""}
                 )
         for session, replicas in where.items():
             assert replicas == {owner(urls, session)}, session
         assert len({next(iter(r)) for r in where.values()}) > 1  # sessions spread
+        # The replicas' counts, as the metrics show them per replica, add up to the usage.
+        for name, expected in [
+            ("gateway_replica_prompt_tokens_total", prompt_tokens),
+            ("gateway_replica_cached_prompt_tokens_total", cached_tokens),
+        ]:
+            assert sum(counted(g, name) for g in gateways) == expected
+        assert cached_tokens > prompt_tokens / 2
     finally:
         stop(one.process)
         stop(two.process)
+
+
+def test_a_responses_conversation_stays_on_one_replica_through_previous_response_id(
+    trio: list[TritonSim], redis_url: str, tmp_path: Path
+) -> None:
+    urls = [sim.http_url for sim in trio]
+    gateways = [
+        gateway_of(tmp_path / "one", redis_url, chat_model(urls)),
+        gateway_of(tmp_path / "two", redis_url, chat_model(urls)),
+    ]
+    try:
+        previous: str | None = None
+        first = ""
+        placed: list[str] = []
+        inputs: list[int] = []
+        for turn in range(5):
+            gateway = gateways[turn % 2]
+            before = served(gateways)
+            response = client(gateway).responses.create(
+                model=MODEL,
+                instructions=SYSTEM,
+                input=f"Step {turn}: go on.",
+                previous_response_id=previous,
+                max_output_tokens=4,
+            )
+            (replica,) = (served(gateways) - before).keys()
+            placed.append(replica)
+            assert response.usage is not None
+            if turn >= 2:  # the turn before ran on this replica: its prompt is cached
+                assert response.usage.input_tokens_details.cached_tokens >= inputs[-1] - 16
+            inputs.append(response.usage.input_tokens)
+            first = first or response.id
+            previous = response.id
+    finally:
+        for gateway in gateways:
+            stop(gateway.process)
+    # From the second turn on, the conversation's key is its first response: one replica,
+    # through either gateway.
+    assert set(placed[1:]) == {owner(urls, first)}
 
 
 async def post_chat(http: aiohttp.ClientSession, gateway: Gateway, body: dict[str, Any]) -> int:
@@ -206,7 +255,7 @@ async def test_one_hot_prefix_beyond_one_replica_spreads_within_the_bound(
         ]  # fmt: skip
         statuses = await burst(gateway, bodies)
         counts = served([gateway])
-        skipped = skips(gateway, "load")
+        skipped = counted(gateway, "gateway_routing_preferred_skipped_total", reason="load")
     finally:
         stop(gateway.process)
     assert statuses == {200: 30}

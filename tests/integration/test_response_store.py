@@ -22,11 +22,13 @@ async def test_a_response_is_kept_read_and_deleted_for_its_tenant_only(
 ) -> None:
     store = ResponseStore(client, PREFIX, ttl_s=60)
     tenant, other = f"t-{secrets.token_hex(4)}", f"o-{secrets.token_hex(4)}"
-    size = await store.save(tenant, response("resp_1"), MESSAGES)
+    size = await store.save(tenant, response("resp_1"), MESSAGES, session="conv-7")
     assert size > 0
+    # With the session its conversation's next turns keep (cache-aware routing).
     assert await store.load(tenant, "resp_1") == {
         "response": response("resp_1"),
         "messages": MESSAGES,
+        "session": "conv-7",
     }
     assert await store.load(other, "resp_1") is None  # another tenant's id: not found
     assert not await store.delete(other, "resp_1")
