@@ -84,6 +84,7 @@ from gateway.dev.processes import (
 )
 from gateway.dev.sim.repository import ModelProfile
 from gateway.dev.sim.server import TritonSim
+from gateway.scheduler.queueing.measures import percentile
 from loadtest.cache_workload import (
     Message,
     ScheduledRequest,
@@ -571,18 +572,8 @@ async def warm_up(targets: Sequence[str], count: int, run: int, settings: Settin
 
 
 def percentiles(values: Sequence[float]) -> dict[str, float]:
-    """p50, p95 and p99 (linear interpolation between the closest ranks), in ms."""
-    ordered = sorted(values)
-    if not ordered:
-        return {"p50": float("nan"), "p95": float("nan"), "p99": float("nan")}
-
-    def at(q: float) -> float:
-        position = q * (len(ordered) - 1)
-        low = int(position)
-        high = min(low + 1, len(ordered) - 1)
-        return 1000 * (ordered[low] + (ordered[high] - ordered[low]) * (position - low))
-
-    return {"p50": at(0.50), "p95": at(0.95), "p99": at(0.99)}
+    """p50, p95 and p99 of `values` (seconds) in ms; NaN for none."""
+    return {f"p{q}": 1000 * percentile(values, q) for q in (50, 95, 99)}
 
 
 def summarize(

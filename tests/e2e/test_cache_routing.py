@@ -312,10 +312,6 @@ async def test_a_killed_replica_passes_its_sessions_to_their_next_owner(
 SERVICE = "_http._tcp.triton-llm-chat.example.internal"
 
 
-def port_of(sim: TritonSim) -> int:
-    return int(sim.http_url.rsplit(":", 1)[1])
-
-
 @pytest.fixture
 def discovered(
     trio: list[TritonSim], redis_url: str, tmp_path: Path
@@ -323,7 +319,7 @@ def discovered(
     with dns_server() as (nameserver, zone):
         for index in range(3):
             zone.set_a(f"pod-{index}.example.internal", ["127.0.0.1"])
-        zone.set_srv(SERVICE, [(f"pod-{i}.example.internal", port_of(trio[i])) for i in (0, 1)])
+        zone.set_srv(SERVICE, [(f"pod-{i}.example.internal", trio[i].port) for i in (0, 1)])
         models = {
             MODEL: {
                 "backend": "triton_http",
@@ -377,7 +373,7 @@ async def test_an_added_replica_takes_only_the_sessions_it_now_owns(
                 ] += 1
 
         workers = [asyncio.create_task(load()) for _ in range(3)]
-        zone.set_srv(SERVICE, [(f"pod-{i}.example.internal", port_of(trio[i])) for i in range(3)])
+        zone.set_srv(SERVICE, [(f"pod-{i}.example.internal", trio[i].port) for i in range(3)])
 
         async def three_replicas() -> bool:
             return f"were {two[0]}, {two[1]})" in await asyncio.to_thread(lambda: gateway.log)

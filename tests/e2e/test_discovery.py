@@ -20,10 +20,6 @@ from tests.polling import wait_until
 SERVICE = "_http._tcp.triton-llm-large.example.internal"
 
 
-def port_of(sim: TritonSim) -> int:
-    return int(sim.http_url.rsplit(":", 1)[1])
-
-
 @pytest.fixture
 def discovered(
     sims: tuple[TritonSim, TritonSim], redis_url: str, tmp_path: Path
@@ -32,7 +28,7 @@ def discovered(
     with dns_server() as (nameserver, zone):
         zone.set_a("pod-a.example.internal", ["127.0.0.1"])
         zone.set_a("pod-b.example.internal", ["127.0.0.1"])
-        zone.set_srv(SERVICE, [("pod-a.example.internal", port_of(a))])
+        zone.set_srv(SERVICE, [("pod-a.example.internal", a.port)])
         models = {
             "llm-large": {
                 "backend": "triton_http",
@@ -87,15 +83,15 @@ async def test_the_replica_set_follows_dns_while_streams_run(
 
         await wait_until(a_serves)
         # A second pod joins: the gateway starts sending it requests.
-        zone.set_srv(SERVICE, [("pod-a.example.internal", port_of(a)),
-                               ("pod-b.example.internal", port_of(b))])  # fmt: skip
+        zone.set_srv(SERVICE, [("pod-a.example.internal", a.port),
+                               ("pod-b.example.internal", b.port)])  # fmt: skip
 
         async def b_serves() -> bool:
             return await served(url_b) > 5
 
         await wait_until(b_serves)
         # The first pod leaves: its streams finish there, no new one starts there.
-        zone.set_srv(SERVICE, [("pod-b.example.internal", port_of(b))])
+        zone.set_srv(SERVICE, [("pod-b.example.internal", b.port)])
 
         async def only_b() -> bool:
             replicas = await asyncio.to_thread(lambda: gateway.log)
