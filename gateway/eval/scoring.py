@@ -24,7 +24,6 @@ weight is dropped and the others renormalized, and the score says which were dro
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +32,7 @@ from typing import Any
 from gateway.eval.records import Attempt
 from gateway.eval.reviews import Review
 from gateway.eval.yaml_files import load_yaml
+from gateway.scheduler.queueing import measures
 
 DIMENSIONS = (
     "correctness",
@@ -163,13 +163,7 @@ def candidate_figures(candidate: str, attempts: list[Attempt], manifest: dict[st
 def percentile(values: list[float], p: float) -> float | None:
     """The p-th percentile, interpolated linearly between the closest ranks (numpy's
     default); None for no values."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    position = (len(ordered) - 1) * p / 100.0
-    low = math.floor(position)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+    return measures.percentile(values, p) if values else None
 
 
 def _pass_rate(attempts: list[Attempt]) -> Rate:
