@@ -21,6 +21,8 @@ from gateway.api.errors import DOMAIN_ERRORS, APIError, client_error
 from gateway.api.listeners import Listeners
 from gateway.config import Config, load_config
 from gateway.config.schema import OpsOnApiPort
+from gateway.inference import schemas
+from gateway.inference.schemas import SchemaLimits
 from gateway.observability import metrics
 from gateway.observability.logging import configure_logging
 from gateway.serving.gateway_state import GatewayState
@@ -37,6 +39,8 @@ def build_app(config: Config) -> ASGIApp:
     served directly (see `gateway.api.direct`), and the ops listener's routes apart when
     `server.ops.port` is set (see `gateway.api.listeners`)."""
     protocol.configure(config.gateway.server)
+    caps = config.gateway.server.json_schema
+    schemas.configure(SchemaLimits(caps.max_bytes, caps.max_depth, caps.max_properties))
     runtime = Runtime.build(config)
     reloader = TenantsReloader(runtime)
     metrics.watch_state(GatewayState(runtime.admission, runtime.routes.values()))

@@ -250,6 +250,11 @@ def _tool_choice(raw: object, names: set[str]) -> tuple[str | None, str | None, 
             '`tool_choice.type` must be "auto", "any", "tool" or "none".', "tool_choice.type"
         )
     disable = raw.get("disable_parallel_tool_use")
+    if disable is not None and not isinstance(disable, bool):
+        raise bad_request(
+            "`tool_choice.disable_parallel_tool_use` must be a boolean.",
+            "tool_choice.disable_parallel_tool_use",
+        )
     parallel = None if disable is None else not disable
     if kind == "none":
         return "none", None, parallel
@@ -262,8 +267,10 @@ def _tool_choice(raw: object, names: set[str]) -> tuple[str | None, str | None, 
     if kind == "any":
         return "required", None, parallel
     name = raw.get("name")
+    if not isinstance(name, str):  # a list or an object is no name (nor hashable)
+        raise bad_request("`tool_choice.name` must be a string.", "tool_choice.name")
     if name not in names:
         raise bad_request(
-            f"`tool_choice.name`: {name!r} is not one of `tools`.", "tool_choice.name"
+            f"`tool_choice.name`: {name[:64]!r} is not one of `tools`.", "tool_choice.name"
         )
     return "required", name, parallel

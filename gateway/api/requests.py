@@ -8,10 +8,9 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import orjson
-from jsonschema.exceptions import SchemaError
-from jsonschema.validators import validator_for
 
 from gateway.api.errors import APIError, bad_request
+from gateway.inference.schemas import SchemaRefused, check_schema
 from gateway.inference.types import (
     ChatMessage,
     ChatOptions,
@@ -63,6 +62,13 @@ MAX_N = 16
 MAX_CHOICES = 64
 
 
+# How deeply a request body may nest objects and arrays. Far above what any API here
+# needs (a tool's schema has caps of its own, `server.json_schema`), far below where
+# recursive code (templates, JSON encoders, validators) would exhaust the stack: no
+# body can turn into a RecursionError and a 500.
+MAX_JSON_DEPTH = 128
+
+
 def decode_json(body: bytes) -> Mapping[str, Any]:
     """The JSON object in a request body, or a 400."""
     try:
@@ -71,7 +77,27 @@ def decode_json(body: bytes) -> Mapping[str, Any]:
         raise bad_request(f"The request body is not valid JSON: {exc}.") from None
     if not isinstance(data, dict):
         raise bad_request("The request body must be a JSON object.")
+    # A body with fewer brackets than the cap cannot nest past it: most are not walked.
+    if body.count(b"{") + body.count(b"[") > MAX_JSON_DEPTH and _too_deep(data):
+        raise bad_request(
+            f"The request body nests objects and arrays more than {MAX_JSON_DEPTH} levels deep."
+        )
     return data
+
+
+def _too_deep(data: dict[str, Any]) -> bool:
+    # Level by level, so that the check itself cannot run out of stack.
+    level: list[dict[str, Any] | list[Any]] = [data]
+    for _ in range(MAX_JSON_DEPTH):
+        deeper: list[dict[str, Any] | list[Any]] = []
+        for node in level:
+            for child in node.values() if type(node) is dict else node:
+                if type(child) is dict or type(child) is list:
+                    deeper.append(child)
+        if not deeper:
+            return False
+        level = deeper
+    return True
 
 
 def parse_chat(data: Mapping[str, Any], default_max_tokens: int) -> InferenceRequest:
@@ -337,14 +363,16 @@ def parse_tools(raw: object) -> tuple[Tool, ...]:
     return tuple(tools)
 
 
-def check_json_schema(schema: object, param: str) -> None:
-    """A 400 naming `param` unless `schema` is an object and a valid JSON Schema."""
+def check_json_schema(schema: object, param: str, *, compile_patterns: bool = False) -> None:
+    """A 400 naming `param` unless `schema` is an object and a valid JSON Schema within
+    the caps (`gateway.inference.schemas`); with `compile_patterns`, one the gateway can
+    validate answers against."""
     if not isinstance(schema, dict):
         raise bad_request(f"`{param}` must be a JSON Schema object.", param)
     try:
-        validator_for(schema).check_schema(schema)
-    except SchemaError as exc:
-        raise bad_request(f"`{param}` is not a valid JSON Schema: {exc.message}", param) from None
+        check_schema(schema, compile_patterns=compile_patterns)
+    except SchemaRefused as exc:
+        raise bad_request(f"`{param}` is not accepted as a JSON Schema: {exc}", param) from None
 
 
 MAX_TOP_LOGPROBS = 20
@@ -386,7 +414,7 @@ def parse_response_format(raw: object) -> ResponseFormat | None:
             "response_format.json_schema.name",
         )
     schema = spec.get("schema", {"type": "object"})
-    check_json_schema(schema, "response_format.json_schema.schema")
+    check_json_schema(schema, "response_format.json_schema.schema", compile_patterns=True)
     strict = spec.get("strict")
     if strict is not None and not isinstance(strict, bool):
         raise bad_request(

@@ -85,6 +85,18 @@ class OpsConfig(Strict):
     on_api_port: Annotated[OpsOnApiPort, BeforeValidator(_unquoted_off)] = OpsOnApiPort.ADMIN_KEY
 
 
+class JsonSchemaConfig(Strict):
+    """Caps on a client's JSON Schemas (tool parameters, `response_format`): each is
+    refused with a 400 naming the cap it passes (see `gateway.inference.schemas`)."""
+
+    # The schema's size as compact JSON.
+    max_bytes: PositiveInt = 65_536
+    # Levels of JSON objects and arrays, the schema itself being level 1.
+    max_depth: Annotated[Int, Field(ge=2, le=256)] = 32
+    # Entries of `properties` and `patternProperties`, all levels together.
+    max_properties: PositiveInt = 1_024
+
+
 class ServerConfig(Strict):
     host: str = "127.0.0.1"
     port: Annotated[Int, Field(ge=1, le=65535)] = 8080
@@ -118,6 +130,7 @@ class ServerConfig(Strict):
     # a server that closes at the moment a client reuses the connection fails that request.
     keepalive_timeout_s: PositiveInt = 20
     ops: OpsConfig = OpsConfig()
+    json_schema: JsonSchemaConfig = JsonSchemaConfig()
 
 
 class RedisSentinel(Strict):

@@ -123,7 +123,7 @@ def _json_or_text(arguments: str) -> object:
     """A call's arguments as the object they encode (what templates expect), else text."""
     try:
         return json.loads(arguments)
-    except ValueError:
+    except (ValueError, RecursionError):  # nested past the stack: text as well
         return arguments
 
 

@@ -83,6 +83,16 @@ def test_blocks_become_chat_messages() -> None:
         ({"tools": [{"type": "bash_20250124", "name": "bash"}]}, "tools[0].type"),
         ({"tool_choice": {"type": "any"}}, "tool_choice"),
         ({"tool_choice": {"type": "tool", "name": "g"}, "tools": [TOOL]}, "tool_choice.name"),
+        ({"tool_choice": {"type": "tool", "name": ["f"]}, "tools": [TOOL]}, "tool_choice.name"),
+        ({"tool_choice": {"type": "tool", "name": {"f": 1}}, "tools": [TOOL]}, "tool_choice.name"),
+        (
+            {"tool_choice": {"type": "auto", "disable_parallel_tool_use": "yes"}, "tools": [TOOL]},
+            "tool_choice.disable_parallel_tool_use",
+        ),
+        (
+            {"tools": [{"name": "f", "input_schema": {"$ref": "http://127.0.0.1:9/s.json"}}]},
+            "tools[0].input_schema",
+        ),
         ({"temperature": 1.5}, "temperature"),
         ({"top_k": 5}, "top_k"),
         ({"stop_sequences": ["a", ""]}, "stop_sequences"),

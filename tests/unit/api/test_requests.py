@@ -10,7 +10,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gateway.api.errors import APIError
-from gateway.api.requests import decode_json, parse_chat, parse_completion, parse_embeddings
+from gateway.api.requests import (
+    MAX_JSON_DEPTH,
+    decode_json,
+    parse_chat,
+    parse_completion,
+    parse_embeddings,
+)
 from gateway.inference.types import ChatMessage, RequestKind
 
 USER = [{"role": "user", "content": "hi"}]
@@ -170,6 +176,35 @@ TOOL: dict[str, Any] = {
                 }
             },
             "response_format.json_schema.schema",
+        ),
+        (
+            {
+                "response_format": {
+                    "type": "json_schema",
+                    "json_schema": {"name": "a", "schema": {"$ref": "http://127.0.0.1:9/s"}},
+                }
+            },
+            "response_format.json_schema.schema",
+        ),
+        (
+            {
+                "response_format": {
+                    "type": "json_schema",
+                    "json_schema": {"name": "a", "schema": {"pattern": "(?=a)"}},
+                }
+            },
+            "response_format.json_schema.schema",
+        ),
+        (
+            {
+                "tools": [
+                    {
+                        "type": "function",
+                        "function": {"name": "f", "parameters": {"$ref": "file:///etc/passwd"}},
+                    }
+                ]
+            },
+            "tools[0].function.parameters",
         ),
         ({"tool_choice": "required"}, "tool_choice"),
         ({"parallel_tool_calls": "yes"}, "parallel_tool_calls"),
@@ -359,6 +394,18 @@ def test_body_that_is_not_a_json_object_is_400(body: bytes) -> None:
     with pytest.raises(APIError) as caught:
         decode_json(body)
     assert caught.value.status == 400
+
+
+@pytest.mark.parametrize("where", ["metadata", "tools", "messages"])
+def test_a_body_nested_past_the_cap_is_400_at_any_depth(where: str) -> None:
+    # At the cap it is accepted; past it (and past anything recursive code could take,
+    # up to orjson's own limit of 1,024) it is a plain 400.
+    inner = MAX_JSON_DEPTH - 2  # levels inside `{"where": [...]}`
+    decode_json(b'{"%s": ' % where.encode() + b"[" * inner + b"]" * inner + b"}")
+    for levels in (inner + 1, 1000):
+        with pytest.raises(APIError, match="more than 128 levels") as caught:
+            decode_json(b'{"%s": [' % where.encode() + b"[" * levels + b"]" * levels + b"]}")
+        assert caught.value.status == 400
 
 
 # Any JSON value, nested a little: what a careless or hostile client may send.

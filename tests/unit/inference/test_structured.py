@@ -28,8 +28,8 @@ def test_each_problem_is_named() -> None:
         "the answer is not a JSON object"
     )
     assert output_problem(CITY, '{"city": "Paris", "days": [1, "two"]}') == (
-        "the answer does not match the schema at days/1: 'two' is not of type 'integer'"
+        'the answer does not match the schema at days/1: "two" is not of type "integer"'
     )
     assert output_problem(CITY, '{"days": []}') == (
-        "the answer does not match the schema at the top: 'city' is a required property"
+        'the answer does not match the schema at the top: "city" is a required property'
     )

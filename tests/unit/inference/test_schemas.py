@@ -1,0 +1,140 @@
+"""A client's JSON Schema is data: never fetched from, bounded in cost, cached."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from gateway.inference import schemas
+from gateway.inference.schemas import SchemaLimits, SchemaRefused, check_schema, validator
+from gateway.inference.structured import output_problem
+from gateway.inference.types import ResponseFormat
+
+
+@pytest.fixture(autouse=True)
+def default_limits() -> Iterator[None]:
+    yield
+    schemas.configure(SchemaLimits())
+
+
+def nested(levels: int) -> dict[str, Any]:
+    schema: dict[str, Any] = {"type": "string"}
+    for _ in range(levels - 1):
+        schema = {"type": "array", "items": schema}
+    return schema
+
+
+@pytest.mark.parametrize(
+    "reference",
+    [
+        "http://127.0.0.1:9/schema.json",
+        "https://example.com/s#/defs/a",
+        "file:///etc/passwd",
+        "other.json",
+        "//host/path",
+    ],
+)
+@pytest.mark.parametrize("keyword", ["$ref", "$dynamicRef", "$recursiveRef"])
+@pytest.mark.parametrize("compile_patterns", [False, True])
+def test_a_reference_outside_the_schema_is_refused_and_named(
+    reference: str, keyword: str, compile_patterns: bool
+) -> None:
+    schema = {"type": "object", "properties": {"a": {keyword: reference}}}
+    with pytest.raises(SchemaRefused, match="only references within the schema") as refused:
+        check_schema(schema, compile_patterns=compile_patterns)
+    assert reference[:40] in str(refused.value)
+
+
+def test_local_references_and_reference_shaped_data_are_accepted() -> None:
+    schema = {
+        "$defs": {"name": {"type": "string"}},
+        "type": "object",
+        "properties": {
+            "a": {"$ref": "#/$defs/name"},
+            # Instance data that looks like a reference is only data.
+            "b": {"enum": [{"$ref": "http://example.com/x"}]},
+            "c": {"default": {"$ref": "http://example.com/x"}},
+        },
+    }
+    check_schema(schema, compile_patterns=True)
+    assert validator(schema).is_valid({"a": "x", "b": {"$ref": "http://example.com/x"}})
+
+
+def test_a_pattern_that_backtracks_in_python_is_matched_in_linear_time() -> None:
+    fmt = ResponseFormat(
+        "json_schema", "s", {"type": "object", "properties": {"a": {"pattern": "^(a+)+$"}}}
+    )
+    check_schema(fmt.schema or {}, compile_patterns=True)
+    # Python's `re` takes years on this text; the linear engine answers at once.
+    answer = '{"a": "' + "a" * 100_000 + 'b"}'
+    problem = output_problem(fmt, answer)
+    assert problem is not None and "does not match" in problem
+    assert output_problem(fmt, '{"a": "aaaa"}') is None
+
+
+def test_pattern_properties_use_the_linear_engine_too() -> None:
+    schema = {"type": "object", "patternProperties": {"^(x+)+$": {"type": "integer"}}}
+    check_schema(schema, compile_patterns=True)
+    assert not validator(schema).is_valid({"x" * 50: "not an integer"})
+    assert validator(schema).is_valid({"x" * 50 + "y": "anything"})
+
+
+@pytest.mark.parametrize("pattern", ["(?=a)b", "(a)\\1", "(?<!x)y"])
+def test_a_pattern_that_needs_backtracking_is_refused_with_the_reason(pattern: str) -> None:
+    with pytest.raises(SchemaRefused, match="look-around and back-references"):
+        check_schema({"type": "string", "pattern": pattern}, compile_patterns=True)
+
+
+def test_tool_schemas_are_checked_without_compiling_their_patterns() -> None:
+    # The gateway never validates arguments against a tool's schema: a pattern only the
+    # client's own engine supports is its business.
+    check_schema({"type": "string", "pattern": "(?=a)b"})
+
+
+@pytest.mark.parametrize(
+    ("limits", "schema", "cap"),
+    [
+        (SchemaLimits(max_depth=8), nested(9), "max_depth"),
+        (SchemaLimits(max_bytes=200), {"description": "x" * 300}, "max_bytes"),
+        (
+            SchemaLimits(max_properties=10),
+            {"properties": {f"p{i}": {"type": "string"} for i in range(11)}},
+            "max_properties",
+        ),
+        (
+            SchemaLimits(max_properties=10),
+            {"properties": {"a": {"properties": {f"p{i}": {} for i in range(10)}}}},
+            "max_properties",
+        ),
+    ],
+)
+def test_each_cap_refuses_what_passes_it_and_names_itself(
+    limits: SchemaLimits, schema: dict[str, Any], cap: str
+) -> None:
+    schemas.configure(limits)
+    with pytest.raises(SchemaRefused, match=f"server.json_schema.{cap}"):
+        check_schema(schema)
+
+
+def test_a_schema_nested_past_any_stack_is_refused_not_crashed() -> None:
+    # 100,000 levels: a recursive checker would raise RecursionError (a 500).
+    with pytest.raises(SchemaRefused, match="nested more than 32 levels"):
+        check_schema(nested(100_000))
+    check_schema(nested(16))
+
+
+def test_an_invalid_schema_is_refused_with_the_validator_s_reason() -> None:
+    with pytest.raises(SchemaRefused, match="anyOf"):
+        check_schema({"type": 5})
+    with pytest.raises(SchemaRefused, match="Unknown meta-schema"):
+        check_schema({"$schema": "http://127.0.0.1:9/meta"}, compile_patterns=True)
+
+
+def test_a_schema_is_compiled_once() -> None:
+    schema = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
+    check_schema(schema, compile_patterns=True)
+    # The same schema, keys in another order: the same compiled validator.
+    same = {"required": ["n"], "properties": {"n": {"type": "integer"}}, "type": "object"}
+    assert validator(same) is validator(schema)
