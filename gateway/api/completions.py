@@ -433,14 +433,16 @@ def _completion_reserve(runtime: Runtime, inference: InferenceRequest) -> int:
 
 async def _complete(exchange: _Exchange, request: Request) -> Response:
     used = 0
+    answered: set[int] = set()
     dispatcher = exchange.runtime.dispatcher
 
-    async def dispatch(work: Work) -> tuple[Completion, Served]:
+    async def dispatch(index: int, work: Work) -> tuple[Completion, Served]:
         nonlocal used
         completion, served = await dispatcher.complete(work)
         if completion.usage.prompt_tokens == 0:
             completion.usage.prompt_tokens = work.first_call.prompt_estimate
         used += completion.usage.total_tokens
+        answered.add(index)
         return completion, served
 
     dispatched = time.monotonic()
@@ -448,8 +450,12 @@ async def _complete(exchange: _Exchange, request: Request) -> Response:
     try:
         if watch.gone:
             raise ClientGone
-        results = await gather_all([dispatch(work) for work in exchange.works])
+        results = await gather_all([dispatch(i, work) for i, work in enumerate(exchange.works)])
     except BaseException as exc:
+        if watch.gone:
+            # Left while its parts were with a replica: they are paid for in full.
+            pending = (w for i, w in enumerate(exchange.works) if i not in answered)
+            used += sum(_abandoned_cost(work, streamed=False) for work in pending)
         exchange.failed(exc, watch, dispatched)
     finally:
         watch.stop()  # before the answer goes out: its end looks like a disconnect
@@ -481,6 +487,19 @@ async def _complete(exchange: _Exchange, request: Request) -> Response:
     )
 
 
+def _abandoned_cost(work: Work, *, streamed: bool) -> int:
+    """The tokens a part costs when its client left before its answer: none if it never
+    reached a replica (it was still queued), else its prompt and, unless it streams, all
+    the completion it may have generated. A non-streamed answer says nothing of how far
+    the replica got before the cancel reached it (or whether it stopped: not every backend
+    can), so the most it could have generated is charged; a stream is metered piece by
+    piece, and before its first piece it has generated nothing."""
+    if not work.admissions:
+        return 0
+    call = work.first_call
+    return call.prompt_estimate + (0 if streamed else call.params.max_tokens)
+
+
 async def _answered(record: RequestRecord) -> None:
     # Run once the answer is sent: its metrics and log line cost the client no time.
     record.finish(200)
@@ -505,7 +524,11 @@ async def _stream(exchange: _Exchange, request: Request) -> Response:
         opened = await gather_all([dispatcher.stream(w) for w in exchange.works], _close)
     except BaseException as exc:
         watch.stop()
-        exchange.settle(0)
+        # Left while a replica computed its prompt: that prompt is paid for.
+        gone = watch.gone
+        exchange.settle(
+            sum(_abandoned_cost(w, streamed=True) for w in exchange.works) if gone else 0
+        )
         exchange.failed(exc, watch, dispatched)
     # From here the relay watches the client (no more cancelling this task).
     watch.on_gone = None

@@ -25,6 +25,8 @@ MESSAGES = [{"role": "user", "content": "hi"}]
 
 # How long the `lazy` upstream takes to its first piece.
 LAZY_FIRST_PIECE_S = 3.0
+METERED_BURST = 5_000
+METERED = {False: "metered-whole", True: "metered-streamed"}
 
 
 @pytest.fixture(scope="module")
@@ -72,12 +74,23 @@ def lifecycle_gateway(
             "triton_grpc", grpc, upstream_model="llm-slow",
             queue={"max_queued": 8, "max_in_flight_per_replica": 1},
         ),
+        # The same model over Triton's HTTP generate endpoints, for the metering tests.
+        "slow-http": model(
+            "triton_http", [sims[0].http_url], upstream_model="llm-slow", max_tokens_limit=4096
+        ),
         "lazy": model("openai", [lazy_upstream], timeouts={"first_token_s": 10}),
         "garbled": model("openai", [garbled_upstream]),
     }  # fmt: skip
     # With limits, so that answers carry x-ratelimit-* headers.
     limits = {"requests_per_minute": 100_000, "tokens_per_minute": 10_000_000}
-    tenants = {"web": tenant("web", ["*"], priority="online", limits=limits)}
+    # A bucket of 5,000 tokens that refills one token a second: what a request is
+    # charged shows in the next answer's x-ratelimit-remaining-tokens.
+    metered = {"tokens_per_minute": 60, "burst_tokens": METERED_BURST}
+    tenants = {
+        "web": tenant("web", ["*"], priority="online", limits=limits),
+        # One for each test below, so that each starts from a full bucket.
+        **{name: tenant(name, ["slow-http"], limits=metered) for name in METERED.values()},
+    }
     gw = start_gateway(tmp_path_factory.mktemp("lifecycle"), models, redis_url, tenants=tenants)
     try:
         yield gw
@@ -352,3 +365,64 @@ async def test_a_request_admitted_then_failed_upstream_records_its_queue_wait(
     assert status == record["status"] and status >= 500
     assert record["queue_wait_ms"] is not None
     assert after == before + 1
+
+
+async def sim_generated(session: aiohttp.ClientSession, sim: TritonSim, model_name: str) -> float:
+    """Completion tokens the simulated replica has generated for `model_name`."""
+    async with session.get(sim.metrics_url) as response:
+        text = await response.text()
+    wanted = f'sim_generated_tokens_total{{model="{model_name}"}}'
+    return sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith(wanted))
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+async def test_a_client_that_leaves_pays_for_what_it_asked_and_the_replica_stops(
+    lifecycle_gateway: Gateway, sims: tuple[TritonSim, TritonSim], stream: bool
+) -> None:
+    # Attack: ask for a long answer, leave before it comes, repeat: each was refunded in
+    # full while the replica went on generating, 8x the tenant's token limit.
+    gw = lifecycle_gateway
+    body = {"model": "slow-http", "messages": MESSAGES, "max_tokens": 2000, "stream": stream}
+    async with aiohttp.ClientSession() as session:
+
+        async def generated() -> float:
+            return await sim_generated(session, sims[0], "llm-slow")
+
+        async def in_flight() -> float:
+            return await metric(session, gw, "gateway_admission_in_flight", model="slow-http")
+
+        await wait_until(lambda: _equals(in_flight, 0))
+        before = await generated()
+        writer = await send_and_leave_later(gw, body, key(METERED[stream]))
+        # Gone once the replica has generated a few tokens of its answer.
+        await wait_until(lambda: _more_than(generated, before + 5), timeout_s=30)
+        writer.close()
+        await wait_until(lambda: _equals(in_flight, 0))
+        # The replica stops: it generates nothing more after the cancel has reached it.
+        stopped = await _settled(generated)
+        probe = {"model": "slow-http", "messages": MESSAGES, "max_tokens": 1}
+        status, headers, answer = await post(session, gw, probe, key(METERED[stream]))
+    assert status == 200, answer
+    assert stopped - before < 2000
+    remaining = int(headers["x-ratelimit-remaining-tokens"])
+    if stream:
+        # Metered piece by piece: the prompt and what was generated, not the 2,000 asked.
+        assert METERED_BURST - 2000 < remaining < METERED_BURST - 5
+    else:
+        # A whole answer does not say how far the replica got: all it asked for is paid.
+        assert remaining <= METERED_BURST - 2000
+
+
+async def _more_than(read: Any, floor: float) -> bool:
+    return await read() > floor
+
+
+async def _settled(read: Any) -> float:
+    """The value once it has not changed for a second (the model's token delay is 40 ms)."""
+    last = await read()
+    while True:
+        await asyncio.sleep(1.0)
+        now = await read()
+        if now == last:
+            return now
+        last = now

@@ -27,7 +27,8 @@ the prompt, kept in an LRU of `prefix_cache_blocks` blocks. Prefill is charged o
 the bytes after the cached prefix; each response reports `num_cached_tokens`, and the
 model exports Triton custom metrics: sim_prefix_cache_queries_total and
 sim_prefix_cache_hits_total (prompt tokens looked up, and found), sim_prefix_cache_usage
-(the share of the cache's blocks in use).
+(the share of the cache's blocks in use); and sim_generated_tokens_total, the completion
+tokens generated, which stops growing when a cancelled request stops (streamed or not).
 """
 
 from __future__ import annotations
@@ -426,8 +427,15 @@ class TritonPythonModel:
                 description="Share of the prefix cache's blocks in use (0 to 1)",
                 kind=gauge,
             ),
+            pb_utils.MetricFamily(
+                name="sim_generated_tokens_total",
+                description="Completion tokens generated (a cancelled request's until it stopped)",
+                kind=counter,
+            ),
         ]
-        self.queries, self.hits, self.usage = (f.Metric(labels=labels) for f in self.families)
+        self.queries, self.hits, self.usage, self.generated = (
+            f.Metric(labels=labels) for f in self.families
+        )
 
     async def _prefill(self, prompt: bytes) -> int:
         """Compute `prompt` (wait for the part not cached, in turn with other prompts when
@@ -510,7 +518,14 @@ class TritonPythonModel:
             n_in = count_input_tokens(parsed.prompt)
             await asyncio.sleep(first_delay)
             if not parsed.stream:
-                await asyncio.sleep(token_delay * len(pieces))
+                # Token by token, as a real engine decodes: a cancel (the gateway's client
+                # left and it closed the connection) stops the work here too.
+                for count in tokens:
+                    await asyncio.sleep(token_delay)
+                    if sender.is_cancelled():
+                        sender.send(flags=final)
+                        return
+                    self.generated.increment(count)
                 text = "".join(pieces)
                 logprobs = _logprobs(parsed, 0, len(pieces))
                 sender.send(_response(text, n_in, sum(tokens), logprobs, cached), flags=final)
@@ -524,6 +539,7 @@ class TritonPythonModel:
                 if sender.is_cancelled():  # client went away: stop generating
                     sender.send(flags=final)
                     return
+                self.generated.increment(tokens[i])
                 # The last token carries FINAL itself: no extra empty response is needed.
                 last = i == len(pieces) - 1
                 logprobs = _logprobs(parsed, i, 1)
