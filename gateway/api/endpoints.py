@@ -13,7 +13,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from gateway.api.errors import APIError, model_not_found
+from gateway.api.errors import APIError, model_not_found, rate_limited
 from gateway.api.openapi import openapi_document
 from gateway.config import ModelConfig
 from gateway.observability import metrics
@@ -26,6 +26,18 @@ from gateway.serving.runtime import Runtime
 def runtime_of(request: Request) -> Runtime:
     runtime: Runtime = request.app.state.runtime
     return runtime
+
+
+async def count_request(runtime: Runtime, identity: Identity, model: str = "") -> None:
+    """Count a request that asks for no inference (`count_tokens`, a stored response read)
+    against the tenant's request limit, and `model`'s when it names one: a 429 when it is
+    spent. Cheap as these are, a tenant could otherwise send them without end."""
+    limiter = runtime.limiter
+    decision = await limiter.admit(identity.name, model, 0)
+    if not decision.allowed:
+        raise rate_limited(decision)
+    if decision.reservation is not None:
+        limiter.settle(decision.reservation, 0)
 
 
 def _model_object(name: str, config: ModelConfig) -> dict[str, object]:

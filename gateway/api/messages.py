@@ -11,7 +11,7 @@ from gateway.api import errors
 from gateway.api.anthropic_answers import credentials, error_response
 from gateway.api.anthropic_requests import parse_count_tokens
 from gateway.api.completions import read_body, resolve_route, serve
-from gateway.api.endpoints import runtime_of
+from gateway.api.endpoints import count_request, runtime_of
 from gateway.api.errors import APIError
 from gateway.api.requests import decode_json, requested_model
 from gateway.api.wire import MESSAGES
@@ -23,12 +23,14 @@ async def messages(request: Request) -> Response:
 
 async def count_tokens(request: Request) -> Response:
     """The prompt tokens a message request would count (the gateway's estimate of the
-    prompt its model's template renders); neither charged nor queued."""
+    prompt its model's template renders): counted against the request limit, not queued,
+    and no tokens charged."""
     try:
         runtime = runtime_of(request)
         identity = runtime.auth.identify(credentials(request.headers))
         data = decode_json(await read_body(request, runtime.config.gateway.server.max_body_bytes))
         route = resolve_route(runtime, identity, requested_model(data))
+        await count_request(runtime, identity, route.name)
         inference = parse_count_tokens(data, route.config.max_tokens_default)
         tokens = route.upstream_call(inference).prompt_estimate
     except (APIError, *errors.DOMAIN_ERRORS) as exc:

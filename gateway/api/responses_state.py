@@ -15,7 +15,7 @@ from redis.exceptions import RedisError
 from starlette.requests import Request
 from starlette.responses import Response
 
-from gateway.api.endpoints import runtime_of
+from gateway.api.endpoints import count_request, runtime_of
 from gateway.api.errors import APIError
 from gateway.api.requests import Parser
 from gateway.api.responses_answers import conversation_after, state_of
@@ -77,7 +77,7 @@ async def keep(
 
 async def retrieve(request: Request) -> Response:
     """`GET /v1/responses/{id}`: a stored response of the caller's tenant."""
-    runtime, tenant, response_id = _target(request)
+    runtime, tenant, response_id = await _target(request)
     try:
         stored = await runtime.responses.load(tenant, response_id)
     except RedisError as exc:
@@ -89,7 +89,7 @@ async def retrieve(request: Request) -> Response:
 
 async def delete(request: Request) -> Response:
     """`DELETE /v1/responses/{id}`: forget a stored response of the caller's tenant."""
-    runtime, tenant, response_id = _target(request)
+    runtime, tenant, response_id = await _target(request)
     try:
         deleted = await runtime.responses.delete(tenant, response_id)
     except RedisError as exc:
@@ -100,9 +100,11 @@ async def delete(request: Request) -> Response:
     return Response(orjson.dumps(body), media_type="application/json")
 
 
-def _target(request: Request) -> tuple[Runtime, str, str]:
+async def _target(request: Request) -> tuple[Runtime, str, str]:
+    """Who asks for which stored response, counted against its tenant's request limit."""
     runtime = runtime_of(request)
     identity = runtime.auth.identify(request.headers.get("authorization"))
+    await count_request(runtime, identity)
     return runtime, identity.name, request.path_params["response_id"]
 
 

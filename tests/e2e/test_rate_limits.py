@@ -60,6 +60,9 @@ def limited(
         # A bucket of 80 tokens.
         "tight": tenant("tight", ["*"], limits={"tokens_per_minute": 80}),
         "pair": tenant("pair", ["*"], limits={"max_concurrent": 2}),
+        # 3 requests, for the requests that ask for no inference.
+        "counter": tenant("counter", ["*"], limits={"requests_per_minute": 3}),
+        "reader": tenant("reader", ["*"], limits={"requests_per_minute": 3}),
         "watched": tenant("watched", ["*"], shadow=True, limits={"requests_per_minute": 1}),
         "roomy": tenant(
             "roomy", ["*"], limits={"requests_per_minute": 6000, "tokens_per_minute": 100000}
@@ -103,6 +106,33 @@ async def test_request_limit_refuses_with_429_and_retry_after(limited: Gateway) 
         "Rate limit reached: 3 requests per minute for your organization; "
         f"retry in {headers['retry-after']} s."
     )
+
+
+@pytest.mark.parametrize("who", ["counter", "reader"])
+async def test_requests_that_ask_for_no_inference_count_against_the_request_limit(
+    limited: Gateway, who: str
+) -> None:
+    # Attack: 300 stored-response reads in 0.2 s against 120 a minute, and count_tokens
+    # without any limit at all.
+    if who == "counter":
+        url = f"{limited.url}/v1/messages/count_tokens"
+        body: dict[str, Any] | None = {"model": "llm-small", "messages": HELLO}
+        method = "POST"
+    else:
+        url, body, method = f"{limited.base_url}/responses/resp_unknown", None, "GET"
+    async with aiohttp.ClientSession() as session:
+        statuses = []
+        for _ in range(4):
+            async with session.request(method, url, json=body, headers=key(who)) as response:
+                statuses.append(response.status)
+                last = await response.json()
+                retry_after = response.headers.get("retry-after")
+    expected = 200 if who == "counter" else 404
+    assert statuses == [expected, expected, expected, 429]
+    assert retry_after is not None and 1 <= int(retry_after) <= 20
+    # Each wire's own error shape: Anthropic's for count_tokens, OpenAI's for Responses.
+    error = last["error"]
+    assert error["type"] == ("rate_limit_error" if who == "counter" else "requests")
 
 
 async def test_unused_reservation_is_refunded(limited: Gateway) -> None:
