@@ -8,7 +8,8 @@ one member (a request id) until it is released or its TTL passes.
 
 `LocalBuckets` does exactly what the Lua scripts in `lua/` do, float for float, with the
 clock passed in: it is the fallback when Redis is down and the model the tests replay the
-scripts' decisions against. Nothing here does I/O.
+scripts' decisions against. `LocalDebts` keeps what the local buckets handed out while
+Redis was away, to be charged to Redis when it is back. Nothing here does I/O.
 """
 
 from __future__ import annotations
@@ -306,6 +307,11 @@ class LocalBuckets:
                 self._leases.pop(lease.key, None)
         return AdjustResult(remaining, held, now)
 
+    def level(self, key: str, capacity: float, refill_per_ms: float, now_ms: float) -> float:
+        """The level of the bucket at `key` at `now_ms`, refilled (full if missing); the
+        bucket is not changed."""
+        return self._refill(key, float(capacity), float(refill_per_ms), float(now_ms))[0]
+
     def state(self, key: str, now_ms: float) -> BucketState | None:
         """The stored state of a bucket (as of its last call), or None if it has expired."""
         entry = self._buckets.get(key)
@@ -364,6 +370,105 @@ class LocalBuckets:
         if entry is not None and entry[0] is members and entry[1] >= expires:
             return
         self._leases[key] = (members, expires)
+
+
+@dataclass(slots=True)
+class _Untouched:
+    """A tracked bucket's copy that nothing is taken from, and the limits of both."""
+
+    # The local bucket's limits (this gateway's share) and the whole bucket's (Redis's).
+    capacity: float
+    refill_per_ms: float
+    whole_capacity: float
+    whole_refill_per_ms: float
+    # The level the local bucket would hold at `ts_ms` had nothing been taken from it.
+    level: float
+    ts_ms: float
+
+    def at(self, now_ms: float) -> float:
+        """The copy's level at `now_ms`: refilled, never above the capacity."""
+        elapsed = max(0.0, float(now_ms) - self.ts_ms)
+        return min(self.capacity, self.level + elapsed * self.refill_per_ms)
+
+
+class LocalDebts:
+    """What this process owes the shared buckets for what its `LocalBuckets` handed out.
+
+    While Redis is unreachable the local buckets decide, and Redis's own buckets refill all
+    the while: without a reckoning, a tenant would get that refill twice, once locally
+    during the outage and once from Redis after it. Each bucket key the local buckets
+    decide on is tracked from its first local take, beside a copy of itself that nothing
+    is taken from (same capacity, same refill). What Redis is owed for the key is the
+    copy's level less the local bucket's own: every take and charge since, less refunds,
+    less whatever refill the untouched copy would have lost at its capacity. Charging that
+    to Redis leaves it at the level the local bucket ended at (summed over the gateways,
+    each owing for its own share): a tenant that emptied its bucket is empty again, and
+    one that kept to its rate through a long outage is not locked out for the outage's
+    length after it.
+
+    One entry per bucket key (tenants x models at most) in each of its two maps.
+    """
+
+    def __init__(self, local: LocalBuckets) -> None:
+        self._local = local
+        self._tracked: dict[str, _Untouched] = {}
+        # Collected but not applied by Redis (the call failed): owed at the next collect.
+        self._carried: dict[str, BucketSpec] = {}
+
+    def __len__(self) -> int:
+        """Bucket keys that owe something or are tracked."""
+        return len(self._tracked.keys() | self._carried.keys())
+
+    def track(self, local: BucketSpec, whole: BucketSpec, now_ms: float) -> None:
+        """Call before each local take of `local` (this gateway's share of the bucket
+        `whole`): the first one starts the untouched copy at the local bucket's level."""
+        copy = self._tracked.get(local.key)
+        if copy is None:
+            level = self._local.level(local.key, local.capacity, local.refill_per_ms, now_ms)
+            self._tracked[local.key] = _Untouched(
+                local.capacity,
+                local.refill_per_ms,
+                whole.capacity,
+                whole.refill_per_ms,
+                level,
+                float(now_ms),
+            )
+            return
+        # A reload may have changed the limits: the latest apply from now on.
+        copy.level, copy.ts_ms = copy.at(now_ms), max(copy.ts_ms, float(now_ms))
+        copy.capacity, copy.refill_per_ms = local.capacity, local.refill_per_ms
+        copy.whole_capacity, copy.whole_refill_per_ms = whole.capacity, whole.refill_per_ms
+
+    def collect(self, now_ms: float) -> list[BucketSpec]:
+        """What each bucket owes at `now_ms`, as charges to the whole bucket (a negative
+        cost is a refund: a reservation refunded after its take was collected). Tracking
+        goes on from here, so nothing is collected twice."""
+        charges = self._carried
+        self._carried = {}
+        for key, copy in self._tracked.items():
+            level = self._local.level(key, copy.capacity, copy.refill_per_ms, now_ms)
+            amount = copy.at(now_ms) - level
+            copy.level, copy.ts_ms = level, max(copy.ts_ms, float(now_ms))
+            if amount:
+                earlier = charges[key].cost if key in charges else 0.0
+                charges[key] = BucketSpec(
+                    key, copy.whole_capacity, copy.whole_refill_per_ms, earlier + amount
+                )
+        return [charge for charge in charges.values() if charge.cost]
+
+    def restore(self, charges: Sequence[BucketSpec]) -> None:
+        """Owe `charges` again: they were collected, but Redis may not have applied them."""
+        for charge in charges:
+            earlier = self._carried.get(charge.key)
+            cost = charge.cost + (earlier.cost if earlier is not None else 0.0)
+            self._carried[charge.key] = BucketSpec(
+                charge.key, charge.capacity, charge.refill_per_ms, cost
+            )
+
+    def stop_tracking(self) -> None:
+        """Forget the untouched copies (the local buckets no longer decide); what was
+        restored stays owed."""
+        self._tracked.clear()
 
 
 def _as_specs(bucket: BucketSpec | Sequence[BucketSpec] | None) -> Sequence[BucketSpec]:

@@ -6,11 +6,16 @@ Tokens are charged further while a response streams and settled to the actual us
 at the end, off the request's critical path. A lease lives `LEASE_TTL_S` unless renewed:
 the limiter renews the leases of running requests every `LEASE_RENEW_S`, so a request may
 run for as long as it needs while a gateway that dies frees its slots within `LEASE_TTL_S`.
+
+Without Redis, in `local` mode, in-process buckets decide, and what they hand out is owed
+to Redis (`LocalDebts`): when Redis answers again, the debt is charged to its buckets
+before it admits anything, so the refill of the outage is not handed out twice.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import math
 import time
@@ -27,6 +32,7 @@ from gateway.ratelimit.buckets import (
     BucketSpec,
     LeaseSpec,
     LocalBuckets,
+    LocalDebts,
     TakeResult,
     bucket_key,
     monotonic_ms,
@@ -51,6 +57,11 @@ LEASE_RENEW_S = 10.0
 LEASE_AFTER_DEADLINE_S = 60.0
 # Settles and lease releases kept while Redis is unreachable, sent when it is back.
 MAX_UNSENT_SETTLES = 10_000
+# Round trips of local debt waited for before Redis admits again. Local admissions go on
+# while one is in flight and owe more, so the wait ends after a few and what is left
+# goes out ahead of the first admissions instead (that order holds on a single Redis;
+# on a Cluster it is a round trip's worth of local admissions).
+DEBT_ROUNDS = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +109,8 @@ class Reservation:
     # The request's deadline (time.monotonic()): its lease is not renewed after it, so a
     # request that is never settled (a bug) cannot hold its slot for good.
     deadline: float = math.inf
+    # Taken locally: the number of the outage it was taken in (0: taken from Redis).
+    outage: int = 0
 
 
 @dataclass(slots=True)
@@ -157,6 +170,12 @@ class RateLimiter:
         self._config = config
         self._prefix = key_prefix
         self._local = LocalBuckets()
+        # What the local buckets handed out while Redis was unreachable, owed to Redis.
+        self._debts = LocalDebts(self._local)
+        # Outages so far, and the last whose local takes Redis has been charged for: a
+        # local reservation of an outage up to that one is settled in Redis.
+        self._outages = 0
+        self._outages_charged = 0
         self._plans: dict[tuple[str, str], _Plan] = {}
         self._tenants = tenants.tenants
         self._redis_down = False
@@ -224,7 +243,12 @@ class RateLimiter:
         if decision.allowed:
             token_buckets = tuple(b for b in plan.buckets if b.kind == "tokens")
             decision.reservation = Reservation(
-                token_buckets, lease, reserve_tokens, local, deadline
+                token_buckets,
+                lease,
+                reserve_tokens,
+                local,
+                deadline,
+                outage=self._outages if local else 0,
             )
             if lease is not None:
                 self._hold_lease(decision.reservation, lease)
@@ -252,7 +276,9 @@ class RateLimiter:
                 metrics.REDIS_ERRORS.labels("take").inc()
                 self._mark_down(exc)
             else:
-                if self._config.on_redis_error is RedisFailureMode.LOCAL:
+                # Not while Redis is down (a call sent before the outage answering late):
+                # the local buckets are what the debt is measured against.
+                if self._config.on_redis_error is RedisFailureMode.LOCAL and not self._redis_down:
                     self._remember(buckets, result)
                 return result, False
         return self._take_without_redis(buckets, costs, lease, shadow), True
@@ -285,7 +311,10 @@ class RateLimiter:
         specs = [b.spec(cost, share) for b, cost in zip(buckets, costs, strict=True)]
         if lease is not None:
             lease = LeaseSpec(lease.key, lease.member, math.ceil(lease.limit / share), lease.ttl_ms)
-        return self._local.take(specs, lease, monotonic_ms())
+        now = monotonic_ms()
+        for bucket, spec in zip(buckets, specs, strict=True):
+            self._debts.track(spec, bucket.spec(0), now)
+        return self._local.take(specs, lease, now)
 
     def charge(self, reservation: Reservation, used_tokens: int) -> None:
         """Charge tokens used beyond what was taken, once a batch has built up."""
@@ -305,13 +334,25 @@ class RateLimiter:
         lease = reservation.lease if release else None
         if lease is not None:
             self._leased.pop(lease.member, None)
-        share = self._config.gateway_replicas if reservation.local else 1
-        specs = [b.spec(delta, share) for b in reservation.token_buckets] if delta else []
-        if not specs and lease is None:
+        if reservation.local and reservation.outage > self._outages_charged:
+            # Redis has not been charged for this outage yet: the change goes to the local
+            # buckets, and so into what Redis will be charged.
+            share = self._config.gateway_replicas
+            specs = [b.spec(delta, share) for b in reservation.token_buckets] if delta else []
+            if specs or lease is not None:
+                self._local.adjust(specs, lease, monotonic_ms())
             return
         if reservation.local:
-            self._local.adjust(specs, lease, monotonic_ms())
-        elif self._redis_down:
+            # Taken locally in an outage Redis has been charged for, take included: the
+            # rest of its tokens are Redis's too (once, as a request admitted there), and
+            # its lease was never in Redis.
+            if lease is not None:
+                self._local.adjust(None, lease, monotonic_ms())
+            lease = None
+        specs = [b.spec(delta) for b in reservation.token_buckets] if delta else []
+        if not specs and lease is None:
+            return
+        if self._redis_down:
             # Sent when Redis is back: a lease left held would keep the tenant's slot
             # taken until it expires, and a refund would be lost.
             self._unsent.append((specs, lease))
@@ -367,6 +408,7 @@ class RateLimiter:
         if self._redis_down:
             return
         self._redis_down = True
+        self._outages += 1
         metrics.RATELIMIT_BACKEND_UP.set(0)
         mode = self._config.on_redis_error.value
         log.warning(
@@ -379,24 +421,90 @@ class RateLimiter:
         self._probe = asyncio.create_task(self._wait_for_redis())
 
     async def _wait_for_redis(self) -> None:
+        charged = 0
         while True:
             await asyncio.sleep(self._config.redis_retry_s)
             try:
                 await self._ping()
+                # Still down meanwhile: local decisions go on, owing what they take.
+                charged += await self._charge_debts()
             except REDIS_ERRORS:
                 continue
+            except Exception:
+                # A bug must not keep the limiter off Redis for good.
+                log.exception("charging Redis for local admissions failed")
             break
+        # What local admissions took during the last round trip goes out ahead of the
+        # first admissions Redis makes (queued before them, no await in between).
+        charged += self._send_debts()
+        self._debts.stop_tracking()
+        self._outages_charged = self._outages
         self._redis_down = False
         metrics.RATELIMIT_BACKEND_UP.set(1)
         unsent = list(self._unsent)
         self._unsent.clear()
         log.warning(
-            "Redis reachable again: rate limiting in Redis (%d held settles sent)",
+            "Redis reachable again: rate limiting in Redis (%d held settles sent, "
+            "%d buckets charged for local admissions)",
             len(unsent),
+            charged,
             extra={"fields": {"event": "fail_mode", "redis_up": True}},
         )
         for specs, lease in unsent:
             self._send_adjust(specs, lease)
+
+    async def _charge_debts(self) -> int:
+        """Charge Redis what the local buckets handed out, waiting for its answer, for up
+        to `DEBT_ROUNDS` round trips; the number of bucket charges applied.
+
+        Raises a Redis error if a charge failed: it is owed again, and Redis is not back.
+        """
+        applied = 0
+        for _ in range(DEBT_ROUNDS):
+            charges = self._debts.collect(monotonic_ms())
+            if not charges:
+                break
+            groups = _by_tenant(charges)
+            # One call per tenant (its keys share a slot); on a single Redis all of them
+            # travel in one round trip.
+            replies = await asyncio.gather(
+                *(self._store.adjust(group) for group in groups), return_exceptions=True
+            )
+            failed: BaseException | None = None
+            for group, reply in zip(groups, replies, strict=True):
+                if isinstance(reply, BaseException):
+                    # Whether Redis applied it is unknown (an answer lost): it is charged
+                    # again, as a limiter errs on the strict side.
+                    self._debts.restore(group)
+                    failed = reply
+                else:
+                    applied += len(group)
+            if failed is not None:
+                metrics.REDIS_ERRORS.labels("adjust").inc()
+                raise failed
+        return applied
+
+    def _send_debts(self) -> int:
+        """Queue the charges still owed ahead of any other call; the number queued."""
+        charges = self._debts.collect(monotonic_ms())
+        for group in _by_tenant(charges):
+            sent = self._store.adjust_soon(group, urgent=True)
+            sent.add_done_callback(functools.partial(self._debt_sent, charges=group))
+        return len(charges)
+
+    def _debt_sent(self, sent: asyncio.Future[Any], *, charges: list[BucketSpec]) -> None:
+        if sent.cancelled():
+            return
+        exc = sent.exception()
+        if exc is None:
+            return
+        # Owed still, charged when Redis is back again.
+        self._debts.restore(charges)
+        if isinstance(exc, REDIS_ERRORS):
+            metrics.REDIS_ERRORS.labels("adjust").inc()
+            self._mark_down(exc)
+        else:
+            log.error("charging Redis for local admissions failed", exc_info=exc)
 
     async def close(self) -> None:
         """Finish pending settles (briefly) and stop probing."""
@@ -407,6 +515,14 @@ class RateLimiter:
         await self._store.close()
         if self._probe is not None:
             self._probe.cancel()
+
+
+def _by_tenant(charges: Sequence[BucketSpec]) -> list[list[BucketSpec]]:
+    """`charges` grouped by their key's hash tag (`prefix:{tenant}`), one group a call."""
+    groups: dict[str, list[BucketSpec]] = {}
+    for charge in charges:
+        groups.setdefault(charge.key[: charge.key.index("}") + 1], []).append(charge)
+    return list(groups.values())
 
 
 def _decide(plan: _Plan, result: TakeResult) -> Decision:

@@ -120,17 +120,19 @@ class RedisBuckets:
         buckets: Sequence[BucketSpec],
         release: LeaseSpec | None = None,
         renew: LeaseSpec | None = None,
+        urgent: bool = False,
     ) -> asyncio.Future[Any]:
         """Charge or refund `buckets` and release or renew a lease, without waiting for
         the reply.
 
         For charges, settles and renewals off the request's critical path: under load
         they share round trips with the other calls of the moment. The future tells of
-        errors.
+        errors. An `urgent` call goes out as an admission would, at the next turn of the
+        loop; on a single Redis it is sent ahead of every call made after it.
         """
         keys, args = _adjust_call(buckets, release, renew)
         if self._coalescer is not None:
-            return self._coalescer.call(self._adjust, keys, args, urgent=False)
+            return self._coalescer.call(self._adjust, keys, args, urgent=urgent)
         return asyncio.ensure_future(self._call_alone(self._adjust, keys, args))
 
     async def close(self) -> None:

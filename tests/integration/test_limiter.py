@@ -49,18 +49,26 @@ class OwnRedis:
     def resume(self) -> None:
         os.kill(self.process.pid, signal.SIGCONT)
 
+    def kill(self) -> None:
+        stop(self.process)
+
+    def start_again(self) -> None:
+        """A new redis-server on the same port: empty, every bucket full."""
+        self.process = start_redis(int(self.url.rsplit(":", 1)[1].split("/")[0]))
+
 
 @pytest.fixture
 def own_redis() -> Iterator[OwnRedis]:
     if redis_server_path() is None:
         pytest.fail("redis-server is not installed (scripts/bootstrap.sh installs it)")
     port = free_port(start=ports.OWN_REDIS, end=ports.REDIS)
-    process = start_redis(port)
+    own = OwnRedis(start_redis(port), f"redis://127.0.0.1:{port}/0")
     try:
-        yield OwnRedis(process, f"redis://127.0.0.1:{port}/0")
+        yield own
     finally:
-        os.kill(process.pid, signal.SIGCONT)
-        stop(process)
+        if own.process.poll() is None:
+            os.kill(own.process.pid, signal.SIGCONT)
+        stop(own.process)
 
 
 def make_limiter(url: str, tenants_config: TenantsConfig, **config: Any) -> RateLimiter:
@@ -288,3 +296,93 @@ async def test_without_redis_two_gateways_admit_no_more_than_the_refill(
         own_redis.resume()
         for gateway in gateways:
             await gateway.close()
+
+
+async def test_admissions_made_without_redis_are_charged_to_it_when_it_is_back(
+    own_redis: OwnRedis,
+) -> None:
+    """Over an outage and the recovery after it, a tenant gets at most its bucket and the
+    refill: what the gateways admitted locally while Redis was paused is charged to Redis
+    when it answers again, so the bucket Redis kept does not hand out that refill twice.
+
+    Two gateways (each enforcing half the limit without Redis) and a tenant that never
+    stops asking: it empties its bucket, Redis is paused (SIGSTOP) and later resumed
+    (SIGCONT), and the tenant goes on asking through both.
+    """
+    per_minute, burst = 120, 10  # two requests a second, ten at once
+    pause_s, recovery_s = 5.0, 2.0
+    config = tenants(requests_per_minute=per_minute, burst_requests=burst)
+    gateways = [make_limiter(own_redis.url, config, gateway_replicas=2) for _ in range(2)]
+    counts = {"before": 0, "outage": 0, "recovery": 0}
+
+    async def ask(window: str, until: float) -> None:
+        while time.monotonic() < until:
+            for gateway in gateways:
+                counts[window] += (await gateway.admit("t", "m", 1)).allowed
+            await asyncio.sleep(0.01)
+
+    started = time.monotonic()
+    try:
+        for i in range(burst + 4):  # the bucket is emptied, seen by both gateways
+            counts["before"] += (await gateways[i % 2].admit("t", "m", 1)).allowed
+        own_redis.pause()
+        await ask("outage", time.monotonic() + pause_s)
+        assert all(not gateway.redis_up for gateway in gateways)
+        own_redis.resume()
+        await ask("recovery", time.monotonic() + recovery_s)
+        assert all(gateway.redis_up for gateway in gateways)
+        elapsed = time.monotonic() - started
+    finally:
+        own_redis.resume()
+        for gateway in gateways:
+            await gateway.close()
+    admitted = sum(counts.values())
+    allowed = burst + per_minute / 60 * elapsed
+    print(f"admitted {admitted} {counts}, allowed {allowed:.1f} over {elapsed:.2f} s")
+    assert admitted <= allowed
+
+
+@pytest.mark.parametrize("settled", ["without_redis", "with_redis_back"])
+async def test_a_request_admitted_without_redis_is_charged_to_redis_once(
+    own_redis: OwnRedis, settled: str
+) -> None:
+    """A request admitted locally while Redis is down reserves tokens there; when Redis is
+    back it is charged the reservation, and the request's settle refunds what it did not
+    use exactly once, whether it ended before Redis came back or after."""
+    limiter = make_limiter(
+        own_redis.url,
+        tenants(tokens_per_minute=1, burst_tokens=1000),  # refill is negligible here
+    )
+    inspect = Redis.from_url(own_redis.url)
+    bucket = bucket_key(PREFIX, "t", "tokens", None)
+
+    async def level_is(expected: float) -> bool:
+        state = await inspect.get(bucket)
+        return state is not None and abs(float(state.split()[0]) - expected) < 0.5
+
+    try:
+        own_redis.kill()
+        admitted = await limiter.admit("t", "m", 200)
+        assert not limiter.redis_up
+        assert admitted.allowed and admitted.reservation is not None
+        if settled == "without_redis":
+            limiter.settle(admitted.reservation, 50)
+        own_redis.start_again()  # empty: the bucket is full again in Redis
+
+        async def back() -> bool:
+            return limiter.redis_up
+
+        await wait_until(back)
+        if settled == "with_redis_back":
+            assert await level_is(800), "the local reservation was charged to Redis"
+            limiter.charge(admitted.reservation, 300)  # streaming on: 100 more
+            await wait_until(lambda: level_is(700))
+            limiter.settle(admitted.reservation, 50)  # 250 come back
+        await wait_until(lambda: level_is(950))
+        # Nothing else is sent: it stays charged the 50 tokens used, once.
+        for _ in range(3):
+            assert (await limiter.admit("t", "m", 0)).allowed
+        assert await level_is(950)
+    finally:
+        await limiter.close()
+        await inspect.aclose()

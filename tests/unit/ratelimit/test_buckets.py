@@ -19,6 +19,7 @@ from gateway.ratelimit.buckets import (
     LeaseResult,
     LeaseSpec,
     LocalBuckets,
+    LocalDebts,
     TakeResult,
     bucket_key,
     bucket_keys,
@@ -420,3 +421,144 @@ def test_a_take_of_a_negative_cost_is_refused() -> None:
     store = LocalBuckets()
     with pytest.raises(ValueError, match="cost must be >= 0"):
         store.take([BucketSpec("k", 10, 0.01, -1)], None, 0)
+
+
+# -- LocalDebts: what local buckets owe Redis after an outage -----------------------------
+
+
+def test_an_emptied_bucket_owes_what_it_handed_out_during_the_outage() -> None:
+    """The tenant had emptied its bucket; the local bucket then hands out its refill. Redis
+    refilled as much meanwhile, so that is what Redis is charged."""
+    local = LocalBuckets()
+    debts = LocalDebts(local)
+    whole = bucket("b", 10, 0.002, 0)  # two a second
+    local.seed("b", 0, 10, 0.002, T0)
+    admitted = 0
+    for second in range(1, 4):
+        now = T0 + second * 1000
+        one = bucket("b", 10, 0.002, 1)
+        debts.track(one, whole, now)
+        while local.take([one], None, now).allowed:
+            admitted += 1
+    assert admitted == 6
+    [charge] = debts.collect(T0 + 3000)
+    assert (charge.key, charge.capacity, charge.refill_per_ms) == ("b", 10, 0.002)
+    assert charge.cost == pytest.approx(6)
+    assert debts.collect(T0 + 3000) == [], "what is collected is not owed twice"
+
+
+def test_a_tenant_that_kept_to_its_rate_through_a_long_outage_owes_no_more_than_its_bucket() -> (
+    None
+):
+    """Ten minutes at one request a second from a 60-a-minute bucket: Redis, full after the
+    outage, is charged down to the local bucket's level, not 600 requests into debt (which
+    would refuse the tenant for ten minutes after Redis is back)."""
+    local = LocalBuckets()
+    debts = LocalDebts(local)
+    one, whole = bucket("b", 60, 0.001, 1), bucket("b", 60, 0.001, 0)
+    local.seed("b", 30, 60, 0.001, T0)
+    for second in range(600):
+        debts.track(one, whole, T0 + second * 1000)
+        assert local.take([one], None, T0 + second * 1000).allowed
+    now = T0 + 600_000
+    redis = LocalBuckets()  # Redis's bucket: it stood at 30 too, and refilled since
+    redis.seed("b", 30, 60, 0.001, T0)
+    redis.adjust(debts.collect(now), None, now)
+    assert refilled_level(redis, one, now) == pytest.approx(refilled_level(local, one, now))
+    assert refilled_level(redis, one, now) == pytest.approx(30)
+
+
+def test_a_refund_after_the_take_was_collected_is_owed_back() -> None:
+    local = LocalBuckets()
+    debts = LocalDebts(local)
+    take, whole = bucket("tok", 1000, 0, 300), bucket("tok", 1000, 0, 0)
+    debts.track(take, whole, T0)
+    assert local.take([take], None, T0).allowed
+    assert [c.cost for c in debts.collect(T0)] == [300]
+    local.adjust(bucket("tok", 1000, 0, -200), None, T0 + 5)  # settled: 100 used
+    assert [c.cost for c in debts.collect(T0 + 5)] == [-200]
+
+
+def test_charges_restored_after_a_failure_stay_owed_after_tracking_stops() -> None:
+    local = LocalBuckets()
+    debts = LocalDebts(local)
+    take, whole = bucket("tok", 100, 0, 40), bucket("tok", 200, 0, 0)
+    debts.track(take, whole, T0)
+    assert local.take([take], None, T0).allowed
+    collected = debts.collect(T0)
+    debts.restore(collected)  # the call failed: Redis may not have it
+    debts.stop_tracking()
+    assert len(debts) == 1
+    assert [(c.key, c.capacity, c.cost) for c in debts.collect(T0 + 1)] == [("tok", 200, 40)]
+    assert debts.collect(T0 + 2) == []
+    assert len(debts) == 0
+
+
+# Each step: ms passed, then a take of `cost`, or a charge or refund of `cost` to the
+# gateway's last request admitted (as a stream's charge or a settle would; never more
+# refunded than it was charged).
+debt_steps = st.lists(
+    st.tuples(
+        st.integers(0, 3000),
+        st.sampled_from(["take", "charge", "refund"]),
+        st.floats(0, 30, allow_nan=False),
+    ),
+    max_size=40,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    capacity=st.floats(1, 100, allow_nan=False),
+    rate=st.floats(0, 0.05, allow_nan=False),
+    start=st.floats(0, 1, allow_nan=False),
+    replicas=st.integers(1, 3),
+    steps=debt_steps,
+    gap=st.integers(0, 100_000),
+)
+def test_charging_the_debts_leaves_redis_where_the_local_buckets_ended(
+    capacity: float,
+    rate: float,
+    start: float,
+    replicas: int,
+    steps: list[tuple[int, str, float]],
+    gap: int,
+) -> None:
+    """However the outage went, Redis (untouched during it, then charged what each gateway
+    owes) ends at the sum of the gateways' local buckets: the limit and the refill, never
+    the refill twice."""
+    level0 = start * capacity
+    redis = LocalBuckets()
+    redis.seed("b", level0, capacity, rate, T0)
+    whole = bucket("b", capacity, rate, 0)
+    share = bucket("b", capacity / replicas, rate / replicas, 0)
+    gateways = []
+    for _ in range(replicas):
+        local = LocalBuckets()
+        local.seed("b", level0 / replicas, share.capacity, share.refill_per_ms, T0)
+        gateways.append((local, LocalDebts(local)))
+    now = T0 + gap  # the outage starts a while after Redis's last answer
+    admitted = [0.0] * replicas  # each gateway's last admitted request's tokens, if any
+    for i, (ms, action, cost) in enumerate(steps):
+        now += ms
+        g = i % replicas
+        local, debts = gateways[g]
+        spec = bucket("b", share.capacity, share.refill_per_ms, cost)
+        if action == "take":
+            debts.track(spec, whole, now)
+            admitted[g] = cost if local.take([spec], None, now).allowed else 0.0
+        elif action == "charge" and admitted[g]:
+            local.adjust(spec, None, now)
+            admitted[g] += cost
+        elif action == "refund" and admitted[g]:
+            refund = min(cost, admitted[g])
+            local.adjust(bucket("b", share.capacity, share.refill_per_ms, -refund), None, now)
+            admitted[g] -= refund
+    now += 1
+    for _, debts in gateways:
+        charges = debts.collect(now)
+        if charges:
+            redis.adjust(charges, None, now)
+    ended = sum(refilled_level(local, share, now) for local, _ in gateways)
+    tolerance = 1e-9 * (capacity + abs(ended) + 1) * (len(steps) + 1)
+    assert refilled_level(redis, whole, now) == pytest.approx(ended, abs=tolerance)
