@@ -33,7 +33,7 @@ async def count_request(runtime: Runtime, identity: Identity, model: str = "") -
     against the tenant's request limit, and `model`'s when it names one: a 429 when it is
     spent. Cheap as these are, a tenant could otherwise send them without end."""
     limiter = runtime.limiter
-    decision = await limiter.admit(identity.name, model, 0)
+    decision = await limiter.admit(identity.name, model, 0, holds_slot=False)
     if not decision.allowed:
         raise rate_limited(decision)
     if decision.reservation is not None:

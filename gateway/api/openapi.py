@@ -71,6 +71,26 @@ _TOOL_CALL: Schema = {
     },
     "required": ["id", "function"],
 }
+# A client's JSON Schema (tool parameters, `response_format`), described as the recursive
+# shape it is, so that the fuzzer sends nested ones too: the gateway takes local `$ref`s
+# only, within `server.json_schema`'s caps of size, depth and properties.
+_JSON_SCHEMA_REF: Schema = {"$ref": "#/components/schemas/JsonSchema"}
+_JSON_SCHEMA: Schema = {
+    "type": "object",
+    "description": "a JSON Schema (local `$ref`s only; size, depth and properties capped)",
+    "properties": {
+        "type": {"enum": ["object", "array", "string", "integer", "number", "boolean", "null"]},
+        "description": {"type": "string"},
+        "properties": {"type": "object", "additionalProperties": _JSON_SCHEMA_REF},
+        "items": _JSON_SCHEMA_REF,
+        "anyOf": {"type": "array", "items": _JSON_SCHEMA_REF},
+        "required": {"type": "array", "items": {"type": "string"}},
+        "enum": {"type": "array"},
+        "pattern": {"type": "string"},
+        "$ref": {"type": "string"},
+        "$defs": {"type": "object", "additionalProperties": _JSON_SCHEMA_REF},
+    },
+}
 _TOOL: Schema = {
     "type": "object",
     "properties": {
@@ -80,7 +100,7 @@ _TOOL: Schema = {
             "properties": {
                 "name": {"type": "string", "pattern": "^[A-Za-z0-9_-]{1,64}$"},
                 "description": {"type": "string"},
-                "parameters": {"type": "object", "description": "a JSON Schema"},
+                "parameters": _JSON_SCHEMA_REF,
                 "strict": {"type": "boolean"},
             },
             "required": ["name"],
@@ -126,7 +146,7 @@ _TOOLS: dict[str, Schema] = {
                         "type": "object",
                         "properties": {
                             "name": {"type": "string", "pattern": "^[A-Za-z0-9_-]{1,64}$"},
-                            "schema": {"type": "object", "description": "a JSON Schema"},
+                            "schema": _JSON_SCHEMA_REF,
                             "strict": {"type": "boolean"},
                             "description": {"type": "string"},
                         },
@@ -254,7 +274,7 @@ MESSAGES_REQUEST: Schema = {
                 "properties": {
                     "name": {"type": "string", "pattern": "^[A-Za-z0-9_-]{1,64}$"},
                     "description": {"type": "string"},
-                    "input_schema": {"type": "object", "description": "a JSON Schema"},
+                    "input_schema": _JSON_SCHEMA_REF,
                 },
                 "required": ["name", "input_schema"],
             },
@@ -305,7 +325,7 @@ RESPONSES_REQUEST: Schema = {
                 "properties": {
                     "type": {"const": "function"},
                     "name": {"type": "string", "pattern": "^[A-Za-z0-9_-]{1,64}$"},
-                    "parameters": {"type": "object", "description": "a JSON Schema"},
+                    "parameters": _JSON_SCHEMA_REF,
                 },
                 "required": ["type", "name"],
             },
@@ -388,7 +408,7 @@ def openapi_document(models: Sequence[str] = ()) -> Schema:
         "info": {"title": "Inference gateway", "version": "1"},
         "components": {
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
-            "schemas": {"ToolCall": _TOOL_CALL},
+            "schemas": {"ToolCall": _TOOL_CALL, "JsonSchema": _JSON_SCHEMA},
         },
         "paths": {
             "/v1/chat/completions": {"post": _completion_operation("Chat completion", chat)},

@@ -73,7 +73,10 @@ def parse_responses(
     if instructions:
         messages = (ChatMessage("system", instructions), *conversation)
     raw_tools = data.get("tools")
-    tools = parse_tools(_as_functions(raw_tools))
+    try:
+        tools = parse_tools(_as_functions(raw_tools))
+    except APIError as exc:  # the chat parser names chat's nested field: name the flat one
+        raise renamed(exc, "tools", (".function.", ".")) from None
     choice, forced = _tool_choice(data.get("tool_choice"), {tool.name for tool in tools})
     parallel = optional_bool(data, "parallel_tool_calls")
     text = data.get("text")

@@ -214,18 +214,25 @@ class RateLimiter:
         return plan
 
     async def admit(
-        self, tenant: str, model: str, reserve_tokens: int, deadline: float = math.inf
+        self,
+        tenant: str,
+        model: str,
+        reserve_tokens: int,
+        deadline: float = math.inf,
+        *,
+        holds_slot: bool = True,
     ) -> Decision:
         """Take what one request needs from every bucket that applies, or refuse.
 
         `deadline` (time.monotonic()) is when the request ends at the latest; its lease
-        is renewed until then.
+        is renewed until then. A request that asks for no inference (`holds_slot` false)
+        takes no concurrency slot: it counts against the request limit only.
         """
         plan = self._plan(tenant, model)
         if plan.unlimited:
             return Decision(allowed=True)
         lease = None
-        if plan.max_concurrent is not None:
+        if plan.max_concurrent is not None and holds_slot:
             lease = LeaseSpec(
                 plan.inflight_key, unique_id(), plan.max_concurrent, int(LEASE_TTL_S * 1000)
             )

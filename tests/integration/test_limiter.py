@@ -180,6 +180,22 @@ async def test_a_running_request_keeps_its_lease_beyond_the_lease_ttl(
         await limiter.close()
 
 
+async def test_a_request_that_asks_for_no_inference_needs_no_slot(own_redis: OwnRedis) -> None:
+    """`count_tokens` beside a running stream: counted as a request, not refused by the
+    tenant's one slot, and it takes none."""
+    limiter = make_limiter(own_redis.url, tenants(max_concurrent=1))
+    try:
+        running = await limiter.admit("t", "m", 1)
+        assert running.allowed and running.reservation is not None
+        counting = await limiter.admit("t", "m", 0, holds_slot=False)
+        assert counting.allowed
+        assert counting.reservation is not None and counting.reservation.lease is None
+        limiter.settle(running.reservation, 1)
+        limiter.settle(counting.reservation, 0)
+    finally:
+        await limiter.close()
+
+
 async def test_a_lease_of_a_gateway_that_stopped_renewing_expires(
     own_redis: OwnRedis, monkeypatch: pytest.MonkeyPatch
 ) -> None:
