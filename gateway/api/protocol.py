@@ -14,22 +14,40 @@ connection:
   bytes are buffered, before the parser holds more;
 - a connection cap per worker: beyond `max_connections` a new connection gets a 503 with
   Retry-After at once and is closed, so descriptors never run out. Connections to the
-  ops listener are not capped: a flood on the API port must not hide it from Prometheus.
+  ops listener are not capped: a flood on the API port must not hide it from Prometheus;
+- a cap per client address on connections not yet authenticated: beyond
+  `max_unauthenticated_connections_per_address` a new connection from that address gets
+  a 429 with Retry-After at once and is closed, so that one address cannot take every
+  slot of `max_connections` from everyone else (an IPv6 client counts by its /64, which
+  one subscriber usually holds whole).
 
 Each is counted in `gateway_connections_closed_total{reason}` and logged (a refusal of
 too many connections at most once a second, with the count since).
+
+Which connections are authenticated: the protocol never sees an auth result, and the
+request path should not have to report one to it. So a connection counts against its
+address from accept until a request of its on a path that authenticates (`/v1/`,
+`/admin/`, `/metrics`; never a probe, which answers anyone) gets a response other than
+401, 404 or 405 (unknown paths and methods answer anyone too). While such a request is
+being served the connection counts as authenticated: every route checks the key before
+anything else, so a request without a valid one has its 401 within the same step of the
+event loop, while a valid one may wait seconds for its first token and must not hold a
+place in the count meanwhile. Once authenticated, a connection's requests go to the app
+unwatched: the cost is one wrapper around the first request(s) of a connection.
 """
 
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import logging
 import resource
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
+from uvicorn._types import ASGIReceiveCallable, ASGISendCallable, ASGISendEvent, Scope
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from gateway.config.schema import ServerConfig
@@ -50,6 +68,8 @@ class ConnectionLimits:
     max_head_bytes: int
     max_connections: int
     ops_port: int | None
+    # 0: no cap per address.
+    max_unauthenticated_per_address: int = 0
 
 
 def configure(server: ServerConfig) -> ConnectionLimits:
@@ -77,6 +97,7 @@ def _limits_of(server: ServerConfig, max_connections: int) -> ConnectionLimits:
         server.max_head_bytes,
         max_connections,
         server.ops.port,
+        server.max_unauthenticated_connections_per_address,
     )
 
 
@@ -114,6 +135,25 @@ _TOO_MANY = _response(
     ),
     b"retry-after: 1",
 )
+_TOO_MANY_FROM_ADDRESS = _response(
+    b"429 Too Many Requests",
+    _error_body(
+        "Too many connections from your address without an authenticated request; retry shortly.",
+        "too_many_connections_from_address",
+        "requests",
+    ),
+    b"retry-after: 1",
+)
+
+# Paths whose routes check the API key first (see the module docstring).
+_AUTHENTICATING_PATHS = ("/v1/", "/admin/", "/metrics")
+# Statuses a request without a valid key may get on those paths.
+_UNAUTHENTICATED_STATUSES = frozenset({401, 404, 405})
+
+# Connections not yet authenticated, by address key (`_address_key`), in this worker;
+# an address leaves the dict when its count drops to 0, so the dict stays as small as
+# the set of addresses with such connections open.
+_unauthenticated: dict[str, int] = {}
 
 
 class _HeadTooLarge(Exception):
@@ -122,25 +162,29 @@ class _HeadTooLarge(Exception):
 
 
 class _RefusalLog:
-    """Logs refusals of too many connections at most once a second, with the count."""
+    """Logs refusals at most once a second, with the count since the last line.
 
-    def __init__(self) -> None:
+    `message` takes the count, then the arguments of the refusal that logs it.
+    """
+
+    def __init__(self, message: str) -> None:
+        self._message = message
         self._count = 0
         self._last = 0.0
 
-    def refused(self, limit: int) -> None:
+    def refused(self, *args: object) -> None:
         self._count += 1
         now = time.monotonic()
         if now - self._last >= 1.0:
-            log.warning(
-                "refused %d connection(s): %d open, the limit of this worker",
-                self._count,
-                limit,
-            )
+            log.warning(self._message, self._count, *args)
             self._count, self._last = 0, now
 
 
-_refusals = _RefusalLog()
+_refusals = _RefusalLog("refused %d connection(s): %d open, the limit of this worker")
+_address_refusals = _RefusalLog(
+    "refused %d connection(s) from a single address, the last from %s: %d connections "
+    "without an authenticated request open from it, the limit of this worker"
+)
 
 
 class GuardedHttpToolsProtocol(HttpToolsProtocol):
@@ -158,26 +202,106 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     _refused = False
     # Refused: what still comes is read and dropped until the connection closes.
     _discarding = False
+    # Its address's key in `_unauthenticated` until it is authenticated or closed (None
+    # when not capped: the cap is off, the ops listener, a Unix socket); `_counted`
+    # whether it counts there now (not while a request of its is being authenticated).
+    _address: str | None = None
+    _counted = False
+    # The app itself, while `self.app` is the watching wrapper.
+    _unwatched_app: Any = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         limits = _limits
         if len(self.connections) >= limits.max_connections and not _to_port(
             transport, limits.ops_port
         ):
-            self._refused = True
-            transport.write(_TOO_MANY)
-            transport.close()
-            metrics.labels(metrics.CONNECTIONS_CLOSED, "too_many_connections").inc()
+            self._refuse(transport, _TOO_MANY, "too_many_connections")
             _refusals.refused(limits.max_connections)
             return
+        cap = limits.max_unauthenticated_per_address
+        if cap and not _to_port(transport, limits.ops_port):
+            address = _address_key(transport.get_extra_info("peername"))
+            if address is not None:
+                held = _unauthenticated.get(address, 0)
+                if held >= cap:
+                    self._refuse(transport, _TOO_MANY_FROM_ADDRESS, "too_many_from_address")
+                    _address_refusals.refused(address, cap)
+                    return
+                _unauthenticated[address] = held + 1
+                self._address, self._counted = address, True
+                self._unwatched_app, self.app = self.app, self._watched
         super().connection_made(transport)
         self._arm_head()  # also for a connection that never sends a byte
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self._refused:
             return  # it never joined the connections
+        self._uncount()
+        self._address = None  # a request still running must not count it again
+        if self._unwatched_app is not None:
+            self.app = self._unwatched_app  # no cycle through the bound method left behind
         self._disarm()
         super().connection_lost(exc)
+
+    def _refuse(self, transport: asyncio.Transport, response: bytes, reason: str) -> None:
+        """Answer a new connection with `response` and close it at once (no lingering:
+        under a flood, every refused connection held would be a descriptor more)."""
+        self._refused = True
+        transport.write(response)
+        transport.close()
+        metrics.labels(metrics.CONNECTIONS_CLOSED, reason).inc()
+
+    async def _watched(
+        self, scope: Scope, receive: ASGIReceiveCallable, send: ASGISendCallable
+    ) -> None:
+        """The app for the requests of a connection not yet authenticated: learns from
+        the response's status whether the request's key was accepted."""
+        app = self._unwatched_app
+        path = scope.get("path")
+        if self._address is None or not isinstance(path, str):
+            # Authenticated meanwhile (by an earlier request, pipelined), or closed.
+            await app(scope, receive, send)
+            return
+        if not path.startswith(_AUTHENTICATING_PATHS):
+            await app(scope, receive, send)  # a probe, say: it says nothing of the key
+            return
+        # Out of the count while its key is checked (see the module docstring).
+        self._uncount()
+
+        async def send_watched(message: ASGISendEvent) -> None:
+            if message["type"] == "http.response.start":
+                if message["status"] in _UNAUTHENTICATED_STATUSES:
+                    self._count_again()
+                else:
+                    self._authenticated()
+            await send(message)
+
+        try:
+            await app(scope, receive, send_watched)
+        finally:
+            self._count_again()  # no response it sent said: still unauthenticated (no-op else)
+
+    def _authenticated(self) -> None:
+        self._uncount()
+        self._address = None
+        self.app = self._unwatched_app
+
+    def _count_again(self) -> None:
+        """Count it against its address again (unless authenticated, closed or counted)."""
+        address = self._address
+        if address is not None and not self._counted:
+            _unauthenticated[address] = _unauthenticated.get(address, 0) + 1
+            self._counted = True
+
+    def _uncount(self) -> None:
+        address = self._address
+        if address is not None and self._counted:
+            self._counted = False
+            held = _unauthenticated[address] - 1
+            if held:
+                _unauthenticated[address] = held
+            else:
+                del _unauthenticated[address]
 
     def data_received(self, data: bytes) -> None:
         # Timers are set only when a chunk leaves a request unfinished: a request that
@@ -301,6 +425,23 @@ def _to_port(transport: asyncio.Transport, port: int | None) -> bool:
     """Whether `transport` is a connection to local `port`."""
     local = transport.get_extra_info("sockname")
     return port is not None and isinstance(local, tuple) and local[1] == port
+
+
+def _address_key(peer: object) -> str | None:
+    """What a client is counted by: its IPv4 address, or the /64 of its IPv6 address
+    (an IPv4 client of a dual-stack socket by its IPv4 address); None without one."""
+    if not isinstance(peer, tuple) or not peer or not isinstance(peer[0], str):
+        return None  # a Unix socket
+    host: str = peer[0]
+    if ":" not in host:
+        return host
+    try:
+        address = ipaddress.IPv6Address(host)
+    except ValueError:
+        return host
+    if address.ipv4_mapped is not None:
+        return str(address.ipv4_mapped)
+    return address.exploded[:19] + "::/64"  # its first four groups
 
 
 def _peer(client: tuple[str, int] | None) -> str:

@@ -125,6 +125,11 @@ class ServerConfig(Strict):
     # Open connections per worker; a new one beyond it gets a 503 at once and is closed.
     # Kept below the process's descriptor limit (RLIMIT_NOFILE) less 256 for upstreams.
     max_connections: PositiveInt = 4096
+    # Open connections per client address (an IPv6 one: per /64) that have not yet sent
+    # a request with an accepted API key; a new one beyond it gets a 429 at once and is
+    # closed, so one address cannot take every slot of max_connections. Above the new
+    # connections a client pool opens at once (httpx and aiohttp: 100). 0: no cap.
+    max_unauthenticated_connections_per_address: NonNegativeInt = 128
     # A keep-alive connection idle this long between requests is closed. Longer than the
     # clients' own idle expiry (httpx 5 s, aiohttp 15 s), so that the client closes first:
     # a server that closes at the moment a client reuses the connection fails that request.

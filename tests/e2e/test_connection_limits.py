@@ -4,9 +4,11 @@ and logs it, and keeps serving everyone else (gateway.api.protocol)."""
 from __future__ import annotations
 
 import contextlib
+import json
 import select
 import socket
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 
@@ -15,6 +17,7 @@ from aiohttp import web
 from openai import OpenAI
 from prometheus_client.parser import text_string_to_metric_families
 
+from gateway.api import protocol
 from tests.e2e.stack import KEYS, Gateway, default_tenants, model, start_gateway
 from tests.e2e.upstreams import chat_upstream, serve_in_thread
 
@@ -22,6 +25,11 @@ HEAD_TIMEOUT_S = 1.0
 BODY_GAP_TIMEOUT_S = 1.0
 MAX_HEAD_BYTES = 4096
 MAX_CONNECTIONS = 40
+MAX_UNAUTHENTICATED_PER_ADDRESS = 8
+# Loopback addresses of the tests' own (the gateway listens on 127.0.0.1; any address of
+# 127.0.0.0/8 reaches it), so that connections other tests left closing do not count.
+FLOOD = "127.0.0.2"
+OTHER = "127.0.0.3"
 # How long a test waits for the gateway to act: a hang guard, far above the limits.
 GUARD_S = 15.0
 CLOSED = "gateway_connections_closed_total"
@@ -43,6 +51,7 @@ def guarded(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterato
             "body_gap_timeout_s": BODY_GAP_TIMEOUT_S,
             "max_head_bytes": MAX_HEAD_BYTES,
             "max_connections": MAX_CONNECTIONS,
+            "max_unauthenticated_connections_per_address": MAX_UNAUTHENTICATED_PER_ADDRESS,
         }
         gateway = start_gateway(
             tmp_path_factory.mktemp("guarded"),
@@ -58,9 +67,9 @@ def guarded(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterato
             gateway.process.wait(10)
 
 
-def connect(gateway: Gateway) -> socket.socket:
+def connect(gateway: Gateway, source: str = "127.0.0.1") -> socket.socket:
     host, port = gateway.url.removeprefix("http://").split(":")
-    return socket.create_connection((host, int(port)), timeout=GUARD_S)
+    return socket.create_connection((host, int(port)), timeout=GUARD_S, source_address=(source, 0))
 
 
 def read_until_closed(sock: socket.socket) -> bytes:
@@ -159,7 +168,9 @@ def test_connections_beyond_the_cap_get_a_503_and_the_gateway_keeps_serving(
     guarded: Gateway,
 ) -> None:
     before = closed_count(guarded, "too_many_connections")
-    idle = [connect(guarded) for _ in range(MAX_CONNECTIONS)]
+    # From several addresses, each under its own cap.
+    sources = [f"127.0.0.{10 + i % 10}" for i in range(MAX_CONNECTIONS)]
+    idle = [connect(guarded, source) for source in sources]
     try:
         with connect(guarded) as extra:
             reply = read_until_closed(extra)
@@ -197,3 +208,74 @@ def test_a_request_in_pieces_within_the_limits_is_served(guarded: Gateway) -> No
         reply = sock.recv(65536)
     assert reply.startswith(b"HTTP/1.1 200 ")
     assert b'"content":"ok"' in reply
+
+
+def test_every_route_that_authenticates_answers_401_without_a_key(guarded: Gateway) -> None:
+    """What the per-address cap rests on (gateway.api.protocol): on the paths it watches,
+    a request without a valid key is refused before anything else, so a response other
+    than 401, 404 or 405 there means the key was accepted."""
+    with urllib.request.urlopen(f"{guarded.url}/openapi.json") as response:
+        documented = json.loads(response.read())["paths"]
+    operations = [
+        (method.upper(), path.replace("{response_id}", "resp_x").replace("{model}", "echo"))
+        for path, methods in documented.items()
+        for method in methods
+        if path.startswith(protocol._AUTHENTICATING_PATHS)
+    ]
+    operations += [("POST", "/admin/reload"), ("GET", "/metrics")]
+    assert ("POST", "/v1/chat/completions") in operations
+    for method, path in operations:
+        request = urllib.request.Request(f"{guarded.url}{path}", data=b"{}", method=method)
+        for key in (None, "Bearer sk-wrong"):
+            if key is not None:
+                request.add_header("Authorization", key)
+            with pytest.raises(urllib.error.HTTPError) as refused:
+                urllib.request.urlopen(request)
+            assert refused.value.code == 401, (method, path, key)
+
+
+def chat_on(sock: socket.socket) -> tuple[int, bytes]:
+    """Status and body of an authenticated chat request sent on `sock`, kept alive."""
+    body = b'{"model": "echo", "messages": [{"role": "user", "content": "hi"}]}'
+    sock.sendall(
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+        b"Authorization: Bearer " + KEYS["acme"].encode() + b"\r\n"
+        b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body) + body
+    )
+    received = b""
+    while b"\r\n\r\n" not in received:
+        received += sock.recv(65536)
+    head, _, answer = received.partition(b"\r\n\r\n")
+    length = next(
+        int(line.split(b":")[1]) for line in head.split(b"\r\n")
+        if line.lower().startswith(b"content-length:")
+    )  # fmt: skip
+    while len(answer) < length:
+        answer += sock.recv(65536)
+    return int(head.split(b" ")[1]), answer
+
+
+def test_one_address_cannot_hold_every_connection(guarded: Gateway) -> None:
+    """Connections without an authenticated request are capped per address: the next
+    one from that address gets a 429, other addresses are served, and the address's
+    authenticated connections keep working."""
+    before = closed_count(guarded, "too_many_from_address")
+    with connect(guarded, FLOOD) as keyed:
+        assert chat_on(keyed)[0] == 200  # authenticated before the flood
+        idle = [connect(guarded, FLOOD) for _ in range(MAX_UNAUTHENTICATED_PER_ADDRESS)]
+        try:
+            with connect(guarded, FLOOD) as extra:
+                reply = read_until_closed(extra)
+            assert reply.startswith(b"HTTP/1.1 429 ")
+            assert b"retry-after: 1" in reply
+            assert b'"code":"too_many_connections_from_address"' in reply
+            with connect(guarded, OTHER) as other:
+                status, answer = chat_on(other)
+            assert status == 200 and b'"content":"ok"' in answer
+            status, answer = chat_on(keyed)  # the same keep-alive connection
+            assert status == 200 and b'"content":"ok"' in answer
+        finally:
+            for sock in idle:
+                sock.close()
+    assert closed_count(guarded, "too_many_from_address") == before + 1
+    assert "connection(s) from a single address, the last from 127.0.0.2" in guarded.log
