@@ -12,6 +12,7 @@ waits for the upstream, a `DisconnectWatch` notices its client leaving and cance
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import AsyncGenerator, Iterator, Mapping, Sequence
@@ -25,7 +26,7 @@ from starlette.responses import Response
 
 from gateway.admission import DeadlineExceeded, Overloaded, Shed
 from gateway.api import errors
-from gateway.api.endpoints import runtime_of
+from gateway.api.endpoints import count_request, runtime_of
 from gateway.api.errors import APIError, rate_limited
 from gateway.api.idempotency import claim
 from gateway.api.openai_answers import SSE_DONE, ChunkWriter, sse_error
@@ -211,10 +212,15 @@ async def serve(request: Request, wire: Wire) -> Response:
         runtime = runtime_of(request)
         identity = runtime.auth.identify(wire.credentials(request.headers))
         record.tenant = identity.name
-        body = await read_body(request, runtime.config.gateway.server.max_body_bytes)
-        data = decode_json(body)
-        route = resolve_route(runtime, identity, requested_model(data), record)
-        return await _serve_model(request, runtime, identity, route, wire, data, record)
+        try:
+            body = await read_body(request, runtime.config.gateway.server.max_body_bytes)
+            data = decode_json(body)
+            route = resolve_route(runtime, identity, requested_model(data), record)
+            prepared = await _prepare(request, runtime, identity, route, wire, data, record)
+        except APIError as exc:
+            await _count_refused(runtime, identity, record, exc)
+            raise
+        return await _serve_model(request, runtime, identity, route, wire, data, record, prepared)
     except (APIError, *errors.DOMAIN_ERRORS) as exc:
         error = errors.client_error(exc)
         record.finish(error.status, error.reason)
@@ -245,7 +251,33 @@ async def serve(request: Request, wire: Wire) -> Response:
         raise failed from exc
 
 
-async def _serve_model(
+async def _count_refused(
+    runtime: Runtime, identity: Identity, record: RequestRecord, refused: APIError
+) -> None:
+    """A request refused before admission (a 4xx of its own making) still counts against
+    its tenant's request limit: reading, parsing and checking it cost the gateway work
+    the client chose, so a tenant cannot send bad requests without end. Once the limit
+    is spent, the 429 takes the refusal's place. If the limiter cannot tell (Redis down,
+    fail-closed), the refusal stands as it is."""
+    if not 400 <= refused.status < 500 or refused.status == 429:
+        return
+    model = record.model if record.model in runtime.routes else ""
+    with contextlib.suppress(*errors.DOMAIN_ERRORS):
+        await count_request(runtime, identity, model)
+
+
+@dataclass(frozen=True, slots=True)
+class _Prepared:
+    """A parsed and checked request, ready to be admitted: its parts, each planned."""
+
+    inference: InferenceRequest
+    parts: list[InferenceRequest]
+    planned: list[_Plan]
+    priority: str
+    deadline: float
+
+
+async def _prepare(
     request: Request,
     runtime: Runtime,
     identity: Identity,
@@ -253,7 +285,8 @@ async def _serve_model(
     wire: Wire,
     data: Mapping[str, Any],
     record: RequestRecord,
-) -> Response:
+) -> _Prepared:
+    """Parse and check a request, and plan each of its parts; a 4xx for what is wrong."""
     parse = wire.parse if wire.prepare is None else await wire.prepare(runtime, identity.name, data)
     inference = parse(data, route.config.max_tokens_default)
     inference = with_session(inference, request.headers, data, route.config.routing)
@@ -276,6 +309,21 @@ async def _serve_model(
     chain = fallback_chain(runtime.routes, identity, route, longest)
     # Each part as it leaves for each model of the chain, and what it costs.
     planned = [_plan(runtime, identity, route, chain, part, record) for part in parts]
+    return _Prepared(inference, parts, planned, priority, deadline)
+
+
+async def _serve_model(
+    request: Request,
+    runtime: Runtime,
+    identity: Identity,
+    route: ModelRoute,
+    wire: Wire,
+    data: Mapping[str, Any],
+    record: RequestRecord,
+    prepared: _Prepared,
+) -> Response:
+    inference, parts, planned = prepared.inference, prepared.parts, prepared.planned
+    priority, deadline = prepared.priority, prepared.deadline
     idempotency = await claim(runtime, identity, request, inference, data)
     if isinstance(idempotency, Response):
         record.finish(idempotency.status_code)

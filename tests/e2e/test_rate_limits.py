@@ -63,6 +63,7 @@ def limited(
         # 3 requests, for the requests that ask for no inference.
         "counter": tenant("counter", ["*"], limits={"requests_per_minute": 3}),
         "reader": tenant("reader", ["*"], limits={"requests_per_minute": 3}),
+        "invalid": tenant("invalid", ["*"], limits={"requests_per_minute": 3}),
         "watched": tenant("watched", ["*"], shadow=True, limits={"requests_per_minute": 1}),
         "roomy": tenant(
             "roomy", ["*"], limits={"requests_per_minute": 6000, "tokens_per_minute": 100000}
@@ -108,18 +109,23 @@ async def test_request_limit_refuses_with_429_and_retry_after(limited: Gateway) 
     )
 
 
-@pytest.mark.parametrize("who", ["counter", "reader"])
+@pytest.mark.parametrize("who", ["counter", "reader", "invalid"])
 async def test_requests_that_ask_for_no_inference_count_against_the_request_limit(
     limited: Gateway, who: str
 ) -> None:
-    # Attack: 300 stored-response reads in 0.2 s against 120 a minute, and count_tokens
-    # without any limit at all.
+    # Attack: 300 stored-response reads in 0.2 s against 120 a minute, count_tokens
+    # without any limit at all, and invalid requests (740 KB of tool schemas checked
+    # each time) charged nothing.
+    method = "POST"
+    body: dict[str, Any] | None
     if who == "counter":
         url = f"{limited.url}/v1/messages/count_tokens"
-        body: dict[str, Any] | None = {"model": "llm-small", "messages": HELLO}
-        method = "POST"
-    else:
+        body = {"model": "llm-small", "messages": HELLO}
+    elif who == "reader":
         url, body, method = f"{limited.base_url}/responses/resp_unknown", None, "GET"
+    else:
+        url = f"{limited.base_url}/chat/completions"
+        body = {"model": "llm-small", "messages": HELLO, "tools": [{"type": "bogus"}]}
     async with aiohttp.ClientSession() as session:
         statuses = []
         for _ in range(4):
@@ -127,7 +133,7 @@ async def test_requests_that_ask_for_no_inference_count_against_the_request_limi
                 statuses.append(response.status)
                 last = await response.json()
                 retry_after = response.headers.get("retry-after")
-    expected = 200 if who == "counter" else 404
+    expected = {"counter": 200, "reader": 404, "invalid": 400}[who]
     assert statuses == [expected, expected, expected, 429]
     assert retry_after is not None and 1 <= int(retry_after) <= 20
     # Each wire's own error shape: Anthropic's for count_tokens, OpenAI's for Responses.
