@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncGenerator, Mapping, Sequence
 from typing import Any, Protocol
 
@@ -18,10 +19,20 @@ from gateway.inference.types import (
 
 
 class UpstreamError(Exception):
-    """The upstream failed the request."""
+    """The upstream failed the request.
+
+    `str()` of it is what a client may be told: a fixed sentence per kind of failure
+    (those below), which reads on after "The backend for `model` failed: ". What the
+    HTTP or gRPC library, the upstream or the model said (exception text, error bodies,
+    tracebacks, internal addresses) is `detail`, for the log only.
+    """
 
     #: Another replica may succeed (connection refused or reset, 503, model not loaded).
     retryable = False
+
+    def __init__(self, message: str, detail: str = "") -> None:
+        super().__init__(message)
+        self.detail = detail or message
 
 
 class ReplicaUnavailable(UpstreamError):
@@ -33,21 +44,57 @@ class ReplicaUnavailable(UpstreamError):
 class UpstreamRejected(UpstreamError):
     """The upstream refused the request itself (bad input); retrying elsewhere will not help."""
 
-    def __init__(self, message: str, status: int = 400) -> None:
-        super().__init__(message)
+    def __init__(self, message: str, status: int = 400, detail: str = "") -> None:
+        super().__init__(message, detail)
         self.status = status
+
+
+class UpstreamTimeout(UpstreamError):
+    """No answer in the time allowed."""
+
+
+# What a client is told of each kind of failure.
+CONNECT_FAILED = "the connection to it could not be made."
+CONNECTION_LOST = "the connection to it was lost before the answer was complete."
+TIMED_OUT = "it did not answer in time."
+BAD_ANSWER = "it sent an answer the gateway could not read."
+REPORTED_ERROR = "it reported an error instead of the answer."
+MODEL_FAILED = "the model failed while generating the answer."
+MODEL_REFUSED = "the model could not take the request."
+
+
+def http_status_failure(status: int) -> str:
+    """What a client is told of an upstream that answered with an error status."""
+    return f"it answered HTTP {status}."
+
+
+# What a reason passed on to a client must not look like: a traceback, an exception's
+# text or repr (`ValueError: ...`, `KeyError('x')`, `<...>`), a markup page, an address.
+_NOT_PLAIN = re.compile(r"Traceback|File \"|\.py\b|\w*(?:Error|Exception)\s*[:(]|<[A-Za-z/!]|://")
+_PLAIN_MAX = 300
+
+
+def plain_reason(text: str) -> str | None:
+    """An upstream's or a model's reason for refusing a request, when it is fit for the
+    client to read (one short printable line that looks like none of `_NOT_PLAIN`):
+    "text_input is required" helps the client fix its request; anything else is only
+    logged."""
+    text = text.strip()
+    if not text or len(text) > _PLAIN_MAX or not text.isprintable() or _NOT_PLAIN.search(text):
+        return None
+    return text
 
 
 def model_error(message: str, before_output: bool) -> UpstreamError:
     """A model's own error reported in a Triton response. Before any output, it is the
     model refusing the request (Triton's HTTP frontend answers that with a 400): a client
-    error, not the replica's fault. After output started, the generation failed."""
-    detail = f"model error: {message[:300]}"
-    return UpstreamRejected(detail) if before_output else UpstreamError(detail)
-
-
-class UpstreamTimeout(UpstreamError):
-    """No answer in the time allowed."""
+    error, not the replica's fault, whose reason the client sees if it is a plain one.
+    After output started, the generation failed; what the model said (a Python
+    traceback, say) is only logged."""
+    detail = f"model error: {message}"
+    if before_output:
+        return UpstreamRejected(plain_reason(message) or MODEL_REFUSED, detail=detail)
+    return UpstreamError(MODEL_FAILED, detail)
 
 
 class Backend(Protocol):
@@ -121,11 +168,11 @@ def embedding_completion(outputs: Mapping[str, Any], call: UpstreamCall) -> Comp
     per input, and the input tokens of `num_input_tokens` when the model reports them."""
     output_tensor = call.tensors[1]
     if output_tensor not in outputs:
-        raise UpstreamError(f"no `{output_tensor}` vectors in the answer")
+        raise UpstreamError(BAD_ANSWER, f"no `{output_tensor}` vectors in the answer")
     try:
         vectors = embedding_rows(outputs[output_tensor], len(call.inputs))
     except (TypeError, ValueError) as exc:
-        raise UpstreamError(f"`{output_tensor}`: {exc}") from exc
+        raise UpstreamError(BAD_ANSWER, f"`{output_tensor}`: {exc}") from exc
     counts = outputs.get("num_input_tokens")
     prompt_tokens = 0
     if isinstance(counts, bytes):

@@ -9,10 +9,16 @@ import aiohttp
 import orjson
 
 from gateway.backends.base import (
+    BAD_ANSWER,
+    CONNECT_FAILED,
+    CONNECTION_LOST,
+    TIMED_OUT,
     ReplicaUnavailable,
     UpstreamError,
     UpstreamRejected,
     UpstreamTimeout,
+    http_status_failure,
+    plain_reason,
 )
 
 JSON_HEADERS = {"content-type": "application/json"}
@@ -71,43 +77,68 @@ class LazySession:
 
 
 def error_from_status(status: int, body: bytes) -> UpstreamError:
-    """The failure an upstream HTTP error status stands for."""
-    message = _error_message(body) or f"HTTP {status}"
+    """The failure an upstream HTTP error status stands for. The client is told the
+    status; of a refusal (4xx), also the upstream's reason if its JSON error gives a
+    plain one. The body is for the log."""
+    said = _json_error(body)
+    detail = f"HTTP {status}: {said if said is not None else body[:300].decode(errors='replace')}"
     if status in _RETRYABLE_STATUS:
-        return ReplicaUnavailable(f"HTTP {status}: {message}")
-    return UpstreamRejected(message, status)
+        return ReplicaUnavailable(http_status_failure(status), detail)
+    reason = plain_reason(said) if said is not None and 400 <= status < 500 else None
+    return UpstreamRejected(reason or http_status_failure(status), status, detail)
 
 
-def _error_message(body: bytes) -> str:
+def _json_error(body: bytes) -> str | None:
+    """The message of a JSON error body (OpenAI's `{"error": {"message"}}`, Triton's
+    `{"error": "..."}`, also as the one event of `generate_stream`'s error answer); None
+    for any other body."""
+    if body.startswith(b"data:"):
+        body = body[5:]
     try:
         data = orjson.loads(body)
     except orjson.JSONDecodeError:
-        return body[:200].decode(errors="replace").strip()
+        return None
     if isinstance(data, dict):
         err = data.get("error")
         if isinstance(err, dict):
             return str(err.get("message", ""))
         if err is not None:
             return str(err)
-    return ""
+    return None
 
 
 @asynccontextmanager
 async def post(
     session: aiohttp.ClientSession, url: str, payload: bytes
 ) -> AsyncIterator[aiohttp.ClientResponse]:
-    """POST JSON within the session's timeouts; map transport failures and error
-    statuses to backend errors."""
+    """POST JSON within the session's timeouts; map transport failures, error statuses
+    and answers that are not JSON (read inside the block) to backend errors, whose
+    messages say which kind of failure it was and nothing of the library's own text
+    (that is their `detail`, for the log)."""
     try:
         async with session.post(url, data=payload, headers=JSON_HEADERS) as response:
             if response.status != 200:
                 raise error_from_status(response.status, await response.read())
             yield response
+    except aiohttp.ClientConnectorError as exc:
+        # Refused, no route, no such host.
+        raise ReplicaUnavailable(CONNECT_FAILED, _described(exc)) from exc
+    except aiohttp.ConnectionTimeoutError as exc:  # no connection within sock_connect
+        raise ReplicaUnavailable(CONNECT_FAILED, _described(exc)) from exc
     except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError) as exc:
-        # Refused, reset, or cut mid-body (a replica that died).
-        raise ReplicaUnavailable(f"{type(exc).__name__}: {exc}") from exc
+        # Reset, or cut mid-body (a replica that died).
+        raise ReplicaUnavailable(CONNECTION_LOST, _described(exc)) from exc
+    except aiohttp.ClientResponseError as exc:  # not HTTP as aiohttp reads it
+        raise ReplicaUnavailable(BAD_ANSWER, _described(exc)) from exc
+    except orjson.JSONDecodeError as exc:
+        raise UpstreamError(BAD_ANSWER, _described(exc)) from exc
     except TimeoutError as exc:
-        raise UpstreamTimeout(f"no answer within {session.timeout.total:g}s") from exc
+        detail = f"no answer within the timeout ({session.timeout.total} s)"
+        raise UpstreamTimeout(TIMED_OUT, detail) from exc
+
+
+def _described(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
 
 
 async def sse_payloads(response: aiohttp.ClientResponse) -> AsyncIterator[bytes]:

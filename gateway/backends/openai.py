@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from gateway.backends.base import UpstreamError
+from gateway.backends.base import BAD_ANSWER, REPORTED_ERROR, UpstreamError
 from gateway.backends.http import LazySession, get_ok, post, sse_payloads
 from gateway.inference.types import (
     ChatMessage,
@@ -56,7 +56,7 @@ class OpenAIBackend:
             else:
                 text = choice["text"]
         except (KeyError, IndexError, TypeError) as exc:
-            raise UpstreamError(f"malformed upstream response: {exc!r}") from exc
+            raise UpstreamError(BAD_ANSWER, f"malformed upstream response: {exc!r}") from exc
         usage = _usage(data.get("usage"))
         return Completion(
             text=text,
@@ -82,9 +82,10 @@ class OpenAIBackend:
             rows = sorted(data["data"], key=lambda row: row["index"])
             vectors = np.stack([_vector(row["embedding"]) for row in rows])
         except (KeyError, TypeError, ValueError) as exc:
-            raise UpstreamError(f"malformed upstream response: {exc!r}") from exc
+            raise UpstreamError(BAD_ANSWER, f"malformed upstream response: {exc!r}") from exc
         if len(vectors) != len(call.inputs):
-            raise UpstreamError(f"{len(vectors)} vectors for {len(call.inputs)} inputs")
+            detail = f"{len(vectors)} vectors for {len(call.inputs)} inputs"
+            raise UpstreamError(BAD_ANSWER, detail)
         return Completion(text="", usage=_usage(data.get("usage")) or Usage(), vectors=vectors)
 
     async def stream(self, url: str, call: UpstreamCall) -> AsyncGenerator[Delta, None]:
@@ -198,14 +199,14 @@ def _tool_calls(raw: object) -> tuple[ToolCall, ...]:
     if not raw:
         return ()
     if not isinstance(raw, list):
-        raise UpstreamError("malformed upstream response: tool_calls is not a list")
+        raise UpstreamError(BAD_ANSWER, "malformed upstream response: tool_calls is not a list")
     try:
         return tuple(
             ToolCall(c["id"], c["function"]["name"], c["function"].get("arguments") or "")
             for c in raw
         )
     except (KeyError, TypeError) as exc:
-        raise UpstreamError(f"malformed upstream tool call: {exc!r}") from exc
+        raise UpstreamError(BAD_ANSWER, f"malformed upstream tool call: {exc!r}") from exc
 
 
 def _tool_call_deltas(raw: object) -> tuple[ToolCallDelta, ...]:
@@ -213,11 +214,12 @@ def _tool_call_deltas(raw: object) -> tuple[ToolCallDelta, ...]:
     if not raw:
         return ()
     if not isinstance(raw, list):
-        raise UpstreamError("malformed upstream chunk: tool_calls is not a list")
+        raise UpstreamError(BAD_ANSWER, "malformed upstream chunk: tool_calls is not a list")
     deltas = []
     for fragment in raw:
         if not isinstance(fragment, dict) or not isinstance(fragment.get("index"), int):
-            raise UpstreamError("malformed upstream chunk: a tool call fragment has no index")
+            detail = "malformed upstream chunk: a tool call fragment has no index"
+            raise UpstreamError(BAD_ANSWER, detail)
         function = fragment.get("function") or {}
         deltas.append(
             ToolCallDelta(
@@ -251,7 +253,11 @@ def _usage(raw: object) -> Usage | None:
 
 def _chunk_delta(chunk: dict[str, Any], kind: RequestKind) -> Delta | None:
     if "error" in chunk:
-        raise UpstreamError(f"upstream error: {str(chunk['error'])[:300]}")
+        # An error event in the stream: what it says (an exception's text, often) is only
+        # logged.
+        error = chunk["error"]
+        said = error.get("message", error) if isinstance(error, dict) else error
+        raise UpstreamError(REPORTED_ERROR, f"error event: {said}")
     usage = _usage(chunk.get("usage"))
     choices = chunk.get("choices") or []
     if not choices:

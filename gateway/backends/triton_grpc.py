@@ -16,6 +16,9 @@ import orjson
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
 from gateway.backends.base import (
+    CONNECT_FAILED,
+    CONNECTION_LOST,
+    TIMED_OUT,
     ReplicaUnavailable,
     UpstreamError,
     UpstreamRejected,
@@ -23,6 +26,7 @@ from gateway.backends.base import (
     collect,
     embedding_completion,
     model_error,
+    plain_reason,
     token_logprobs,
 )
 from gateway.backends.guided import guided_decoding_parameters
@@ -76,11 +80,11 @@ class TritonGRPCBackend:
             try:
                 state = await asyncio.wait_for(_connect(channel), self._connect_timeout_s)
             except TimeoutError:
-                raise ReplicaUnavailable(
-                    f"gRPC: no connection to {url} within {self._connect_timeout_s:g} s"
-                ) from None
+                detail = f"gRPC: no connection to {url} within {self._connect_timeout_s:g} s"
+                raise ReplicaUnavailable(CONNECT_FAILED, detail) from None
             if state is not grpc.ChannelConnectivity.READY:
-                raise ReplicaUnavailable(f"gRPC: cannot connect to {url} ({state.name})")
+                detail = f"gRPC: cannot connect to {url} ({state.name})"
+                raise ReplicaUnavailable(CONNECT_FAILED, detail)
             self._connected.add(url)
         return service_pb2_grpc.GRPCInferenceServiceStub(channel)
 
@@ -213,12 +217,17 @@ def _delta(result: service_pb2.ModelInferResponse) -> Delta:
 
 
 def _error(exc: grpc.aio.AioRpcError) -> UpstreamError:
+    """The failure a gRPC status stands for. The client is told its kind, or the status
+    code's name; the status's details, gRPC's or Triton's own text, are for the log."""
     code = exc.code()
     detail = f"gRPC {code.name}: {exc.details()}"
+    answered = f"it answered gRPC status {code.name}."
+    if code is grpc.StatusCode.UNAVAILABLE:
+        return ReplicaUnavailable(CONNECTION_LOST, detail)
     if code in _UNAVAILABLE:
-        return ReplicaUnavailable(detail)
+        return ReplicaUnavailable(answered, detail)
     if code is grpc.StatusCode.DEADLINE_EXCEEDED:
-        return UpstreamTimeout(detail)
-    if code is grpc.StatusCode.INVALID_ARGUMENT:
-        return UpstreamRejected(detail)
-    return UpstreamError(detail)
+        return UpstreamTimeout(TIMED_OUT, detail)
+    if code is grpc.StatusCode.INVALID_ARGUMENT:  # as an HTTP 400: a plain reason is told
+        return UpstreamRejected(plain_reason(exc.details() or "") or answered, detail=detail)
+    return UpstreamError(answered, detail)

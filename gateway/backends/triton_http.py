@@ -8,6 +8,7 @@ from typing import Any
 import orjson
 
 from gateway.backends.base import (
+    BAD_ANSWER,
     UpstreamError,
     collect,
     embedding_completion,
@@ -98,7 +99,7 @@ def _infer_outputs(raw: bytes, header_length: str | None) -> dict[str, Any]:
     try:
         header = orjson.loads(raw[:size])
     except orjson.JSONDecodeError as exc:
-        raise UpstreamError(f"malformed infer answer: {exc}") from exc
+        raise UpstreamError(BAD_ANSWER, f"malformed infer answer: {exc}") from exc
     if "error" in header:
         raise model_error(str(header["error"]), before_output=True)
     outputs: dict[str, Any] = {}

@@ -16,7 +16,7 @@ import logging
 import time
 from collections.abc import AsyncGenerator, AsyncIterator
 
-from gateway.backends.base import ReplicaUnavailable, UpstreamTimeout
+from gateway.backends.base import ReplicaUnavailable, UpstreamError, UpstreamTimeout
 from gateway.config import RoutingPolicy
 from gateway.inference.types import Completion, Delta, UpstreamCall, Usage, UsageMeter
 from gateway.observability import metrics
@@ -26,6 +26,9 @@ from gateway.upstream.pool import Replica
 from gateway.upstream.route import ModelRoute
 
 log = logging.getLogger("gateway.failover")
+
+# Of what an upstream said, the part logged: a failure must not flood the log.
+_DETAIL_MAX = 4000
 
 
 class NoReplicaLeft(Exception):
@@ -97,12 +100,14 @@ async def complete(route: ModelRoute, call: UpstreamCall, deadline: float) -> Co
         with route.pool.lease(replica):
             try:
                 completion = await route.backend.complete(replica.url, call)
-            except ReplicaUnavailable as exc:
-                _failed(route, replica)
-                last_error = exc
-                continue
-            except UpstreamTimeout:
-                _failed(route, replica)
+            except UpstreamError as exc:
+                _log_failure(route, replica, exc)
+                if isinstance(exc, ReplicaUnavailable):
+                    _failed(route, replica)
+                    last_error = exc
+                    continue
+                if isinstance(exc, UpstreamTimeout):
+                    _failed(route, replica)
                 raise
             outlier.record_success(replica)
             _served(route, replica, completion.usage)
@@ -135,12 +140,14 @@ async def stream(
                     outlier.record_success(replica)
                     _served(route, replica, Usage())
                     return
-                except ReplicaUnavailable as exc:
-                    _failed(route, replica)
-                    last_error = exc
-                    continue
-                except UpstreamTimeout:
-                    _failed(route, replica)
+                except UpstreamError as exc:
+                    _log_failure(route, replica, exc)
+                    if isinstance(exc, ReplicaUnavailable):
+                        _failed(route, replica)
+                        last_error = exc
+                        continue
+                    if isinstance(exc, UpstreamTimeout):
+                        _failed(route, replica)
                     raise
                 except TimeoutError:
                     if _slow_start(route, deadline, first_by, asked):
@@ -154,10 +161,12 @@ async def stream(
                     async for delta in upstream:
                         meter.add(delta)
                         yield delta
-                except (ReplicaUnavailable, UpstreamTimeout):
-                    # Died or hung mid-stream: too late to move this request, not too late
-                    # to spare others.
-                    _failed(route, replica)
+                except UpstreamError as exc:
+                    _log_failure(route, replica, exc)
+                    if isinstance(exc, ReplicaUnavailable | UpstreamTimeout):
+                        # Died or hung mid-stream: too late to move this request, not too
+                        # late to spare others.
+                        _failed(route, replica)
                     raise
                 finally:
                     _served(route, replica, meter.usage(0))
@@ -185,6 +194,23 @@ def _served(route: ModelRoute, replica: Replica, usage: Usage) -> None:
     if usage.cached_tokens is not None:  # only replicas that report their cache
         metrics.labels(metrics.REPLICA_PROMPT_TOKENS, name, url).inc(usage.prompt_tokens)
         metrics.labels(metrics.REPLICA_CACHED_TOKENS, name, url).inc(usage.cached_tokens)
+
+
+def _log_failure(route: ModelRoute, replica: Replica, exc: UpstreamError) -> None:
+    """Log what went wrong, in the library's, the upstream's or the model's own words
+    (`exc.detail`): the client is told only the kind of failure (`str(exc)`)."""
+    log.warning(
+        "upstream failure: %s",
+        exc.detail[:_DETAIL_MAX],
+        extra={
+            "fields": {
+                "event": "upstream_error",
+                "model": route.name,
+                "replica": replica.url,
+                "error": type(exc).__name__,
+            }
+        },
+    )
 
 
 def _failed(route: ModelRoute, replica: Replica) -> None:
