@@ -17,7 +17,9 @@ PYVER=3.11
 # - python3.11-venv: Debian's python3.11 cannot create a venv without it (no ensurepip);
 # - libpython3.11: the shared libpython that triton-sim's Python backend stub links;
 # - redis-server (demo, tests, bench); faketime (clock-skew tests) and prometheus/promtool
-#   (alert rules, scraping) for the tests; wrk and nginx for the benchmarks.
+#   (alert rules, scraping) for the tests; wrk and nginx for the benchmarks;
+# - bubblewrap (demo, tests): `gateway eval` runs the code under evaluation in a bwrap
+#   sandbox and refuses to run it without one (docs/eval.md).
 BOOTSTRAP_FOR=${BOOTSTRAP_FOR:-test}
 missing=()
 if [ ! -x .venv/bin/python ] && ! "$PYTHON" -c 'import ensurepip' 2>/dev/null; then
@@ -33,6 +35,9 @@ sys.exit(0 if found or ctypes.util.find_library(f"python{v}") else 1)'; then
   missing+=("libpython$PYVER")
 fi
 command -v redis-server >/dev/null || missing+=(redis-server)
+if [ "$BOOTSTRAP_FOR" != bench ]; then
+  command -v bwrap >/dev/null || missing+=(bubblewrap)
+fi
 if [ "$BOOTSTRAP_FOR" = test ]; then
   command -v faketime >/dev/null || missing+=(faketime)
   command -v promtool >/dev/null || missing+=(prometheus)

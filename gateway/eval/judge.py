@@ -1,35 +1,46 @@
 """Judge a solution: a fresh copy of the task's snapshot, the hidden tests run on it in
 the sandbox, and which tests passed.
 
-The hidden tests are copied in after the answer is applied, into `_hidden_tests/`, and
-run with `python -m pytest --noconftest` and no plugin autoloading: nothing the answer
-writes (a `conftest.py`, a plugin) is loaded by pytest, and the answer cannot replace
-the tests.
+The hidden tests are copied in after the answer is applied, into `_hidden_tests/`,
+mounted read-only in the sandbox, and run by the real pytest, which nothing the answer
+writes can replace or configure: `python -P -s` (neither the project nor a user
+directory is on `sys.path` at start-up, so a `pytest.py`, `sitecustomize.py` or `.pth`
+of the answer's is never loaded), the judge's own `pytest.ini` (`-c`), `--noconftest`,
+no plugin autoloading; the project is put last on `sys.path`, behind everything
+installed.
+
+The verdict is read from outside the sandbox: the judge's plugin (`verdict.py`) writes
+each test's outcome to a file of the judge's through a descriptor it hands over, and
+pytest's exit status comes from bwrap. Both must agree: a run that did not reach the
+end of pytest's session (the code under test exited, or was killed) did not run the
+tests, whatever it printed or wrote. No file in the task directory counts.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
 import shutil
 import sys
 import tempfile
-import xml.etree.ElementTree as ElementTree
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gateway.eval import sandbox
+from gateway.eval import sandbox, verdict
 from gateway.eval.suite import Task
 
 HIDDEN_TESTS = "_hidden_tests"
-_REPORT = "pytest-report.xml"
+# The judge's plugin and configuration, mounted read-only at this path in the sandbox.
+_JUDGE_DIR = "/judge"
+_PLUGIN = "gateway_eval_verdict"
 # pytest's "no tests ran" and "usage error": the tests could not be judged at all.
 _NO_TESTS, _USAGE = 5, 4
 _FILE_TOO_LARGE = "[Errno 27] File too large"
 # Plain pytest, whatever plugins the environment has installed: the same judge everywhere,
 # and 0.3 s a run instead of 2 s with this project's dev plugins.
-_PYTEST_ENV = {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+_PYTEST_ENV = {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "PYTHONPATH": _JUDGE_DIR}
 
 
 @dataclass(slots=True)
@@ -57,15 +68,39 @@ def run_hidden_tests(task: Task, project: Path, limits: sandbox.Limits) -> TestR
     tests = project / HIDDEN_TESTS
     shutil.rmtree(tests, ignore_errors=True)
     shutil.copytree(task.tests_directory, tests)
-    report = project.parent / _REPORT
-    report.unlink(missing_ok=True)
-    command = [
-        sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--noconftest",
-        f"--junit-xml={report}", "-o", "junit_family=xunit1", HIDDEN_TESTS,
-    ]  # fmt: skip
-    outcome = sandbox.run(command, project, limits, env=_PYTEST_ENV)
-    passed, failed = _read_report(report)
-    if outcome.stopped is None and _FILE_TOO_LARGE in outcome.stdout + outcome.stderr:
+    with tempfile.TemporaryDirectory(prefix="eval-judge-") as scratch:
+        plugin = Path(scratch) / "plugin"
+        plugin.mkdir()
+        shutil.copyfile(verdict.__file__, plugin / f"{_PLUGIN}.py")
+        (plugin / "pytest.ini").write_text("[pytest]\n")
+        report = Path(scratch) / "results.jsonl"
+        channel = os.open(report, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o600)
+        command = [
+            sys.executable, "-P", "-s", "-m", "pytest", "-q", "-c", f"{_JUDGE_DIR}/pytest.ini",
+            f"--rootdir={sandbox.TASK_DIR}", "-p", _PLUGIN, "-p", "no:cacheprovider",
+            "--noconftest", HIDDEN_TESTS,
+        ]  # fmt: skip
+        try:
+            outcome = sandbox.run(
+                command,
+                project,
+                limits,
+                env={**_PYTEST_ENV, verdict.FD_ENV: str(channel)},
+                read_only=(HIDDEN_TESTS,),
+                mounts={_JUDGE_DIR: plugin},
+                pass_fds=(channel,),
+            )
+        finally:
+            os.close(channel)
+        results = verdict.read(report)
+    return _judged(outcome, results, limits)
+
+
+def _judged(outcome: sandbox.Outcome, results: verdict.Results, limits: sandbox.Limits) -> TestRun:
+    """The verdict on one run: from the sandbox's outcome and the plugin's results."""
+    passed, failed = _names(results.passed), _names(results.failed)
+    output = outcome.stdout + outcome.stderr
+    if outcome.stopped is None and _FILE_TOO_LARGE in output:
         # Python ignores SIGXFSZ: the write fails with EFBIG and the tests report it.
         outcome = dataclasses.replace(outcome, stopped="file_size")
     if outcome.stopped == "file_size":
@@ -78,11 +113,16 @@ def run_hidden_tests(task: Task, project: Path, limits: sandbox.Limits) -> TestR
             else f"sandbox: {outcome.stopped}"
         )
         return TestRun(False, reason, passed, failed, outcome.duration_s)
-    if outcome.returncode in (_NO_TESTS, _USAGE) or (not passed and not failed):
-        tail = (outcome.stdout + outcome.stderr).strip().splitlines()[-1:] or ["no output"]
-        return TestRun(
-            False, f"tests did not run: {tail[0][:200]}", passed, failed, outcome.duration_s
+    tail = (output.strip().splitlines() or ["no output"])[-1][:200]
+    if results.exitstatus is None or results.exitstatus != outcome.returncode:
+        # pytest never reached the end of its session: whatever the run printed, the
+        # tests were not all run (the code under test exited, or took pytest's place).
+        reason = (
+            f"tests did not run: pytest did not finish (exit status {outcome.returncode}): {tail}"
         )
+        return TestRun(False, reason, passed, failed, outcome.duration_s)
+    if outcome.returncode in (_NO_TESTS, _USAGE) or (not passed and not failed):
+        return TestRun(False, f"tests did not run: {tail}", passed, failed, outcome.duration_s)
     if outcome.returncode != 0 or failed:
         return TestRun(
             False,
@@ -111,18 +151,12 @@ def verify(task: Task, limits: sandbox.Limits) -> str | None:
     return None
 
 
-def _read_report(path: Path) -> tuple[list[str], list[str]]:
-    """Passed and failed test ids from pytest's JUnit XML (empty when there is none)."""
-    try:
-        root = ElementTree.parse(path).getroot()
-    except (OSError, ElementTree.ParseError):
-        return [], []
-    passed, failed = [], []
-    for case in root.iter("testcase"):
-        module = case.get("classname", "").removeprefix(f"{HIDDEN_TESTS}.")
-        name = f"{module}::{case.get('name', '')}"
-        if any(child.tag in ("failure", "error") for child in case):
-            failed.append(name)
-        elif not any(child.tag == "skipped" for child in case):
-            passed.append(name)
-    return passed, failed
+def _names(node_ids: list[str]) -> list[str]:
+    """pytest's node ids as the record names tests: `_hidden_tests/test_x.py::TestY::test_z`
+    is `test_x.TestY::test_z` (a module that did not collect is `test_x`)."""
+    names = []
+    for node_id in node_ids:
+        path, *parts = node_id.split("::")
+        module = path.removeprefix(f"{HIDDEN_TESTS}/").removesuffix(".py").replace("/", ".")
+        names.append("::".join([".".join([module, *parts[:-1]]), *parts[-1:]]))
+    return names

@@ -38,7 +38,8 @@ TEST_LIMITS = sandbox.Limits(wall_s=60.0)
 
 
 class RunRefused(Exception):
-    """The output directory holds a run these settings cannot resume."""
+    """The run cannot start: the output directory holds a run these settings cannot
+    resume, or this machine has no sandbox to run the hidden tests in."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +82,11 @@ class Progress:
 
 async def run(settings: RunSettings, out: Path, progress_out: TextIO = sys.stderr) -> list[Attempt]:
     """Run (or resume) the evaluation into `out`; every attempt recorded there is returned."""
+    # Before any request: answers that cannot be judged are not worth asking for, and
+    # they are never run unsandboxed.
+    problem = await asyncio.to_thread(sandbox.unavailable)
+    if problem is not None:
+        raise RunRefused(problem)
     out.mkdir(parents=True, exist_ok=True)  # noqa: ASYNC240 (once, before any request)
     # Requests in flight are bounded by the run's concurrency; sandboxed tests, which
     # use this machine and not the endpoint, by its cores.

@@ -1,33 +1,53 @@
-"""The sandbox holds its limits against code that misbehaves: it loops, forks without end,
-eats memory, fills the disk, reads the caller's secrets, or reaches for the network.
-Each is a real subprocess; each ends in an `Outcome` that says what happened."""
+"""The sandbox holds against code that misbehaves (it loops, forks without end, eats
+memory, fills the disk) and against code that tries to get out: each escape a hostile
+tenant's code was found to make runs here, in the real sandbox, and is shown to fail.
+Each is a real bwrap; each ends in an `Outcome` that says what happened."""
 
 from __future__ import annotations
 
+import ast
+import dataclasses
 import os
+import socket
 import subprocess
 import sys
+import textwrap
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from gateway.eval.sandbox import PIDS_ROOT, Limits, network_isolation_available, run
+from gateway.eval import sandbox
+from gateway.eval.records import Attempt
+from gateway.eval.runner import judge_answer
+from gateway.eval.sandbox import SANDBOX_UID, Limits, Outcome, SandboxUnavailable, run
+from gateway.eval.suite import load_task
+from tests.unit.eval.tasks import write_task
 
 PYTHON = sys.executable
+ROOT = Path(__file__).resolve().parents[3]
+TENANTS = ROOT / "config" / "tenants.yaml"
 # Tight enough that each test ends quickly; a wall limit far above what a good command
 # takes, so that only a command that misbehaves reaches it.
 TIGHT = Limits(wall_s=20, memory_bytes=512 << 20, processes=32, file_bytes=1 << 20)
 
 
-def python(code: str, directory: Path, limits: Limits = TIGHT) -> object:
+def python(code: str, directory: Path, limits: Limits = TIGHT) -> Outcome:
     return run([PYTHON, "-c", code], directory, limits)
+
+
+def leftovers(marker: str) -> str:
+    """Processes on this machine whose command line holds `marker`."""
+    return subprocess.run(["pgrep", "-af", marker], capture_output=True, text=True).stdout
 
 
 def test_a_good_command_runs_in_its_directory(tmp_path: Path) -> None:
     (tmp_path / "data.txt").write_text("42")
     outcome = run([PYTHON, "-c", "print(open('data.txt').read())"], tmp_path, TIGHT)
     assert outcome.ok and outcome.stdout.strip() == "42"
-    assert outcome.stopped is None
+    assert outcome.stopped is None and outcome.isolated_network
 
 
 def test_a_command_that_never_ends_is_stopped_at_its_time_limit(tmp_path: Path) -> None:
@@ -39,22 +59,17 @@ def test_a_command_that_never_ends_is_stopped_at_its_time_limit(tmp_path: Path) 
 def test_a_fork_bomb_is_held_and_leaves_nothing_behind(tmp_path: Path) -> None:
     marker = f"forkbomb-{os.getpid()}"
     code = (
-        "import os, sys, time\n"
-        f"sys.argv[0] = {marker!r}\n"
+        "import os, time\n"
         "while True:\n"
         "    try:\n"
         "        os.fork()\n"
         "    except OSError:\n"
         "        time.sleep(0.01)\n"
     )
-    script = tmp_path / f"{marker}.py"
-    script.write_text(code)
-    outcome = run([PYTHON, script.name], tmp_path, Limits(wall_s=2.0, processes=16))
+    (tmp_path / f"{marker}.py").write_text(code)
+    outcome = run([PYTHON, f"{marker}.py"], tmp_path, Limits(wall_s=2.0, processes=16))
     assert outcome.stopped == "timeout"
-    left = subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True).stdout
-    assert left == ""  # the whole process group was killed
-    if PIDS_ROOT.is_dir():  # held at the limit, even as root, and the cgroup is gone
-        assert not list(PIDS_ROOT.glob(f"gateway-sandbox-{os.getpid()}-*"))
+    assert leftovers(marker) == ""  # its PID namespace went with it
 
 
 def test_a_memory_hog_fails_with_memory_error(tmp_path: Path) -> None:
@@ -84,16 +99,371 @@ def test_the_callers_secrets_are_not_in_its_environment(
     assert "GATEWAY_TEST_SECRET" not in outcome.stdout and "sk-do-not-leak" not in outcome.stdout
 
 
-def test_no_network_where_the_machine_allows_it(tmp_path: Path) -> None:
+def test_a_caller_that_is_not_root_gets_one_bwrap_with_every_namespace(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Run as root here, this takes the path of any other caller: no setpriv, the user
+    # namespace made by the one bwrap.
+    monkeypatch.setattr(sandbox, "_caller_is_root", lambda: False)
     code = (
-        "import socket\n"
-        "try:\n"
-        "    socket.create_connection(('127.0.0.1', 6379), timeout=2)\n"
-        "    print('connected')\n"
-        "except OSError as exc:\n"
-        "    print('refused', exc)\n"
+        "import os, socket\n"
+        "status = open('/proc/self/status').read()\n"
+        "print(os.getuid(), os.getgid(), status.split('CapEff:')[1].split()[0])\n"
+        "print(sorted(p for p in os.listdir('/proc') if p.isdigit()))\n"
+        "print(os.path.exists('/etc/shadow'), socket.if_nameindex())\n"
     )
     outcome = python(code, tmp_path)
-    assert outcome.isolated_network == network_isolation_available()
-    if outcome.isolated_network:
-        assert outcome.stdout.startswith("refused")  # Redis runs on 6379 outside
+    assert outcome.ok, outcome
+    ids, pids, view = outcome.stdout.splitlines()
+    assert ids == f"{SANDBOX_UID} {SANDBOX_UID} 0000000000000000"
+    assert len(ast.literal_eval(pids)) < 5  # its own processes only
+    assert view == "False [(1, 'lo')]"
+
+
+def test_without_bwrap_untrusted_code_is_refused_not_run_unsandboxed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sandbox, "_BWRAP", None)
+    sandbox.unavailable.cache_clear()
+    try:
+        with pytest.raises(SandboxUnavailable, match="bubblewrap"):
+            python("open('ran', 'w').write('unsandboxed')", tmp_path)
+    finally:
+        sandbox.unavailable.cache_clear()
+    assert not (tmp_path / "ran").exists()
+
+
+# The escapes. Each is Python run in the sandbox that prints "ESCAPED: ..." if it gets
+# out, "held: ..." for each way it tried and was stopped, and "tried" once it has tried
+# them all (so a crash before trying is not taken for a success of the sandbox); some
+# are also checked from the host afterwards.
+
+PRELUDE = '''
+import os, socket, sys, time
+
+def attempt(what, action):
+    """`action` succeeding is an escape."""
+    try:
+        result = action()
+    except BaseException as exc:
+        print(f"held: {what}: {type(exc).__name__}: {exc}")
+    else:
+        print(f"ESCAPED: {what}: {result!r}"[:400])
+
+def write(path):
+    with open(path, "w") as file:
+        file.write("pwned")
+    return path
+
+def connect(family, address):
+    with socket.socket(family, socket.SOCK_STREAM) as client:
+        client.settimeout(3)
+        client.connect(address)
+    return address
+'''
+
+
+@dataclass
+class Host:
+    """What the escapes aim at on the host, set up by the test."""
+
+    task: Path  # the sandbox's directory
+    outside: Path  # a directory of the host's, beside it
+    unix_server: socket.socket
+    abstract_name: str
+    tcp_server: socket.socket
+    marker: str  # in the command line of every process an escape starts
+
+    @property
+    def fields(self) -> dict[str, object]:
+        return {
+            "outside": str(self.outside),
+            "unix_path": self.unix_server.getsockname(),
+            "abstract": self.abstract_name,
+            "tcp_port": self.tcp_server.getsockname()[1],
+            "host_pid": os.getpid(),
+            "tenants": str(TENANTS),
+            "project": str(ROOT),
+            "venv": sys.prefix,
+            "marker": self.marker,
+        }
+
+    def no_connection(self) -> None:
+        """Neither listening socket saw a connection (one would wait in its backlog)."""
+        for server in (self.unix_server, self.tcp_server):
+            server.setblocking(False)
+            with pytest.raises(BlockingIOError):
+                server.accept()
+
+
+@pytest.fixture
+def host(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Host]:
+    task, outside = tmp_path / "task", tmp_path / "outside"
+    task.mkdir()
+    outside.mkdir()
+    monkeypatch.setenv("GATEWAY_EVAL_KEY", "sk-caller-secret")
+    unix_server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    unix_server.bind(str(outside / "gateway.sock"))
+    abstract = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    abstract_name = f"gateway-sandbox-test-{os.getpid()}"
+    abstract.bind("\0" + abstract_name)
+    tcp_server = socket.create_server(("127.0.0.1", 0))
+    for server in (unix_server, abstract):
+        server.listen()
+    try:
+        yield Host(task, outside, unix_server, abstract_name, tcp_server, f"escape-{os.getpid()}")
+    finally:
+        for server in (unix_server, abstract, tcp_server):
+            server.close()
+
+
+def _nothing_written_outside(host: Host, outcome: Outcome) -> None:
+    assert list(host.outside.iterdir()) == [host.outside / "gateway.sock"]
+    assert not (Path(sys.prefix) / "pwned").exists()
+
+
+def _runs_as_nobody(host: Host, outcome: Outcome) -> None:
+    # Its files are nobody's on the host too when the caller is root: not root's.
+    owner = (host.task / "whoami").stat().st_uid
+    assert owner == (SANDBOX_UID if os.geteuid() == 0 else os.geteuid())
+
+
+def _nothing_outlives_the_run(host: Host, outcome: Outcome) -> None:
+    assert (host.task / "daemon-started").exists()  # the daemon did start
+    beat = (host.task / "heartbeat").read_text()
+    time.sleep(1.0)  # it beat every 0.05 s while it lived
+    assert (host.task / "heartbeat").read_text() == beat
+    assert leftovers(host.marker) == ""
+
+
+def _no_connection(host: Host, outcome: Outcome) -> None:
+    host.no_connection()
+
+
+def _within_the_wall_limit(host: Host, outcome: Outcome) -> None:
+    # The program exited at once; the child holding its stdout did not hold the run.
+    assert outcome.stopped is None and outcome.duration_s < TIGHT.wall_s
+    assert leftovers(host.marker) == ""
+
+
+@dataclass(frozen=True)
+class Escape:
+    name: str
+    code: str  # formatted with Host.fields
+    check: Callable[[Host, Outcome], None] | None = None
+
+
+ESCAPES = [
+    Escape("read /etc/shadow", 'attempt("/etc/shadow", lambda: open("/etc/shadow").read())'),
+    Escape(
+        "read the project's tenants file and code",
+        """
+attempt("tenants file", lambda: open({tenants!r}).read())
+attempt("the gateway's code", lambda: open({project!r} + "/gateway/eval/judge.py").read())
+attempt("the gateway package", lambda: __import__("gateway.eval.judge"))
+def checkout():
+    names = sorted(set(os.listdir({project!r})) - {{os.path.basename({venv!r})}})
+    if names:
+        return names
+    raise LookupError("only the virtual environment's mount point is there")
+attempt("the checkout around the venv", checkout)
+""",
+    ),
+    Escape(
+        "read the caller's GATEWAY_EVAL_KEY through /proc",
+        """
+def environs():
+    seen = [p for p in os.listdir("/proc") if p.isdigit()]
+    assert len(seen) < 10, seen  # only its own few processes are there
+    found = []
+    for pid in [*seen, str(os.getppid()), "1", str({host_pid})]:
+        try:
+            if b"GATEWAY_EVAL_KEY" in open(f"/proc/{{pid}}/environ", "rb").read():
+                found.append(pid)
+        except OSError:
+            pass
+    if "GATEWAY_EVAL_KEY" in os.environ:
+        found.append("own environment")
+    if found:
+        return found
+    raise LookupError("not in any environment it can read")
+attempt("GATEWAY_EVAL_KEY", environs)
+attempt("the caller's /proc", lambda: open("/proc/{host_pid}/environ", "rb").read())
+""",
+    ),
+    Escape(
+        "write outside the task directory",
+        """
+for target in [{outside!r} + "/pwned", {venv!r} + "/pwned", "/usr/pwned", "/pwned",
+               "/proc/sys/kernel/hostname", "/etc/pwned"]:
+    attempt(f"write {{target}}", lambda: write(target))
+""",
+        _nothing_written_outside,
+    ),
+    Escape(
+        "connect to a host Unix socket",
+        """
+attempt("socket file", lambda: connect(socket.AF_UNIX, {unix_path!r}))
+attempt("abstract socket", lambda: connect(socket.AF_UNIX, "\\0" + {abstract!r}))
+""",
+        _no_connection,
+    ),
+    Escape(
+        "reach 127.0.0.1 on a port the host listens on",
+        'attempt("tcp", lambda: connect(socket.AF_INET, ("127.0.0.1", {tcp_port})))',
+        _no_connection,
+    ),
+    Escape(
+        "run as root",
+        """
+write("whoami")
+def root():
+    ids = (os.getuid(), os.geteuid(), os.getgid(), os.getegid())
+    caps = [l for l in open("/proc/self/status") if l.startswith("CapEff")][0].split()[1]
+    if 0 in ids or int(caps, 16):
+        return ids, caps
+    raise PermissionError(f"ids {{ids}}, effective capabilities {{caps}}")
+attempt("root ids or capabilities", root)
+attempt("setuid(0)", lambda: os.setuid(0))
+def new_user_namespace():
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.unshare(0x10000000) != 0:  # CLONE_NEWUSER
+        raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()))
+    return "unshared"
+attempt("a new user namespace", new_user_namespace)
+""",
+        _runs_as_nobody,
+    ),
+    Escape(
+        "leave the process limit and outlive the run",
+        """
+# {marker}
+attempt("the root cgroup", lambda: write("/sys/fs/cgroup/cgroup.procs"))
+attempt("the pids cgroup", lambda: write("/sys/fs/cgroup/pids/cgroup.procs"))
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        write("daemon-started")
+        for beat in range(100000):
+            with open("heartbeat", "w") as file:
+                file.write(str(beat))
+            time.sleep(0.05)
+    os._exit(0)
+time.sleep(0.5)
+""",
+        _nothing_outlives_the_run,
+    ),
+    Escape(
+        "hold stdout open to stretch the wall limit",
+        """
+# {marker}
+import subprocess
+subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)  # {marker}"],
+                 start_new_session=True)
+print("held: the child keeps stdout; the program exits")
+""",
+        _within_the_wall_limit,
+    ),
+]
+
+
+@pytest.mark.parametrize("escape", ESCAPES, ids=[e.name for e in ESCAPES])
+def test_an_escape_fails(host: Host, escape: Escape) -> None:
+    code = PRELUDE + textwrap.dedent(escape.code).format(**host.fields) + '\nprint("tried")\n'
+    outcome = python(code, host.task)
+    output = outcome.stdout + outcome.stderr
+    assert "ESCAPED" not in output, output
+    assert "held:" in outcome.stdout and "tried" in outcome.stdout, output
+    if escape.check is not None:
+        escape.check(host, outcome)
+
+
+def test_a_program_that_never_ends_while_a_child_holds_stdout_is_killed_at_the_limit(
+    tmp_path: Path,
+) -> None:
+    marker = f"holder-{os.getpid()}"
+    code = (
+        f"import subprocess, sys  # {marker}\n"
+        f"subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)  # {marker}'],"
+        " start_new_session=True)\n"
+        "while True: pass\n"
+    )
+    outcome = python(code, tmp_path, Limits(wall_s=2.0))
+    assert outcome.stopped == "timeout"
+    # Killed at the limit: a few seconds for the kill, not the child's 600.
+    assert outcome.duration_s < 2.0 + 10
+    assert leftovers(marker) == ""
+
+
+# Forging the verdict: a wrong answer (`add` multiplies) that tries to be judged a pass.
+WRONG = "def add(a, b):\n    return a * b\n"
+FAKE_REPORT = (
+    '<?xml version="1.0"?><testsuites><testsuite tests="2">'
+    '<testcase classname="_hidden_tests.test_ops" name="test_add"/>'
+    '<testcase classname="_hidden_tests.test_ops" name="test_zero"/>'
+    "</testsuite></testsuites>"
+)
+FORGERIES = {
+    # The report pytest used to write, faked where the judge read it (beside the task
+    # directory) and in it, then an exit before pytest could write the real one.
+    "fake report, then exit 0": {
+        "calc/ops.py": WRONG
+        + "import os\n"
+        + "for path in ('../pytest-report.xml', 'pytest-report.xml', '../results.jsonl'):\n"
+        + "    try:\n"
+        + f"        open(path, 'w').write({FAKE_REPORT!r})\n"
+        + "    except OSError:\n"
+        + "        pass\n"
+        + "os._exit(0)\n"
+    },
+    # A daemon that rewrites the report once pytest is done.
+    "daemon rewriting the report after the run": {
+        "calc/ops.py": WRONG
+        + "import os, time\n"
+        + "if os.fork() == 0:\n"
+        + "    os.setsid()\n"
+        + "    time.sleep(1.5)\n"
+        + "    for path in ('../pytest-report.xml', 'pytest-report.xml'):\n"
+        + "        try:\n"
+        + f"            open(path, 'w').write({FAKE_REPORT!r})\n"
+        + "        except OSError:\n"
+        + "            pass\n"
+        + "    os._exit(0)\n"
+    },
+    # The hidden tests rewritten when the answer is imported, before they are collected.
+    "hidden tests rewritten": {
+        "calc/ops.py": WRONG
+        + "try:\n"
+        + "    open('_hidden_tests/test_ops.py', 'w').write('def test_add():\\n    pass\\n')\n"
+        + "except OSError:\n"
+        + "    pass\n"
+    },
+    # The tests it would fail skipped, those it passes passed.
+    "skip what fails": {
+        "calc/ops.py": "def add(a, b):\n"
+        + "    if (a, b) != (0, 0):\n"
+        + "        import pytest\n"
+        + "        pytest.skip('not today')\n"
+        + "    return 0\n"
+    },
+    # pytest (and Python's start-up hooks) replaced by the answer's own.
+    "impostor pytest and start-up hooks": {
+        "calc/ops.py": WRONG,
+        "pytest.py": "print('2 passed in 0.01s')\nraise SystemExit(0)\n",
+        "sitecustomize.py": "import os\nos._exit(0)\n",
+        "usercustomize.py": "import os\nos._exit(0)\n",
+        "evil.pth": "import os; os._exit(0)\n",
+    },
+}
+
+
+@pytest.mark.parametrize("files", FORGERIES.values(), ids=list(FORGERIES))
+def test_a_forged_verdict_fails(tmp_path: Path, files: dict[str, str]) -> None:
+    task = load_task(write_task(tmp_path))
+    answer = "".join(f"FILE: {path}\n```\n{text}```\n\n" for path, text in files.items())
+    attempt = Attempt(candidate="m", task=task.id, attempt=0, category=task.category, passed=False)
+    judge_answer(attempt, task, answer, dataclasses.replace(TIGHT, wall_s=8.0))
+    assert attempt.passed is False, attempt
+    assert attempt.reason is not None
+    assert attempt.reason.startswith(("tests failed:", "tests did not run:")), attempt.reason
