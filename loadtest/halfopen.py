@@ -22,11 +22,18 @@ from loadtest.stack import bench_stack, wrk, wrk_script
 HALF_HEAD = b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: appl"
 
 
+# The hostile client's own address: wrk's connections come from 127.0.0.1, and the
+# gateway caps each address's connections that have not had a key accepted
+# (`server.max_unauthenticated_connections_per_address`), so they must not share one.
+HOSTILE_ADDRESS = "127.0.0.2"
+
+
 def open_half(host: str, port: int, count: int) -> list[socket.socket]:
-    """`count` connections, each stopped in the middle of its request head."""
+    """`count` connections from HOSTILE_ADDRESS, each stopped in the middle of its
+    request head (those over the gateway's per-address cap are refused at once)."""
     held = []
     for _ in range(count):
-        sock = socket.create_connection((host, port))
+        sock = socket.create_connection((host, port), source_address=(HOSTILE_ADDRESS, 0))
         sock.sendall(HALF_HEAD)
         held.append(sock)
     return held

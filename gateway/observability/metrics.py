@@ -132,7 +132,8 @@ REPLICAS_UNPLACED = Gauge(
 CONNECTIONS_CLOSED = Counter(
     "gateway_connections_closed_total",
     "Client connections the gateway closed or refused before a request was served, by "
-    "reason (head_timeout, body_timeout, head_too_large, too_many_connections).",
+    "reason (head_timeout, body_timeout, head_too_large, too_many_connections, "
+    "too_many_from_address).",
     ["reason"],
     registry=REGISTRY,
 )
