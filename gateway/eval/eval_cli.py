@@ -162,6 +162,7 @@ def _compare(args: argparse.Namespace) -> int:
 def _check_suite(args: argparse.Namespace) -> int:
     from gateway.eval.judge import verify
     from gateway.eval.runner import TEST_LIMITS
+    from gateway.eval.sandbox import SandboxUnavailable
     from gateway.eval.suite import SuiteError, load_suite
 
     try:
@@ -171,7 +172,11 @@ def _check_suite(args: argparse.Namespace) -> int:
         return 2
     bad = 0
     for task in suite.tasks:
-        problem = verify(task, TEST_LIMITS)
+        try:
+            problem = verify(task, TEST_LIMITS)
+        except SandboxUnavailable as exc:  # no sandbox: nothing is run without one
+            print(f"check-suite: {exc}", file=sys.stderr)
+            return 2
         bad += problem is not None
         print(f"{task.id}: {problem or 'ok'} ({task.category}, {task.kind})")
     good = len(suite.tasks) - bad
