@@ -3,7 +3,7 @@
 Each `Detector` is a category and a regular expression whose `secret` group (the whole
 match when it has none) is the sensitive part: a key name, a `Bearer ` scheme or a URL's
 user stay, only the value goes. Checksums drop look-alikes (card numbers must pass Luhn,
-IBANs their mod-97 check).
+IBANs their mod-97 check, SSNs the SSA's ranges).
 
 `SECRETS` is what log redaction replaces; `PERSONAL` adds what must not leave the
 cluster either (e-mail is in both); `host_detector` builds the internal host names of a
@@ -31,6 +31,11 @@ class Detector:
     gate: re.Pattern[str] | None = None
     # Finds the matches itself, where `pattern.finditer` would be slow; None: finditer.
     finder: Callable[[str], Iterator[re.Match[str]]] | None = None
+    # Finds numbers written in digit groups (cards, phones, SSNs, IBANs), each with seven
+    # digits at least, none more than four characters from the next: the scanner tries
+    # it only on a text that has such digits, and the outbound scan also reads numbers
+    # with odd separators taken as spaces (`privacy.normalizer`).
+    numeric: bool = False
 
     def matches(self, text: str) -> Iterator[re.Match[str]]:
         """The matches of `pattern` in `text`, left to right, none overlapping."""
@@ -93,6 +98,16 @@ _SECRET_NAME_ENDINGS = (
     "secret", "password", "passwd", "passphrase", "pwd", "pw", "token", "authorization", "key",
 )  # fmt: skip
 _SEPARATOR = re.compile(r"[=:]")
+_SECRET_NAME = re.compile(rf"(?i)[A-Za-z0-9_.-]*?{SECRET_WORDS}")
+
+
+def is_secret_name(name: str) -> bool:
+    """Whether a key named `name` holds a secret (`password`, `client_secret`,
+    `x-api-key`), as the key/value pattern reads names: a JSON object's or a
+    metadata entry's value under such a key is a secret whatever it looks like."""
+    return _SECRET_NAME.fullmatch(name) is not None
+
+
 _KEY_CHARS = frozenset(string.ascii_letters + string.digits + "_.-")
 
 
@@ -246,6 +261,14 @@ def iban_valid(text: str) -> bool:
     return int(number) % 97 == 1
 
 
+def ssn_valid(text: str) -> bool:
+    """Whether `text` is a number the SSA issues: area not 000, 666 or 9xx, group not 00,
+    serial not 0000."""
+    digits = "".join(c for c in text if c.isdigit())
+    area, group, serial = digits[:3], digits[3:5], digits[5:]
+    return area not in ("000", "666") and area[0] != "9" and group != "00" and serial != "0000"
+
+
 # The patterns below begin with the character class of their first character, and only
 # then look behind it: a pattern that begins with a look-behind is tried at every
 # position of the text, one that begins with a class is searched for that class (about
@@ -253,12 +276,18 @@ def iban_valid(text: str) -> bool:
 PERSONAL: tuple[Detector, ...] = (
     EMAIL,
     # 13 to 19 digits, in groups split by spaces or dashes, that pass Luhn.
-    Detector("card", re.compile(r"\d(?<![\d-]\d)(?:[ -]?\d){12,18}(?![\d-])"), valid=luhn_valid),
+    Detector(
+        "card",
+        re.compile(r"\d(?<![\d-]\d)(?:[ -]?\d){12,18}(?![\d-])"),
+        valid=luhn_valid,
+        numeric=True,
+    ),
     # Country code, check digits, then 11 to 30 letters or digits (grouped by 4 on paper).
     Detector(
         "iban",
         re.compile(r"[A-Z](?<![A-Za-z0-9][A-Z])[A-Z]\d{2}(?: ?[A-Z0-9]){11,30}(?![A-Za-z0-9])"),
         valid=iban_valid,
+        numeric=True,
     ),
     # Phone numbers: +CC and 7 to 14 more digits, or a national number written in groups
     # ((555) 123-4567, 030 1234 5678, 555-123-4567); plain digit runs are not phones, nor
@@ -272,6 +301,17 @@ PERSONAL: tuple[Detector, ...] = (
             r"|\d(?<![\w+.]\d)(?<!\d[ -]\d)\d{2,3}[ -]\d{3,4}[ -]\d{3,5})(?![\w-]|[ .-]\d)"
         ),
         valid=lambda text: 7 <= sum(c.isdigit() for c in text) <= 15,
+        numeric=True,
+    ),
+    # US social security numbers written in their groups (123-45-6789, 123 45 6789),
+    # not a part of a longer run of groups; nine digits alone are not one.
+    Detector(
+        "ssn",
+        re.compile(
+            r"\d(?<![\w+.]\d)(?<!\d[ -]\d)\d{2}(?P<sep>[ -])\d{2}(?P=sep)\d{4}(?![\w-]|[ .-]\d)"
+        ),
+        valid=ssn_valid,
+        numeric=True,
     ),
 )
 

@@ -1,35 +1,41 @@
 """Outbound sanitization: sensitive data in a request stays in the cluster.
 
-A model marked `external` runs outside the cluster. Before a request is sent to one, its
-text (every message's content and tool-call arguments, or the prompt) is scanned for
-secrets, personal data and internal host names (`gateway.privacy`), and the policy of
+A model marked `external` runs outside the cluster. Before a request is sent to one,
+every string it holds is scanned (`gateway.privacy.walker` finds them: message and
+content text of every role, tool definitions and their schemas, tool calls and results,
+stop sequences, ids, `user`, metadata), each read as written, normalized, with the
+separators inside numbers read as spaces and inside encoded runs (`Scanner.find_deep`),
+for secrets, personal data and internal host names (`gateway.privacy`); the policy of
 the tenant for that model (`mask`, `block` or `off`; the tenant's `outbound` section,
 else the model's own) decides:
 
-- `mask`: each finding is replaced by a typed placeholder, the same value by the same
-  placeholder in every message of the request;
+- `mask`: each finding is replaced by a typed placeholder, the same value (in any form)
+  by the same placeholder everywhere in the request; what spelled it goes whole, an
+  encoded run too;
 - `block`: the request is refused with a 400 naming the categories found (never the
   values); a blocked fallback model is left out of the chain instead;
 - `off`: the request goes as it is.
 
 Each finding is counted by model, category and policy, and one audit log line per
-request and external model says what was found, without the values.
+request and external model says what was found, without the values. docs/outbound.md
+has the details.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from gateway.config import Config, ModelConfig, Tenant
 from gateway.config.schema import OutboundPolicy
 from gateway.inference.types import InferenceRequest
 from gateway.observability import metrics
-from gateway.privacy.patterns import PERSONAL, SECRETS, host_detector
+from gateway.privacy.normalizer import normalize, warm_up
+from gateway.privacy.patterns import PERSONAL, SECRETS, host_detector, is_secret_name
 from gateway.privacy.scanner import Finding, Masker, Scanner
+from gateway.privacy.walker import Walker
 
 audit = logging.getLogger("gateway.audit")
 
@@ -71,6 +77,8 @@ class OutboundGuard:
         self._scanner = Scanner(detectors)
         self._models = config.gateway.models
         self._any_external = any(model.external for model in self._models.values())
+        if self._any_external:
+            warm_up()  # the normalizer's tables, built now rather than on a request
 
     def prepare(
         self, tenant: str, settings: Tenant, chain: Sequence[str], request: InferenceRequest,
@@ -86,8 +94,8 @@ class OutboundGuard:
         policies = [policy_for(settings, name, self._models[name]) for name in chain]
         if all(policy is OutboundPolicy.OFF for policy in policies):
             return None
-        findings = _scan(request, self._scanner.find)
-        found = Counter(f.category for texts in findings.values() for f in texts)
+        findings = _Findings(request, self._scanner.find_deep)
+        found = findings.counts
         masked: InferenceRequest | None = None
         models, requests = [], []
         for index, (name, policy) in enumerate(zip(chain, policies, strict=True)):
@@ -99,7 +107,7 @@ class OutboundGuard:
                 continue  # not sent there: the chain goes on without it
             if policy is OutboundPolicy.MASK and found:
                 if masked is None:
-                    masked = _rewrite(request, findings, Masker())
+                    masked = findings.masked(request, Masker())
                 requests.append(masked)
             else:
                 requests.append(request)
@@ -107,62 +115,61 @@ class OutboundGuard:
         return Outbound(models, requests)
 
 
-# Findings of every text of a request, by the text's place in it: ("prompt",) for a
-# completion's prompt, ("input", i) for an embedding request's text i, (message index,)
-# for a message's content, (message index, call index) for the arguments of a tool call.
-# Roles, names and call ids are not scanned: they are not the user's data, and a masked
-# call id would no longer pair its result.
-_Place = tuple[int | str, ...]
-_PROMPT: _Place = ("prompt",)
+# Not walked: the model name the client asked for (the upstream gets the configured
+# `upstream_model`, and names are not the client's data) and the session key, which
+# only places the request on a replica, hashed (`gateway.upstream.affinity`). Neither is
+# sent: tests/unit/serving/test_outbound_fields.py fills every string field of a request
+# with a secret and fails if any reaches a backend's body unmasked.
+_WALKER = Walker({InferenceRequest: frozenset({"model", "session"})})
 
 
-def _input(index: int) -> _Place:
-    return ("input", index)
+class _Findings:
+    """The findings in every string of one request: message and content text of every
+    role, tool definitions (names, descriptions, schemas), tool calls and results, stop
+    sequences, ids, `user`, metadata, and whatever a request will hold."""
+
+    def __init__(self, request: InferenceRequest, find: Callable[[str], list[Finding]]) -> None:
+        self.counts: Counter[str] = Counter()
+        # By value: a schema repeats its `"type": "string"`, a conversation its roles.
+        self._by_value: dict[tuple[str, bool], list[Finding]] = {}
+        # Key names repeat too (`description`, `type`). Kept for this request only: a
+        # key may be the client's data as well.
+        self._secret_keys: dict[str, bool] = {}
+        for text, key in _WALKER.strings(request):
+            memo = (text, self._secret(key))
+            found = self._by_value.get(memo)
+            if found is None:
+                found = self._by_value[memo] = _find(text, memo[1], find)
+            for finding in found:
+                self.counts.update(leaf.category for leaf in finding.leaves())
+
+    def masked(self, request: InferenceRequest, masker: Masker) -> InferenceRequest:
+        """`request` with every finding masked, in the order its strings come."""
+        if not self.counts:
+            return request
+
+        def mask(text: str, key: str | None) -> str:
+            found = self._by_value.get((text, self._secret(key)))
+            return masker.mask(text, found) if found else text
+
+        masked: InferenceRequest = _WALKER.rewrite(request, mask)
+        return masked
+
+    def _secret(self, key: str | None) -> bool:
+        """Whether a value under `key` is a secret by the key's name."""
+        if key is None:
+            return False
+        secret = self._secret_keys.get(key)
+        if secret is None:
+            secret = self._secret_keys[key] = is_secret_name(normalize(key).text)
+        return secret
 
 
-def _texts(request: InferenceRequest) -> Iterator[tuple[_Place, str]]:
-    if request.prompt:
-        yield _PROMPT, request.prompt
-    for index, text in enumerate(request.inputs):
-        yield _input(index), text
-    for index, message in enumerate(request.messages):
-        if message.content:
-            yield (index,), message.content
-        for call_index, call in enumerate(message.tool_calls):
-            yield (index, call_index), call.arguments
-
-
-def _scan(
-    request: InferenceRequest, find: Callable[[str], list[Finding]]
-) -> dict[_Place, list[Finding]]:
-    found = {place: find(text) for place, text in _texts(request)}
-    return {place: findings for place, findings in found.items() if findings}
-
-
-def _rewrite(
-    request: InferenceRequest, findings: dict[_Place, list[Finding]], masker: Masker
-) -> InferenceRequest:
-    """`request` with every finding masked, in the order the texts come."""
-    prompt = request.prompt
-    if _PROMPT in findings:
-        prompt = masker.mask(prompt, findings[_PROMPT])
-    inputs = tuple(
-        masker.mask(text, findings[at]) if (at := _input(index)) in findings else text
-        for index, text in enumerate(request.inputs)
-    )
-    messages = list(request.messages)
-    for index, message in enumerate(messages):
-        content = message.content
-        if (index,) in findings:
-            content = masker.mask(content, findings[(index,)])
-        calls = tuple(
-            dataclasses.replace(call, arguments=masker.mask(call.arguments, findings[place]))
-            if (place := (index, call_index)) in findings
-            else call
-            for call_index, call in enumerate(message.tool_calls)
-        )
-        messages[index] = dataclasses.replace(message, content=content, tool_calls=calls)
-    return dataclasses.replace(request, prompt=prompt, messages=tuple(messages), inputs=inputs)
+def _find(text: str, secret: bool, find: Callable[[str], list[Finding]]) -> list[Finding]:
+    if secret and text.strip():
+        # `{"password": "hunter2"}`: the key says what the value is, whatever it looks like.
+        return [Finding(0, len(text), "password", normalize(text).text)]
+    return find(text)
 
 
 def _report(

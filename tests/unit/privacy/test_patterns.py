@@ -14,6 +14,7 @@ from gateway.privacy.patterns import (
     _key_value_matches,
     host_detector,
     iban_valid,
+    is_secret_name,
     luhn_valid,
 )
 from gateway.privacy.scanner import Masker, Scanner
@@ -46,6 +47,8 @@ def test_every_secret_the_log_redaction_knows_is_found(name: str) -> None:
         ("on db1.corp.example.com:5432", "host", "db1.corp.example.com"),
         ("see vault.internal.", "host", "vault.internal"),
         ("password: hunter2!", "password", "hunter2!"),
+        ("SSN 123-45-6789 on file", "ssn", "123-45-6789"),
+        ("SSN 078 05 1120 on file", "ssn", "078 05 1120"),
     ],
 )
 def test_personal_data_and_internal_hosts_are_found(text: str, category: str, value: str) -> None:
@@ -64,10 +67,20 @@ def test_personal_data_and_internal_hosts_are_found(text: str, category: str, va
         "https://api.openai.com/v1 and www.example.com",
         "commit 9fceb02d0ae598e95dc970b74767f19372d61af8",
         "Explain how passwords and API keys should be stored.",
+        # Not SSNs: numbers the SSA never issues, mixed separators, a longer run.
+        "000-12-3456, 666-12-3456, 912-34-5678, 123-00-4567, 123-45-0000",
+        "123-45 6789, 1-123-45-6789, 123-45-6789-0",
     ],
 )
 def test_look_alikes_are_not_found(text: str) -> None:
     assert SCANNER.find(text) == []
+
+
+def test_a_key_name_says_its_value_is_a_secret() -> None:
+    for name in ("password", "db_password", "client_secret", "x-api-key", "AccountKey", "pw"):
+        assert is_secret_name(name), name
+    for name in ("description", "prompt_tokens", "token_count", "keyboard", "passwords"):
+        assert not is_secret_name(name), name
 
 
 def test_checksums() -> None:

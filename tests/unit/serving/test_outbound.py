@@ -3,13 +3,24 @@ tenant and per model, masking, blocking, counting and the audit line)."""
 
 from __future__ import annotations
 
+import base64
+import dataclasses
 import logging
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
 
 from gateway.config import Config, GatewayConfig, ModelConfig, Tenant, TenantsConfig
-from gateway.inference.types import ChatMessage, InferenceRequest, RequestKind, SamplingParams
+from gateway.inference.types import (
+    ChatMessage,
+    ChatOptions,
+    InferenceRequest,
+    RequestKind,
+    SamplingParams,
+    Tool,
+    ToolCall,
+)
 from gateway.observability import metrics
 from gateway.serving.outbound import OutboundGuard, SensitiveDataBlocked
 
@@ -120,3 +131,80 @@ def test_findings_are_counted_and_audited_without_values(caplog: pytest.LogCaptu
         {"category": "host", "count": 1},
     ]
     assert "jane" not in repr(record.__dict__) and "abcdef" not in repr(record.__dict__)
+
+
+AWS = "AKIAIOSFODNN7EXAMPLE"
+
+
+@dataclass(frozen=True)
+class ApiState:
+    """What an API keeps for its answer (`wire_state`), as the Responses API does."""
+
+    metadata: dict[str, str]
+    conversation: tuple[ChatMessage, ...] = ()
+
+
+def test_tools_calls_results_stops_ids_and_user_are_masked_consistently() -> None:
+    cfg = config({"hosted": model(external=True)})
+    schema = {
+        "type": "object",
+        "properties": {"owner": {"type": "string", "enum": ["nobody", "jane@example.com"]}},
+    }
+    call = ToolCall(f"call_{AWS}", "lookup", '{"owner": "jane@example.com"}')
+    request = dataclasses.replace(
+        chat("Find the owner"),
+        messages=(
+            ChatMessage("user", "Find the owner"),
+            ChatMessage("assistant", "", tool_calls=(call,)),
+            ChatMessage("tool", f"Owner: jane@example.com, key {AWS}", tool_call_id=call.id),
+        ),
+        params=SamplingParams(max_tokens=8, stop=("jane@example.com",)),
+        options=ChatOptions(tools=(Tool("lookup", f"Sign with {AWS}", schema),)),
+        user="jane@example.com",
+    )
+    sent = prepare(cfg, ["hosted"], request).requests[0]
+    tool = sent.options.tools[0]
+    assert tool.description == "Sign with [API_KEY_1]"
+    assert tool.parameters == {
+        "type": "object",
+        "properties": {"owner": {"type": "string", "enum": ["nobody", "[EMAIL_1]"]}},
+    }
+    masked_call = sent.messages[1].tool_calls[0]
+    assert masked_call.arguments == '{"owner": "[EMAIL_1]"}'
+    # The call id is masked as the same placeholder where its result names it.
+    assert masked_call.id == sent.messages[2].tool_call_id == "call_[API_KEY_1]"
+    assert sent.messages[2].content == "Owner: [EMAIL_1], key [API_KEY_1]"
+    assert sent.params.stop == ("[EMAIL_1]",) and sent.user == "[EMAIL_1]"
+    assert sent.model == request.model  # not the client's data, and never sent
+
+
+def test_a_value_under_a_secret_name_is_masked_whatever_it_looks_like() -> None:
+    cfg = config({"hosted": model(external=True)})
+    state = ApiState({"db_password": "hunter2", "note": "fine"})
+    sent = prepare(cfg, ["hosted"], dataclasses.replace(chat("Hi"), wire_state=state))
+    assert sent.requests[0].wire_state == ApiState({"db_password": "[PASSWORD_1]", "note": "fine"})
+
+
+def test_block_names_what_any_field_and_any_form_holds() -> None:
+    cfg = config({"hosted": model(external=True, outbound="block")})
+    hidden = dataclasses.replace(
+        chat("Hi"),
+        user="jane@ex\u0430mple.com",
+        wire_state=ApiState({"note": base64.b64encode(AWS.encode()).decode()}),
+        params=SamplingParams(max_tokens=8, stop=("4111.1111.1111.1111",)),
+    )
+    with pytest.raises(SensitiveDataBlocked) as refused:
+        prepare(cfg, ["hosted"], hidden)
+    assert refused.value.categories == ["api_key", "card", "email"]
+
+
+def test_an_object_held_twice_is_counted_once() -> None:
+    cfg = config({"twice": model(external=True)})
+    message = ChatMessage("user", "mail jane@example.com")
+    request = dataclasses.replace(
+        chat("x"), messages=(message,), wire_state=ApiState({}, conversation=(message,))
+    )
+    counter = metrics.OUTBOUND_FINDINGS.labels("twice", "email", "mask")
+    before = counter._value.get()
+    prepare(cfg, ["twice"], request)
+    assert counter._value.get() - before == 1
