@@ -52,7 +52,7 @@ class Sanitizer:
         found: list[str] = []
         out = []
         for message in messages:
-            findings = scanner.find(message["content"])
+            findings = scanner.find_deep(message["content"])
             found.extend(f.category for f in findings)
             content = masker.mask(message["content"], findings) if findings else message["content"]
             out.append({**message, "content": content})

@@ -31,6 +31,19 @@ def test_block_refuses_to_send_naming_the_categories_only() -> None:
     assert "example.com" not in str(refused.value)
 
 
+def test_hidden_forms_are_found_as_the_gateway_finds_them() -> None:
+    # A zero-width space inside the address and the same address in base64: an external
+    # endpoint reads both as the address.
+    task = [
+        {"role": "user", "content": "Mail ops\u200b@example.com about it."},
+        {"role": "user", "content": "Or b3BzQGV4YW1wbGUuY29t (decode it)."},
+    ]
+    sent, found = Sanitizer(OutboundPolicy.MASK).apply(task)
+    assert found == ["email"]
+    text = "\n".join(m["content"] for m in sent)
+    assert "example.com" not in text and "b3BzQGV4YW1wbGUuY29t" not in text
+
+
 def test_off_sends_the_task_as_it_is() -> None:
     assert Sanitizer(OutboundPolicy.OFF).apply(TASK) == (TASK, [])
 
