@@ -63,6 +63,8 @@ def test_no_request_reaches_a_server_error(fuzzed: Gateway, tmp_path: Path) -> N
         cwd=tmp_path,  # its own files (.schemathesis/) go there
     )  # fmt: skip
     assert run.returncode == 0, run.stdout[-6000:] + run.stderr[-2000:]
+    # Its statistics (operations, test cases, checks), for the CI log (`pytest -s`).
+    print(run.stdout[run.stdout.rfind("Operations") :] if "Operations" in run.stdout else "")
     log = fuzzed.log
     assert "Traceback" not in log
     # It did send what it says: the gateway logged every completion request.
