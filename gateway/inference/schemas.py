@@ -11,8 +11,8 @@ reach anything:
 - size, depth and the number of properties are capped (`server.json_schema` in
   `gateway.yaml`), checked by one iterative walk before anything else reads the schema,
   so no recursive code meets a schema deeper than the cap;
-- compiled validators are cached by the schema's canonical bytes, so an agent that sends
-  the same tools and format on every turn pays for checking them once.
+- checked schemas and compiled validators are cached by the schema's JSON, so an agent
+  that sends the same tools and format on every turn pays for checking them once.
 
 jsonschema-rs checks a schema against its meta-schema in less time than orjson takes to
 parse the same bytes (3 ms for 740 KB of tool schemas, against 1.5 s for the Python
@@ -73,32 +73,34 @@ def check_schema(schema: Mapping[str, Any], *, compile_patterns: bool = False) -
     and is a valid JSON Schema. With `compile_patterns`, its patterns must also compile
     for linear-time matching (needed for a schema the gateway validates answers against).
     """
-    canonical = _bounded(schema)
-    cache = _validators if compile_patterns else _checked
-    if canonical in cache or canonical in _validators:
+    key = _key(schema)
+    if key in _validators:
+        _validators.move_to_end(key)
         return
+    if not compile_patterns and key in _checked:
+        _checked.move_to_end(key)
+        return
+    _walk(schema)
     if compile_patterns:
-        _remember(_validators, canonical, _compile(schema))
+        _remember(_validators, key, _compile(schema))
         return
     try:
         jsonschema_rs.meta.validate(_as_dict(schema))
-    except jsonschema_rs.ValidationError as exc:
+    except (jsonschema_rs.ValidationError, jsonschema_rs.ReferencingError) as exc:
         raise SchemaRefused(_first_line(exc)) from None
-    except jsonschema_rs.ReferencingError as exc:
-        raise SchemaRefused(_first_line(exc)) from None
-    _remember(_checked, canonical, None)
+    _remember(_checked, key, None)
 
 
 def validator(schema: Mapping[str, Any]) -> jsonschema_rs.Validator:
     """The compiled validator of a schema that `check_schema` accepted (cached)."""
-    canonical = orjson.dumps(schema, option=orjson.OPT_SORT_KEYS)
-    found = _validators.get(canonical)
+    key = _key(schema)
+    found = _validators.get(key)
     if found is not None:
-        _validators.move_to_end(canonical)
+        _validators.move_to_end(key)
         return found
-    _bounded(schema)
+    _walk(schema)
     compiled = _compile(schema)
-    _remember(_validators, canonical, compiled)
+    _remember(_validators, key, compiled)
     return compiled
 
 
@@ -123,9 +125,25 @@ def _remember(cache: OrderedDict[bytes, Any], key: bytes, value: Any) -> None:
         cache.popitem(last=False)
 
 
-def _bounded(schema: Mapping[str, Any]) -> bytes:
-    """The schema's canonical bytes, once its depth, properties, references and size are
-    known to be within the caps."""
+def _key(schema: Mapping[str, Any]) -> bytes:
+    """The schema as compact JSON: its cache key (a client sends the same schema in the
+    same order turn after turn), once its size is within the cap."""
+    try:
+        key = orjson.dumps(schema)
+    except TypeError as exc:  # orjson's own depth limit, or a key that is not a string
+        _walk(schema)  # says which cap it passes, if it is the depth
+        raise SchemaRefused(str(exc)) from None
+    if len(key) > _limits.max_bytes:
+        raise SchemaRefused(
+            f"it is {len(key)} bytes as JSON; at most {_limits.max_bytes} are allowed "
+            "(server.json_schema.max_bytes)"
+        )
+    return key
+
+
+def _walk(schema: Mapping[str, Any]) -> None:
+    """Refuse a schema past the depth or properties caps, or with a reference outside
+    itself."""
     caps = _limits
     properties = 0
     # Iterative, so that a schema nested past the cap costs a loop, not the stack.
@@ -153,16 +171,6 @@ def _bounded(schema: Mapping[str, Any]) -> bytes:
             f"it defines {properties} properties; at most {caps.max_properties} are allowed "
             "(server.json_schema.max_properties)"
         )
-    try:
-        canonical = orjson.dumps(schema, option=orjson.OPT_SORT_KEYS)
-    except TypeError as exc:  # orjson's own depth limit, or a key that is not a string
-        raise SchemaRefused(str(exc)) from None
-    if len(canonical) > caps.max_bytes:
-        raise SchemaRefused(
-            f"it is {len(canonical)} bytes as JSON; at most {caps.max_bytes} are allowed "
-            "(server.json_schema.max_bytes)"
-        )
-    return canonical
 
 
 def _check_reference(keyword: str, target: str) -> None:

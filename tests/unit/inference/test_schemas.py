@@ -135,6 +135,14 @@ def test_an_invalid_schema_is_refused_with_the_validator_s_reason() -> None:
 def test_a_schema_is_compiled_once() -> None:
     schema = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
     check_schema(schema, compile_patterns=True)
-    # The same schema, keys in another order: the same compiled validator.
-    same = {"required": ["n"], "properties": {"n": {"type": "integer"}}, "type": "object"}
+    # The same schema sent again (a new object, as every request parses its own).
+    same = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
     assert validator(same) is validator(schema)
+
+
+def test_a_cached_schema_is_still_refused_past_a_cap() -> None:
+    schema = {"description": "x" * 300}
+    check_schema(schema)
+    schemas.configure(SchemaLimits(max_bytes=200))
+    with pytest.raises(SchemaRefused, match="max_bytes"):
+        check_schema(schema)
