@@ -147,7 +147,10 @@ def unavailable() -> str | None:
         found = ", ".join(missing)
         return f"{found} not found: {_INSTALL}; code under evaluation is not run without a sandbox"
     with tempfile.TemporaryDirectory(prefix="sandbox-probe-") as scratch:
-        outcome = _run(["true"], Path(scratch), Limits(wall_s=30.0), None, (), {}, ())
+        # The interpreter itself, as the judge runs it: a sandbox that cannot see it
+        # (a mount hidden by another) is no sandbox to judge in.
+        probe = [sys.executable, "-c", "pass"]
+        outcome = _run(probe, Path(scratch), Limits(wall_s=30.0), None, (), {}, ())
     if not outcome.ok:
         detail = (outcome.stderr.strip() or f"exit status {outcome.returncode}").splitlines()[-1]
         return f"bwrap cannot make a sandbox here ({detail}); code under evaluation is not run"
@@ -268,7 +271,10 @@ def _filesystem(
             argv += ["--symlink", os.readlink(path), path]
         elif os.path.isdir(path):
             argv += ["--ro-bind", path, path]
-    made: set[str] = {"/", "/usr"}
+    # The private /tmp before anything is mounted below it: a virtual environment under
+    # /tmp (a checkout there) is mounted on top of it, not hidden by it.
+    argv += ["--perms", "1777", "--size", str(limits.file_bytes), "--tmpfs", _TMP_DIR]
+    made: set[str] = {"/", "/usr", _TMP_DIR}
     for inside, host in [*((p, p) for p in _python_paths()), *mounts.items()]:
         argv += [*_parents(inside, made), "--ro-bind", str(host), inside]
     argv += ["--bind", str(directory), TASK_DIR]
@@ -276,7 +282,6 @@ def _filesystem(
         inside = str(PurePosixPath(TASK_DIR) / part)
         argv += ["--ro-bind", str(directory / part), inside]
     argv += ["--proc", "/proc", "--dev", "/dev"]
-    argv += ["--perms", "1777", "--size", str(limits.file_bytes), "--tmpfs", _TMP_DIR]
     return argv
 
 

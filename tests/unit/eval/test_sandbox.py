@@ -50,6 +50,21 @@ def test_a_good_command_runs_in_its_directory(tmp_path: Path) -> None:
     assert outcome.stopped is None and outcome.isolated_network
 
 
+def test_what_is_mounted_under_tmp_is_not_hidden_by_the_private_tmp(tmp_path: Path) -> None:
+    # A checkout under /tmp puts the interpreter's virtual environment there: the
+    # sandbox's own /tmp must not hide it (every task failed with "No such file").
+    shared = tmp_path / "venv-like"
+    shared.mkdir()
+    (shared / "marker").write_text("seen")
+    os.chmod(tmp_path, 0o755)
+    task = tmp_path / "task"
+    task.mkdir()
+    code = "print(open('/tmp/checkout/venv-like/marker').read())"
+    outcome = run([PYTHON, "-c", code], task, TIGHT, mounts={"/tmp/checkout/venv-like": shared})
+    assert outcome.ok, outcome.stderr
+    assert outcome.stdout.strip() == "seen"
+
+
 def test_a_command_that_never_ends_is_stopped_at_its_time_limit(tmp_path: Path) -> None:
     limits = Limits(wall_s=1.0, memory_bytes=512 << 20)
     outcome = run([PYTHON, "-c", "while True: pass"], tmp_path, limits)
