@@ -256,14 +256,14 @@ async def _count_refused(
 ) -> None:
     """A request refused before admission (a 4xx of its own making) still counts against
     its tenant's request limit: reading, parsing and checking it cost the gateway work
-    the client chose, so a tenant cannot send bad requests without end. Once the limit
-    is spent, the 429 takes the refusal's place. If the limiter cannot tell (Redis down,
-    fail-closed), the refusal stands as it is."""
+    the client chose, so a tenant cannot send bad requests without end. The refusal
+    carries the rate-limit headers; once the limit is spent, the 429 takes its place. If
+    the limiter cannot tell (Redis down, fail-closed), the refusal stands as it is."""
     if not 400 <= refused.status < 500 or refused.status == 429:
         return
     model = record.model if record.model in runtime.routes else ""
     with contextlib.suppress(*errors.DOMAIN_ERRORS):
-        await count_request(runtime, identity, model)
+        refused.headers.update(await count_request(runtime, identity, model))
 
 
 @dataclass(frozen=True, slots=True)

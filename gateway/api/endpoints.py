@@ -28,16 +28,18 @@ def runtime_of(request: Request) -> Runtime:
     return runtime
 
 
-async def count_request(runtime: Runtime, identity: Identity, model: str = "") -> None:
+async def count_request(runtime: Runtime, identity: Identity, model: str = "") -> dict[str, str]:
     """Count a request that asks for no inference (`count_tokens`, a stored response read)
     against the tenant's request limit, and `model`'s when it names one: a 429 when it is
-    spent. Cheap as these are, a tenant could otherwise send them without end."""
+    spent. Cheap as these are, a tenant could otherwise send them without end. Returns
+    the rate-limit headers its answer carries, as every counted answer does."""
     limiter = runtime.limiter
     decision = await limiter.admit(identity.name, model, 0, holds_slot=False)
     if not decision.allowed:
         raise rate_limited(decision)
     if decision.reservation is not None:
         limiter.settle(decision.reservation, 0)
+    return decision.headers
 
 
 def _model_object(name: str, config: ModelConfig) -> dict[str, object]:

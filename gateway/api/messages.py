@@ -8,7 +8,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from gateway.api import errors
-from gateway.api.anthropic_answers import credentials, error_response
+from gateway.api.anthropic_answers import credentials, error_response, ratelimit_headers
 from gateway.api.anthropic_requests import parse_count_tokens
 from gateway.api.completions import read_body, resolve_route, serve
 from gateway.api.endpoints import count_request, runtime_of
@@ -30,9 +30,15 @@ async def count_tokens(request: Request) -> Response:
         identity = runtime.auth.identify(credentials(request.headers))
         data = decode_json(await read_body(request, runtime.config.gateway.server.max_body_bytes))
         route = resolve_route(runtime, identity, requested_model(data))
-        await count_request(runtime, identity, route.name)
-        inference = parse_count_tokens(data, route.config.max_tokens_default)
-        tokens = route.upstream_call(inference).prompt_estimate
+        limits = await count_request(runtime, identity, route.name)
+        try:
+            inference = parse_count_tokens(data, route.config.max_tokens_default)
+            tokens = route.upstream_call(inference).prompt_estimate
+        except APIError as exc:
+            exc.headers.update(limits)
+            raise
     except (APIError, *errors.DOMAIN_ERRORS) as exc:
         return error_response(errors.client_error(exc))
-    return Response(orjson.dumps({"input_tokens": tokens}), media_type="application/json")
+    headers = {**limits, **ratelimit_headers(limits)}
+    body = orjson.dumps({"input_tokens": tokens})
+    return Response(body, media_type="application/json", headers=headers)

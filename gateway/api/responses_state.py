@@ -77,35 +77,42 @@ async def keep(
 
 async def retrieve(request: Request) -> Response:
     """`GET /v1/responses/{id}`: a stored response of the caller's tenant."""
-    runtime, tenant, response_id = await _target(request)
+    runtime, tenant, response_id, limits = await _target(request)
     try:
         stored = await runtime.responses.load(tenant, response_id)
     except RedisError as exc:
-        raise _unavailable() from exc
+        raise _with(limits, _unavailable()) from exc
     if stored is None:
-        raise not_found(response_id)
-    return Response(orjson.dumps(stored["response"]), media_type="application/json")
+        raise _with(limits, not_found(response_id))
+    body = orjson.dumps(stored["response"])
+    return Response(body, media_type="application/json", headers=limits)
 
 
 async def delete(request: Request) -> Response:
     """`DELETE /v1/responses/{id}`: forget a stored response of the caller's tenant."""
-    runtime, tenant, response_id = await _target(request)
+    runtime, tenant, response_id, limits = await _target(request)
     try:
         deleted = await runtime.responses.delete(tenant, response_id)
     except RedisError as exc:
-        raise _unavailable() from exc
+        raise _with(limits, _unavailable()) from exc
     if not deleted:
-        raise not_found(response_id)
+        raise _with(limits, not_found(response_id))
     body = {"id": response_id, "object": "response", "deleted": True}
-    return Response(orjson.dumps(body), media_type="application/json")
+    return Response(orjson.dumps(body), media_type="application/json", headers=limits)
 
 
-async def _target(request: Request) -> tuple[Runtime, str, str]:
-    """Who asks for which stored response, counted against its tenant's request limit."""
+async def _target(request: Request) -> tuple[Runtime, str, str, dict[str, str]]:
+    """Who asks for which stored response, counted against its tenant's request limit
+    (with the rate-limit headers its answer carries)."""
     runtime = runtime_of(request)
     identity = runtime.auth.identify(request.headers.get("authorization"))
-    await count_request(runtime, identity)
-    return runtime, identity.name, request.path_params["response_id"]
+    limits = await count_request(runtime, identity)
+    return runtime, identity.name, request.path_params["response_id"], limits
+
+
+def _with(limits: dict[str, str], error: APIError) -> APIError:
+    error.headers.update(limits)
+    return error
 
 
 def _unavailable() -> APIError:

@@ -127,14 +127,17 @@ async def test_requests_that_ask_for_no_inference_count_against_the_request_limi
         url = f"{limited.base_url}/chat/completions"
         body = {"model": "llm-small", "messages": HELLO, "tools": [{"type": "bogus"}]}
     async with aiohttp.ClientSession() as session:
-        statuses = []
+        statuses, remaining = [], []
         for _ in range(4):
             async with session.request(method, url, json=body, headers=key(who)) as response:
                 statuses.append(response.status)
+                remaining.append(response.headers.get("x-ratelimit-remaining-requests"))
                 last = await response.json()
                 retry_after = response.headers.get("retry-after")
     expected = {"counter": 200, "reader": 404, "invalid": 400}[who]
     assert statuses == [expected, expected, expected, 429]
+    # Every counted answer says what is left, as an inference's does.
+    assert remaining == ["2", "1", "0", "0"]
     assert retry_after is not None and 1 <= int(retry_after) <= 20
     # Each wire's own error shape: Anthropic's for count_tokens, OpenAI's for Responses.
     error = last["error"]
