@@ -518,7 +518,9 @@ async def _complete(exchange: _Exchange, request: Request) -> Response:
     parts = [work.request for work in exchange.works]
     fmt = parts[0].options.response_format
     for completion in completions:
-        if fmt is not None and not completion.tool_calls:
+        # An answer cut at its token limit is no answer to check: it goes out as cut
+        # (`length`), as OpenAI sends it, for the client to see why.
+        if fmt is not None and not completion.tool_calls and completion.finish_reason != "length":
             problem = output_problem(fmt, completion.text)
             if problem is not None:
                 raise errors.invalid_structured_output(model, problem)
@@ -692,17 +694,18 @@ async def _sse_events(
                 if delta.tool_calls:
                     called = True
                     yield writer.tool_calls(delta.tool_calls)
-        problem = None if fmt is None or called else output_problem(fmt, "".join(text))
+        usage = meter.usage(prompt_estimate)
+        finish = meter.finish_reason or exchange.work.first_call.finish_reason(
+            usage.completion_tokens, called
+        )
+        checked = fmt is not None and not called and finish != "length"
+        problem = output_problem(fmt, "".join(text)) if checked and fmt is not None else None
         if problem is not None:
             # The text has gone out; the stream ends with an error instead of its finish.
             invalid = errors.invalid_structured_output(served.route.name, problem)
             status = invalid.status
             yield writer.error(invalid)
             return
-        usage = meter.usage(prompt_estimate)
-        finish = meter.finish_reason or exchange.work.first_call.finish_reason(
-            usage.completion_tokens, called
-        )
         yield writer.close(finish, usage)
         status = 200
         answer = writer.answer()
@@ -766,17 +769,18 @@ async def _sse_choices(
                 if exchange.decision.reservation is not None:
                     exchange.charge(end.usage().total_tokens)
                 continue
+            meter = meters[index]
+            finish = meter.finish_reason or exchange.works[index].first_call.finish_reason(
+                meter.completion_tokens, called[index]
+            )
+            checked = fmt is not None and not called[index] and finish != "length"
             text = "".join(texts[index])
-            problem = None if fmt is None or called[index] else output_problem(fmt, text)
+            problem = output_problem(fmt, text) if checked and fmt is not None else None
             if problem is not None:
                 invalid = errors.invalid_structured_output(served.route.name, problem)
                 status = invalid.status
                 yield sse_error(invalid.body())
                 return
-            meter = meters[index]
-            finish = meter.finish_reason or exchange.works[index].first_call.finish_reason(
-                meter.completion_tokens, called[index]
-            )
             yield writer.finish(finish, index)
         if parts[0].include_usage:
             yield writer.usage(end.usage())

@@ -150,6 +150,9 @@ def invalid_structured_output(model: str, problem: str) -> APIError:
         f"`{model}` answered with output that `response_format` does not allow: {problem}.",
         type="server_error",
         code="invalid_structured_output",
+        # The same request is likely to get the same answer: the SDKs should not retry it
+        # (their three tries would be charged three times).
+        headers={"x-should-retry": "false"},
     )
 
 

@@ -80,7 +80,9 @@ def test_an_answer_the_schema_does_not_allow_is_a_502_naming_the_problem(client:
         client.chat.completions.parse(model="careless", messages=ASK, response_format=City)
     assert failed.value.status_code == 502
     assert failed.value.code == "invalid_structured_output"
-    assert "'name' is a required property" in failed.value.message
+    assert '"name" is a required property' in failed.value.message
+    # The same request would get the same answer: the SDK is told not to try again.
+    assert failed.value.response.headers["x-should-retry"] == "false"
     # Streamed: the text has gone out, and the stream ends with that error, not a finish.
     with pytest.raises(openai.APIError) as cut:
         list(
@@ -93,6 +95,22 @@ def test_an_answer_the_schema_does_not_allow_is_a_502_naming_the_problem(client:
     assert (
         "invalid_structured_output" in str(cut.value.body) or "response_format" in cut.value.message
     )
+
+
+@pytest.mark.parametrize("name", ["json-http", "json-grpc"])
+def test_an_answer_cut_at_its_token_limit_is_reported_as_cut(client: OpenAI, name: str) -> None:
+    # Not a 502 (that the SDK retried three times, each charged): the cut answer, with
+    # `finish_reason: "length"`, which the SDK's `parse` raises as its own error.
+    with pytest.raises(openai.LengthFinishReasonError):
+        client.chat.completions.parse(model=name, messages=ASK, response_format=City, max_tokens=5)
+    chunks = list(
+        client.chat.completions.create(
+            model=name, messages=ASK, stream=True, max_tokens=5,
+            response_format={"type": "json_schema", "json_schema": {
+                "name": "City", "schema": City.model_json_schema()}},
+        )
+    )  # fmt: skip
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "length"
 
 
 def test_a_model_without_structured_outputs_refuses_them(client: OpenAI) -> None:
