@@ -3,8 +3,9 @@
 A schema comes from a tenant, so nothing in it may make the gateway do unbounded work or
 reach anything:
 
-- only local references (`#/...`, `#anchor`) are allowed: a remote `$ref` is refused at
-  parse time, and the validator runs offline besides, so nothing is ever fetched;
+- only local references (`#/...`, `#anchor`) are allowed and `$schema` must name a
+  standard draft: a remote `$ref` or another meta-schema is refused at parse time, and
+  both validation and meta-validation run offline besides, so nothing is ever fetched;
 - `pattern` and `patternProperties` are compiled by jsonschema-rs with the Rust `regex`
   crate, whose matching is linear in the text (no catastrophic backtracking); a pattern
   that needs backtracking (look-around, back-references) is refused with a 400;
@@ -48,6 +49,23 @@ class SchemaRefused(ValueError):
 
 # Keywords whose value is a reference to another schema.
 _REFERENCES = frozenset({"$ref", "$dynamicRef", "$recursiveRef"})
+# The meta-schemas a `$schema` may name: the standard drafts, which jsonschema-rs ships.
+# Any other would be fetched to validate against (jsonschema-rs's meta-validation
+# retrieves an unknown one, and waits 30 s on a listener that never answers).
+_DRAFTS = frozenset(
+    f"{scheme}://json-schema.org/{path}/schema{end}"
+    for scheme in ("http", "https")
+    for path in ("draft-04", "draft-06", "draft-07", "draft/2019-09", "draft/2020-12")
+    for end in ("", "#")
+)
+
+
+def _refuse_retrieval(uri: str) -> Any:
+    raise SchemaRefused(f"`{uri}` is not fetched")
+
+
+# What meta-validation resolves against: the drafts it ships, and nothing it would fetch.
+_OFFLINE = jsonschema_rs.Registry([], retriever=_refuse_retrieval)
 # Keywords whose value is instance data, not a schema: a `$ref` inside is just a value.
 _DATA = frozenset({"enum", "const", "default", "examples", "example"})
 # Compiled validators kept, most recently used last.
@@ -85,8 +103,11 @@ def check_schema(schema: Mapping[str, Any], *, compile_patterns: bool = False) -
         _remember(_validators, key, _compile(schema))
         return
     try:
-        jsonschema_rs.meta.validate(_as_dict(schema))
-    except (jsonschema_rs.ValidationError, jsonschema_rs.ReferencingError) as exc:
+        jsonschema_rs.meta.validate(_as_dict(schema), registry=_OFFLINE)
+    except jsonschema_rs.ValidationError as exc:
+        where = "/".join(str(part) for part in exc.instance_path)
+        raise SchemaRefused(f"at /{where}: {exc.message}" if where else exc.message) from None
+    except jsonschema_rs.ReferencingError as exc:
         raise SchemaRefused(_first_line(exc)) from None
     _remember(_checked, key, None)
 
@@ -159,6 +180,8 @@ def _walk(schema: Mapping[str, Any]) -> None:
             for key, value in node.items():
                 if not data and key in _REFERENCES and isinstance(value, str):
                     _check_reference(key, value)
+                if not data and key == "$schema" and value not in _DRAFTS:
+                    _refuse_meta_schema(value)
                 counted = key in ("properties", "patternProperties")
                 if counted and not data and isinstance(value, dict):
                     properties += len(value)
@@ -180,6 +203,14 @@ def _check_reference(keyword: str, target: str) -> None:
             f"`{keyword}` refers to `{shown}`: only references within the schema "
             "(`#/...`) are allowed, nothing is fetched"
         )
+
+
+def _refuse_meta_schema(value: object) -> None:
+    shown = repr(value) if not isinstance(value, str) else f"`{value[:200]}`"
+    raise SchemaRefused(
+        f"`$schema` names {shown}: only the standard drafts (4, 6, 7, 2019-09, 2020-12) "
+        "are known, and no other is fetched"
+    )
 
 
 def _as_dict(schema: Mapping[str, Any]) -> dict[str, Any]:

@@ -146,19 +146,22 @@ def post(
     return httpx.post(f"{gw.url}{path}", content=content, headers=headers, timeout=30)
 
 
+@pytest.mark.parametrize("keyword", ["$ref", "$schema"])
 @pytest.mark.parametrize("where", PLACEMENTS)
 def test_a_remote_ref_is_a_400_naming_it_and_nothing_is_fetched(
-    gateway: Gateway, listener: tuple[str, list[bytes]], where: str
+    gateway: Gateway, listener: tuple[str, list[bytes]], where: str, keyword: str
 ) -> None:
     # Attack: the gateway fetched the URL while checking the answer, with no timeout; a
-    # listener that never answered froze the API for every tenant.
+    # listener that never answered froze the API for every tenant. A `$schema` naming
+    # the listener made the tool schemas' meta-validation fetch it too, for 30 s.
     url, accepted = listener
-    schema = {"type": "object", "properties": {"a": {"$ref": url}}}
+    schema = {"type": "object", "properties": {"a": {keyword: url}}}
     path, body, param = PLACEMENTS[where](schema)
     response = post(gateway, path, body)
     assert response.status_code == 400, response.text
     error = response.json()["error"]
-    assert url in error["message"] and "only references within the schema" in error["message"]
+    why = "only references within the schema" if keyword == "$ref" else "standard drafts"
+    assert url in error["message"] and why in error["message"]
     if path != "/v1/messages" and path != "/v1/messages/count_tokens":
         assert error["param"] == param
     # Another tenant is served all the while.

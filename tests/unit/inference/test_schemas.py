@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import socket
+import threading
 from collections.abc import Iterator
 from typing import Any
 
+import jsonschema_rs
 import pytest
 
 from gateway.inference import schemas
@@ -125,11 +128,75 @@ def test_a_schema_nested_past_any_stack_is_refused_not_crashed() -> None:
     check_schema(nested(16))
 
 
-def test_an_invalid_schema_is_refused_with_the_validator_s_reason() -> None:
+def test_an_invalid_schema_is_refused_with_the_validator_s_reason_and_where() -> None:
     with pytest.raises(SchemaRefused, match="anyOf"):
         check_schema({"type": 5})
-    with pytest.raises(SchemaRefused, match="Unknown meta-schema"):
-        check_schema({"$schema": "http://127.0.0.1:9/meta"}, compile_patterns=True)
+    with pytest.raises(SchemaRefused, match=r"^at /properties/a/type: "):
+        check_schema({"properties": {"a": {"type": "strin"}}})
+
+
+@pytest.fixture
+def listener() -> Iterator[tuple[str, list[bytes]]]:
+    """A local server that accepts and never answers; what it was sent."""
+    server = socket.create_server(("127.0.0.1", 0))
+    server.settimeout(0.1)
+    seen: list[bytes] = []
+    done = threading.Event()
+
+    def accept() -> None:
+        while not done.is_set():
+            try:
+                connection, _ = server.accept()
+            except TimeoutError:
+                continue
+            seen.append(connection.recv(1024))
+            connection.close()
+
+    thread = threading.Thread(target=accept)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.getsockname()[1]}/meta", seen
+    finally:
+        done.set()
+        thread.join()
+        server.close()
+
+
+@pytest.mark.parametrize("compile_patterns", [False, True])
+@pytest.mark.parametrize("where", ["top", "nested"])
+def test_a_meta_schema_other_than_the_drafts_is_refused_and_never_fetched(
+    listener: tuple[str, list[bytes]], compile_patterns: bool, where: str
+) -> None:
+    # jsonschema-rs's meta-validation fetched an unknown `$schema` and waited 30 s.
+    url, seen = listener
+    schema: dict[str, Any] = {"$schema": url, "type": "object"}
+    if where == "nested":
+        schema = {"type": "object", "properties": {"a": schema}}
+    with pytest.raises(SchemaRefused, match="only the standard drafts"):
+        check_schema(schema, compile_patterns=compile_patterns)
+    assert seen == []
+
+
+def test_meta_validation_itself_fetches_nothing(listener: tuple[str, list[bytes]]) -> None:
+    # Beneath the check of `$schema`: the registry it validates against retrieves nothing.
+    url, seen = listener
+    with pytest.raises(jsonschema_rs.ReferencingError, match=r"not fetched|not supported"):
+        jsonschema_rs.meta.validate({"$schema": url}, registry=schemas._OFFLINE)
+    assert seen == []
+
+
+@pytest.mark.parametrize(
+    "draft",
+    [
+        "http://json-schema.org/draft-07/schema#",
+        "http://json-schema.org/draft-04/schema#",
+        "https://json-schema.org/draft/2020-12/schema",
+        "https://json-schema.org/draft/2019-09/schema",
+    ],
+)
+def test_the_standard_drafts_are_accepted(draft: str) -> None:
+    check_schema({"$schema": draft, "type": "object"})
+    check_schema({"$schema": draft, "type": "object"}, compile_patterns=True)
 
 
 def test_a_schema_is_compiled_once() -> None:
