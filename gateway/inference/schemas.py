@@ -173,8 +173,8 @@ def _walk(schema: Mapping[str, Any]) -> None:
         node, depth, data = stack.pop()
         if depth > caps.max_depth:
             raise SchemaRefused(
-                f"it is nested more than {caps.max_depth} levels deep "
-                "(server.json_schema.max_depth)"
+                f"it nests JSON objects and arrays more than {caps.max_depth} levels deep, "
+                "each `properties` counting as one (server.json_schema.max_depth)"
             )
         if isinstance(node, dict):
             for key, value in node.items():

@@ -186,6 +186,6 @@ def test_a_schema_nested_past_any_stack_is_a_400_not_a_500(
     assert response.status_code == 400, response.text
     message = response.json()["error"]["message"]
     # The schema's cap, the body's, or (past 1,024 levels) the JSON parser's own.
-    assert any(cap in message for cap in ("nested more than", "levels deep", "depth limit"))
+    assert any(cap in message for cap in ("levels deep", "depth limit"))
     assert "Traceback" not in gateway.log
     assert "RecursionError" not in gateway.log
