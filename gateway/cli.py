@@ -52,6 +52,9 @@ def _serve(args: argparse.Namespace) -> int:
         loop="uvloop",
         # httptools, with limits against clients that never finish (gateway.api.protocol).
         http=GuardedHttpToolsProtocol,
+        # No WebSocket: an upgraded connection would leave the guarded protocol (and its
+        # connection counts) behind.
+        ws="none",
         timeout_keep_alive=server.keepalive_timeout_s,
         access_log=False,
         log_config=None,

@@ -19,7 +19,13 @@ connection:
   `max_unauthenticated_connections_per_address` a new connection from that address gets
   a 429 with Retry-After at once and is closed, so that one address cannot take every
   slot of `max_connections` from everyone else (an IPv6 client counts by its /64, which
-  one subscriber usually holds whole).
+  one subscriber usually holds whole);
+- a cap per client address on all its connections (`max_connections_per_address`), so
+  that a tenant with a valid key cannot hold every slot either, by keeping connections
+  alive with requests that cost it nothing.
+
+The gateway serves no WebSocket: an upgrade request is answered as plain HTTP on the
+same guarded connection (an upgraded one would leave these counts behind).
 
 Each is counted in `gateway_connections_closed_total{reason}` and logged (a refusal of
 too many connections at most once a second, with the count since).
@@ -70,6 +76,7 @@ class ConnectionLimits:
     ops_port: int | None
     # 0: no cap per address.
     max_unauthenticated_per_address: int = 0
+    max_per_address: int = 0
 
 
 def configure(server: ServerConfig) -> ConnectionLimits:
@@ -98,6 +105,7 @@ def _limits_of(server: ServerConfig, max_connections: int) -> ConnectionLimits:
         max_connections,
         server.ops.port,
         server.max_unauthenticated_connections_per_address,
+        server.max_connections_per_address,
     )
 
 
@@ -135,6 +143,15 @@ _TOO_MANY = _response(
     ),
     b"retry-after: 1",
 )
+_TOO_MANY_OPEN_FROM_ADDRESS = _response(
+    b"429 Too Many Requests",
+    _error_body(
+        "Too many open connections from your address; reuse or close some, then retry.",
+        "too_many_connections_from_address",
+        "requests",
+    ),
+    b"retry-after: 1",
+)
 _TOO_MANY_FROM_ADDRESS = _response(
     b"429 Too Many Requests",
     _error_body(
@@ -154,6 +171,9 @@ _UNAUTHENTICATED_STATUSES = frozenset({401, 404, 405})
 # an address leaves the dict when its count drops to 0, so the dict stays as small as
 # the set of addresses with such connections open.
 _unauthenticated: dict[str, int] = {}
+# All open connections by address key, where `max_per_address` caps them (likewise kept
+# as small as the set of addresses with connections open).
+_open_by_address: dict[str, int] = {}
 
 
 class _HeadTooLarge(Exception):
@@ -181,6 +201,10 @@ class _RefusalLog:
 
 
 _refusals = _RefusalLog("refused %d connection(s): %d open, the limit of this worker")
+_all_address_refusals = _RefusalLog(
+    "refused %d connection(s) from a single address, the last from %s: %d connections "
+    "open from it, the limit of this worker"
+)
 _address_refusals = _RefusalLog(
     "refused %d connection(s) from a single address, the last from %s: %d connections "
     "without an authenticated request open from it, the limit of this worker"
@@ -209,6 +233,8 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     _counted = False
     # The app itself, while `self.app` is the watching wrapper.
     _unwatched_app: Any = None
+    # Its address's key in `_open_by_address` while it is open (None: not capped).
+    _open_address: str | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         limits = _limits
@@ -219,9 +245,18 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             _refusals.refused(limits.max_connections)
             return
         cap = limits.max_unauthenticated_per_address
-        if cap and not _to_port(transport, limits.ops_port):
+        cap_all = limits.max_per_address
+        if (cap or cap_all) and not _to_port(transport, limits.ops_port):
             address = _address_key(transport.get_extra_info("peername"))
-            if address is not None:
+            if address is not None and cap_all:
+                open_ = _open_by_address.get(address, 0)
+                if open_ >= cap_all:
+                    self._refuse(transport, _TOO_MANY_OPEN_FROM_ADDRESS, "too_many_from_address")
+                    _all_address_refusals.refused(address, cap_all)
+                    return
+                _open_by_address[address] = open_ + 1
+                self._open_address = address
+            if address is not None and cap:
                 held = _unauthenticated.get(address, 0)
                 if held >= cap:
                     self._refuse(transport, _TOO_MANY_FROM_ADDRESS, "too_many_from_address")
@@ -237,11 +272,24 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         if self._refused:
             return  # it never joined the connections
         self._uncount()
+        address, self._open_address = self._open_address, None
+        if address is not None:
+            open_ = _open_by_address[address] - 1
+            if open_:
+                _open_by_address[address] = open_
+            else:
+                del _open_by_address[address]
         self._address = None  # a request still running must not count it again
         if self._unwatched_app is not None:
             self.app = self._unwatched_app  # no cycle through the bound method left behind
         self._disarm()
         super().connection_lost(exc)
+
+    def _unsupported_upgrade_warning(self) -> None:
+        # The gateway serves no WebSocket (uvicorn runs with ws="none"): an upgrade request
+        # is answered as plain HTTP, without uvicorn's two log lines for each one, which
+        # any client could send to flood the log.
+        pass
 
     def _refuse(self, transport: asyncio.Transport, response: bytes, reason: str) -> None:
         """Answer a new connection with `response` and close it at once (no lingering:

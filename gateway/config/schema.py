@@ -130,6 +130,11 @@ class ServerConfig(Strict):
     # closed, so one address cannot take every slot of max_connections. Above the new
     # connections a client pool opens at once (httpx and aiohttp: 100). 0: no cap.
     max_unauthenticated_connections_per_address: NonNegativeInt = 128
+    # Open connections from one client address (IPv6: its /64), authenticated or not;
+    # beyond it a new one gets a 429 at once and is closed, so that one tenant's address
+    # cannot hold every slot of max_connections with keep-alive requests. 0: no cap
+    # (behind a proxy or load balancer that connects from its own few addresses).
+    max_connections_per_address: NonNegativeInt = 1024
     # A keep-alive connection idle this long between requests is closed. Longer than the
     # clients' own idle expiry (httpx 5 s, aiohttp 15 s), so that the client closes first:
     # a server that closes at the moment a client reuses the connection fails that request.

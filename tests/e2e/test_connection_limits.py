@@ -10,7 +10,7 @@ import socket
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 from aiohttp import web
@@ -26,6 +26,7 @@ BODY_GAP_TIMEOUT_S = 1.0
 MAX_HEAD_BYTES = 4096
 MAX_CONNECTIONS = 40
 MAX_UNAUTHENTICATED_PER_ADDRESS = 8
+MAX_PER_ADDRESS = 12
 # Loopback addresses of the tests' own (the gateway listens on 127.0.0.1; any address of
 # 127.0.0.0/8 reaches it), so that connections other tests left closing do not count.
 FLOOD = "127.0.0.2"
@@ -52,6 +53,7 @@ def guarded(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterato
             "max_head_bytes": MAX_HEAD_BYTES,
             "max_connections": MAX_CONNECTIONS,
             "max_unauthenticated_connections_per_address": MAX_UNAUTHENTICATED_PER_ADDRESS,
+            "max_connections_per_address": MAX_PER_ADDRESS,
         }
         gateway = start_gateway(
             tmp_path_factory.mktemp("guarded"),
@@ -279,3 +281,67 @@ def test_one_address_cannot_hold_every_connection(guarded: Gateway) -> None:
                 sock.close()
     assert closed_count(guarded, "too_many_from_address") == before + 1
     assert "connection(s) from a single address, the last from 127.0.0.2" in guarded.log
+
+
+def test_one_tenant_cannot_hold_every_connection_with_its_key(guarded: Gateway) -> None:
+    """Attack: one address opened 4,096 connections and kept them alive with keyed
+    requests; everyone else got 503 while it held them. All connections from one
+    address are capped too."""
+    source = "127.0.0.4"
+    keyed: list[socket.socket] = []
+    try:
+        for _ in range(MAX_PER_ADDRESS):  # each authenticated, then kept alive
+            keyed.append(connect(guarded, source))
+            assert chat_on(keyed[-1])[0] == 200
+        with connect(guarded, source) as extra:
+            reply = read_until_closed(extra)
+        assert reply.startswith(b"HTTP/1.1 429 ")
+        assert b"Too many open connections from your address" in reply
+        assert served(guarded) == "ok"  # from 127.0.0.1
+        assert chat_on(keyed[0])[0] == 200  # its own connections keep working
+    finally:
+        for sock in keyed:
+            sock.close()
+
+    def room_again() -> bool:
+        with connect(guarded, source) as again:
+            return chat_on(again)[0] == 200
+
+    assert wait_for(room_again)  # closed connections give their place back
+
+
+UPGRADE = (
+    b"GET /v1/chat/completions HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\n"
+    b"Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+    b"Sec-WebSocket-Version: 13\r\n\r\n"
+)
+
+
+def test_websocket_upgrades_are_plain_http_and_lock_no_address_out(guarded: Gateway) -> None:
+    """Attack: 130 WebSocket upgrade requests without a key left their connections
+    counted for good (the upgraded connection left the guarded protocol), and every
+    later connection from the address got 429, valid key or not."""
+    source = "127.0.0.5"
+    for _ in range(3 * MAX_UNAUTHENTICATED_PER_ADDRESS):
+        with connect(guarded, source) as sock:
+            sock.sendall(UPGRADE)
+            reply = sock.recv(4096)
+        assert reply.startswith(b"HTTP/1.1 405 "), reply[:60]  # plain HTTP: a GET there
+
+    def served_from_there() -> bool:
+        with connect(guarded, source) as sock:
+            return chat_on(sock)[0] == 200
+
+    assert wait_for(served_from_there)
+    assert "Unsupported upgrade request" not in guarded.log
+
+
+def wait_for(check: Callable[[], bool]) -> bool:
+    """Whether `check()` holds within GUARD_S (the gateway closes connections a moment
+    after their clients do)."""
+    deadline = time.monotonic() + GUARD_S
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        time.sleep(0.05)
+    return False

@@ -332,9 +332,11 @@ async def test_a_client_that_leaves_while_sending_its_body_is_a_499_not_a_500(
     assert "unhandled error" not in gw.log
 
 
-async def test_a_stream_that_fails_midway_ends_with_an_error_event_and_is_logged_500(
+async def test_a_stream_that_fails_midway_ends_with_an_error_event_and_is_logged_502(
     lifecycle_gateway: Gateway,
 ) -> None:
+    # The upstream's stream turns to garbage: the upstream's failure (502), told in a
+    # plain sentence, not the gateway's own (500) nor the parser's text.
     gw = lifecycle_gateway
     body = {"model": "garbled", "messages": MESSAGES, "stream": True}
     async with (
@@ -346,7 +348,8 @@ async def test_a_stream_that_fails_midway_ends_with_an_error_event_and_is_logged
     events = [line for line in text.splitlines() if line.startswith("data: ")]
     assert '"hi"' in events[0]
     assert '"error"' in events[-1] and "[DONE]" not in text
-    assert gw.access_record(request_id)["status"] == 500
+    assert "could not read" in events[-1] and "JSON" not in events[-1]
+    assert gw.access_record(request_id)["status"] == 502
 
 
 async def test_a_request_admitted_then_failed_upstream_records_its_queue_wait(
