@@ -500,10 +500,11 @@ async def _complete(exchange: _Exchange, request: Request) -> Response:
             raise ClientGone
         results = await gather_all([dispatch(i, work) for i, work in enumerate(exchange.works)])
     except BaseException as exc:
-        if watch.gone:
-            # Left while its parts were with a replica: they are paid for in full.
+        if watch.gone or isinstance(exc, _CUT_BY_TIME):
+            # Left, or cut at its deadline (which the client may choose), while its parts
+            # were with a replica: they are paid for in full.
             pending = (w for i, w in enumerate(exchange.works) if i not in answered)
-            used += sum(_abandoned_cost(work, streamed=False) for work in pending)
+            used += sum(_unseen_cost(work, whole=True) for work in pending)
         exchange.failed(exc, watch, dispatched)
     finally:
         watch.stop()  # before the answer goes out: its end looks like a disconnect
@@ -537,17 +538,23 @@ async def _complete(exchange: _Exchange, request: Request) -> Response:
     )
 
 
-def _abandoned_cost(work: Work, *, streamed: bool) -> int:
-    """The tokens a part costs when its client left before its answer: none if it never
-    reached a replica (it was still queued), else its prompt and, unless it streams, all
-    the completion it may have generated. A non-streamed answer says nothing of how far
-    the replica got before the cancel reached it (or whether it stopped: not every backend
-    can), so the most it could have generated is charged; a stream is metered piece by
-    piece, and before its first piece it has generated nothing."""
+# Failures that end a request by its time while a replica may still be computing it.
+_CUT_BY_TIME = (DeadlineMissed, UpstreamTimeout)
+
+
+def _unseen_cost(work: Work, *, whole: bool) -> int:
+    """The tokens a part costs when it ended before its answer was seen (its client left,
+    or its deadline passed): none if it never reached a replica (it was still queued),
+    else its prompt and, for a `whole` (non-streamed) answer, all the completion it may
+    have generated. A whole answer says nothing of how far the replica got before the
+    cancel reached it (or whether it stopped: not every backend can), so the most it
+    could have generated is charged; a stream is metered piece by piece, and before its
+    first piece it has generated nothing. A replica's own failure costs the client
+    nothing (not its fault), so it is not charged here."""
     if not work.admissions:
         return 0
     call = work.first_call
-    return call.prompt_estimate + (0 if streamed else call.params.max_tokens)
+    return call.prompt_estimate + (call.params.max_tokens if whole else 0)
 
 
 async def _answered(record: RequestRecord) -> None:
@@ -574,11 +581,10 @@ async def _stream(exchange: _Exchange, request: Request) -> Response:
         opened = await gather_all([dispatcher.stream(w) for w in exchange.works], _close)
     except BaseException as exc:
         watch.stop()
-        # Left while a replica computed its prompt: that prompt is paid for.
-        gone = watch.gone
-        exchange.settle(
-            sum(_abandoned_cost(w, streamed=True) for w in exchange.works) if gone else 0
-        )
+        # Left, or cut at a deadline, while a replica computed its prompt: that prompt is
+        # paid for.
+        cut = watch.gone or isinstance(exc, _CUT_BY_TIME)
+        exchange.settle(sum(_unseen_cost(w, whole=False) for w in exchange.works) if cut else 0)
         exchange.failed(exc, watch, dispatched)
     # From here the relay watches the client (no more cancelling this task).
     watch.on_gone = None

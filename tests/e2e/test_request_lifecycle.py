@@ -27,6 +27,7 @@ MESSAGES = [{"role": "user", "content": "hi"}]
 LAZY_FIRST_PIECE_S = 3.0
 METERED_BURST = 5_000
 METERED = {False: "metered-whole", True: "metered-streamed"}
+DEADLINED = "metered-deadline"
 
 
 @pytest.fixture(scope="module")
@@ -89,7 +90,10 @@ def lifecycle_gateway(
     tenants = {
         "web": tenant("web", ["*"], priority="online", limits=limits),
         # One for each test below, so that each starts from a full bucket.
-        **{name: tenant(name, ["slow-http"], limits=metered) for name in METERED.values()},
+        **{
+            name: tenant(name, ["slow-http"], limits=metered)
+            for name in (*METERED.values(), DEADLINED)
+        },
     }
     gw = start_gateway(tmp_path_factory.mktemp("lifecycle"), models, redis_url, tenants=tenants)
     try:
@@ -414,6 +418,25 @@ async def test_a_client_that_leaves_pays_for_what_it_asked_and_the_replica_stops
     else:
         # A whole answer does not say how far the replica got: all it asked for is paid.
         assert remaining <= METERED_BURST - 2000
+
+
+async def test_a_whole_answer_cut_at_the_client_s_deadline_is_paid_for(
+    lifecycle_gateway: Gateway, sims: tuple[TritonSim, TritonSim]
+) -> None:
+    # Attack: `x-request-timeout: 4` on a long answer: a 504 after the replica had
+    # generated 483 tokens, and none of them (nor the prompt) charged.
+    gw = lifecycle_gateway
+    body = {"model": "slow-http", "messages": MESSAGES, "max_tokens": 2000}
+    # 0.2 s: under the 8 tokens (40 ms each) the model writes at the least.
+    deadline = {**key(DEADLINED), "x-request-timeout": "0.2"}
+    async with aiohttp.ClientSession() as session:
+        status, _, answer = await post(session, gw, body, deadline)
+        assert status == 504, answer
+        probe = {"model": "slow-http", "messages": MESSAGES, "max_tokens": 1}
+        status, headers, answer = await post(session, gw, probe, key(DEADLINED))
+    assert status == 200, answer
+    # Like a client that leaves: a whole answer does not say how far the replica got.
+    assert int(headers["x-ratelimit-remaining-tokens"]) <= METERED_BURST - 2000
 
 
 async def _more_than(read: Any, floor: float) -> bool:
