@@ -324,10 +324,17 @@ async def _serve_model(
 ) -> Response:
     inference, parts, planned = prepared.inference, prepared.parts, prepared.planned
     priority, deadline = prepared.priority, prepared.deadline
-    idempotency = await claim(runtime, identity, request, inference, data)
+    try:
+        idempotency = await claim(runtime, identity, request, inference, data)
+    except APIError as exc:  # a key in use, reused, or malformed: refused, and counted
+        await _count_refused(runtime, identity, record, exc)
+        raise
     if isinstance(idempotency, Response):
+        # The stored answer to an earlier run. It asks for no inference, but its body was
+        # read and parsed: it counts as one request, as count_tokens does.
+        idempotency.headers.update(await count_request(runtime, identity, route.name))
         record.finish(idempotency.status_code)
-        return idempotency  # the stored answer to an earlier run
+        return idempotency
 
     cost = sum(plan.cost for plan in planned)
     try:

@@ -64,6 +64,7 @@ def limited(
         "counter": tenant("counter", ["*"], limits={"requests_per_minute": 3}),
         "reader": tenant("reader", ["*"], limits={"requests_per_minute": 3}),
         "invalid": tenant("invalid", ["*"], limits={"requests_per_minute": 3}),
+        "replayer": tenant("replayer", ["*"], limits={"requests_per_minute": 3}),
         "watched": tenant("watched", ["*"], shadow=True, limits={"requests_per_minute": 1}),
         "roomy": tenant(
             "roomy", ["*"], limits={"requests_per_minute": 6000, "tokens_per_minute": 100000}
@@ -109,32 +110,38 @@ async def test_request_limit_refuses_with_429_and_retry_after(limited: Gateway) 
     )
 
 
-@pytest.mark.parametrize("who", ["counter", "reader", "invalid"])
+@pytest.mark.parametrize("who", ["counter", "reader", "invalid", "replayer"])
 async def test_requests_that_ask_for_no_inference_count_against_the_request_limit(
     limited: Gateway, who: str
 ) -> None:
     # Attack: 300 stored-response reads in 0.2 s against 120 a minute, count_tokens
-    # without any limit at all, and invalid requests (740 KB of tool schemas checked
-    # each time) charged nothing.
+    # without any limit at all, invalid requests (740 KB of tool schemas checked each
+    # time) and replays of an Idempotency-Key (310 of a 957 KB body in 10 s) charged
+    # nothing.
     method = "POST"
+    headers = key(who)
     body: dict[str, Any] | None
     if who == "counter":
         url = f"{limited.url}/v1/messages/count_tokens"
         body = {"model": "llm-small", "messages": HELLO}
     elif who == "reader":
         url, body, method = f"{limited.base_url}/responses/resp_unknown", None, "GET"
-    else:
+    elif who == "invalid":
         url = f"{limited.base_url}/chat/completions"
         body = {"model": "llm-small", "messages": HELLO, "tools": [{"type": "bogus"}]}
+    else:  # the first runs, the next two replay its stored answer
+        url = f"{limited.base_url}/chat/completions"
+        body = {"model": "llm-small", "messages": HELLO, "max_tokens": 2}
+        headers = {**headers, "idempotency-key": f"replay-{time.time_ns()}"}
     async with aiohttp.ClientSession() as session:
         statuses, remaining = [], []
         for _ in range(4):
-            async with session.request(method, url, json=body, headers=key(who)) as response:
+            async with session.request(method, url, json=body, headers=headers) as response:
                 statuses.append(response.status)
                 remaining.append(response.headers.get("x-ratelimit-remaining-requests"))
                 last = await response.json()
                 retry_after = response.headers.get("retry-after")
-    expected = {"counter": 200, "reader": 404, "invalid": 400}[who]
+    expected = {"counter": 200, "reader": 404, "invalid": 400, "replayer": 200}[who]
     assert statuses == [expected, expected, expected, 429]
     # Every counted answer says what is left, as an inference's does.
     assert remaining == ["2", "1", "0", "0"]
