@@ -22,8 +22,10 @@ parse the same bytes (3 ms for 740 KB of tool schemas, against 1.5 s for the Pyt
 
 from __future__ import annotations
 
+import enum
+import urllib.parse
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -69,9 +71,27 @@ _OFFLINE = jsonschema_rs.Registry([], retriever=_refuse_retrieval)
 # Keywords whose value is instance data, not a schema: a `$ref` inside is just a value.
 _DATA = frozenset({"enum", "const", "default", "examples", "example"})
 # Compiled validators kept, most recently used last.
+# Checked schemas kept (their JSON only), most recently used last.
 _CACHE_SIZE = 512
+# Compiled validators kept: each holds its compiled patterns (up to MAX_PATTERNS of at
+# most PATTERN_BYTES + PATTERN_DFA_BYTES each), so fewer: 32 x 32 x 384 KiB = 384 MiB at
+# the very worst, a few MB for schemas as clients write them.
+_VALIDATORS_CACHE_SIZE = 32
 _validators: OrderedDict[bytes, jsonschema_rs.Validator] = OrderedDict()
 _checked: OrderedDict[bytes, None] = OrderedDict()
+# A pattern's compiled size, and the lazy DFA's cache, at most: `.{1,10000}` compiles to
+# 12 MB and 33 ms under the regex crate's defaults (10 MB), and a client chooses it.
+PATTERN_BYTES = 256 << 10
+PATTERN_DFA_BYTES = 128 << 10
+# Patterns (`pattern`, each `patternProperties` key) in one compiled schema.
+MAX_PATTERNS = 32
+# Schema nodes one validation may visit on one value, with every `$ref` expanded: a
+# chain of `allOf: [{$ref: next}, {$ref: next}]` doubles at each link (29 links in 2 KB
+# took 9 s to validate one answer), a schema as written stays far below it.
+MAX_EXPANDED_NODES = 20_000
+_REGEX_OPTIONS = jsonschema_rs.RegexOptions(
+    size_limit=PATTERN_BYTES, dfa_size_limit=PATTERN_DFA_BYTES
+)
 _limits = SchemaLimits()
 
 
@@ -100,7 +120,7 @@ def check_schema(schema: Mapping[str, Any], *, compile_patterns: bool = False) -
         return
     _walk(schema)
     if compile_patterns:
-        _remember(_validators, key, _compile(schema))
+        _remember(_validators, key, _compile(schema), _VALIDATORS_CACHE_SIZE)
         return
     try:
         jsonschema_rs.meta.validate(_as_dict(schema), registry=_OFFLINE)
@@ -121,29 +141,112 @@ def validator(schema: Mapping[str, Any]) -> jsonschema_rs.Validator:
         return found
     _walk(schema)
     compiled = _compile(schema)
-    _remember(_validators, key, compiled)
+    _remember(_validators, key, compiled, _VALIDATORS_CACHE_SIZE)
     return compiled
 
 
 def _compile(schema: Mapping[str, Any]) -> jsonschema_rs.Validator:
+    """A validator for answers: its patterns within their budget, its expansion bounded."""
+    patterns = _count_patterns(schema)
+    if patterns > MAX_PATTERNS:
+        raise SchemaRefused(
+            f"it has {patterns} patterns; a schema answers are checked against may have "
+            f"at most {MAX_PATTERNS}"
+        )
+    expanded = _expanded_nodes(schema)
+    if expanded > MAX_EXPANDED_NODES:
+        raise SchemaRefused(
+            f"with its references expanded it has more than {MAX_EXPANDED_NODES} schemas "
+            "to check each value against (references that fan out at every level)"
+        )
     try:
         return jsonschema_rs.validator_for(
-            _as_dict(schema), offline=True, pattern_options=jsonschema_rs.RegexOptions()
+            _as_dict(schema), offline=True, pattern_options=_REGEX_OPTIONS
         )
     except (jsonschema_rs.ValidationError, jsonschema_rs.ReferencingError) as exc:
         message = _first_line(exc)
         if 'is not a "regex"' in message:
             message += (
-                " (patterns are matched in linear time: look-around and back-references"
-                " are not supported)"
+                " the gateway can match in linear time: look-around and back-references"
+                f" are not supported, and a pattern compiles to at most {PATTERN_BYTES >> 10}"
+                " KiB (a long bounded repetition such as `.{1,1000}` does not fit: use"
+                " `maxLength`)"
             )
         raise SchemaRefused(message) from None
 
 
-def _remember(cache: OrderedDict[bytes, Any], key: bytes, value: Any) -> None:
+def _remember(
+    cache: OrderedDict[bytes, Any], key: bytes, value: Any, size: int = _CACHE_SIZE
+) -> None:
     cache[key] = value
-    if len(cache) > _CACHE_SIZE:
+    if len(cache) > size:
         cache.popitem(last=False)
+
+
+def _count_patterns(schema: Mapping[str, Any]) -> int:
+    count = 0
+    for node, kind in _nodes(schema):
+        if kind is _Kind.SCHEMA:
+            assert isinstance(node, dict)
+            count += isinstance(node.get("pattern"), str)
+            pattern_properties = node.get("patternProperties")
+            if isinstance(pattern_properties, dict):
+                count += len(pattern_properties)
+    return count
+
+
+def _expanded_nodes(root: Mapping[str, Any]) -> int:
+    """How many schema nodes validating one value may visit, with `#/...` references
+    expanded (a reference back into its own path counted once: it recurses into the
+    value, which is bounded), up to just past MAX_EXPANDED_NODES."""
+    memo: dict[int, int] = {}
+    on_path: set[int] = set()
+
+    def size(node: object, depth: int) -> int:
+        if not isinstance(node, dict | list):
+            return 0
+        if id(node) in memo:
+            return memo[id(node)]
+        if id(node) in on_path or depth > 4 * _limits.max_depth:
+            return 1
+        on_path.add(id(node))
+        total = 1
+        children = node.values() if isinstance(node, dict) else node
+        for child in children:
+            total += size(child, depth + 1)
+            if total > MAX_EXPANDED_NODES:
+                break
+        if isinstance(node, dict) and total <= MAX_EXPANDED_NODES:
+            for keyword in _REFERENCES:
+                target = _resolve(root, node.get(keyword))
+                if target is not None:
+                    total += size(target, depth + 1)
+        on_path.discard(id(node))
+        memo[id(node)] = total
+        return total
+
+    return size(root, 1)
+
+
+def _resolve(root: Mapping[str, Any], reference: object) -> object | None:
+    """What a local JSON-pointer reference (`#`, `#/a/b`) names in `root`, or None."""
+    if not isinstance(reference, str) or not reference.startswith("#"):
+        return None
+    node: object = root
+    pointer = reference[1:]
+    if not pointer:
+        return node
+    if not pointer.startswith("/"):
+        return None  # an anchor: counted as the node it stands in
+    for raw in pointer[1:].split("/"):
+        part = urllib.parse.unquote(raw).replace("~1", "/").replace("~0", "~")
+        if isinstance(node, dict) and part in node:
+            node = node[part]
+        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+        else:
+            return None
+    return node
 
 
 def _key(schema: Mapping[str, Any]) -> bytes:
@@ -162,33 +265,67 @@ def _key(schema: Mapping[str, Any]) -> bytes:
     return key
 
 
-def _walk(schema: Mapping[str, Any]) -> None:
-    """Refuse a schema past the depth or properties caps, or with a reference outside
-    itself."""
+class _Kind(enum.Enum):
+    """What a node of a schema document is."""
+
+    SCHEMA = "schema"  # a schema: its keys are keywords
+    NAMES = "names"  # a map of names to schemas (`properties`, `$defs`, ...)
+    DATA = "data"  # instance data (`enum`, `const`, `default`, examples): never read
+
+
+# Keywords whose value maps names (chosen by the client) to schemas.
+_NAME_MAPS = frozenset(
+    {"properties", "patternProperties", "$defs", "definitions", "dependentSchemas"}
+)
+
+
+def _nodes(schema: Mapping[str, Any]) -> Iterator[tuple[object, _Kind]]:
+    """Every dict of the schema (a schema or a map of names to schemas) with its kind,
+    iteratively, so that a schema nested past the cap costs a loop, not the stack; the
+    depth cap is checked on the way."""
     caps = _limits
-    properties = 0
-    # Iterative, so that a schema nested past the cap costs a loop, not the stack.
-    stack: list[tuple[object, int, bool]] = [(schema, 1, False)]
+    stack: list[tuple[object, int, _Kind]] = [(schema, 1, _Kind.SCHEMA)]
     while stack:
-        node, depth, data = stack.pop()
+        node, depth, kind = stack.pop()
         if depth > caps.max_depth:
             raise SchemaRefused(
                 f"it nests JSON objects and arrays more than {caps.max_depth} levels deep, "
                 "each `properties` counting as one (server.json_schema.max_depth)"
             )
-        if isinstance(node, dict):
-            for key, value in node.items():
-                if not data and key in _REFERENCES and isinstance(value, str):
-                    _check_reference(key, value)
-                if not data and key == "$schema" and value not in _DRAFTS:
-                    _refuse_meta_schema(value)
-                counted = key in ("properties", "patternProperties")
-                if counted and not data and isinstance(value, dict):
-                    properties += len(value)
-                if isinstance(value, dict | list):
-                    stack.append((value, depth + 1, data or key in _DATA))
-        elif isinstance(node, list):
-            stack.extend((item, depth + 1, data) for item in node if isinstance(item, dict | list))
+        if isinstance(node, list):
+            stack.extend((item, depth + 1, kind) for item in node if isinstance(item, dict | list))
+            continue
+        if not isinstance(node, dict):
+            continue
+        yield node, kind
+        for key, value in node.items():
+            if not isinstance(value, dict | list):
+                continue
+            if kind is _Kind.NAMES:
+                child = _Kind.SCHEMA  # a name's value is a schema, whatever the name
+            elif kind is _Kind.DATA or key in _DATA:
+                child = _Kind.DATA
+            else:
+                child = _Kind.NAMES if key in _NAME_MAPS else _Kind.SCHEMA
+            stack.append((value, depth + 1, child))
+
+
+def _walk(schema: Mapping[str, Any]) -> None:
+    """Refuse a schema past the depth or properties caps, or with a reference outside
+    itself or a meta-schema other than the drafts."""
+    properties = 0
+    for node, kind in _nodes(schema):
+        if kind is not _Kind.SCHEMA:
+            continue
+        assert isinstance(node, dict)
+        for key, value in node.items():
+            if key in _REFERENCES and isinstance(value, str):
+                _check_reference(key, value)
+            elif key == "$schema" and value not in _DRAFTS:
+                _refuse_meta_schema(value)
+            elif key in ("properties", "patternProperties") and isinstance(value, dict):
+                properties += len(value)
+    caps = _limits
     if properties > caps.max_properties:
         raise SchemaRefused(
             f"it defines {properties} properties; at most {caps.max_properties} are allowed "

@@ -213,3 +213,53 @@ def test_a_cached_schema_is_still_refused_past_a_cap() -> None:
     schemas.configure(SchemaLimits(max_bytes=200))
     with pytest.raises(SchemaRefused, match="max_bytes"):
         check_schema(schema)
+
+
+def fan_out(links: int) -> dict[str, Any]:
+    """A chain of definitions each checking the next twice: 2^links checks per value."""
+    defs: dict[str, Any] = {
+        f"d{i}": {"allOf": [{"$ref": f"#/$defs/d{i + 1}"}] * 2} for i in range(links)
+    }
+    defs[f"d{links}"] = {"type": "string"}
+    return {"type": "object", "properties": {"a": {"$ref": "#/$defs/d0"}}, "$defs": defs}
+
+
+def test_references_that_fan_out_at_every_level_are_refused() -> None:
+    # Attack: 29 links in 2 KB took 9 s to check one answer, the event loop held.
+    with pytest.raises(SchemaRefused, match="references that fan out"):
+        check_schema(fan_out(29), compile_patterns=True)
+    check_schema(fan_out(5), compile_patterns=True)
+    assert validator(fan_out(5)).is_valid({"a": "x"})
+
+
+def test_recursive_and_shared_definitions_as_clients_write_them_are_accepted() -> None:
+    node = {"type": "object", "properties": {"children": {"type": "array", "items": {"$ref": "#"}}}}
+    check_schema(node, compile_patterns=True)
+    shared = {
+        "$defs": {"Money": {"type": "object", "properties": {"amount": {"type": "number"}}}},
+        "type": "object",
+        "properties": {f"price_{i}": {"$ref": "#/$defs/Money"} for i in range(200)},
+    }
+    check_schema(shared, compile_patterns=True)
+
+
+def test_a_pattern_past_its_compiled_size_is_refused_with_what_to_use_instead() -> None:
+    # Attack: 40 patterns of `.{1,10000}` took 420 MB and 1.5 s to compile.
+    with pytest.raises(SchemaRefused, match="maxLength"):
+        check_schema({"type": "string", "pattern": ".{1,10000}x"}, compile_patterns=True)
+    check_schema({"type": "string", "pattern": "^[a-z0-9_-]{1,64}$"}, compile_patterns=True)
+
+
+def test_a_schema_with_more_patterns_than_allowed_is_refused() -> None:
+    patterns = [{"pattern": f"^x{i}$"} for i in range(schemas.MAX_PATTERNS + 1)]
+    with pytest.raises(SchemaRefused, match=f"at most {schemas.MAX_PATTERNS}"):
+        check_schema({"anyOf": patterns}, compile_patterns=True)
+    check_schema({"anyOf": patterns[:-1]}, compile_patterns=True)
+
+
+@pytest.mark.parametrize("name", ["enum", "const", "default", "examples", "$ref", "properties"])
+def test_a_property_named_like_a_keyword_is_still_a_schema(name: str) -> None:
+    # `{"properties": {"enum": {"$ref": remote}}}`: the property's schema is read.
+    schema = {"type": "object", "properties": {name: {"$ref": "http://127.0.0.1:9/s"}}}
+    with pytest.raises(SchemaRefused, match="only references within the schema"):
+        check_schema(schema)
