@@ -19,8 +19,10 @@ def output_problem(fmt: ResponseFormat, text: str) -> str | None:
     """What is wrong with `text` as an answer in `fmt`, or None when nothing is."""
     try:
         value = json.loads(text)
-    except (ValueError, RecursionError) as exc:
-        return f"the answer is not JSON ({exc})"
+    except json.JSONDecodeError as exc:  # said in our words: the parser's are its own
+        return f"the answer is not JSON (it breaks off or goes wrong at character {exc.pos})"
+    except RecursionError:
+        return "the answer nests arrays and objects deeper than the gateway reads"
     if fmt.type == "json_object" or fmt.schema is None:
         return None if isinstance(value, dict) else "the answer is not a JSON object"
     error = next(iter(validator(fmt.schema).iter_errors(value)), None)

@@ -23,7 +23,12 @@ def test_a_valid_answer_has_no_problem() -> None:
 
 
 def test_each_problem_is_named() -> None:
-    assert output_problem(CITY, "Paris").startswith("the answer is not JSON (Expecting value")
+    assert output_problem(CITY, "Paris") == (
+        "the answer is not JSON (it breaks off or goes wrong at character 0)"
+    )
+    assert output_problem(CITY, "[" * 100_000) == (
+        "the answer nests arrays and objects deeper than the gateway reads"
+    )
     assert output_problem(ResponseFormat("json_object"), "[1, 2]") == (
         "the answer is not a JSON object"
     )
