@@ -16,6 +16,8 @@ from __future__ import annotations
 import socket
 import threading
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -62,6 +64,8 @@ def silent_listener() -> tuple[str, list[int], Callable[[], None]]:
                 accepted[0] += 1
             except TimeoutError:
                 continue
+            except OSError:  # closed under it: the attack is over
+                return
 
     threading.Thread(target=accept, daemon=True).start()
 
@@ -137,7 +141,8 @@ def rows(port: int) -> list[Row]:
     before = remaining_tokens(port)
     leaving = {"model": "llm-large", "messages": HELLO, "max_tokens": 1024}
     started = time.monotonic()
-    clients = [threading.Thread(target=leave_early, args=(port, leaving, 0.5)) for _ in range(16)]
+    # 0.2 s: before the shortest answer llm-large writes (8 tokens, 40 ms each).
+    clients = [threading.Thread(target=leave_early, args=(port, leaving, 0.2)) for _ in range(16)]
     for client in clients:
         client.start()
     for client in clients:
@@ -145,7 +150,7 @@ def rows(port: int) -> list[Row]:
     after = remaining_tokens(port)
     refill = round((time.monotonic() - started) * 200_000 / 60)
     out.append((
-        "16 non-streamed requests (max_tokens 1,024) whose client leaves after 0.5 s",
+        "16 non-streamed requests (max_tokens 1,024) whose client leaves after 0.2 s",
         f"acme's bucket {before} -> {after} tokens within {refill} of refill: "
         f"{before - after + refill} charged",
         "tests/e2e/test_request_lifecycle.py",
@@ -197,6 +202,7 @@ def rows(port: int) -> list[Row]:
         "tests/unit/api/test_anthropic.py",
     ))  # fmt: skip
 
+    out.extend(review_rows(port))
     statuses: dict[int, int] = {}
     started = time.monotonic()
     for _ in range(300):
@@ -240,6 +246,116 @@ def rows(port: int) -> list[Row]:
         f"{len(socks)} idle connections from 127.0.0.1, no key; then one more from each of "
         "127.0.0.1 and 127.0.0.2",
         f"127.0.0.1: {refused}; 127.0.0.2: {other_status}",
+        "tests/e2e/test_connection_limits.py",
+    ))  # fmt: skip
+    return out
+
+
+def review_rows(port: int) -> list[Row]:
+    """The attacks the review of the first fixes found (a hostile tenant on a clone)."""
+    base = f"http://127.0.0.1:{port}"
+    out: list[Row] = []
+
+    url, accepted, close = silent_listener()
+    body = {"model": "llm-small", "messages": HELLO,
+            "tools": [{"name": "f", "input_schema": {"$schema": url}}]}  # fmt: skip
+    (took, status, answer), other = while_running(
+        lambda: call(base + "/v1/messages/count_tokens", body, key=GLOBEX), port
+    )
+    close()
+    out.append((
+        "tool schema with `$schema` naming a listener that never answers (count_tokens)",
+        f"{status} in {took:.2f} s; listener contacted {accepted[0]} times; another "
+        f"tenant's request took {other:.2f} s",
+        "tests/e2e/test_hostile_input.py",
+    ))  # fmt: skip
+
+    links = 29
+    defs: dict[str, Any] = {
+        f"d{i}": {"allOf": [{"$ref": f"#/$defs/d{i + 1}"}] * 2} for i in range(links)
+    }
+    defs[f"d{links}"] = {"type": "string"}
+    chain = {"type": "object", "properties": {"a": {"$ref": "#/$defs/d0"}}, "$defs": defs}
+    body = {"model": "llm-small", "messages": HELLO, "max_tokens": 64,
+            "response_format": schema_format(chain)}  # fmt: skip
+    (took, status, answer), other = while_running(lambda: chat(port, body), port)
+    out.append((
+        "`response_format` with 29 links of `allOf: [$ref next, $ref next]` (2 KB)",
+        f"{status} in {took:.2f} s ({error_of(answer)[60:150]}); another tenant's "
+        f"request took {other:.2f} s",
+        "tests/unit/inference/test_schemas.py",
+    ))  # fmt: skip
+
+    wide = {"type": "object", "properties": {"a": {"type": "string", "anyOf": [
+        {"pattern": ".{1,10000}a" + str(i)} for i in range(40)]}}}  # fmt: skip
+    body = {"model": "llm-small", "messages": HELLO, "max_tokens": 8,
+            "response_format": schema_format(wide)}  # fmt: skip
+    took, status, answer = timed(lambda: chat(port, body))
+    out.append((
+        "`response_format` with 40 patterns `.{1,10000}` (1.2 KB)",
+        f"{status} in {took:.3f} s ({error_of(answer)[60:170]})",
+        "tests/unit/inference/test_schemas.py",
+    ))  # fmt: skip
+
+    once = {"model": "llm-small", "max_tokens": 2, "messages": HELLO}
+    statuses: dict[int, int] = {}
+    for _ in range(150):
+        request = urllib.request.Request(
+            base + "/v1/chat/completions", orjson.dumps(once),
+            {"Authorization": f"Bearer {GLOBEX}", "Content-Type": "application/json",
+             "Idempotency-Key": "replayed-key"},
+        )  # fmt: skip
+        try:
+            with urllib.request.urlopen(request, timeout=30) as response:
+                statuses[response.status] = statuses.get(response.status, 0) + 1
+        except urllib.error.HTTPError as error:
+            statuses[error.code] = statuses.get(error.code, 0) + 1
+    out.append((
+        "150 replays of one Idempotency-Key (globex: 120 requests a minute)",
+        ", ".join(f"{n} x {s}" for s, n in sorted(statuses.items())),
+        "tests/e2e/test_rate_limits.py",
+    ))  # fmt: skip
+
+    upgrade = (
+        b"GET /v1/chat/completions HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\n"
+        b"Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+        b"Sec-WebSocket-Version: 13\r\n\r\n"
+    )
+    for _ in range(130):
+        with socket.create_connection(("127.0.0.1", port), 5, ("127.0.0.3", 0)) as sock:
+            sock.sendall(upgrade)
+            sock.recv(4096)
+    request = f"GET /v1/models HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {ACME}\r\n\r\n"
+    with socket.create_connection(("127.0.0.1", port), 5, ("127.0.0.3", 0)) as sock:
+        sock.sendall(request.encode())
+        after = sock.recv(4096).split(b"\r\n")[0].decode()
+    out.append((
+        "130 WebSocket upgrade requests without a key, then a keyed request, all from "
+        "127.0.0.3",
+        f"the keyed request: {after}",
+        "tests/e2e/test_connection_limits.py",
+    ))  # fmt: skip
+
+    held = []
+    for _ in range(1100):
+        try:
+            sock = socket.create_connection(("127.0.0.1", port), 5, ("127.0.0.6", 0))
+            sock.sendall(request.encode())
+            if not sock.recv(4096).startswith(b"HTTP/1.1 200"):
+                sock.close()
+                break
+        except OSError:
+            break
+        held.append(sock)
+    with socket.create_connection(("127.0.0.1", port), 5, ("127.0.0.7", 0)) as other_sock:
+        other_sock.sendall(request.encode())
+        other_status = other_sock.recv(4096).split(b"\r\n")[0].decode()
+    for sock in held:
+        sock.close()
+    out.append((
+        "one address opens connections and keeps each alive with a keyed request, then "
+        "another address asks",
+        f"{len(held)} held before the 429; 127.0.0.7: {other_status}",
         "tests/e2e/test_connection_limits.py",
     ))  # fmt: skip
     return out
