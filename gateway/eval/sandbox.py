@@ -10,17 +10,24 @@ not limits of our own. A command runs:
   host's is listening there), no abstract Unix socket of the host, and creates no
   further user namespace;
 - in a file system of its own: the system's programs and libraries (`/usr`) and the
-  Python installation and virtual environment that run it, read-only; its directory
-  writable at `/task` (parts of it may be mounted read-only: the hidden tests); a
-  private `/tmp`; a `/proc` that shows its own processes and a minimal `/dev`. Nothing
-  else of the host: no `/etc` (no `/etc/shadow`), no home directory, not the gateway's
-  checkout (the virtual environment is mounted alone, and the gateway's editable
-  install points into a directory that is not there), no host Unix socket;
+  Python installation and virtual environment that run it, read-only; a copy of its
+  directory at `/task`, on a tmpfs of `Limits.disk_bytes` (parts of it may be the
+  directory's own, mounted read-only: the hidden tests); a private `/tmp`; a `/proc`
+  that shows its own processes and a minimal `/dev`. Nothing else of the host: no
+  `/etc` (no `/etc/shadow`), no home directory, not the gateway's checkout (the virtual
+  environment is mounted alone, and the gateway's editable install points into a
+  directory that is not there), no host Unix socket. It writes nothing on the host:
+  what it writes in `/task` goes with it;
 - with an environment of its own (`--clearenv`), and bwrap itself started with an empty
   one, so that no key or token of the caller's is in any process it can see;
-- under resource limits (util-linux `prlimit`): address space, file size, open files,
-  processes (counted in its own user namespace, so that a fork bomb is held whoever the
-  caller is), no core dumps;
+- under resource limits: where the caller is root and a cgroup v1 memory and pids
+  hierarchy is there, a cgroup of its own bounds the memory of all its processes
+  together (files in its tmpfs included) and their number, and a process past the
+  memory limit ends the run (`stopped` "memory"); everywhere, util-linux `prlimit`
+  bounds each process's address space, file size and open files, and the number of
+  processes (counted in its own user namespace), with no core dumps. Without the
+  cgroup, the memory of the whole is bounded only by processes x address space
+  (`Outcome.total_memory_bytes` says which held);
 - under a wall-clock limit: at the limit its PID namespace is killed (the kernel kills
   every process in it when its first process dies), and `run` returns only once every
   process of it is gone; its output goes to files, so that a process holding stdout
@@ -28,9 +35,9 @@ not limits of our own. A command runs:
 
 The caller's uid decides how it starts. As root, bwrap sets up the namespaces and the
 file system, `setpriv` drops to uid 65534 with no capability, and a second bwrap makes
-the user namespace: the code runs as the host's `nobody`, never as root, and its
-directory is handed to that user first. As anyone else, one bwrap makes every
-namespace, the user's included (the code's files are then the caller's outside).
+the user namespace: the code runs as the host's `nobody`, never as root (its directory
+is handed to that user first, to be copied). As anyone else, one bwrap makes every
+namespace, the user's included (the code's processes are then the caller's outside).
 
 Without bwrap (or where it cannot make its namespaces) `run` raises `SandboxUnavailable`:
 code under evaluation is never run unsandboxed. Whatever the code does (loops, forks
@@ -44,6 +51,7 @@ import contextlib
 import functools
 import json
 import os
+import secrets
 import select
 import shutil
 import signal
@@ -61,8 +69,10 @@ _PRLIMIT = shutil.which("prlimit")
 _SETPRIV = shutil.which("setpriv")
 # The sandbox's user and group, inside (and outside when the caller is root): nobody.
 SANDBOX_UID = SANDBOX_GID = 65534
-# Where the command's directory is, inside.
+# Where the copy of the command's directory is, inside (a tmpfs of `Limits.disk_bytes`).
 TASK_DIR = "/task"
+# The directory as the caller gave it, read-only inside: what `/task` is copied from.
+_SOURCE_DIR = "/.task-source"
 _TMP_DIR = "/tmp"
 # Mounted from the host read-only when they are directories; kept as the same symlinks
 # when they are symlinks (a merged /usr).
@@ -70,6 +80,58 @@ _SYSTEM_LINKS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 # How long the kernel gets to tear down a killed sandbox before the caller stops waiting.
 _TEARDOWN_S = 10.0
 _INSTALL = "install bubblewrap (apt-get install bubblewrap; scripts/bootstrap.sh does)"
+# Where the cgroup hierarchies are mounted, and this process's cgroup in each: a run's
+# cgroup is made below the caller's own.
+_MOUNTINFO = Path("/proc/self/mountinfo")
+_OWN_CGROUPS = Path("/proc/self/cgroup")
+# A run's cgroup is named GROUP_PREFIX + the caller's pid + a random part.
+GROUP_PREFIX = "gateway-sandbox-"
+# Processes in the sandbox's cgroup that are not the command's: the outer bwrap's
+# monitor and the first process of its PID namespace, and the second bwrap's monitor.
+_BWRAP_PROCESSES = 3
+# How often the run's cgroup is asked whether the kernel killed one of its processes
+# for memory: the run is then stopped whole, not left to go on without it.
+_OOM_POLL_S = 0.1
+# Adds the launching shell to each cgroup.procs before "--", then runs the rest in its
+# place: the sandbox's first process, and so everything it starts, is in the cgroup
+# before any code of the sandbox's runs.
+_JOIN = 'while [ "$1" != -- ]; do echo $$ > "$1" || exit 125; shift; done; shift; exec "$@"'
+# The first thing run in the sandbox, as its user and under its limits: copies the
+# caller's directory (regular files, directories and symbolic links; `--` ends the
+# read-only parts, left where they are mounted) into /task, then runs the command.
+_COPY = """
+import os, shutil, signal, stat, sys
+source, target, *rest = sys.argv[1:]
+end = rest.index("--")
+kept = {os.path.normpath(os.path.join(source, part)) for part in rest[:end]}
+command = rest[end + 1:]
+def copy(source, target):
+    for entry in os.scandir(source):
+        into = os.path.join(target, entry.name)
+        if os.path.normpath(entry.path) in kept:
+            continue
+        mode = entry.stat(follow_symlinks=False).st_mode
+        if stat.S_ISLNK(mode):
+            os.symlink(os.readlink(entry.path), into)
+        elif stat.S_ISDIR(mode):
+            made = not os.path.isdir(into)
+            if made:
+                os.mkdir(into)
+            copy(entry.path, into)
+            if made:
+                shutil.copystat(entry.path, into)
+        elif stat.S_ISREG(mode):
+            shutil.copy2(entry.path, into)
+try:
+    copy(source, target)
+except OSError as error:
+    sys.exit(f"sandbox: the task directory could not be copied into {target}: {error}")
+# Python ignores these, and an ignored signal stays ignored across exec: the command
+# gets them as any program does (killed at the file size limit, not EFBIG only).
+for name in ("SIGPIPE", "SIGXFSZ"):
+    signal.signal(getattr(signal, name), signal.SIG_DFL)
+os.execvp(command[0], command)
+"""
 
 
 class SandboxUnavailable(RuntimeError):
@@ -81,9 +143,14 @@ class Limits:
     """What a sandboxed command may use."""
 
     wall_s: float = 60.0
-    memory_bytes: int = 1 << 30  # address space
-    processes: int = 64  # in the sandbox, all together
+    # All its processes together, with the files in its tmpfs, where a cgroup can hold
+    # them (the caller is root); and each process's address space, everywhere.
+    memory_bytes: int = 1 << 30
+    # In the sandbox, all together. Without a cgroup its memory is bounded only by
+    # processes x memory_bytes: kept low for that bound to mean something.
+    processes: int = 16
     file_bytes: int = 64 << 20  # the largest file it may write (and the size of its /tmp)
+    disk_bytes: int = 256 << 20  # all it may write in /task, the copy of its directory
     open_files: int = 256
     # Of stdout and stderr, each: the rest is dropped.
     output_bytes: int = 1 << 20
@@ -96,13 +163,20 @@ class Outcome:
 
     returncode: int | None
     # None when it exited by itself; else why it was stopped or died: "timeout",
-    # "file_size", or "signal N".
+    # "memory" (the kernel killed one of its processes at the memory limit, and the run
+    # was stopped), "file_size", or "signal N".
     stopped: str | None
     stdout: str
     stderr: str
     duration_s: float
     # Whether it ran without a network (a namespace of its own).
     isolated_network: bool
+    # The most memory the run could take from the host: its memory limit where its
+    # cgroup held it all (its processes and the files in its tmpfs); where no cgroup
+    # could be made (the caller is not root, or there is no cgroup v1 memory and pids
+    # hierarchy), processes x the memory limit, each process's address space being all
+    # that was bounded, and its two tmpfs (/task and /tmp) besides.
+    total_memory_bytes: int
 
     @property
     def ok(self) -> bool:
@@ -121,11 +195,14 @@ def run(
 ) -> Outcome:
     """Run `command` in the sandbox, in `directory` (at `TASK_DIR` inside), under `limits`.
 
-    `env` adds to its bare environment; `read_only` names parts of `directory` (relative
-    paths) mounted read-only over it; `mounts` maps more paths inside to host
-    directories, read-only; `pass_fds` are descriptors of the caller's handed to the
-    command (the judge's channel for pytest's results). The command and its paths are
-    as seen inside: the Python that runs it is at the same path there.
+    `directory` is copied into the sandbox, onto a tmpfs of `limits.disk_bytes`: what
+    the command writes goes with the sandbox, and `directory` is left as it was (what
+    the caller needs back comes through `pass_fds`, stdout or stderr). `env` adds to its
+    bare environment; `read_only` names parts of `directory` (relative paths) that are
+    not copied but mounted read-only in their place; `mounts` maps more paths inside to
+    host directories, read-only; `pass_fds` are descriptors of the caller's handed to
+    the command (the judge's channel for pytest's results). The command and its paths
+    are as seen inside: the Python that runs it is at the same path there.
     Raises SandboxUnavailable where no sandbox can be made.
     """
     problem = unavailable()
@@ -169,17 +246,25 @@ def _run(
     privileged = _caller_is_root()
     if privileged:
         _hand_over(directory, read_only)
+    # Only root may make cgroups here; anyone else keeps the per-process bounds.
+    group = _Group.create(limits) if privileged else None
     info_read, info_write = os.pipe()
     argv = [
+        *(group.joining() if group is not None else []),
         *_outer(directory, limits, _environment(env), read_only, mounts, info_write, privileged),
         *(_drop_to_nobody() if privileged else []),
         *_prlimit(limits),
         "--",
+        *_copying(read_only),
         *command,
     ]
     started = time.monotonic()
-    stopped = None
-    with _output_file() as stdout, _output_file() as stderr, _closing(info_read):
+    with (
+        _removing(group),
+        _output_file() as stdout,
+        _output_file() as stderr,
+        _closing(info_read),
+    ):
         try:
             process = subprocess.Popen(
                 argv,
@@ -196,14 +281,16 @@ def _run(
         finally:
             os.close(info_write)
         try:
-            process.wait(timeout=limits.wall_s)
-        except subprocess.TimeoutExpired:
-            stopped = "timeout"
+            stopped = _wait(process, limits.wall_s, group)
         finally:
             # Normally a no-op: bwrap exits only once its PID namespace is empty.
             _end(process, info_read)
         duration = time.monotonic() - started
         out, err = _read(stdout, limits.output_bytes), _read(stderr, limits.output_bytes)
+        # Also when the kill came just before the end: a process of it was killed for
+        # its memory, whatever the others did afterwards.
+        if group is not None and group.oom_kills():
+            stopped = "memory"
     code = process.returncode
     if stopped is None and code is not None:
         # Killed by a signal: bwrap exits with 128 + N, as a shell does.
@@ -217,7 +304,35 @@ def _run(
         stderr=err,
         duration_s=duration,
         isolated_network=not limits.network,
+        total_memory_bytes=_total_memory(limits, contained=group is not None),
     )
+
+
+def _total_memory(limits: Limits, *, contained: bool) -> int:
+    """What `Outcome.total_memory_bytes` says: all the run could take from the host."""
+    if contained:
+        return limits.memory_bytes
+    return limits.processes * limits.memory_bytes + limits.disk_bytes + limits.file_bytes
+
+
+def _wait(process: subprocess.Popen[bytes], wall_s: float, group: _Group | None) -> str | None:
+    """Wait for the sandbox to end: None when it did by itself, "timeout" at the wall
+    limit, "memory" as soon as the kernel killed one of its processes for memory."""
+    deadline = time.monotonic() + wall_s
+    # A pidfd, not Popen.wait's timeout: that polls with sleeps growing to 50 ms, which
+    # a run of 35 ms would wait out to 65. The pid is not reused: it is not reaped yet.
+    pidfd = os.pidfd_open(process.pid)
+    try:
+        while (remaining := deadline - time.monotonic()) > 0:
+            step = remaining if group is None else min(remaining, _OOM_POLL_S)
+            if select.select([pidfd], [], [], step)[0]:
+                process.wait()
+                return None
+            if group is not None and group.oom_kills():
+                return "memory"
+        return "timeout"
+    finally:
+        os.close(pidfd)
 
 
 def _caller_is_root() -> bool:
@@ -263,8 +378,8 @@ def _outer(
 def _filesystem(
     directory: Path, limits: Limits, read_only: Sequence[str], mounts: Mapping[str, Path]
 ) -> list[str]:
-    """The sandbox's view: the system and Python read-only, the task writable, a private
-    /tmp, and nothing else of the host."""
+    """The sandbox's view: the system and Python read-only, a tmpfs for the task's copy, a
+    private /tmp, and nothing else of the host."""
     argv = ["--ro-bind", "/usr", "/usr"]
     for path in _SYSTEM_LINKS:
         if os.path.islink(path):
@@ -277,10 +392,16 @@ def _filesystem(
     made: set[str] = {"/", "/usr", _TMP_DIR}
     for inside, host in [*((p, p) for p in _python_paths()), *mounts.items()]:
         argv += [*_parents(inside, made), "--ro-bind", str(host), inside]
-    argv += ["--bind", str(directory), TASK_DIR]
+    # The directory itself is never writable: the code writes in a copy of it, on a
+    # tmpfs whose size bounds all it writes (as one file's size is bounded by prlimit).
+    # World-writable: the copy is made by the sandbox's user, and as root bwrap mounts
+    # it as root.
+    argv += ["--ro-bind", str(directory), _SOURCE_DIR]
+    argv += ["--perms", "0777", "--size", str(limits.disk_bytes), "--tmpfs", TASK_DIR]
+    made.add(TASK_DIR)
     for part in read_only:
         inside = str(PurePosixPath(TASK_DIR) / part)
-        argv += ["--ro-bind", str(directory / part), inside]
+        argv += [*_parents(inside, made, "0777"), "--ro-bind", str(directory / part), inside]
     argv += ["--proc", "/proc", "--dev", "/dev"]
     return argv
 
@@ -296,14 +417,15 @@ def _python_paths() -> list[str]:
     return found
 
 
-def _parents(path: str, made: set[str]) -> list[str]:
+def _parents(path: str, made: set[str], mode: str = "0755") -> list[str]:
     """`--dir` for each missing parent of `path`, readable by the sandbox's user (bwrap
-    makes them 0700 otherwise, owned by root inside)."""
+    makes them 0700 otherwise, owned by root inside), writable too with mode 0777 (in
+    /task, where the copy goes)."""
     argv: list[str] = []
     for parent in reversed(PurePosixPath(path).parents):
         if str(parent) not in made:
             made.add(str(parent))
-            argv += ["--perms", "0755", "--dir", str(parent)]
+            argv += ["--perms", mode, "--dir", str(parent)]
     return argv
 
 
@@ -335,6 +457,12 @@ def _prlimit(limits: Limits) -> list[str]:
     ]
 
 
+def _copying(read_only: Sequence[str]) -> list[str]:
+    """The command's prefix that copies the caller's directory into /task first (in the
+    sandbox, as its user, under its limits), leaving out the read-only parts."""
+    return [sys.executable, "-I", "-S", "-c", _COPY, _SOURCE_DIR, TASK_DIR, *read_only, "--"]
+
+
 def _environment(extra: Mapping[str, str] | None) -> dict[str, str]:
     python_bin = str(Path(sys.executable).parent)
     return {
@@ -353,8 +481,9 @@ def _environment(extra: Mapping[str, str] | None) -> dict[str, str]:
 
 
 def _hand_over(directory: Path, read_only: Sequence[str]) -> None:
-    """Give the task directory to the sandbox's user (the caller is root): it may write
-    there and nowhere else. Read-only parts stay the caller's."""
+    """Give the task directory to the sandbox's user (the caller is root), so that it can
+    read what it copies (the directory itself is mounted read-only). Read-only parts,
+    not copied, stay the caller's."""
     kept = {directory / part for part in read_only}
     os.chown(directory, SANDBOX_UID, SANDBOX_GID)
     for root, dirs, files in os.walk(directory):
@@ -396,6 +525,148 @@ def _child_pid(info_fd: int) -> int | None:
         return int(info["child-pid"])
     except (ValueError, KeyError, TypeError):
         return None
+
+
+@dataclass(frozen=True, slots=True)
+class _Group:
+    """The run's own cgroup, in the cgroup v1 memory and pids hierarchies: the memory of
+    all its processes together (no swap) and their number are bounded there, whatever
+    user they run as. Made below the caller's own cgroups, so that any bound on the
+    caller holds on the sandbox too."""
+
+    name: str
+    memory: Path
+    pids: Path
+
+    @classmethod
+    def create(cls, limits: Limits) -> _Group | None:
+        """A new cgroup under `limits`, or None where none can be made (no such
+        hierarchy, or not allowed to write it)."""
+        memory, pids = _own_cgroup("memory"), _own_cgroup("pids")
+        if memory is None or pids is None:
+            return None
+        _remove_stale(memory, pids)
+        name = f"{GROUP_PREFIX}{os.getpid()}-{secrets.token_hex(4)}"
+        group = cls(name, memory / name, pids / name)
+        try:
+            group.memory.mkdir()
+            group.pids.mkdir()
+            _write(group.memory / "memory.limit_in_bytes", limits.memory_bytes)
+            # Memory and swap together: pushed to swap, its memory would still be there.
+            swap = group.memory / "memory.memsw.limit_in_bytes"
+            if swap.exists():
+                _write(swap, limits.memory_bytes)
+            _write(group.pids / "pids.max", limits.processes + _BWRAP_PROCESSES)
+        except OSError:
+            group.remove()
+            return None
+        return group
+
+    def joining(self) -> list[str]:
+        """The launcher that puts the sandbox's first process in this cgroup."""
+        procs = [str(directory / "cgroup.procs") for directory in (self.memory, self.pids)]
+        return ["/bin/sh", "-c", _JOIN, "sandbox", *procs, "--"]
+
+    def oom_kills(self) -> int:
+        """How many of its processes the kernel killed at its memory limit."""
+        with contextlib.suppress(OSError):
+            for line in (self.memory / "memory.oom_control").read_text().splitlines():
+                key, _, value = line.partition(" ")
+                if key == "oom_kill":
+                    return int(value)
+        return 0
+
+    def remove(self) -> None:
+        """Kill whatever is still in it (nothing, normally: its PID namespace went first)
+        and remove it."""
+        deadline = time.monotonic() + _TEARDOWN_S
+        for directory in (self.memory, self.pids):
+            while directory.exists():
+                self._kill_members(directory)
+                try:
+                    directory.rmdir()
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    # Busy for a few milliseconds after its last process was reaped.
+                    if time.monotonic() > deadline:
+                        break
+                    time.sleep(0.001)
+
+    def _kill_members(self, directory: Path) -> None:
+        try:
+            members = [int(pid) for pid in (directory / "cgroup.procs").read_text().split()]
+        except (OSError, ValueError):
+            return
+        for pid in members:
+            with contextlib.suppress(OSError):
+                pidfd = os.pidfd_open(pid)
+                try:
+                    # Still a member once held by its pidfd: not a pid reused since.
+                    if self.name in Path(f"/proc/{pid}/cgroup").read_text():
+                        signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+                finally:
+                    os.close(pidfd)
+
+
+def _remove_stale(*parents: Path) -> None:
+    """Remove the empty cgroups that a caller killed before it could left behind (its
+    sandboxes died with it: bwrap's --die-with-parent). Those of callers still alive,
+    and any with a process in it, are left alone."""
+    for parent in parents:
+        with contextlib.suppress(OSError):
+            for directory in parent.glob(f"{GROUP_PREFIX}*"):
+                creator = directory.name.removeprefix(GROUP_PREFIX).partition("-")[0]
+                if creator.isdigit() and not Path(f"/proc/{creator}").exists():
+                    with contextlib.suppress(OSError):
+                        directory.rmdir()  # refused while it has a process
+
+
+def _own_cgroup(controller: str) -> Path | None:
+    """The directory of this process's own cgroup in the cgroup v1 hierarchy of
+    `controller`, where that hierarchy is mounted; else None."""
+    try:
+        own = _OWN_CGROUPS.read_text().splitlines()
+        mounts = _MOUNTINFO.read_text().splitlines()
+    except OSError:
+        return None
+    path = next(
+        (
+            fields[2]
+            for fields in (line.split(":", 2) for line in own)
+            if len(fields) == 3 and controller in fields[1].split(",")
+        ),
+        None,
+    )
+    if path is None:
+        return None
+    for line in mounts:
+        # "id parent major:minor root mount-point options [optional...] - type source super"
+        before, _, after = line.partition(" - ")
+        fields, tail = before.split(), after.split()
+        if len(fields) < 5 or len(tail) < 3 or tail[0] != "cgroup":
+            continue
+        if controller not in tail[2].split(","):
+            continue
+        root, mount_point = PurePosixPath(fields[3]), Path(fields[4])
+        inside = PurePosixPath(path)
+        if inside == root or root in inside.parents:
+            directory = mount_point / inside.relative_to(root)
+            return directory if directory.is_dir() else None
+    return None
+
+
+def _write(path: Path, value: int) -> None:
+    path.write_text(str(value))
+
+
+@contextlib.contextmanager
+def _removing(group: _Group | None) -> Iterator[None]:
+    try:
+        yield
+    finally:
+        if group is not None:
+            group.remove()
 
 
 @contextlib.contextmanager
