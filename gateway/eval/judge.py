@@ -38,6 +38,7 @@ _PLUGIN = "gateway_eval_verdict"
 # pytest's "no tests ran" and "usage error": the tests could not be judged at all.
 _NO_TESTS, _USAGE = 5, 4
 _FILE_TOO_LARGE = "[Errno 27] File too large"
+_DISK_FULL = "[Errno 28] No space left on device"
 # Plain pytest, whatever plugins the environment has installed: the same judge everywhere,
 # and 0.3 s a run instead of 2 s with this project's dev plugins.
 _PYTEST_ENV = {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "PYTHONPATH": _JUDGE_DIR}
@@ -105,6 +106,10 @@ def _judged(outcome: sandbox.Outcome, results: verdict.Results, limits: sandbox.
         outcome = dataclasses.replace(outcome, stopped="file_size")
     if outcome.stopped == "file_size":
         reason = f"sandbox: file_size (limit {limits.file_bytes} bytes)"
+        return TestRun(False, reason, passed, failed, outcome.duration_s)
+    if outcome.stopped is None and _DISK_FULL in output:
+        # The task's tmpfs is full: the write fails with ENOSPC and the tests report it.
+        reason = f"sandbox: disk (limit {limits.disk_bytes} bytes)"
         return TestRun(False, reason, passed, failed, outcome.duration_s)
     if outcome.stopped is not None:
         reason = (

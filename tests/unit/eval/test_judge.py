@@ -70,6 +70,20 @@ def test_a_solution_that_fills_the_disk_is_stopped(task: Task) -> None:
     assert attempt.reason == f"sandbox: file_size (limit {LIMITS.file_bytes} bytes)"
 
 
+def test_a_solution_that_fills_the_task_s_disk_with_many_files_is_stopped(task: Task) -> None:
+    # Each file under the size limit, all of them past the task's disk.
+    limits = dataclasses.replace(LIMITS, disk_bytes=8 << 20)
+    attempt = Attempt(candidate="m", task=task.id, attempt=0, category=task.category, passed=False)
+    many = (
+        "for i in range(64):\n"
+        "    with open(f'part{i}', 'wb') as f:\n"
+        "        f.write(b'x' * (512 << 10))"
+    )
+    judge_answer(attempt, task, f"FILE: calc/ops.py\n```python\n{many}\n```\n", limits)
+    assert attempt.passed is False
+    assert attempt.reason == f"sandbox: disk (limit {8 << 20} bytes)"
+
+
 def test_a_solution_that_reads_the_environment_finds_no_secret(
     task: Task, monkeypatch: pytest.MonkeyPatch
 ) -> None:
