@@ -128,6 +128,12 @@ def _find(
             start, end = detector.span(match)
             if end > start and (detector.valid is None or detector.valid(text[start:end])):
                 found.append((start, rank, Finding(start, end, detector.category)))
+    return _without_overlaps(found)
+
+
+def _without_overlaps(found: list[tuple[int, int, Finding]]) -> list[Finding]:
+    """The findings in order of their start (then of their detector's rank), each one that
+    overlaps a kept one left out."""
     found.sort(key=lambda entry: entry[:2])
     kept: list[Finding] = []
     for _, _, finding in found:
@@ -160,12 +166,7 @@ def _find_near(
                 start, end = detector.span(match)
                 if end > start and (detector.valid is None or detector.valid(text[start:end])):
                     found.append((start, rank, Finding(start, end, detector.category)))
-    found.sort(key=lambda entry: entry[:2])
-    kept: list[Finding] = []
-    for _, _, finding in found:
-        if not kept or finding.start >= kept[-1].end:
-            kept.append(finding)
-    return kept
+    return _without_overlaps(found)
 
 
 # Categories whose value is a number: one whatever its separators (`4111 1111 ...` and

@@ -4,8 +4,6 @@ traceback), on every API that takes one; another tenant is served meanwhile."""
 
 from __future__ import annotations
 
-import socket
-import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -16,6 +14,7 @@ import pytest
 from gateway.dev.processes import stop
 from gateway.dev.sim.server import TritonSim
 from tests.e2e.stack import KEYS, Gateway, default_tenants, model, start_gateway
+from tests.listeners import silent_listener
 
 MODEL = "hostile-small"
 HELLO = [{"role": "user", "content": "hi"}]
@@ -39,32 +38,8 @@ def gateway(
 
 @pytest.fixture
 def listener() -> Iterator[tuple[str, list[bytes]]]:
-    """A local HTTP listener that never answers: every connection it accepts is kept."""
-    server = socket.create_server(("127.0.0.1", 0))
-    server.settimeout(0.2)
-    accepted: list[bytes] = []
-    done = threading.Event()
-
-    def accept() -> None:
-        while not done.is_set():
-            try:
-                connection, _ = server.accept()
-            except TimeoutError:
-                continue
-            connection.settimeout(1.0)
-            try:
-                accepted.append(connection.recv(4096))
-            except OSError:
-                accepted.append(b"")
-
-    thread = threading.Thread(target=accept, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.getsockname()[1]}/schema.json", accepted
-    finally:
-        done.set()
-        thread.join()
-        server.close()
+    with silent_listener() as found:
+        yield found
 
 
 # Where each API takes a schema: (path, body with the schema in place, the param named).

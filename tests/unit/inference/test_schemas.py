@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import socket
-import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -14,6 +12,7 @@ from gateway.inference import schemas
 from gateway.inference.schemas import SchemaLimits, SchemaRefused, check_schema, validator
 from gateway.inference.structured import output_problem
 from gateway.inference.types import ResponseFormat
+from tests.listeners import silent_listener
 
 
 @pytest.fixture(autouse=True)
@@ -137,29 +136,8 @@ def test_an_invalid_schema_is_refused_with_the_validator_s_reason_and_where() ->
 
 @pytest.fixture
 def listener() -> Iterator[tuple[str, list[bytes]]]:
-    """A local server that accepts and never answers; what it was sent."""
-    server = socket.create_server(("127.0.0.1", 0))
-    server.settimeout(0.1)
-    seen: list[bytes] = []
-    done = threading.Event()
-
-    def accept() -> None:
-        while not done.is_set():
-            try:
-                connection, _ = server.accept()
-            except TimeoutError:
-                continue
-            seen.append(connection.recv(1024))
-            connection.close()
-
-    thread = threading.Thread(target=accept)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.getsockname()[1]}/meta", seen
-    finally:
-        done.set()
-        thread.join()
-        server.close()
+    with silent_listener("/meta") as found:
+        yield found
 
 
 @pytest.mark.parametrize("compile_patterns", [False, True])
