@@ -93,9 +93,10 @@ async def test_the_gateway_follows_the_promoted_replica_and_answers_throughout(
     # Back on Redis, the promoted replica, now primary, holds the tenant's bucket (a
     # bucket's key expires once it is full again: it is read while the load runs).
     assert keys
-    # The bound: the bucket's burst and refill over the whole run, plus what the local
-    # fallback admitted while Redis was gone, which Redis never learns of (at most the
-    # refill over the outage: local mode goes on from the last level Redis gave).
+    # The bound: the bucket's burst and refill over the whole run, plus a margin of the
+    # refill over the outage. What the local fallback admitted while Redis was gone is
+    # charged to the promoted primary when it answers (LocalDebts), but the replica it
+    # was may have missed the old primary's last writes before it died.
     outage = back - killed
     bound = BURST + RATE_PER_S * (ended - began) + RATE_PER_S * outage
     print(
