@@ -279,10 +279,19 @@ class Discovery(Strict):
 
 class Timeouts(Strict):
     connect_s: PositiveFloat = 2.0
-    # Time allowed until the first token arrives.
+    # Time allowed until the first token arrives, for a prompt of no tokens...
     first_token_s: PositiveFloat = 30.0
+    # ...and this much more per prompt token: a long prompt takes longer to prefill (a
+    # coding agent's first request carries 20 to 40 KB of instructions), and a fixed
+    # budget would send every such request to the fallback. About the replica's prefill
+    # time per token, with room for a queue; 0: a fixed budget.
+    first_token_per_prompt_token_s: Annotated[Float, Field(ge=0)] = 0.0
     # Time allowed for the whole request.
     total_s: PositiveFloat = 300.0
+
+    def first_token_budget(self, prompt_tokens: int) -> float:
+        """Seconds a request with `prompt_tokens` may wait for its first token."""
+        return self.first_token_s + self.first_token_per_prompt_token_s * prompt_tokens
 
 
 class QueueLimits(Strict):

@@ -8,8 +8,9 @@ tenant may use) the dispatcher:
 2. waits for a slot in the model's admission queue (priority, fair share), or moves on
    when the queue is full;
 3. calls the model (retrying on other replicas before any output); a stream that has
-   not produced its first token within `timeouts.first_token_s` is cancelled upstream
-   and the next model is tried. A stream that has started runs until the request's
+   not produced its first token within its budget (`timeouts.first_token_s`) is cancelled upstream
+   and the next model is tried (the budget grows with the prompt: a base plus an
+   allowance per prompt token). A stream that has started runs until the request's
    deadline at most, then ends with UpstreamTimeout (a terminal SSE error event).
 
 Timed-out attempts teach the model's latency averages a lower bound, so the predicted
@@ -151,9 +152,11 @@ class Dispatcher:
                 continue
             call = work.call_for(index, route)
             started = time.monotonic()
-            # The first piece must come within the model's budget (and the deadline);
-            # failover bounds each attempt by it, and blames a replica that stays silent.
-            first_by = started + min(route.config.timeouts.first_token_s, work.deadline - started)
+            # The first piece must come within the model's budget for this prompt (and the
+            # deadline); failover bounds each attempt by it, and blames a replica that
+            # stays silent.
+            budget = route.config.timeouts.first_token_budget(call.prompt_estimate)
+            first_by = started + min(budget, work.deadline - started)
             deltas = failover.stream(route, call, work.deadline, first_by)
             parser = parser_for(route, call)
             if parser is not None:

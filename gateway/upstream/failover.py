@@ -150,7 +150,7 @@ async def stream(
                         _failed(route, replica)
                     raise
                 except TimeoutError:
-                    if _slow_start(route, deadline, first_by, asked):
+                    if _slow_start(route, call, deadline, first_by, asked):
                         _failed(route, replica)
                     raise
                 outlier.record_success(replica)
@@ -176,13 +176,16 @@ async def stream(
     raise NoReplicaLeft(route.name, last_error)
 
 
-def _slow_start(route: ModelRoute, deadline: float, first_by: float | None, asked: float) -> bool:
+def _slow_start(
+    route: ModelRoute, call: UpstreamCall, deadline: float, first_by: float | None, asked: float
+) -> bool:
     """Whether a replica that sent no first piece by `first_by` is to blame: the wait was
-    cut by the model's first-token budget (not by a request deadline shorter than it),
-    and this attempt had at least half of that budget (not just what a retry had left)."""
+    cut by the model's first-token budget for this prompt (not by a request deadline
+    shorter than it), and this attempt had at least half of that budget (not just what a
+    retry had left)."""
     if first_by is None or first_by >= deadline:
         return False
-    return first_by - asked >= route.config.timeouts.first_token_s / 2
+    return first_by - asked >= route.config.timeouts.first_token_budget(call.prompt_estimate) / 2
 
 
 def _served(route: ModelRoute, replica: Replica, usage: Usage) -> None:

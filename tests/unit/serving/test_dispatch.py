@@ -290,6 +290,31 @@ async def test_a_replica_silent_past_the_first_token_budget_is_ejected() -> None
     assert backend.open_streams == 0 and in_flight(admission, route) == 0
 
 
+@pytest.mark.parametrize(("per_prompt_token_s", "served"), [(0.0, False), (0.0002, True)])
+async def test_the_first_token_budget_grows_with_the_prompt(
+    per_prompt_token_s: float, served: bool
+) -> None:
+    # A coding agent's first request: about 1,000 tokens of instructions here, whose
+    # prefill takes longer than the model's base budget (0.03 s) allows on its own.
+    route = make_route(
+        ScriptedBackend(a=[0.12, "ok"]),
+        timeouts={"first_token_s": 0.03, "first_token_per_prompt_token_s": per_prompt_token_s},
+    )
+    request = InferenceRequest(
+        RequestKind.COMPLETION, route.name, SamplingParams(5), True, prompt="word " * 800
+    )
+    call = route.upstream_call(request)
+    assert call.prompt_estimate >= 900  # the budget: 0.03 + 0.0002 x 1,000 = 0.23 s
+    work = Work(request, [route], "t", 1.0, "online", 10, time.monotonic() + 5.0, call)
+    if not served:
+        with pytest.raises(DeadlineMissed, match="no first token"):
+            await Dispatcher(admission_for(route)).stream(work)
+        return
+    first, rest, _ = await Dispatcher(admission_for(route)).stream(work)
+    await rest.aclose()
+    assert first is not None and first.text == "ok"
+
+
 async def test_a_deadline_shorter_than_the_budget_blames_no_replica() -> None:
     route = make_route(
         ScriptedBackend(a=[HANG]),
