@@ -22,6 +22,7 @@ as written.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from abc import ABC, abstractmethod
@@ -50,9 +51,22 @@ def _call(value: object) -> ToolCall | None:
 
 def _decode_call(text: str) -> ToolCall | None:
     try:
-        return _call(json.loads(text))
-    except ValueError:
+        call = _call(json.loads(text))
+    except (ValueError, RecursionError):
         return None
+    if call is None:
+        return None
+    # The arguments as the model wrote them (what a stream sends), not as re-encoded.
+    head = _CallWriter.HEAD.match(text)
+    if head is not None:
+        try:
+            _, end = _DECODER.raw_decode(text, head.end())
+        except (ValueError, RecursionError):
+            return call
+        written = text[head.end() : end]
+        if written.startswith("{"):
+            return dataclasses.replace(call, arguments=written)
+    return call
 
 
 @dataclass
@@ -68,7 +82,11 @@ class Parsed:
 
 
 class StreamingParser(ABC):
-    """Reads one answer as it arrives (see the module docstring)."""
+    """Reads one answer as it arrives (see the module docstring). `truncated`, once it is
+    closed: the answer ended inside a call (cut by the token limit), which is then no
+    finished call."""
+
+    truncated = False
 
     @abstractmethod
     def feed(self, text: str) -> Parsed:
@@ -95,7 +113,7 @@ class _CallWriter:
     JSON's nesting and strings; what follows is the call object's end, not arguments)."""
 
     # `{"name": "x", "arguments": ` (or `"parameters"`), as far as it goes.
-    _HEAD = re.compile(r'\s*\{\s*"name"\s*:\s*"([^"\\]+)"\s*,\s*"(?:arguments|parameters)"\s*:\s*')
+    HEAD = re.compile(r'\s*\{\s*"name"\s*:\s*"([^"\\]+)"\s*,\s*"(?:arguments|parameters)"\s*:\s*')
 
     def __init__(self, index: int) -> None:
         self.index = index
@@ -109,17 +127,25 @@ class _CallWriter:
         """Fragments for the call's text so far (`body`, from its opening brace on)."""
         out = []
         if self.name is None:
-            head = self._HEAD.match(body)
+            head = self.HEAD.match(body)
             if head is None:
                 return []
             self.name, self._arguments_at = head.group(1), head.end()
             out.append(ToolCallDelta(self.index, self.id, self.name, ""))
+        self._skip_blanks(body)
         certain = self._arguments_at + self._scan.feed(body[self._arguments_at :])
         if certain > self._arguments_at + self._sent:
             piece = body[self._arguments_at + self._sent : certain]
             self._sent += len(piece)
             out.append(ToolCallDelta(self.index, arguments=piece))
         return out
+
+    def _skip_blanks(self, body: str) -> None:
+        # The blanks before the arguments' `{` (the head may have matched before they
+        # came) are not the arguments: they would begin with a space.
+        if not self._sent and self._scan.untouched:
+            while self._arguments_at < len(body) and body[self._arguments_at].isspace():
+                self._arguments_at += 1
 
     def finish(self, body: str) -> Parsed | None:
         """The call's last fragments once its text is whole; None when it cannot be read
@@ -129,6 +155,7 @@ class _CallWriter:
             if call is None:
                 return None
             return Parsed(calls=[ToolCallDelta(self.index, self.id, call.name, call.arguments)])
+        self._skip_blanks(body)
         end = len(body.rstrip())
         try:
             # The arguments value as written: where it ends, so the outer `}` is left out.
@@ -146,6 +173,11 @@ class _ObjectScan:
     never sure (the call's whole text decides it)."""
 
     __slots__ = ("_depth", "_end", "_escaped", "_in_string", "_seen")
+
+    @property
+    def untouched(self) -> bool:
+        """Nothing fed yet."""
+        return self._seen == 0 and self._end is None
 
     def __init__(self) -> None:
         self._seen = 0
@@ -197,6 +229,11 @@ class HermesParser(ToolParser):
         position = 0
         for block in _BLOCK.finditer(text):
             call = _decode_call(block.group(1).strip())
+            if call is None and block.end() == len(text) and not block.group(0).endswith(_CLOSE):
+                # Cut off inside the call (the token limit): no call, and no markup either.
+                content.append(text[position : block.start()])
+                position = block.end()
+                continue
             if call is None:
                 continue  # not readable: stays in the content as written
             content.append(text[position : block.start()])
@@ -258,10 +295,10 @@ class _HermesStream(StreamingParser):
     def close(self) -> Parsed:
         if self._call is None:
             out = Parsed(content=self._buffer)
-        else:  # cut off inside a call (max_tokens): read what there is
+        else:  # cut off inside a call (max_tokens): what was sent of it, and no markup
+            self.truncated = True
             out = self._end_call(self._buffer)
-            if out.content:
-                out.content = out.content.removesuffix(_CLOSE)
+            out.content = ""
         self._buffer = ""
         return out
 
@@ -339,6 +376,7 @@ class _Llama3Stream(StreamingParser):
         if calls is None:
             if self._call.name is None:
                 return Parsed(content=buffer)  # not a call after all
+            self.truncated = True  # a call that does not end: cut off
             return self._call.finish(body) or Parsed()
         start = len(body) - len(body.lstrip())
         _, first_end = _DECODER.raw_decode(body, start)

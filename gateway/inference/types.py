@@ -118,6 +118,9 @@ class InferenceRequest:
     # The client's session, for replica affinity (`gateway.api.sessions`): None, the
     # prompt alone places the request.
     session: str | None = None
+    # The types of the request's tools left out, no model here can run them (the
+    # Responses API's hosted tools): the answer names them (`x-gateway-omitted-tools`).
+    omitted_tools: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,10 +147,11 @@ class UpstreamCall:
     session: str | None = None
 
     def finish_reason(self, completion_tokens: int, tool_calls: bool = False) -> str:
-        """OpenAI's finish reason for an output of this many tokens (and tool calls)."""
-        if tool_calls:
-            return "tool_calls"
-        return "length" if completion_tokens >= self.params.max_tokens else "stop"
+        """OpenAI's finish reason for an output of this many tokens (and tool calls): the
+        token limit first, since a call it cut is no finished call."""
+        if completion_tokens >= self.params.max_tokens:
+            return "length"
+        return "tool_calls" if tool_calls else "stop"
 
 
 @dataclass(frozen=True, slots=True)

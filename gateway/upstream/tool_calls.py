@@ -3,7 +3,8 @@
 The backends hand out text; for a request that offers tools to a model that writes its
 calls as text, these turn a whole answer into content and `tool_calls`, and a stream of
 text pieces into pieces of content and call fragments as they become certain. A turn
-that made calls ends with `finish_reason: "tool_calls"`.
+that made calls ends with `finish_reason: "tool_calls"`, unless the token limit cut it:
+then `"length"`, and a call cut in the middle is no finished call.
 """
 
 from __future__ import annotations
@@ -26,11 +27,12 @@ def parser_for(route: ModelRoute, call: UpstreamCall) -> ToolParser | None:
 def read_completion(parser: ToolParser, completion: Completion) -> Completion:
     """A whole answer with its calls read out of the text."""
     content, calls = parser.parse(completion.text)
+    # Cut by the token limit, it says so, calls or not (a cut call was left out).
+    cut = completion.finish_reason == "length"
     if not calls:
-        return completion
-    return dataclasses.replace(
-        completion, text=content, tool_calls=calls, finish_reason="tool_calls"
-    )
+        return dataclasses.replace(completion, text=content) if cut else completion
+    finish = "length" if cut else "tool_calls"
+    return dataclasses.replace(completion, text=content, tool_calls=calls, finish_reason=finish)
 
 
 async def read_stream(
@@ -57,10 +59,16 @@ async def read_stream(
             )
         parsed = stream.close()
         called = called or bool(parsed.calls)
+        # Ended inside a call, it was cut: "length", so a client does not take the call's
+        # arguments (not valid JSON) for a finished call.
+        if stream.truncated:
+            finish = "length"
+        elif called:
+            finish = "tool_calls"
         yield Delta(
             text=parsed.content,
             output_tokens=0,
-            finish_reason="tool_calls" if called else finish,
+            finish_reason=finish,
             tool_calls=tuple(parsed.calls),
         )
     finally:

@@ -259,6 +259,28 @@ def test_a_triton_models_call_streams_as_it_is_written(triton: OpenAI, name: str
     assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "tool_calls"
 
 
+@pytest.mark.parametrize("name", ["hermes-http", "hermes-grpc"])
+def test_a_tool_call_cut_by_the_token_limit_ends_as_cut(triton: OpenAI, name: str) -> None:
+    # It was reported as finished (`tool_calls`, arguments not JSON) streamed, and as
+    # `length` with the raw `<tool_call>` text as its content whole.
+    reply = triton.chat.completions.create(model=name, messages=ASK, tools=[WEATHER], max_tokens=6)
+    choice = reply.choices[0]
+    assert choice.finish_reason == "length"
+    assert choice.message.tool_calls is None
+    assert "<tool_call>" not in (choice.message.content or "")
+    chunks = list(
+        triton.chat.completions.create(
+            model=name, messages=ASK, tools=[WEATHER], stream=True, max_tokens=6
+        )
+    )
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "length"
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert "<tool_call>" not in text
+    fragments = [tc for c in chunks if c.choices for tc in c.choices[0].delta.tool_calls or []]
+    arguments = "".join((f.function.arguments or "") for f in fragments if f.function)
+    assert not arguments.startswith(" ")
+
+
 def test_a_triton_agent_loop_and_a_forced_tool(triton: OpenAI) -> None:
     messages: list[Any] = list(ASK)
     reply = triton.chat.completions.create(

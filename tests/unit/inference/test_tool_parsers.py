@@ -108,12 +108,43 @@ def test_hermes_streamed_in_whole_gives_what_parse_gives(answer: str) -> None:
     assert normalized(streamed(HERMES, [answer])) == normalized(whole(HERMES, answer))
 
 
-def test_a_call_cut_off_is_text_whole_and_a_call_as_written_streamed() -> None:
+def test_a_call_cut_off_is_no_call_and_no_markup_whole_and_truncated_streamed() -> None:
     cut = HERMES_ANSWERS[3]
-    assert whole(HERMES, cut) == (cut, [])
-    content, calls = streamed(HERMES, [cut[:40], cut[40:]])
-    assert content == ""
-    assert calls == [("get_weather", '{"city": "Paris", "days": [1, 2], "o')]
+    # Whole: neither a call with broken arguments nor the raw `<tool_call>` text.
+    assert whole(HERMES, "Let me see. " + cut) == ("Let me see. ", [])
+    # Streamed: what was sent of it stays sent, and the stream says it was cut.
+    stream = HERMES.stream()
+    out = Parsed()
+    for piece in (cut[:40], cut[40:]):
+        out.add(stream.feed(piece))
+    out.add(stream.close())
+    assert stream.truncated
+    assert out.content == ""
+    arguments = "".join(c.arguments for c in out.calls)
+    assert arguments == '{"city": "Paris", "days": [1, 2], "o'
+
+
+def test_a_finished_call_is_not_truncated() -> None:
+    stream = HERMES.stream()
+    stream.feed(HERMES_ANSWERS[0])
+    stream.close()
+    assert not stream.truncated
+
+
+@pytest.mark.parametrize("split_at", range(30, 50))
+def test_streamed_arguments_begin_with_their_brace_wherever_the_text_is_split(
+    split_at: int,
+) -> None:
+    answer = '<tool_call>\n{"name": "get_weather", "arguments":   {"city": "Paris"}}\n</tool_call>'
+    _, calls = streamed(HERMES, [answer[:split_at], answer[split_at:]])
+    assert calls == [("get_weather", '{"city": "Paris"}')]
+
+
+def test_whole_arguments_are_the_json_the_model_wrote() -> None:
+    answer = '<tool_call>\n{"name": "f", "arguments": {"a":1,"b":[2, 3]}}\n</tool_call>'
+    _, calls = whole(HERMES, answer)
+    assert calls == [("f", '{"a":1,"b":[2, 3]}')]
+    assert streamed(HERMES, [answer])[1] == calls
 
 
 def normalized(result: tuple[str, list[tuple[str, str]]]) -> tuple[str, list[tuple[str, object]]]:
