@@ -115,6 +115,19 @@ def _hash_key(args: argparse.Namespace) -> int:
     return 0
 
 
+def _tools_config(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from gateway.clients.tool_config import config_for
+
+    config = config_for(args.tool, args.url, args.key, args.model)
+    if args.write_home is not None:
+        for path in config.write(Path(args.write_home)):
+            print(f"wrote {path}", file=sys.stderr)
+    print(config.render(), end="")
+    return 0
+
+
 def _triton_sim(args: argparse.Namespace) -> int:
     from gateway.dev.sim.server import run_triton_sim
 
@@ -203,6 +216,24 @@ def parser() -> argparse.ArgumentParser:
 
     evaluate = sub.add_parser("eval", help="evaluate models on a task suite: run, report, compare")
     add_eval_arguments(evaluate)
+
+    from gateway.clients.tool_config import KEY_PLACEHOLDER, TOOLS
+
+    tools = sub.add_parser("tools", help="coding tools as clients of the gateway")
+    tool_commands = tools.add_subparsers(dest="tools_command", required=True)
+    tool_config = tool_commands.add_parser(
+        "config", help="print the files and environment that point a tool at the gateway"
+    )
+    tool_config.add_argument("tool", choices=sorted(TOOLS))
+    tool_config.add_argument("--url", default="http://127.0.0.1:8080", help="the gateway")
+    tool_config.add_argument(
+        "--key", default=KEY_PLACEHOLDER, help="a tenant's key (default: a placeholder)"
+    )
+    tool_config.add_argument("--model", default="llm-large", help="the model the tool asks for")
+    tool_config.add_argument(
+        "--write-home", metavar="DIR", help="also write the tool's files under this home"
+    )
+    tool_config.set_defaults(run=_tools_config)
 
     hash_key = sub.add_parser("hash-key", help="print the stored form of an API key")
     hash_key.add_argument("key", help="the key, or - to read it from standard input")

@@ -20,6 +20,7 @@ LAYERS = {
     "gateway.scheduler": 0,  # the offline laboratory: a library of placement policies
     "gateway.privacy": 0,  # what sensitive data looks like: log redaction, outbound masking
     "gateway.config": 1,
+    "gateway.clients": 1,  # the coding tools as clients: what points each at a gateway
     "gateway.observability": 1,
     "gateway.storage": 2,
     "gateway.backends": 2,

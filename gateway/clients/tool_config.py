@@ -1,0 +1,157 @@
+"""The configuration that points a coding tool at a gateway: `gateway tools config TOOL`.
+
+One function per tool gives its files (under the user's home) and environment for a
+gateway URL, a tenant's key and a model. The docs show this output and the tests that
+run the real tools use it, so what the docs say is what was run. The key goes in an
+environment variable, never in a file: a file is where keys leak from.
+
+- **Codex CLI** reads `~/.codex/config.toml` (`$CODEX_HOME`): a model provider with the
+  Responses API (`wire_api = "responses"`), its key from an environment variable.
+- **Claude Code** reads `ANTHROPIC_BASE_URL` and `ANTHROPIC_AUTH_TOKEN` (sent as
+  `Authorization: Bearer`), the model from `ANTHROPIC_MODEL`, and stays off Anthropic's
+  own services with `CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC`.
+- **aider** speaks chat completions to an OpenAI-compatible base (`OPENAI_API_BASE`), the
+  model named `openai/<model>`.
+- **opencode** reads `~/.config/opencode/opencode.json`: a provider of the AI SDK's
+  OpenAI-compatible package, its key from an environment variable.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+# The variable that holds the tenant's key, for the tools that read one by its name.
+KEY_VARIABLE = "GATEWAY_API_KEY"
+# What the output shows where no key was given.
+KEY_PLACEHOLDER = "sk-your-tenant-key"
+
+
+@dataclass(frozen=True, slots=True)
+class ToolConfig:
+    """What a tool needs to use the gateway: files (paths under the home directory),
+    environment variables, and how to run it once without a terminal."""
+
+    tool: str
+    files: dict[str, str] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)
+    run: str = ""
+
+    def write(self, home: Path) -> list[Path]:
+        """Write the files under `home` (a real home, or a test's own); their paths."""
+        written = []
+        for relative, text in self.files.items():
+            path = home / relative
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+            written.append(path)
+        return written
+
+    def render(self) -> str:
+        """The configuration as a person reads it: each file, then a shell's exports,
+        then the command."""
+        parts = [f"# ~/{relative}\n{text.rstrip()}\n" for relative, text in self.files.items()]
+        exports = "\n".join(
+            f"export {name}={shlex.quote(value)}" for name, value in self.env.items()
+        )
+        parts.append(f"# environment\n{exports}\n")
+        parts.append(f"# run once, without a terminal\n{self.run}\n")
+        return "\n".join(parts)
+
+
+def _toml_string(value: str) -> str:
+    return json.dumps(value)  # a JSON string is a TOML basic string
+
+
+def codex(base_url: str, key: str, model: str) -> ToolConfig:
+    """Codex CLI: a model provider on the gateway's Responses API."""
+    config = (
+        f"model = {_toml_string(model)}\n"
+        'model_provider = "gateway"\n'
+        "\n"
+        "[model_providers.gateway]\n"
+        'name = "Inference gateway"\n'
+        f"base_url = {_toml_string(base_url.rstrip('/') + '/v1')}\n"
+        f'env_key = "{KEY_VARIABLE}"\n'
+        'wire_api = "responses"\n'
+    )
+    return ToolConfig(
+        "codex",
+        files={".codex/config.toml": config},
+        env={KEY_VARIABLE: key},
+        run='codex exec --skip-git-repo-check "write hello.py that prints hi"',
+    )
+
+
+def claude(base_url: str, key: str, model: str) -> ToolConfig:
+    """Claude Code: the Messages API at the gateway's root."""
+    return ToolConfig(
+        "claude",
+        env={
+            "ANTHROPIC_BASE_URL": base_url.rstrip("/"),
+            "ANTHROPIC_AUTH_TOKEN": key,
+            "ANTHROPIC_MODEL": model,
+            # The model of its background tasks (titles, summaries), the same one here.
+            "ANTHROPIC_SMALL_FAST_MODEL": model,
+            # No telemetry, updates or error reports to Anthropic's own services.
+            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+        },
+        run='claude -p "write hello.py that prints hi" --allowedTools Write,Edit,Bash',
+    )
+
+
+def aider(base_url: str, key: str, model: str) -> ToolConfig:
+    """aider: chat completions through its OpenAI-compatible provider."""
+    return ToolConfig(
+        "aider",
+        env={"OPENAI_API_BASE": base_url.rstrip("/") + "/v1", "OPENAI_API_KEY": key},
+        run=(
+            f"aider --model openai/{model} --no-git --yes-always --no-show-model-warnings "
+            '--message "write hello.py that prints hi" hello.py'
+        ),
+    )
+
+
+def opencode(base_url: str, key: str, model: str) -> ToolConfig:
+    """opencode: a provider of the AI SDK's OpenAI-compatible package."""
+    config = {
+        "$schema": "https://opencode.ai/config.json",
+        "model": f"gateway/{model}",
+        "provider": {
+            "gateway": {
+                "npm": "@ai-sdk/openai-compatible",
+                "name": "Inference gateway",
+                "options": {
+                    "baseURL": base_url.rstrip("/") + "/v1",
+                    "apiKey": f"{{env:{KEY_VARIABLE}}}",
+                },
+                "models": {model: {"name": model}},
+            }
+        },
+    }
+    return ToolConfig(
+        "opencode",
+        files={".config/opencode/opencode.json": json.dumps(config, indent=2) + "\n"},
+        env={KEY_VARIABLE: key},
+        run='opencode run "write hello.py that prints hi"',
+    )
+
+
+TOOLS: dict[str, Callable[[str, str, str], ToolConfig]] = {
+    "codex": codex,
+    "claude": claude,
+    "aider": aider,
+    "opencode": opencode,
+}
+
+
+def config_for(tool: str, base_url: str, key: str, model: str) -> ToolConfig:
+    """The configuration of `tool` (one of TOOLS) for a gateway, key and model."""
+    try:
+        make = TOOLS[tool]
+    except KeyError:
+        raise ValueError(f"unknown tool {tool!r}: one of {', '.join(TOOLS)}") from None
+    return make(base_url, key, model)

@@ -1,0 +1,75 @@
+"""`gateway tools config`: each tool's files and environment point it at the gateway."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from gateway.cli import main
+from gateway.clients.tool_config import KEY_VARIABLE, TOOLS, config_for
+
+URL = "http://gateway.example:8080/"
+
+
+def test_codex_gets_a_responses_provider_on_the_gateway(tmp_path: Path) -> None:
+    config = config_for("codex", URL, "sk-test", "llm-large")
+    (path,) = config.write(tmp_path)
+    assert path == tmp_path / ".codex" / "config.toml"
+    toml = tomllib.loads(path.read_text())
+    assert toml["model"] == "llm-large" and toml["model_provider"] == "gateway"
+    provider = toml["model_providers"]["gateway"]
+    assert provider["base_url"] == "http://gateway.example:8080/v1"
+    assert provider["wire_api"] == "responses"
+    assert config.env == {provider["env_key"]: "sk-test"}  # the key never in a file
+    assert "sk-test" not in path.read_text()
+
+
+def test_claude_code_gets_the_messages_api_at_the_root_and_stays_home() -> None:
+    env = config_for("claude", URL, "sk-test", "llm-large").env
+    assert env["ANTHROPIC_BASE_URL"] == "http://gateway.example:8080"
+    assert env["ANTHROPIC_AUTH_TOKEN"] == "sk-test"
+    assert env["ANTHROPIC_MODEL"] == "llm-large"
+    assert env["CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC"] == "1"
+
+
+def test_aider_and_opencode_get_the_openai_compatible_api(tmp_path: Path) -> None:
+    aider = config_for("aider", URL, "sk-test", "llm-large")
+    assert aider.env["OPENAI_API_BASE"] == "http://gateway.example:8080/v1"
+    assert "--model openai/llm-large" in aider.run
+    opencode = config_for("opencode", URL, "sk-test", "llm-large")
+    (path,) = opencode.write(tmp_path)
+    provider = json.loads(path.read_text())["provider"]["gateway"]
+    assert provider["options"]["baseURL"] == "http://gateway.example:8080/v1"
+    assert provider["options"]["apiKey"] == "{env:" + KEY_VARIABLE + "}"
+    assert "llm-large" in provider["models"]
+
+
+@pytest.mark.parametrize("tool", sorted(TOOLS))
+def test_the_printed_exports_are_safe_for_a_shell(tool: str) -> None:
+    key = "sk-it's $HOME"  # what a shell would expand or choke on
+    text = config_for(tool, URL, key, "m").render()
+    exports = [line for line in text.splitlines() if line.startswith("export ")]
+    assert exports
+    for line in exports:
+        name, _, value = line.removeprefix("export ").partition("=")
+        assert shlex.split(value) == [config_for(tool, URL, key, "m").env[name]]
+
+
+def test_an_unknown_tool_is_refused_by_name() -> None:
+    with pytest.raises(ValueError, match="one of codex, claude, aider, opencode"):
+        config_for("cursor", URL, "k", "m")
+
+
+def test_the_command_prints_and_writes_the_configuration(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(["tools", "config", "codex", "--url", URL, "--write-home", str(tmp_path)])
+    assert code == 0
+    out = capsys.readouterr().out
+    assert out.startswith("# ~/.codex/config.toml\n")
+    assert "export GATEWAY_API_KEY=sk-your-tenant-key" in out
+    assert (tmp_path / ".codex" / "config.toml").is_file()
