@@ -143,6 +143,8 @@ class _Exchange:
         fallback = served.header()
         if fallback is not None:
             headers["x-gateway-fallback"] = fallback
+        if self.work.request.omitted_tools:  # never left out silently
+            headers["x-gateway-omitted-tools"] = ", ".join(self.work.request.omitted_tools)
         if self.wire.more_headers is not None:
             headers.update(self.wire.more_headers(headers))
         return headers

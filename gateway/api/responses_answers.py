@@ -11,7 +11,7 @@ from typing import Any
 import orjson
 
 from gateway.api.errors import APIError
-from gateway.api.responses_requests import ResponsesState
+from gateway.api.responses_requests import NAMESPACE_SEPARATOR, ResponsesState
 from gateway.inference.ids import random_id
 from gateway.inference.types import (
     ChatMessage,
@@ -98,8 +98,10 @@ def _text_part(text: str) -> dict[str, Any]:
     return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
 
 
-def _call_item(item_id: str, call: ToolCall, status: str) -> dict[str, Any]:
-    return {
+def _call_item(item_id: str, call: ToolCall, status: str, state: ResponsesState) -> dict[str, Any]:
+    """A `function_call` item; a namespace's function named as the client named it,
+    `name` and `namespace` apart, not as the model knows it (`ns__name`)."""
+    item = {
         "id": item_id,
         "type": "function_call",
         "status": status,
@@ -107,6 +109,10 @@ def _call_item(item_id: str, call: ToolCall, status: str) -> dict[str, Any]:
         "name": call.name,
         "arguments": call.arguments,
     }
+    namespaced = state.namespaced.get(call.name)
+    if namespaced is not None:
+        item["namespace"], item["name"] = namespaced
+    return item
 
 
 def response_body(
@@ -118,11 +124,12 @@ def response_body(
 ) -> bytes:
     """The `response` object of a whole answer."""
     completion = completions[0]
+    state = state_of(parts[0])
     output = []
     if completion.text or not completion.tool_calls:
         output.append(_message_item("msg_" + random_id(), completion.text, "completed"))
     for call in completion.tool_calls:
-        output.append(_call_item("fc_" + random_id(), call, "completed"))
+        output.append(_call_item("fc_" + random_id(), call, "completed", state))
     response = response_object(
         parts[0],
         response_id,
@@ -144,11 +151,18 @@ def conversation_after(request: InferenceRequest, response: dict[str, Any]) -> l
         for part in item.get("content", [])
     )
     calls = tuple(
-        ToolCall(item["call_id"], item["name"], item["arguments"])
+        ToolCall(item["call_id"], _model_name(item), item["arguments"])
         for item in response["output"]
         if item.get("type") == "function_call"
     )
     return [*state_of(request).conversation, ChatMessage("assistant", text, calls)]
+
+
+def _model_name(item: dict[str, Any]) -> str:
+    """The name the model knows a call's function by (`ns__name` in a namespace)."""
+    namespace = item.get("namespace")
+    name: str = item["name"]
+    return name if namespace is None else f"{namespace}{NAMESPACE_SEPARATOR}{name}"
 
 
 class ResponseStreamWriter:
@@ -159,6 +173,7 @@ class ResponseStreamWriter:
         self, request: InferenceRequest, response_id: str, model: str, prompt_estimate: int
     ) -> None:
         self._request, self._id, self._model = request, response_id, model
+        self._state = state_of(request)
         self._created = int(time.time())
         self._sequence = 0
         self._output: list[dict[str, Any]] = []
@@ -218,7 +233,7 @@ class ResponseStreamWriter:
                 self._item_id = "fc_" + random_id()
                 self._call = [fragment.id, fragment.name or "", ""]
                 call = ToolCall(fragment.id, fragment.name or "", "")
-                item = _call_item(self._item_id, call, "in_progress")
+                item = _call_item(self._item_id, call, "in_progress", self._state)
                 events += self._event(
                     "response.output_item.added", output_index=self._index, item=item
                 )
@@ -261,13 +276,14 @@ class ResponseStreamWriter:
         if self._call is not None:
             call_id, name, arguments = self._call
             self._call = None
-            item = _call_item(self._item_id, ToolCall(call_id, name, arguments), "completed")
+            call = ToolCall(call_id, name, arguments)
+            item = _call_item(self._item_id, call, "completed", self._state)
             self._output.append(item)
             return self._event(
                 "response.function_call_arguments.done",
                 item_id=self._item_id,
                 output_index=index,
-                name=name,
+                name=item["name"],
                 arguments=arguments,
             ) + self._event("response.output_item.done", output_index=index, item=item)
         return b""

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import jsonschema
@@ -154,6 +155,71 @@ def test_a_streamed_function_call_comes_in_argument_deltas(client: OpenAI) -> No
     jsonschema.validate(json.loads(call.arguments), WEATHER["parameters"])
 
 
+# Codex CLI's kinds of tools: a namespace of functions, and a hosted tool no model here runs.
+AGENTS: Any = {
+    "type": "namespace",
+    "name": "multi_agent_v1",
+    "description": "Tools for spawning and managing sub-agents.",
+    "tools": [WEATHER],
+}
+WEB_SEARCH = {"type": "web_search", "external_web_access": False}
+CODEX_TOOLS = json.loads(
+    (Path(__file__).parents[1] / "unit" / "api" / "codex_0.171.0_tools.json").read_text()
+)
+
+
+def test_a_namespaced_function_is_called_and_the_hosted_tool_named_as_left_out(
+    client: OpenAI,
+) -> None:
+    raw = client.responses.with_raw_response.create(
+        model="local", input=ASK, tools=[WEB_SEARCH, AGENTS]
+    )
+    assert raw.headers["x-gateway-omitted-tools"] == "web_search"
+    first = raw.parse()
+    assert [tool.type for tool in first.tools] == ["web_search", "namespace"]  # as sent
+    (call,) = [item for item in first.output if item.type == "function_call"]
+    assert (call.name, call.namespace) == ("get_weather", "multi_agent_v1")
+    jsonschema.validate(json.loads(call.arguments), WEATHER["parameters"])
+    # Its output continues the conversation, as with any function.
+    second = client.responses.create(
+        model="local",
+        previous_response_id=first.id,
+        input=[{"type": "function_call_output", "call_id": call.call_id, "output": "18 C"}],
+        tools=[WEB_SEARCH, AGENTS],
+        max_output_tokens=16,
+    )
+    assert [item.type for item in second.output] == ["message"]
+
+
+def test_a_streamed_namespaced_call_carries_its_namespace(client: OpenAI) -> None:
+    raw = client.responses.with_raw_response.create(
+        model="local", input=ASK, tools=[AGENTS, WEB_SEARCH], stream=True
+    )
+    assert raw.headers["x-gateway-omitted-tools"] == "web_search"
+    events = list(raw.parse())
+    (added,) = [e.item for e in events if e.type == "response.output_item.added"]  # type: ignore[union-attr]
+    (done,) = [e.item for e in events if e.type == "response.output_item.done"]  # type: ignore[union-attr]
+    for item in (added, done):
+        assert item.type == "function_call"
+        assert (item.name, item.namespace) == ("get_weather", "multi_agent_v1")
+    final = events[-1].response  # type: ignore[union-attr]
+    (call,) = final.output
+    assert (call.name, call.namespace) == ("get_weather", "multi_agent_v1")
+
+
+def test_codex_cli_first_request_tools_are_served(client: OpenAI) -> None:
+    # The fields of Codex CLI 0.171.0's first request, with its captured tools.
+    body = {
+        "model": "local", "input": ASK, "tools": CODEX_TOOLS, "tool_choice": "auto",
+        "parallel_tool_calls": True, "reasoning": {"summary": "auto"}, "store": False,
+        "include": ["reasoning.encrypted_content"], "prompt_cache_key": "k", "stream": True,
+    }  # fmt: skip
+    raw = client.responses.with_raw_response.create(**body)
+    assert raw.headers["x-gateway-omitted-tools"] == "web_search"
+    final = list(raw.parse())[-1]
+    assert final.type == "response.completed"
+
+
 def test_a_stored_response_is_read_and_deleted_by_its_tenant_only(
     client: OpenAI, gateway: Gateway
 ) -> None:
@@ -188,7 +254,11 @@ def test_store_false_keeps_nothing(client: OpenAI) -> None:
             {"input": [{"type": "function_call_output", "call_id": "call_x", "output": "1"}]},
             "input[0].call_id",
         ),
-        ({"tools": [{"type": "web_search"}]}, "tools[0].type"),
+        (
+            {"tools": [{"type": "web_search"}], "tool_choice": {"type": "file_search"}},
+            "tool_choice",
+        ),
+        ({"tools": [{"type": "namespace", "name": "ns", "tools": []}]}, "tools[0].tools"),
         ({"previous_response_id": "resp_nope"}, "previous_response_id"),
         ({"text": {"format": {"type": "json_schema", "schema": {}}}}, "text.format.name"),
     ],

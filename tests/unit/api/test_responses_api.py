@@ -72,7 +72,7 @@ def test_items_become_chat_messages_after_the_history() -> None:
             {"input": [{"type": "function_call_output", "call_id": "c9", "output": "x"}]},
             "input[0].call_id",
         ),
-        ({"tools": [{"type": "file_search"}]}, "tools[0].type"),
+        ({"tools": [{"name": "f"}]}, "tools[0].type"),  # a tool of no type
         ({"tool_choice": "required"}, "tool_choice"),
         ({"metadata": {"k": 1}}, "metadata"),
         ({"text": {"format": {"type": "xml"}}}, "text.format.type"),
