@@ -106,7 +106,7 @@ def parse_responses(
     if offered.omitted:
         # Never silently: the answer's header says it too.
         log.info(
-            "responses: tools left out for model %r (its models cannot run them): %s",
+            "responses: tools left out for model %r (no model here runs them): %s",
             requested_model(data),
             ", ".join(offered.omitted),
         )

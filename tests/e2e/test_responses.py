@@ -1,7 +1,8 @@
 """`POST /v1/responses` with the official `openai` SDK (`client.responses`) and the OpenAI
 Agents SDK as clients, against a Triton model (the simulator, with Hermes tool calls):
 text and function calls, created and streamed (the SDK's typed parsers are the
-conformance check), a conversation continued by `previous_response_id`, stored
+conformance check), a namespace's function called and a hosted tool left out (Codex
+CLI's tools), a conversation continued by `previous_response_id`, stored
 responses read and deleted, another tenant's id not found, bad input refused."""
 
 from __future__ import annotations

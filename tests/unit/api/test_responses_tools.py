@@ -8,6 +8,7 @@ field."""
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -220,3 +221,11 @@ def test_huge_tool_lists_are_a_400_naming_tools() -> None:
         assert refused(tools).param == "tools"
     # At the caps, they are taken.
     assert len(parse([function(f"f{i}") for i in range(MAX_TOOLS)]).options.tools) == MAX_TOOLS
+
+
+def test_left_out_tools_are_logged_never_silently(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.INFO, logger="gateway"):
+        parse([{"type": "web_search"}, {"type": "mcp"}, function("f")])
+        parse([function("f")])
+    (line,) = [r.getMessage() for r in caplog.records if "left out" in r.getMessage()]
+    assert "'m'" in line and line.endswith("web_search, mcp")
