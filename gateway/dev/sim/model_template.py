@@ -222,14 +222,35 @@ class Replay:
         return [math.ceil(len(piece.encode()) / 4) for piece in self.pieces]
 
 
+def _matches(recording: Any, text: str) -> bool:
+    """Whether a recording answers this prompt: it holds `match` and every one of
+    `match_all`, and none of `unless`."""
+    wanted = [recording["match"], *recording.get("match_all", ())]
+    return all(w in text for w in wanted) and not any(
+        u in text for u in recording.get("unless", ())
+    )
+
+
+def _filled(answer: str, recording: Any, text: str) -> str:
+    """The answer with `{capture}` replaced by the first group of the recording's
+    `capture` pattern in the prompt (a path the client named, say)."""
+    pattern = recording.get("capture")
+    if pattern is None:
+        return answer
+    found = re.search(pattern, text)
+    return answer.replace("{capture}", found.group(1) if found else "")
+
+
 def replay_pieces(prompt: bytes, recordings: Any, max_tokens: int) -> Replay:
-    """The recorded answer for a prompt: that of the first recording whose `match` the
-    prompt holds, else the file's `unmatched` text (a scripted model for the demo, which
-    `gateway eval` judges like any other: gateway/dev/replay.py writes the files)."""
+    """The recorded answer for a prompt: that of the first recording that matches it
+    (`_matches`), else the file's `unmatched` text. A scripted model for the demo, which
+    `gateway eval` judges like any other (gateway/dev/replay.py writes its files), and the
+    scripted agent the coding tools run against in the tests (evals/replay/agent.json):
+    its recordings tell a first turn (a tool call) from the one after the tool's result."""
     text = prompt.decode(errors="replace")
     for recording in recordings.get("recordings", ()):
-        if recording["match"] in text:
-            answer = recording["answer"]
+        if _matches(recording, text):
+            answer = _filled(recording["answer"], recording, text)
             first = float(recording.get("first_token_delay_s", 0.0))
             delay = recording.get("token_delay_s")
             break

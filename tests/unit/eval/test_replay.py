@@ -36,3 +36,31 @@ def test_an_unknown_prompt_gets_the_unmatched_text() -> None:
     recordings = json.loads((REPLAY_DIR / "coder-small.json").read_text())
     replay = replay_pieces(b"write me a poem", recordings, max_tokens=100)
     assert "".join(replay.pieces) == recordings["unmatched"]
+
+
+AGENT = "write hello.py that prints hi"
+
+
+def agent_answer(prompt: str) -> str:
+    recordings = json.loads((REPLAY_DIR / "agent.json").read_text())
+    return "".join(replay_pieces(prompt.encode(), recordings, max_tokens=4096).pieces)
+
+
+def test_the_scripted_agent_calls_each_tool_s_own_way_to_write_a_file() -> None:
+    codex = agent_answer(f'<tools>{{"name": "exec_command"}}</tools> user: {AGENT}')
+    call = json.loads(codex.removeprefix("<tool_call>\n").removesuffix("\n</tool_call>"))
+    assert call == {
+        "name": "exec_command",
+        "arguments": {"cmd": "printf 'print(\"hi\")\\n' > hello.py"},
+    }
+    claude = agent_answer(
+        f'<tools>{{"name": "Write"}}</tools> Primary working directory: /tmp/w-1\n user: {AGENT}'
+    )
+    call = json.loads(claude.removeprefix("<tool_call>\n").removesuffix("\n</tool_call>"))
+    assert call["arguments"] == {"file_path": "/tmp/w-1/hello.py", "content": "print('hi')\n"}
+
+
+def test_the_scripted_agent_ends_once_the_tool_s_result_is_in() -> None:
+    prompt = f'<tools>{{"name": "Write"}}</tools> {AGENT} <tool_response>ok</tool_response>'
+    assert agent_answer(prompt) == "I wrote hello.py; it prints hi."
+    assert agent_answer("something else") == "I have no recorded answer for this prompt."
