@@ -2,13 +2,26 @@
 
 Anthropic's content blocks map onto the chat request the rest of the gateway serves:
 `system` becomes a system message, an assistant's `tool_use` blocks its tool calls, a
-user's `tool_result` blocks `tool` messages (before the rest of its text). Fields this
-gateway does not know are ignored, as OpenAI's chat fields are; `thinking` is accepted
-and ignored (the models served here do not reason).
+user's `tool_result` blocks `tool` messages (before the rest of its text). A `system`
+message inside `messages` (Claude Code's `mid-conversation-system` beta) stays where it
+stands, as chat's do.
+
+One rule for what the gateway does not use (docs/coding-tools.md):
+- top-level fields it does not know (`thinking`, `context_management`, `output_config`,
+  ...) and fields of a block it does not read (`cache_control`, `citations`) are ignored;
+- a block of an earlier answer (an assistant message) other than `text` and `tool_use`
+  is dropped and named in the log: it records what a model or a server tool did
+  (`thinking`, `server_tool_use`, `web_search_tool_result`, ...), which the models
+  served here cannot read, and the conversation goes on without it;
+- any other block of a user or system message (`image`, `document`, `search_result`,
+  ...) is a 400 naming it: it is what the model was given to answer from, and an answer
+  without it would answer another question.
 """
 
 from __future__ import annotations
 
+import logging
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -34,7 +47,13 @@ from gateway.inference.types import (
     ToolCall,
 )
 
-ROLES = ("user", "assistant")
+ROLES = ("user", "assistant", "system")
+
+# A block type the gateway may name in its log and errors: Anthropic's are short
+# snake_case words; anything else is a malformed block, not a new kind of one.
+_BLOCK_TYPE = re.compile(r"[a-z][a-z0-9_]{0,63}")
+
+log = logging.getLogger("gateway")
 
 
 def parse_messages(data: Mapping[str, Any], default_max_tokens: int) -> InferenceRequest:
@@ -55,8 +74,13 @@ def _request(data: Mapping[str, Any], max_tokens: int, requested: int | None) ->
     if not isinstance(raw, list) or not raw:
         raise bad_request("`messages` must be a non-empty array.", "messages")
     messages = [*_system(data.get("system"))]
+    dropped: set[str] = set()
     for index, message in enumerate(raw):
-        messages += _message(message, index)
+        messages += _message(message, index, dropped)
+    if dropped:
+        # Once a request, the distinct types: a long conversation's thinking blocks
+        # make one line, not one each.
+        log.info("messages: blocks dropped from the prompt: %s", ", ".join(sorted(dropped)))
     check_tool_results(tuple(messages), _where_result(raw))
     stop = data.get("stop_sequences")
     if stop is not None and (
@@ -123,14 +147,17 @@ def _texts(blocks: list[Any], where: str) -> list[str]:
     return texts
 
 
-def _message(raw: object, index: int) -> list[ChatMessage]:
-    """One Anthropic message as chat messages: several when it holds tool results."""
+def _message(raw: object, index: int, dropped: set[str]) -> list[ChatMessage]:
+    """One Anthropic message as chat messages: several when it holds tool results. The
+    types of the blocks it drops go into `dropped`."""
     where = f"messages[{index}]"
     if not isinstance(raw, dict):
         raise bad_request(f"`{where}` must be an object.", where)
     role = raw.get("role")
     if role not in ROLES:
-        raise bad_request(f'`{where}.role` must be "user" or "assistant".', f"{where}.role")
+        raise bad_request(
+            f'`{where}.role` must be "user", "assistant" or "system".', f"{where}.role"
+        )
     content = raw.get("content")
     if isinstance(content, str):
         return [ChatMessage(role, content)]
@@ -138,20 +165,29 @@ def _message(raw: object, index: int) -> list[ChatMessage]:
         raise bad_request(
             f"`{where}.content` must be a string or an array of blocks.", f"{where}.content"
         )
+    if role == "system":
+        return [ChatMessage("system", "".join(_texts(content, f"{where}.content")))]
     texts: list[str] = []
     calls: list[ToolCall] = []
     results: list[ChatMessage] = []
     for number, block in enumerate(content):
         at = f"{where}.content[{number}]"
-        kind = block.get("type") if isinstance(block, dict) else None
-        if kind == "text" and isinstance(block.get("text"), str):
-            texts.append(block["text"])
+        if not isinstance(block, dict):
+            raise bad_request(f"`{at}` must be an object.", at)
+        kind = block.get("type")
+        if kind == "text":
+            text = block.get("text")
+            if not isinstance(text, str):
+                raise bad_request(f"`{at}.text` must be a string.", f"{at}.text")
+            texts.append(text)
         elif kind == "tool_use" and role == "assistant":
             calls.append(_tool_use(block, at))
         elif kind == "tool_result" and role == "user":
             results.append(_tool_result(block, at))
-        elif kind in ("thinking", "redacted_thinking") and role == "assistant":
-            continue  # a reasoning model's earlier thoughts: not for these models
+        elif not isinstance(kind, str) or not _BLOCK_TYPE.fullmatch(kind):
+            raise bad_request(f"`{at}.type` must be a block type.", f"{at}.type")
+        elif role == "assistant" and kind != "tool_result":
+            dropped.add(kind)  # an earlier answer's record the model cannot read
         else:
             allowed = "text, tool_use" if role == "assistant" else "text, tool_result"
             raise bad_request(

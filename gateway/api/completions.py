@@ -16,7 +16,7 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncGenerator, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, NoReturn
 
 import orjson
@@ -296,11 +296,20 @@ async def _prepare(
     record.stream = inference.stream
     if runtime.config.gateway.server.log_prompts:
         record.prompt = _logged_prompt(inference)
-    if inference.params.max_tokens > route.config.max_tokens_limit:
-        field = "max_completion_tokens" if data.get("max_completion_tokens") else "max_tokens"
-        raise errors.bad_request(
-            f"`{field}` may be at most {route.config.max_tokens_limit} for `{route.name}`.",
-            field,
+    limit = route.config.max_tokens_limit
+    if inference.params.max_tokens > limit:
+        if route.config.max_tokens_policy == "refuse":
+            field = next(
+                (f for f in ("max_completion_tokens", "max_output_tokens") if data.get(f)),
+                "max_tokens",
+            )
+            raise errors.bad_request(f"`{field}` may be at most {limit} for `{route.name}`.", field)
+        # Clamped: served with the limit, reserved at it, and an answer that reaches it
+        # is cut at max_tokens (the finish reason compares with params.max_tokens).
+        inference = replace(
+            inference,
+            params=replace(inference.params, max_tokens=limit),
+            requested_max_tokens=None if inference.requested_max_tokens is None else limit,
         )
     priority = record.priority = _priority(runtime, identity, request.headers.get("x-priority"))
     deadline = _deadline(route, request.headers.get("x-request-timeout"))

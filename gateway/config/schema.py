@@ -456,6 +456,9 @@ class ModelConfig(Strict):
     prompt_template: str = "chatml"
     max_tokens_default: PositiveInt = 256
     max_tokens_limit: PositiveInt = 4096
+    # A request asking for more: `clamp` serves it with the limit (an answer that reaches
+    # it ends as cut at max_tokens); `refuse` answers 400 naming the field.
+    max_tokens_policy: Literal["clamp", "refuse"] = "clamp"
     # Tokens of prompt and completion together the model takes; a longer request is
     # refused up front (context_length_exceeded), before it is charged or queued.
     context_length: PositiveInt | None = None

@@ -13,6 +13,7 @@ from typing import Any
 import anthropic
 import httpx
 import jsonschema
+import openai as openai_errors
 import pytest
 from openai import OpenAI
 
@@ -51,6 +52,16 @@ def gateway(
         "frugal": tenant("frugal", ["*"], limits={"tokens_per_minute": 60, "burst_tokens": 60}),
     }
     models["slow"] = model("triton_http", [a.http_url], upstream_model="llm-slow")
+    # Models whose limit is far below what Claude Code asks for (32,000): one clamps it
+    # (the default policy), one refuses it.
+    models["short"] = model("triton_grpc", [a.grpc_target], upstream_model="llm-small",
+                            max_tokens_limit=8)  # fmt: skip
+    models["strict"] = model("triton_grpc", [a.grpc_target], upstream_model="llm-small",
+                             max_tokens_limit=8, max_tokens_policy="refuse")  # fmt: skip
+    # A budget a clamped request fits in, but 32,000 reserved tokens would not.
+    tenants["modest"] = tenant(
+        "modest", ["*"], limits={"tokens_per_minute": 300, "burst_tokens": 300}
+    )
     # Pings while a slow model (40 ms a token) is between two tokens.
     server = {"server": {"stream_ping_interval_s": 0.01}}
     with running_gateway(
@@ -93,16 +104,12 @@ def test_a_tool_use_round_trip(client: anthropic.Anthropic) -> None:
     assert use.name == "get_weather"
     jsonschema.validate(use.input, WEATHER["input_schema"])
     result = {"type": "tool_result", "tool_use_id": use.id, "content": "18 C and sunny"}
-    final = client.messages.create(
-        model="local",
-        max_tokens=32,
-        tools=[WEATHER],
-        messages=[
-            *ASK,
-            {"role": "assistant", "content": reply.content},  # type: ignore[typeddict-item]
-            {"role": "user", "content": [result]},
-        ],
-    )
+    turns: Any = [
+        *ASK,
+        {"role": "assistant", "content": reply.content},
+        {"role": "user", "content": [result]},
+    ]
+    final = client.messages.create(model="local", max_tokens=32, tools=[WEATHER], messages=turns)
     assert final.stop_reason in ("end_turn", "max_tokens")
     assert [block.type for block in final.content] == ["text"]
 
@@ -266,3 +273,145 @@ def test_a_client_leaving_a_stream_ends_it_cleanly(
     record = gateway.access_record(message_id)
     assert (record["endpoint"], record["status"]) == ("messages", 499)
     assert "Traceback" not in gateway.log
+
+
+HI: Any = [{"role": "user", "content": "Hi"}]
+
+
+def test_claude_codes_first_request_is_answered(client: anthropic.Anthropic) -> None:
+    # The shape of Claude Code 2.1.197's first request: a system message last in
+    # `messages`, cached blocks, beta fields the gateway does not use.
+    cached: Any = {"type": "text", "text": "Hi", "cache_control": {"type": "ephemeral"}}
+    reply = client.messages.create(
+        model="local",
+        max_tokens=8,
+        system=[{"type": "text", "text": "Be brief.", "cache_control": {"type": "ephemeral"}}],
+        messages=[
+            {"role": "user", "content": [cached]},
+            {"role": "system", "content": "Agents: Explore."},
+        ],
+        metadata={"user_id": '{"session_id": "s"}'},
+        extra_body={
+            "thinking": {"type": "adaptive"},
+            "context_management": {"edits": [{"type": "clear_thinking_20251015"}]},
+            "output_config": {"effort": "high"},
+        },
+        extra_headers={"anthropic-beta": "claude-code-20250219,mid-conversation-system-2026-04-07"},
+    )
+    prompt = PromptTemplate("chatml").render(
+        [
+            ChatMessage("system", "Be brief."),
+            ChatMessage("user", "Hi"),
+            ChatMessage("system", "Agents: Explore."),
+        ]
+    )
+    (block,) = reply.content
+    assert block.type == "text" and block.text == "".join(generate_pieces(prompt.encode(), 8))
+
+
+def test_an_earlier_answers_thinking_and_server_tool_blocks_are_dropped(
+    client: anthropic.Anthropic,
+) -> None:
+    earlier: Any = [
+        {"type": "thinking", "thinking": "Hm.", "signature": "sig"},
+        {"type": "redacted_thinking", "data": "xx"},
+        {"type": "server_tool_use", "id": "srvtoolu_1", "name": "web_search", "input": {}},
+        {"type": "web_search_tool_result", "tool_use_id": "srvtoolu_1", "content": []},
+        {"type": "text", "text": "Hello."},
+    ]
+    messages: Any = [*HI, {"role": "assistant", "content": earlier}, *HI]
+    reply = client.messages.create(model="local", max_tokens=4, messages=messages)
+    plain: Any = [*HI, {"role": "assistant", "content": "Hello."}, *HI]
+    same = client.messages.create(model="local", max_tokens=4, messages=plain)
+    assert reply.content[0].text == same.content[0].text  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("block", [{"type": "image", "source": {}}, {"type": "document"}])
+def test_a_block_the_model_would_need_is_a_400_naming_it(
+    client: anthropic.Anthropic, block: dict[str, Any]
+) -> None:
+    messages = [{"role": "user", "content": "Hi"}, {"role": "system", "content": [block]}]
+    with pytest.raises(anthropic.BadRequestError) as caught:
+        client.post(
+            "/v1/messages",
+            body={"model": "local", "max_tokens": 8, "messages": messages},
+            cast_to=object,
+        )
+    assert "messages[1].content[0].type" in caught.value.body["error"]["message"]  # type: ignore[index]
+
+
+def test_max_tokens_above_the_models_limit_is_clamped(gateway: Gateway) -> None:
+    # Claude Code asks for 32,000; the model takes 8. Reserved at 8, the request fits
+    # the modest tenant's budget, and the answer is cut at the limit.
+    modest = anthropic.Anthropic(base_url=gateway.url, api_key="sk-test-modest", max_retries=0)
+    # (Unstreamed, the SDK wants a timeout of its own for that many tokens.)
+    reply = modest.messages.create(model="short", max_tokens=32000, messages=HI, timeout=30)
+    assert reply.stop_reason == "max_tokens" and reply.usage.output_tokens == 8
+    assert reply.content[0].text == expected_text(None, "Hi", 8)  # type: ignore[union-attr]
+    with modest.messages.stream(model="short", max_tokens=32000, messages=HI) as stream:
+        final = stream.get_final_message()
+    assert final.stop_reason == "max_tokens" and final.usage.output_tokens == 8
+
+
+def test_every_wire_is_clamped_alike(gateway: Gateway) -> None:
+    client = OpenAI(base_url=gateway.base_url, api_key="sk-test-modest", max_retries=0)
+    for field in ("max_tokens", "max_completion_tokens"):
+        chat = client.chat.completions.create(
+            model="short",
+            messages=HI,
+            **{field: 32000},  # type: ignore[call-overload]
+        )
+        assert chat.choices[0].finish_reason == "length"
+        assert chat.usage is not None and chat.usage.completion_tokens == 8
+    response = client.responses.create(model="short", input="Hi", max_output_tokens=32000)
+    assert response.status == "incomplete"
+    assert response.incomplete_details is not None
+    assert response.incomplete_details.reason == "max_output_tokens"
+    assert response.usage is not None and response.usage.output_tokens == 8
+
+
+def test_a_refusing_model_answers_400_naming_the_field(
+    gateway: Gateway, client: anthropic.Anthropic
+) -> None:
+    with pytest.raises(anthropic.BadRequestError) as caught:
+        client.messages.create(model="strict", max_tokens=32000, messages=HI, timeout=30)
+    assert caught.value.body["error"]["message"] == "`max_tokens` may be at most 8 for `strict`."  # type: ignore[index]
+    assert client.messages.create(model="strict", max_tokens=8, messages=HI).stop_reason == (
+        "max_tokens"
+    )
+    chat = OpenAI(base_url=gateway.base_url, api_key="sk-test-acme", max_retries=0)
+    for field in ("max_tokens", "max_completion_tokens"):
+        with pytest.raises(openai_errors.BadRequestError) as refused:
+            chat.chat.completions.create(
+                model="strict",
+                messages=HI,
+                **{field: 9},  # type: ignore[call-overload]
+            )
+        assert refused.value.param == field
+    with pytest.raises(openai_errors.BadRequestError) as refused:
+        chat.responses.create(model="strict", input="Hi", max_output_tokens=10**9)
+    assert refused.value.param == "max_output_tokens"
+
+
+@pytest.mark.parametrize("value", [0, -1, 10**9, 10**30, "8", True, 1.5, None, [8], {"n": 8}])
+@pytest.mark.parametrize("model_name", ["short", "strict"])
+def test_a_max_tokens_that_cannot_be_served_is_a_400_naming_it(
+    gateway: Gateway, client: anthropic.Anthropic, value: Any, model_name: str
+) -> None:
+    # 10**9 is a count the short model clamps; 10**30 is past any integer JSON parsers
+    # keep (a float to orjson): refused as not an integer.
+    if value == 10**9 and model_name == "short":
+        return
+    body = {"model": model_name, "max_tokens": value, "messages": HI}
+    with pytest.raises(anthropic.BadRequestError) as caught:
+        client.post("/v1/messages", body=body, cast_to=object)
+    assert "`max_tokens`" in caught.value.body["error"]["message"]  # type: ignore[index]
+    if value is None:
+        return  # the chat and Responses APIs take the model's default
+    chat = OpenAI(base_url=gateway.base_url, api_key="sk-test-acme", max_retries=0)
+    for path, field in (("/chat/completions", "max_tokens"), ("/responses", "max_output_tokens")):
+        payload = {"model": model_name, field: value}
+        payload.update({"messages": HI} if path == "/chat/completions" else {"input": "Hi"})
+        with pytest.raises(openai_errors.BadRequestError) as refused:
+            chat.post(path, body=payload, cast_to=object)
+        assert refused.value.param == field

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import orjson
@@ -68,7 +69,7 @@ def test_blocks_become_chat_messages() -> None:
     [
         ({"max_tokens": None}, "max_tokens"),
         ({"messages": []}, "messages"),
-        ({"messages": [{"role": "system", "content": "x"}]}, "messages[0].role"),
+        ({"messages": [{"role": "wizard", "content": "x"}]}, "messages[0].role"),
         (
             {"messages": [{"role": "user", "content": [{"type": "image"}]}]},
             "messages[0].content[0].type",
@@ -103,6 +104,136 @@ def test_bad_input_is_refused_by_name(fields: dict[str, Any], param: str) -> Non
     with pytest.raises(APIError) as caught:
         parse_messages(data, 16)
     assert caught.value.param == param
+
+
+def test_system_messages_stay_where_they_stand() -> None:
+    # Claude Code's first request (mid-conversation-system beta): a user message with a
+    # cached text block, then a system message last; beta fields beside them.
+    cached = {"type": "text", "text": "go", "cache_control": {"type": "ephemeral"}}
+    request = parse_messages(
+        body(
+            system=[{"type": "text", "text": "You are Claude Code.", "cache_control": {}}],
+            messages=[
+                {"role": "user", "content": [{"type": "text", "text": "Fix it. "}, cached]},
+                {"role": "system", "content": "Agent types: ..."},
+                {"role": "assistant", "content": "Done."},
+                {"role": "system", "content": [{"type": "text", "text": "A"}, cached]},
+            ],
+            max_tokens=32000,
+            thinking={"type": "adaptive"},
+            context_management={"edits": [{"type": "clear_thinking_20251015", "keep": "all"}]},
+            output_config={"effort": "high"},
+        ),
+        16,
+    )
+    assert request.messages == (
+        ChatMessage("system", "You are Claude Code."),
+        ChatMessage("user", "Fix it. go"),
+        ChatMessage("system", "Agent types: ..."),
+        ChatMessage("assistant", "Done."),
+        ChatMessage("system", "Ago"),
+    )
+
+
+DROPPED = [
+    {"type": "thinking", "thinking": "hm", "signature": "s"},
+    {"type": "redacted_thinking", "data": "xx"},
+    {"type": "server_tool_use", "id": "srvtoolu_1", "name": "web_search", "input": {}},
+    {"type": "web_search_tool_result", "tool_use_id": "srvtoolu_1", "content": []},
+    {"type": "some_future_block_2027", "payload": {"a": [[[[1]]]]}},
+]
+
+
+def test_an_earlier_answers_unreadable_blocks_are_dropped_and_logged_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    answer = [*DROPPED * 20_000, {"type": "text", "text": "It is sunny."}]
+    with caplog.at_level(logging.INFO, logger="gateway"):
+        request = parse_messages(
+            body(
+                messages=[
+                    {"role": "user", "content": "weather?"},
+                    {"role": "assistant", "content": answer},
+                    {"role": "user", "content": "thanks"},
+                ]
+            ),
+            16,
+        )
+    assert request.messages[1] == ChatMessage("assistant", "It is sunny.")
+    (line,) = [r.getMessage() for r in caplog.records if "dropped" in r.getMessage()]
+    assert line.endswith(
+        "redacted_thinking, server_tool_use, some_future_block_2027, thinking, "
+        "web_search_tool_result"
+    )
+
+
+def test_a_request_without_dropped_blocks_logs_nothing(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.INFO, logger="gateway"):
+        parse_messages(body(), 16)
+    assert not caplog.records
+
+
+@pytest.mark.parametrize(
+    ("role", "block", "param"),
+    [
+        # What the model is given to answer from: refused, not answered without.
+        ("user", {"type": "image", "source": {}}, "messages[0].content[0].type"),
+        ("user", {"type": "document", "source": {}}, "messages[0].content[0].type"),
+        ("user", {"type": "search_result", "content": []}, "messages[0].content[0].type"),
+        ("user", {"type": "container_upload", "file_id": "f"}, "messages[0].content[0].type"),
+        ("user", {"type": "thinking", "thinking": "x"}, "messages[0].content[0].type"),
+        ("system", {"type": "image", "source": {}}, "messages[0].content[0].type"),
+        ("system", {"type": "tool_result"}, "messages[0].content[0].type"),
+        # A known block out of its place.
+        ("assistant", {"type": "tool_result", "tool_use_id": "t"}, "messages[0].content[0].type"),
+        # Malformed blocks, whichever the role: a 400 naming them, never a 5xx.
+        ("assistant", {"type": ["thinking"]}, "messages[0].content[0].type"),
+        ("assistant", {"type": {"x": 1}}, "messages[0].content[0].type"),
+        ("assistant", {"type": 7}, "messages[0].content[0].type"),
+        ("assistant", {"type": None}, "messages[0].content[0].type"),
+        ("assistant", {}, "messages[0].content[0].type"),
+        ("assistant", {"type": "t" * 1_000_000}, "messages[0].content[0].type"),
+        ("assistant", {"type": "thinking\r\nx-evil: 1"}, "messages[0].content[0].type"),
+        ("assistant", {"type": "Thinking"}, "messages[0].content[0].type"),
+        ("assistant", {"type": ""}, "messages[0].content[0].type"),
+        ("assistant", "thinking", "messages[0].content[0]"),
+        ("assistant", [{"type": "text", "text": "x"}], "messages[0].content[0]"),
+        ("user", {"type": "text", "text": ["x"]}, "messages[0].content[0].text"),
+        ("system", {"type": "text", "text": None}, "messages[0].content[0].text"),
+        ("system", "text", "messages[0].content[0].type"),
+    ],
+)
+def test_blocks_the_model_would_need_or_malformed_ones_are_refused_by_name(
+    role: str, block: Any, param: str
+) -> None:
+    with pytest.raises(APIError) as caught:
+        parse_messages(body(messages=[{"role": role, "content": [block]}]), 16)
+    assert caught.value.status == 400 and caught.value.param == param
+    assert len(str(caught.value)) < 1_000  # a huge type is named, not echoed
+
+
+@pytest.mark.parametrize(
+    "content", [7, None, {"type": "text", "text": "x"}, [[{"type": "text", "text": "x"}]]]
+)
+def test_a_system_message_of_no_text_is_refused_by_name(content: Any) -> None:
+    messages = [{"role": "user", "content": "hi"}, {"role": "system", "content": content}]
+    with pytest.raises(APIError) as caught:
+        parse_messages(body(messages=messages), 16)
+    assert caught.value.status == 400
+    assert caught.value.param is not None and caught.value.param.startswith("messages[1].content")
+
+
+@pytest.mark.parametrize("value", [0, -1, -(10**30), "8", "", True, False, 1.5, [8], {"n": 8}])
+def test_max_tokens_that_is_no_positive_integer_is_refused_by_name(value: Any) -> None:
+    with pytest.raises(APIError) as caught:
+        parse_messages(body(max_tokens=value), 16)
+    assert caught.value.status == 400 and caught.value.param == "max_tokens"
+
+
+def test_a_huge_max_tokens_is_left_to_the_models_limit() -> None:
+    # Clamped or refused by the model's `max_tokens_policy` (api/completions.py).
+    request = parse_messages(body(max_tokens=10**30), 16)
+    assert request.params.max_tokens == request.requested_max_tokens == 10**30
 
 
 def events(raw: bytes) -> list[tuple[str, dict[str, Any]]]:

@@ -6,7 +6,7 @@ import pytest
 from jinja2.exceptions import SecurityError
 
 from gateway.inference.prompt import PromptTemplate, template_problem
-from gateway.inference.types import ChatMessage
+from gateway.inference.types import ChatMessage, Tool
 
 MESSAGES = [ChatMessage("system", "Be brief."), ChatMessage("user", "Hi")]
 
@@ -30,3 +30,45 @@ def test_broken_template_is_reported() -> None:
     assert template_problem("chatml") is None
     problem = template_problem("{% for m in messages %}")
     assert problem is not None and problem.startswith("prompt_template does not compile")
+
+
+MID = [
+    ChatMessage("system", "Be brief."),
+    ChatMessage("user", "Hi"),
+    ChatMessage("system", "Agents: Explore."),
+]
+
+
+def test_a_later_system_message_is_rendered_where_it_stands() -> None:
+    # Claude Code's mid-conversation system messages: each built-in template gives them
+    # their own system turn at their place, after what they speak of.
+    assert (
+        PromptTemplate("chatml")
+        .render(MID)
+        .endswith(
+            "<|im_start|>user\nHi<|im_end|>\n"
+            "<|im_start|>system\nAgents: Explore.<|im_end|>\n"
+            "<|im_start|>assistant\n"
+        )
+    )
+    assert (
+        PromptTemplate("llama3")
+        .render(MID)
+        .endswith(
+            "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
+            "<|start_header_id|>system<|end_header_id|>\n\nAgents: Explore.<|eot_id|>"
+            "<|start_header_id|>assistant<|end_header_id|>\n\n"
+        )
+    )
+
+
+def test_with_tools_only_the_first_system_message_joins_the_tools_turn() -> None:
+    tools = [Tool("f", None, {"type": "object"})]
+    prompt = PromptTemplate("chatml").render(MID, tools)
+    assert prompt.startswith("<|im_start|>system\nBe brief.\n\n# Tools")
+    assert prompt.count("Be brief.") == 1
+    assert "<|im_start|>user\nHi<|im_end|>\n<|im_start|>system\nAgents: Explore.<|im_end|>\n" in (
+        prompt
+    )
+    llama = PromptTemplate("llama3").render(MID, tools)
+    assert "<|start_header_id|>system<|end_header_id|>\n\nAgents: Explore.<|eot_id|>" in llama
