@@ -1,0 +1,130 @@
+"""Codex CLI and Claude Code, run unchanged against a real gateway (issue 25).
+
+The tools are installed from the npm registry at pinned versions by
+`scripts/coding-tools.sh` (cached between runs), configured by `gateway tools config`
+(what docs/coding-tools.md shows), and run non-interactively (`codex exec`, `claude -p`)
+on a task, against a real Triton serving a scripted agent (`evals/replay/agent.json`):
+its first turn calls the tool's own way of writing a file (Codex's `exec_command`,
+Claude Code's `Write`), its next one ends the task. Done means: the file the task asks
+for exists with the right content, the tool exited 0, and the gateway answered none of
+the tool's requests with a 4xx or 5xx.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from gateway.clients.tool_config import config_for
+from gateway.dev.processes import stop
+from gateway.dev.replay import REPLAY_DIR
+from gateway.dev.sim.server import TritonSim
+from tests.e2e.conftest import start_sim
+from tests.e2e.stack import Gateway, model, start_gateway, tenant
+
+ROOT = Path(__file__).resolve().parents[2]
+TASK = "write hello.py that prints hi"
+AGENT = "coder-agent"
+KEY = "sk-test-coders"
+# What each tool's file must hold: the scripted agent's command or content.
+WRITTEN = {"codex": 'print("hi")\n', "claude": "print('hi')\n"}
+
+
+@pytest.fixture(scope="module")
+def tools_bin() -> Path:
+    """The pinned tools' commands (installed once, then from the cache)."""
+    run = subprocess.run(
+        [str(ROOT / "scripts" / "coding-tools.sh")],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    return Path(run.stdout.strip())
+
+
+@pytest.fixture(scope="module")
+def agent_sim() -> Iterator[TritonSim]:
+    sim = start_sim(f"{AGENT}=@{REPLAY_DIR / 'agent.json'}")
+    try:
+        yield sim
+    finally:
+        sim.stop()
+
+
+@pytest.fixture(scope="module")
+def coders_gateway(
+    agent_sim: TritonSim, redis_url: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Gateway]:
+    models = {
+        AGENT: model(
+            "triton_http",
+            [agent_sim.http_url],
+            prompt_template="chatml",
+            capabilities={"tools": True, "tool_parser": "hermes"},
+            max_tokens_default=1024,
+            max_tokens_limit=4096,
+            context_length=262_144,
+            timeouts={"first_token_s": 10, "first_token_per_prompt_token_s": 0.001},
+        )
+    }
+    tenants = {"coders": {**tenant("coders", ["*"]), "api_keys": [_hash(KEY)]}}
+    gw = start_gateway(tmp_path_factory.mktemp("coders"), models, redis_url, tenants=tenants)
+    try:
+        yield gw
+    finally:
+        stop(gw.process)
+
+
+def _hash(key: str) -> str:
+    from gateway.config.keys import hash_key
+
+    return hash_key(key)
+
+
+def access_lines(gw: Gateway) -> list[dict[str, Any]]:
+    lines = (orjson.loads(line) for line in gw.log.splitlines() if line.startswith("{"))
+    return [line for line in lines if line.get("logger") == "gateway.access"]
+
+
+def command(tool: str, bin_dir: Path) -> list[str]:
+    if tool == "codex":
+        # The scripted agent's command is ours; Codex's own sandbox needs what a CI
+        # container may not give (namespaces, Landlock), so it runs without it.
+        return [str(bin_dir / "codex"), "exec", "--skip-git-repo-check",
+                "--dangerously-bypass-approvals-and-sandbox", TASK]  # fmt: skip
+    return [str(bin_dir / "claude"), "-p", TASK, "--allowedTools", "Write"]
+
+
+@pytest.mark.parametrize("tool", ["codex", "claude"])
+def test_the_tool_does_the_task_through_the_gateway_with_no_refusal(
+    tool: str, tools_bin: Path, coders_gateway: Gateway, tmp_path: Path
+) -> None:
+    home, work = tmp_path / "home", tmp_path / "work"
+    work.mkdir()
+    config = config_for(tool, coders_gateway.url, KEY, AGENT)
+    config.write(home)
+    env = {
+        "PATH": f"{tools_bin}{os.pathsep}{os.environ['PATH']}",
+        "HOME": str(home),
+        "CODEX_HOME": str(home / ".codex"),
+        **config.env,
+    }
+    seen = len(access_lines(coders_gateway))
+    run = subprocess.run(
+        command(tool, tools_bin), cwd=work, env=env, capture_output=True, text=True,
+        timeout=300, check=False, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    lines = access_lines(coders_gateway)[seen:]
+    report = f"exit {run.returncode}\n{run.stdout[-3000:]}\n{run.stderr[-3000:]}\n{lines}"
+    assert run.returncode == 0, report
+    assert (work / "hello.py").read_text() == WRITTEN[tool], report
+    assert lines, report  # it went through the gateway
+    assert all(line["status"] < 400 for line in lines), report
