@@ -451,7 +451,9 @@ def resolve_route(
 ) -> ModelRoute:
     """The model a request names (or an alias of), which the caller's tenant may use;
     `record` takes its name as soon as it is known."""
-    route = runtime.routes.get(model) or runtime.routes.get(runtime.aliases.get(model, ""))
+    route = runtime.routes.get(model) or runtime.routes.get(
+        runtime.aliases.resolve(identity.name, model) or ""
+    )
     if route is None:
         raise errors.model_not_found(model)
     if record is not None:

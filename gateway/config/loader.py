@@ -8,7 +8,9 @@ one run of `gateway check-config` shows everything that is wrong.
 
 from __future__ import annotations
 
+import fnmatch
 import os
+import re
 from collections.abc import Iterator, Sequence
 from typing import Any, TypeVar
 
@@ -135,6 +137,7 @@ def _check_tenants(
     problems += _key_problems(source)
     problems += _tenant_model_problems(source, models)
     problems += _priority_problems(source, classes)
+    problems += _tenant_alias_problems(source, models)
     tenants, invalid = validate_source(TenantsConfig, source)
     problems += invalid
     return (None if problems else tenants), _sorted(problems)
@@ -406,23 +409,193 @@ def _capability_problems(source: Source) -> list[Problem]:
     return problems
 
 
+# --- aliases ---------------------------------------------------------------
+
+# A configured alias is at most this long: names clients send are short, and the
+# overlap checks below take time in the product of two patterns' lengths.
+MAX_ALIAS_CHARS = 256
+
+_WILDCARDS = frozenset("*?")
+
+
+def is_pattern(alias: str) -> bool:
+    """True if `alias` has a wildcard (`*` or `?`); brackets are literal characters."""
+    return not _WILDCARDS.isdisjoint(alias)
+
+
+def compile_pattern(alias: str) -> re.Pattern[str]:
+    """`alias` as a regex matching whole names: `*` any text, `?` one character.
+
+    `[` and `]` are escaped as one-character classes first, so a client's
+    `claude-opus-4-8[1m]` is matched as written, never read as a set. fnmatch's
+    translation keeps `*` runs in atomic groups: no catastrophic backtracking on
+    a long name.
+    """
+    escaped = "".join("[[]" if c == "[" else "[]]" if c == "]" else c for c in alias)
+    return re.compile(fnmatch.translate(escaped))
+
+
+def pattern_rank(alias: str) -> tuple[int, int]:
+    """How specific a pattern is, highest first: its literal prefix (the text before
+    the first wildcard), then its literal characters in all."""
+    prefix = len(alias)
+    for i, char in enumerate(alias):
+        if char in _WILDCARDS:
+            prefix = i
+            break
+    return prefix, sum(char not in _WILDCARDS for char in alias)
+
+
+def patterns_overlap(a: str, b: str) -> bool:
+    """True if some name matches both patterns (or exact names)."""
+    # reach[i][j]: a[:i] and b[:j] can produce one same text.
+    reach = [[False] * (len(b) + 1) for _ in range(len(a) + 1)]
+    reach[0][0] = True
+    for i in range(len(a) + 1):
+        for j in range(len(b) + 1):
+            if not reach[i][j]:
+                continue
+            if i < len(a) and a[i] == "*":
+                reach[i + 1][j] = True  # the star ends here, empty or not
+                if j < len(b):
+                    reach[i][j + 1] = True  # ... or takes what b[j] produces
+            if j < len(b) and b[j] == "*":
+                reach[i][j + 1] = True
+                if i < len(a):
+                    reach[i + 1][j] = True
+            if (
+                i < len(a)
+                and j < len(b)
+                and "*" not in (a[i], b[j])
+                and (a[i] == b[j] or "?" in (a[i], b[j]))
+            ):
+                reach[i + 1][j + 1] = True
+    return reach[len(a)][len(b)]
+
+
+def pattern_covers(wide: str, narrow: str) -> bool:
+    """True if every name `narrow` matches, `wide` matches too.
+
+    Sufficient, not complete: `wide` must match `narrow`'s text with its `*` taken
+    only by `*` of `wide`, and its `?` only by `?` or `*`.
+    """
+    reach = [[False] * (len(narrow) + 1) for _ in range(len(wide) + 1)]
+    reach[0][0] = True
+    for i in range(len(wide) + 1):
+        for j in range(len(narrow) + 1):
+            if not reach[i][j]:
+                continue
+            if i < len(wide) and wide[i] == "*":
+                reach[i + 1][j] = True
+                if j < len(narrow):
+                    reach[i][j + 1] = True
+            elif (
+                i < len(wide)
+                and j < len(narrow)
+                and narrow[j] != "*"
+                and wide[i] in (narrow[j], "?")
+            ):
+                reach[i + 1][j + 1] = True
+    return reach[len(wide)][len(narrow)]
+
+
+def _pattern_problems(
+    source: Source, entries: list[tuple[Loc, str, str]], scope: str, *, at_key: bool = False
+) -> list[Problem]:
+    """Patterns that make a config ambiguous, or that can never serve a name.
+
+    `entries` are (loc, pattern, model) of one scope (all models' aliases, or one
+    tenant's map) in file order, the order that also breaks ties at run time. Two
+    patterns of the same rank that some name matches, for different models, are
+    ambiguous; a pattern every name of which an earlier or more specific one takes
+    can never win. Overlaps of different rank are how exceptions are written
+    (`claude-haiku-*` before `claude-*`): they are resolved by rank, not reported.
+    """
+    problems = []
+    for index, (loc, pattern, model) in enumerate(entries):
+        rank = pattern_rank(pattern)
+        for other_index, (other_loc, other, other_model) in enumerate(entries):
+            if other_index == index:
+                continue
+            other_rank = pattern_rank(other)
+            before = other_rank > rank or (other_rank == rank and other_index < index)
+            line = source.line(other_loc, at_key=at_key)
+            if (
+                other_index < index
+                and other_rank == rank
+                and other_model != model
+                and patterns_overlap(pattern, other)
+            ):
+                message = (
+                    f"pattern '{pattern}' (model '{model}') and '{other}' (model "
+                    f"'{other_model}', line {line}) can match the same name and are as "
+                    "specific: which one serves it is ambiguous"
+                )
+            elif before and pattern_covers(other, pattern):
+                message = (
+                    f"pattern '{pattern}' can never win: '{other}' ({scope} line {line}) "
+                    "takes every name it matches"
+                )
+            else:
+                continue
+            problems.append(source.problem(loc, at(loc, message), at_key=at_key))
+            break
+    return problems
+
+
 def _alias_problems(source: Source) -> list[Problem]:
-    """An alias must name one model only: not a model, nor another model's alias."""
+    """An alias must name one model only: not a model, nor another model's alias; and
+    patterns among them must not be ambiguous (`_pattern_problems`)."""
     models = _as_dict(_as_dict(source.data).get("models"))
     owner: dict[str, str] = {}
+    patterns: list[tuple[Loc, str, str]] = []
     problems = []
     for name, model in models.items():
         for index, alias in enumerate(_as_list(_as_dict(model).get("aliases"))):
+            if not isinstance(alias, str):
+                continue  # pydantic reports it
             loc: Loc = ("models", name, "aliases", index)
             other = owner.get(alias)
-            if alias in models and alias != name:
+            if len(alias) > MAX_ALIAS_CHARS:
+                message = f"an alias is at most {MAX_ALIAS_CHARS} characters"
+            elif alias in models and alias != name:
                 message = f"'{alias}' is the name of a model"
             elif other is not None and alias != name:
                 message = f"'{alias}' is already an alias of '{other}'"
             else:
                 owner[alias] = name
+                if is_pattern(alias):
+                    patterns.append((loc, alias, name))
                 continue
             problems.append(source.problem(loc, at(loc, message)))
+    return problems + _pattern_problems(source, patterns, "models' aliases,")
+
+
+def _tenant_alias_problems(source: Source, models: set[str] | None) -> list[Problem]:
+    """A tenant's aliases name a defined model it may use, are no model's name, and
+    its patterns are not ambiguous."""
+    problems = []
+    for name, tenant in _as_dict(_as_dict(source.data).get("tenants")).items():
+        allowed = _as_list(_as_dict(tenant).get("models", ["*"]))
+        patterns: list[tuple[Loc, str, str]] = []
+        for alias, model in _as_dict(_as_dict(tenant).get("aliases")).items():
+            if not isinstance(model, str):
+                continue  # pydantic reports it
+            loc: Loc = ("tenants", name, "aliases", alias)
+            if len(alias) > MAX_ALIAS_CHARS:
+                message = f"an alias is at most {MAX_ALIAS_CHARS} characters"
+            elif models is not None and alias in models:
+                message = f"'{alias}' is the name of a model, which is served as itself"
+            elif models is not None and model not in models:
+                message = f"model '{model}' is not defined"
+            elif "*" not in allowed and model not in allowed:
+                message = f"tenant '{name}' may not use model '{model}' (its `models`)"
+            else:
+                if is_pattern(alias):
+                    patterns.append((loc, alias, model))
+                continue
+            problems.append(source.problem(loc, at(loc, message), at_key=True))
+        problems += _pattern_problems(source, patterns, f"tenants.{name}.aliases,", at_key=True)
     return problems
 
 

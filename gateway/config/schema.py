@@ -439,7 +439,8 @@ class ModelConfig(Strict):
     # The model's name at the backend; defaults to the gateway's name for it.
     upstream_model: str | None = None
     # Other names clients may send for it (the default model names of coding tools, so
-    # that they reach a local model); answers name the model itself.
+    # that they reach a local model); answers name the model itself. `*` and `?` are
+    # wildcards (`claude-*`), anything else is literal (docs/configuration.md, "Aliases").
     aliases: list[str] = []
     # Empty only for a model placed by the cluster file (`cluster_file`) or found in DNS.
     replicas: list[Replica] = Field(default_factory=list)
@@ -565,6 +566,9 @@ class Tenant(Strict):
     admin: bool = False
     # Replaces the external models' own `outbound` policies for this tenant.
     outbound: TenantOutbound = TenantOutbound()
+    # Names (or `*`/`?` patterns) this tenant's requests may send, to the model serving
+    # them; they win over the models' own `aliases` for this tenant.
+    aliases: dict[str, str] = {}
 
 
 class TenantsConfig(Strict):

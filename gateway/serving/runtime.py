@@ -5,8 +5,9 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from redis.asyncio import RedisCluster
@@ -19,6 +20,7 @@ from gateway.backends.triton_grpc import TritonGRPCBackend
 from gateway.backends.triton_http import TritonHTTPBackend
 from gateway.backends.triton_metrics import default_metrics_url
 from gateway.config import BackendKind, Config, ModelConfig, TenantsConfig, key_index
+from gateway.config.loader import compile_pattern, is_pattern, pattern_rank
 from gateway.inference.prompt import PromptTemplate
 from gateway.observability import metrics
 from gateway.placement.controller import ClusterPlacement
@@ -132,6 +134,84 @@ def _follow_ejections(route: ModelRoute, admission: AdmissionController) -> None
     outlier.on_change = changed
 
 
+# Names whose pattern lookups are remembered, per tenant with patterns of its own and
+# for all the others together; the oldest is forgotten past this.
+ALIAS_CACHE_SIZE = 4096
+# Longer names are matched every time, not remembered: a client sending huge random
+# names must not fill the memory with them.
+ALIAS_CACHE_MAX_NAME = 256
+
+# Patterns in the order they are tried: the most specific first.
+_Patterns = list[tuple[re.Pattern[str], str]]
+
+
+def _ordered(aliases: list[tuple[str, str]]) -> tuple[dict[str, str], _Patterns]:
+    """(alias, model) pairs as exact names and as patterns, most specific first (ties
+    keep file order, which check-config makes matter only for names one model serves)."""
+    exact = {alias: model for alias, model in aliases if not is_pattern(alias)}
+    patterns = sorted(
+        ((alias, model) for alias, model in aliases if is_pattern(alias)),
+        key=lambda pair: pattern_rank(pair[0]),
+        reverse=True,
+    )
+    return exact, [(compile_pattern(alias), model) for alias, model in patterns]
+
+
+class Aliases:
+    """The models' other names, exact or `*`/`?` patterns, per model and per tenant.
+
+    A name resolves to the first of: the tenant's exact alias, the tenant's most
+    specific matching pattern, a model's exact alias, a model's most specific matching
+    pattern (model names themselves are looked up before, as routes). Exact lookups are
+    dict lookups; a pattern search is remembered per name (bounded), misses included.
+    """
+
+    def __init__(self, models: Mapping[str, ModelConfig], tenants: TenantsConfig) -> None:
+        self._exact, self._patterns = _ordered(
+            [(alias, name) for name, model in models.items() for alias in model.aliases]
+        )
+        self._tenants = {
+            name: _ordered(list(tenant.aliases.items()))
+            for name, tenant in tenants.tenants.items()
+            if tenant.aliases
+        }
+        self._cache: dict[tuple[str, str], str | None] = {}
+
+    def resolve(self, tenant: str, name: str) -> str | None:
+        """The model `name` stands for, for `tenant`; None if it is no alias."""
+        own = self._tenants.get(tenant)
+        if own is not None:
+            model = own[0].get(name)
+            if model is not None:
+                return model
+        model = self._exact.get(name)
+        if own is None and model is not None:
+            return model
+        # Only tenants with patterns of their own need a cache line of their own.
+        key = (tenant if own is not None else "", name)
+        try:
+            return self._cache[key]
+        except KeyError:
+            pass
+        found = None
+        if own is not None:
+            found = _first_match(own[1], name)
+        if found is None:
+            found = model if model is not None else _first_match(self._patterns, name)
+        if len(name) <= ALIAS_CACHE_MAX_NAME:
+            if len(self._cache) >= ALIAS_CACHE_SIZE:
+                del self._cache[next(iter(self._cache))]
+            self._cache[key] = found
+        return found
+
+
+def _first_match(patterns: _Patterns, name: str) -> str | None:
+    for pattern, model in patterns:
+        if pattern.match(name):
+            return model
+    return None
+
+
 @dataclass
 class Runtime:
     config: Config
@@ -151,8 +231,10 @@ class Runtime:
     placement: ClusterPlacement | None = None
     # Models whose replicas come from DNS (`discovery`), kept up to date.
     discovery: ReplicaDiscovery | None = None
-    # Each model's other names (`aliases`), to its own.
-    aliases: dict[str, str] = field(default_factory=dict)
+    # The models' other names (`aliases`, and the tenants'), to the models' own.
+    aliases: Aliases = field(
+        default_factory=lambda: Aliases({}, TenantsConfig.model_construct(tenants={}))
+    )
 
     @classmethod
     def build(cls, config: Config) -> Runtime:
@@ -181,11 +263,7 @@ class Runtime:
         return cls(
             config=config,
             routes=routes,
-            aliases={
-                alias: name
-                for name, model in config.gateway.models.items()
-                for alias in model.aliases
-            },
+            aliases=Aliases(config.gateway.models, config.tenants),
             auth=Authenticator(config.tenants.tenants, config.tenant_by_key_hash),
             redis=redis,
             health=HealthChecker(routes.values(), on_change=admission.capacity_changed),
@@ -217,6 +295,7 @@ class Runtime:
             update={"tenants": tenants, "tenant_by_key_hash": index}
         )
         self.auth = Authenticator(tenants.tenants, index)
+        self.aliases = Aliases(self.config.gateway.models, tenants)
         self.limiter.update_tenants(tenants)
         metrics.set_config_version(self.config_version)
 

@@ -100,3 +100,34 @@ def test_demo_refuses_a_broken_config_before_starting_anything(configs: Path) ->
     assert done.returncode == 1
     assert f"cluster.yaml:{gpus}: nodes[0].gpus: Input should be greater than 0" in done.stderr
     assert "redis-server on" not in done.stdout and "triton-sim" not in done.stdout
+
+
+def test_ambiguous_alias_patterns_fail_check_config_and_serve(configs: Path) -> None:
+    # llm-large has `claude-*`: a pattern as specific for another model is ambiguous.
+    line = edit(configs / "gateway.yaml", 'aliases: ["claude-haiku-*"]', 'aliases: ["claude-?*"]')
+    large = edit(configs / "gateway.yaml", 'aliases: ["claude-*"', 'aliases: ["claude-*"')
+    expected = [
+        f"gateway.yaml:{line}: models.llm-small.aliases[0]: pattern 'claude-?*' (model "
+        f"'llm-small') and 'claude-*' (model 'llm-large', line {large}) can match the same "
+        "name and are as specific: which one serves it is ambiguous",
+    ]
+    done = gateway("check-config", "--config", "gateway.yaml", cwd=configs)
+    assert (done.returncode, done.stdout.splitlines()) == (1, expected)
+
+    served = gateway("serve", "--config", "gateway.yaml", "--port", str(free_port()), cwd=configs)
+    assert served.returncode == 1
+    assert served.stderr.splitlines()[-1:] == expected
+    assert "Traceback" not in served.stderr
+
+
+def test_a_tenant_alias_to_a_model_it_may_not_use_fails(configs: Path) -> None:
+    line = edit(configs / "tenants.yaml", '"gpt-*": llm-small', '"gpt-*": llm-large')
+    for checked in ("gateway.yaml", "tenants.yaml"):
+        done = gateway("check-config", "--config", checked, cwd=configs)
+        assert (done.returncode, done.stdout.splitlines()) == (
+            1,
+            [
+                f"tenants.yaml:{line}: tenants.globex.aliases.gpt-*: tenant 'globex' may not "
+                "use model 'llm-large' (its `models`)"
+            ],
+        )

@@ -1,5 +1,6 @@
-"""`gateway demo` as a user runs it: a node killed with SIGKILL is reported, its replicas
-are placed on the other node, the demo keeps serving, and the node comes back."""
+"""`gateway demo` as a user runs it: Claude Code's and Codex CLI's default model names are
+served, a node killed with SIGKILL is reported, its replicas are placed on the other node,
+the demo keeps serving, and the node comes back."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ import urllib.request
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
+from typing import Any
 
+import anthropic
 from openai import OpenAI, OpenAIError
 
 from gateway.dev.demo import NODE_RESTART_ENV
@@ -46,6 +49,24 @@ def answers(client: OpenAI, model: str) -> bool:
     return reply.model == model
 
 
+def the_tools_default_names_are_served(port: int) -> None:
+    """What `claude -p` and `codex exec` send with no model named reaches the demo's
+    coding model (config/gateway.yaml's alias patterns), and globex's own map."""
+    hi: Any = [{"role": "user", "content": "hi"}]
+    for key, name, serving in [
+        ("sk-acme-demo", "claude-opus-4-8[1m]", "llm-large"),
+        ("sk-acme-demo", "claude-haiku-4-5-20251001", "llm-small"),  # its side calls
+        ("sk-globex-demo", "claude-opus-4-8[1m]", "llm-small"),
+    ]:
+        claude = anthropic.Anthropic(
+            base_url=f"http://127.0.0.1:{port}", api_key=key, max_retries=0
+        )
+        assert claude.messages.create(model=name, max_tokens=2, messages=hi).model == serving
+    codex = OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="sk-acme-demo", max_retries=0)
+    reply = codex.responses.create(model="gpt-5.6-codex", input="hi", max_output_tokens=2)
+    assert reply.model == "llm-large"
+
+
 def wait_for(check: Callable[[], bool], what: str) -> None:
     deadline = time.monotonic() + GUARD_S
     while not check():
@@ -64,6 +85,7 @@ def test_the_demo_keeps_serving_when_a_node_dies_and_takes_it_back(tmp_path: Pat
     )
     try:
         wait_gateway_ready(f"http://127.0.0.1:{port}", GUARD_S, demo)
+        the_tools_default_names_are_served(port)
         found = re.search(r"node-a: triton-sim \S+ on 127\.0\.0\.1:(\d+)", log.read_text())
         assert found is not None, log.read_text()
         os.kill(tritonserver_pid(int(found.group(1))), signal.SIGKILL)
