@@ -518,6 +518,11 @@ def _pattern_problems(
             if other_index == index:
                 continue
             other_rank = pattern_rank(other)
+            # Any name both match starts with both literal prefixes: most pairs differ
+            # there, which spares them the checks below (quadratic in their lengths).
+            shared = min(rank[0], other_rank[0])
+            if pattern[:shared] != other[:shared]:
+                continue
             before = other_rank > rank or (other_rank == rank and other_index < index)
             line = source.line(other_loc, at_key=at_key)
             if (

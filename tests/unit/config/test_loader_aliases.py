@@ -120,6 +120,13 @@ def test_a_pattern_that_can_never_win_is_reported() -> None:
     ]
 
 
+def test_many_long_patterns_are_checked_quickly() -> None:
+    patterns = [f"{i:03d}-" + "x?" * 60 + "*" for i in range(300)]
+    start = time.perf_counter()
+    assert problems(gateway(str(patterns).replace("'", '"')), TENANTS) == []
+    assert time.perf_counter() - start < 5.0
+
+
 def test_an_overlong_alias_is_refused() -> None:
     assert problems(gateway(f'["{"x" * 257}"]'), TENANTS) == [
         "gateway.yaml:5: models.large.aliases[0]: an alias is at most 256 characters",
