@@ -51,10 +51,12 @@ def scrape_metrics(gateway_url: str) -> str:
 def wrk_script(key: str = "sk-bench-1234", body: str = BODY) -> Path:
     """A wrk Lua script that posts a chat request (`body`) with `key`."""
     script = Path(tempfile.mkdtemp()) / "post.lua"
+    # A long bracket string: the body as it is, quotes and backslashes included.
+    level = "=" * next(n for n in range(16) if f"]{'=' * n}]" not in body)
     script.write_text(
         f"""
 wrk.method = "POST"
-wrk.body = '{body}'
+wrk.body = [{level}[{body}]{level}]
 wrk.headers["Content-Type"] = "application/json"
 wrk.headers["Authorization"] = "Bearer {key}"
 """
