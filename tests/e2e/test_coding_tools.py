@@ -13,6 +13,7 @@ the tool's requests with a 4xx or 5xx.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -34,6 +35,12 @@ AGENT = "coder-agent"
 KEY = "sk-test-coders"
 # What each tool's file must hold: the scripted agent's command or content.
 WRITTEN = {"codex": 'print("hi")\n', "claude": "print('hi')\n"}
+NAMES = {"codex": "Codex CLI", "claude": "Claude Code"}
+CALLS = {"codex": "`exec_command`", "claude": "`Write`"}
+DOC = ROOT / "docs" / "coding-tools.md"
+TABLE = ("<!-- compatibility:start -->", "<!-- compatibility:end -->")
+# What the gateway logs when it leaves something a tool sent out of the prompt.
+LEFT_OUT = re.compile(r"(?:tools left out for model .*?|blocks dropped from the prompt): (.+)")
 
 
 @pytest.fixture(scope="module")
@@ -117,14 +124,47 @@ def test_the_tool_does_the_task_through_the_gateway_with_no_refusal(
         "CODEX_HOME": str(home / ".codex"),
         **config.env,
     }
-    seen = len(access_lines(coders_gateway))
+    seen, logged = len(access_lines(coders_gateway)), len(coders_gateway.log)
     run = subprocess.run(
         command(tool, tools_bin), cwd=work, env=env, capture_output=True, text=True,
         timeout=300, check=False, stdin=subprocess.DEVNULL,
     )  # fmt: skip
+    messages = [
+        orjson.loads(line).get("message", "")
+        for line in coders_gateway.log[logged:].splitlines()
+        if line.startswith("{")
+    ]
     lines = access_lines(coders_gateway)[seen:]
     report = f"exit {run.returncode}\n{run.stdout[-3000:]}\n{run.stderr[-3000:]}\n{lines}"
     assert run.returncode == 0, report
     assert (work / "hello.py").read_text() == WRITTEN[tool], report
     assert lines, report  # it went through the gateway
     assert all(line["status"] < 400 for line in lines), report
+    # The compatibility table in docs/coding-tools.md says what this run saw.
+    version = subprocess.run(
+        [str(tools_bin / tool), "--version"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    found = [names for message in messages for names in LEFT_OUT.findall(message)]
+    left_out = sorted({name.strip() for names in found for name in names.split(",")})
+    row = compatibility_row(tool, version, lines, left_out)
+    assert row in documented_rows(), f"docs/coding-tools.md should have the row:\n{row}"
+
+
+def compatibility_row(
+    tool: str, version: str, lines: list[dict[str, Any]], left_out: list[str]
+) -> str:
+    """One row of the compatibility table, from what a run of `tool` did."""
+    apis = ", ".join(sorted({f"`/v1/{line['endpoint']}`" for line in lines}))
+    streamed = "yes" if all(line["stream"] for line in lines) else "no"
+    turns = "yes" if len(lines) > 1 else "no"
+    omitted = ", ".join(f"`{name}`" for name in left_out) or "nothing"
+    return (
+        f"| {NAMES[tool]} | {version} | {apis} | {streamed} | yes ({CALLS[tool]}) "
+        f"| {turns} | {omitted} |"
+    )
+
+
+def documented_rows() -> list[str]:
+    text = DOC.read_text()
+    table = text[text.index(TABLE[0]) : text.index(TABLE[1])]
+    return [line for line in table.splitlines() if line.startswith("| ")]
