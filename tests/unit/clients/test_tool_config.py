@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from gateway.cli import main
-from gateway.clients.tool_config import KEY_VARIABLE, TOOLS, config_for
+from gateway.clients.tool_config import KEY_PLACEHOLDER, KEY_VARIABLE, TOOLS, config_for
 
 URL = "http://gateway.example:8080/"
 
@@ -73,3 +73,11 @@ def test_the_command_prints_and_writes_the_configuration(
     assert out.startswith("# ~/.codex/config.toml\n")
     assert "export GATEWAY_API_KEY=sk-your-tenant-key" in out
     assert (tmp_path / ".codex" / "config.toml").is_file()
+
+
+@pytest.mark.parametrize("tool", ["codex", "claude"])
+def test_the_docs_show_what_the_command_prints(tool: str) -> None:
+    doc = (Path(__file__).resolve().parents[3] / "docs" / "coding-tools.md").read_text()
+    block = doc.split(f"<!-- tools-config:{tool} -->\n```sh\n", 1)[1].split("\n```", 1)[0]
+    printed = config_for(tool, "http://gateway.example:8080", KEY_PLACEHOLDER, "local-coder")
+    assert block == printed.render().rstrip()
