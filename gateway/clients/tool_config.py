@@ -94,12 +94,13 @@ def claude(base_url: str, key: str, model: str) -> ToolConfig:
             "ANTHROPIC_BASE_URL": base_url.rstrip("/"),
             "ANTHROPIC_AUTH_TOKEN": key,
             "ANTHROPIC_MODEL": model,
-            # The model of its background tasks (titles, summaries), the same one here.
-            "ANTHROPIC_SMALL_FAST_MODEL": model,
+            # Its background tasks (titles, summaries) keep their own `claude-haiku-*`
+            # names, which the gateway's aliases may send to a smaller model.
             # No telemetry, updates or error reports to Anthropic's own services.
             "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
         },
-        run='claude -p "write hello.py that prints hi" --allowedTools Write,Edit,Bash',
+        # File tools only: a shell tool would run the model's commands unsandboxed.
+        run='claude -p "write hello.py that prints hi" --allowedTools Write,Edit',
     )
 
 
@@ -149,9 +150,12 @@ TOOLS: dict[str, Callable[[str, str, str], ToolConfig]] = {
 
 
 def config_for(tool: str, base_url: str, key: str, model: str) -> ToolConfig:
-    """The configuration of `tool` (one of TOOLS) for a gateway, key and model."""
+    """The configuration of `tool` (one of TOOLS) for a gateway, key and model. The
+    gateway's URL may be given with the `/v1` the demo prints: each tool adds what it
+    needs itself."""
     try:
         make = TOOLS[tool]
     except KeyError:
         raise ValueError(f"unknown tool {tool!r}: one of {', '.join(TOOLS)}") from None
-    return make(base_url, key, model)
+    root = base_url.rstrip("/").removesuffix("/v1")
+    return make(root, key, model)

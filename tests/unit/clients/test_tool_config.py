@@ -81,3 +81,11 @@ def test_the_docs_show_what_the_command_prints(tool: str) -> None:
     block = doc.split(f"<!-- tools-config:{tool} -->\n```sh\n", 1)[1].split("\n```", 1)[0]
     printed = config_for(tool, "http://gateway.example:8080", KEY_PLACEHOLDER, "local-coder")
     assert block == printed.render().rstrip()
+
+
+@pytest.mark.parametrize("url", ["http://gw:8080", "http://gw:8080/", "http://gw:8080/v1"])
+def test_the_url_may_be_given_as_the_demo_prints_it(url: str) -> None:
+    # The demo prints ".../v1": pasted as is, Codex asked /v1/v1/responses.
+    assert config_for("claude", url, "k", "m").env["ANTHROPIC_BASE_URL"] == "http://gw:8080"
+    toml = tomllib.loads(config_for("codex", url, "k", "m").files[".codex/config.toml"])
+    assert toml["model_providers"]["gateway"]["base_url"] == "http://gw:8080/v1"
