@@ -80,7 +80,10 @@ def _request(data: Mapping[str, Any], max_tokens: int, requested: int | None) ->
     if dropped:
         # Once a request, the distinct types: a long conversation's thinking blocks
         # make one line, not one each.
-        log.info("messages: blocks dropped from the prompt: %s", ", ".join(sorted(dropped)))
+        # At most 20 names: a client chooses how many distinct types it sends.
+        names = sorted(dropped)
+        more = " ..." if len(names) > 20 else ""
+        log.info("messages: blocks dropped from the prompt: %s", ", ".join(names[:20]) + more)
     check_tool_results(tuple(messages), _where_result(raw))
     stop = data.get("stop_sequences")
     if stop is not None and (

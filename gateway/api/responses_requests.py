@@ -105,10 +105,11 @@ def parse_responses(
         raise _renamed_tool_error(exc, offered.places) from None
     if offered.omitted:
         # Never silently: the answer's header says it too.
+        # The model as sent, cut short: a client chooses its length (1 MB made 1 MB lines).
         log.info(
             "responses: tools left out for model %r (no model here runs them): %s",
-            requested_model(data),
-            ", ".join(offered.omitted),
+            requested_model(data)[:100],
+            ", ".join(offered.omitted[:20]) + (" ..." if len(offered.omitted) > 20 else ""),
         )
     choice, forced = _tool_choice(
         data.get("tool_choice"), {tool.name for tool in tools}, offered.omitted
@@ -259,7 +260,12 @@ def _function_output(item: dict[str, Any], where: str) -> ChatMessage:
     if not isinstance(call_id, str) or not call_id:
         raise bad_request(f"`{where}.call_id` must be a non-empty string.", f"{where}.call_id")
     if isinstance(output, list):
-        output = "".join(part.get("text", "") for part in output if isinstance(part, dict))
+        texts = [part.get("text", "") for part in output if isinstance(part, dict)]
+        if not all(isinstance(text, str) for text in texts):  # `5`, `null`, a list: no text
+            raise bad_request(
+                f"`{where}.output` parts must hold their `text` as a string.", f"{where}.output"
+            )
+        output = "".join(texts)
     if not isinstance(output, str):
         raise bad_request(f"`{where}.output` must be a string.", f"{where}.output")
     return ChatMessage("tool", output, tool_call_id=call_id)
@@ -362,6 +368,8 @@ def _offer(
     function = {k: tool[k] for k in ("name", "description", "parameters", "strict") if k in tool}
     name = tool.get("name")
     if namespace is not None and isinstance(name, str):
+        if not name:  # `ns__` would pass the name rule, and answer a call named ""
+            raise bad_request(f"`{where}.name` must not be empty.", f"{where}.name")
         flat = f"{namespace}{NAMESPACE_SEPARATOR}{name}"
         if len(flat) > 64 and len(name) <= 64:
             raise bad_request(

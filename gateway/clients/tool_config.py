@@ -63,7 +63,9 @@ class ToolConfig:
 
 
 def _toml_string(value: str) -> str:
-    return json.dumps(value)  # a JSON string is a TOML basic string
+    # A JSON string is a TOML basic string, unicode as it is (TOML refuses the surrogate
+    # pairs JSON would escape an emoji into).
+    return json.dumps(value, ensure_ascii=False)
 
 
 def codex(base_url: str, key: str, model: str) -> ToolConfig:
@@ -110,7 +112,8 @@ def aider(base_url: str, key: str, model: str) -> ToolConfig:
         "aider",
         env={"OPENAI_API_BASE": base_url.rstrip("/") + "/v1", "OPENAI_API_KEY": key},
         run=(
-            f"aider --model openai/{model} --no-git --yes-always --no-show-model-warnings "
+            f"aider --model {shlex.quote('openai/' + model)} --no-git --yes-always "
+            "--no-show-model-warnings "
             '--message "write hello.py that prints hi" hello.py'
         ),
     )

@@ -229,3 +229,39 @@ def test_left_out_tools_are_logged_never_silently(caplog: pytest.LogCaptureFixtu
         parse([function("f")])
     (line,) = [r.getMessage() for r in caplog.records if "left out" in r.getMessage()]
     assert "'m'" in line and line.endswith("web_search, mcp")
+
+
+@pytest.mark.parametrize("text", [5, None, ["a"], {"t": 1}])
+def test_an_output_part_whose_text_is_not_a_string_is_a_400(text: object) -> None:
+    # It was a 500 and a traceback (joining a non-string).
+    data = {
+        "model": "m",
+        "input": [
+            {"role": "user", "content": "q"},
+            {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": "c1",
+             "output": [{"type": "input_text", "text": text}]},
+        ],
+    }  # fmt: skip
+    with pytest.raises(APIError) as refused:
+        parse_responses(data, 16)
+    assert refused.value.status == 400 and refused.value.param == "input[2].output"
+
+
+def test_an_empty_name_in_a_namespace_is_a_400() -> None:
+    tools = [{"type": "namespace", "name": "ns", "description": "d",
+              "tools": [{"type": "function", "name": ""}]}]  # fmt: skip
+    with pytest.raises(APIError) as refused:
+        parse_responses({"model": "m", "input": "q", "tools": tools}, 16)
+    assert refused.value.param == "tools[0].tools[0].name"
+
+
+def test_the_left_out_line_does_not_grow_with_what_the_client_sends(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # A 1 MB model name made a 1 MB log line per request.
+    tools: list[dict[str, Any]] = [{"type": f"hosted_{i}"} for i in range(100)]
+    with caplog.at_level(logging.INFO, logger="gateway"):
+        parse_responses({"model": "gpt-" + "A" * 1_000_000, "input": "q", "tools": tools}, 16)
+    (line,) = [r.getMessage() for r in caplog.records if "left out" in r.getMessage()]
+    assert len(line) < 2_000 and line.endswith(" ...")

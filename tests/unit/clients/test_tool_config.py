@@ -89,3 +89,16 @@ def test_the_url_may_be_given_as_the_demo_prints_it(url: str) -> None:
     assert config_for("claude", url, "k", "m").env["ANTHROPIC_BASE_URL"] == "http://gw:8080"
     toml = tomllib.loads(config_for("codex", url, "k", "m").files[".codex/config.toml"])
     assert toml["model_providers"]["gateway"]["base_url"] == "http://gw:8080/v1"
+
+
+@pytest.mark.parametrize("model", ["x;touch PWN #", "x $(touch PWN)", "a'b", "x😀y"])
+@pytest.mark.parametrize("tool", sorted(TOOLS))
+def test_a_model_name_with_shell_or_odd_characters_stays_one_word(tool: str, model: str) -> None:
+    # `aider --model openai/x;touch PWN` ran `touch` when pasted into a shell.
+    config = config_for(tool, URL, "k", model)
+    words = shlex.split(config.run)
+    assert not any(word.startswith("touch") or word == ";" for word in words)
+    if tool == "aider":
+        assert f"openai/{model}" in words
+    if tool == "codex":
+        assert tomllib.loads(config.files[".codex/config.toml"])["model"] == model
