@@ -248,21 +248,21 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         cap_all = limits.max_per_address
         if (cap or cap_all) and not _to_port(transport, limits.ops_port):
             address = _address_key(transport.get_extra_info("peername"))
+            # Both caps are checked before either count is taken: a refused connection
+            # never reaches `connection_lost`'s uncounting, so it must count nowhere.
+            if address is not None and cap_all and _open_by_address.get(address, 0) >= cap_all:
+                self._refuse(transport, _TOO_MANY_OPEN_FROM_ADDRESS, "too_many_from_address")
+                _all_address_refusals.refused(address, cap_all)
+                return
+            if address is not None and cap and _unauthenticated.get(address, 0) >= cap:
+                self._refuse(transport, _TOO_MANY_FROM_ADDRESS, "too_many_from_address")
+                _address_refusals.refused(address, cap)
+                return
             if address is not None and cap_all:
-                open_ = _open_by_address.get(address, 0)
-                if open_ >= cap_all:
-                    self._refuse(transport, _TOO_MANY_OPEN_FROM_ADDRESS, "too_many_from_address")
-                    _all_address_refusals.refused(address, cap_all)
-                    return
-                _open_by_address[address] = open_ + 1
+                _open_by_address[address] = _open_by_address.get(address, 0) + 1
                 self._open_address = address
             if address is not None and cap:
-                held = _unauthenticated.get(address, 0)
-                if held >= cap:
-                    self._refuse(transport, _TOO_MANY_FROM_ADDRESS, "too_many_from_address")
-                    _address_refusals.refused(address, cap)
-                    return
-                _unauthenticated[address] = held + 1
+                _unauthenticated[address] = _unauthenticated.get(address, 0) + 1
                 self._address, self._counted = address, True
                 self._unwatched_app, self.app = self.app, self._watched
         super().connection_made(transport)
@@ -274,11 +274,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._uncount()
         address, self._open_address = self._open_address, None
         if address is not None:
-            open_ = _open_by_address[address] - 1
-            if open_:
-                _open_by_address[address] = open_
-            else:
-                del _open_by_address[address]
+            _decrement(_open_by_address, address)
         self._address = None  # a request still running must not count it again
         if self._unwatched_app is not None:
             self.app = self._unwatched_app  # no cycle through the bound method left behind
@@ -345,11 +341,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         address = self._address
         if address is not None and self._counted:
             self._counted = False
-            held = _unauthenticated[address] - 1
-            if held:
-                _unauthenticated[address] = held
-            else:
-                del _unauthenticated[address]
+            _decrement(_unauthenticated, address)
 
     def data_received(self, data: bytes) -> None:
         # Timers are set only when a chunk leaves a request unfinished: a request that
@@ -467,6 +459,16 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         if self.transport.can_write_eof():
             self.transport.write_eof()
         self._arm(_LINGER_S, self.transport.close)
+
+
+def _decrement(counts: dict[str, int], address: str) -> None:
+    """One connection of `address` less in `counts`; an address at 0 leaves it, so the
+    dict stays as small as the set of addresses with connections counted."""
+    left = counts[address] - 1
+    if left:
+        counts[address] = left
+    else:
+        del counts[address]
 
 
 def _to_port(transport: asyncio.Transport, port: int | None) -> bool:

@@ -82,8 +82,9 @@ async def port(capped: None) -> AsyncIterator[int]:
         finally:
             server.should_exit = True
             await serving
-    # Every connection has closed: none is left counted.
+    # Every connection has closed: none is left counted, refused ones included.
     assert protocol._unauthenticated == {}
+    assert protocol._open_by_address == {}
 
 
 class Client:
