@@ -26,7 +26,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from loadtest.stack import bench_stack, cpu_seconds, wrk, wrk_script
+from loadtest.stack import bench_stack, interleaved, wrk_script
 
 ROOT = Path(__file__).resolve().parent.parent
 MODEL = "fake-llama-8b"
@@ -101,21 +101,12 @@ def main() -> None:
     args = parser.parse_args()
     if shutil.which("wrk") is None:
         raise SystemExit("wrk is not installed (apt-get install wrk)")
-    results: dict[tuple[str, int], list[dict[str, float]]] = {}
     with bench_stack(1, "WARNING") as stack:
         targets = {
             name: (f"{stack.gateway_url}{name.split(' ')[0]}", wrk_script(body=body))
             for name, body in bodies().items()
         }
-        for url, script in targets.values():
-            wrk(url, 4, 1, script)  # warm up
-        for _ in range(args.rounds):
-            for connections in (1, 32):
-                for name, (url, script) in targets.items():
-                    cpu = cpu_seconds(stack.gateway_pid)
-                    run = wrk(url, connections, args.seconds, script)
-                    run["cpu_us"] = 1e6 * (cpu_seconds(stack.gateway_pid) - cpu) / run["requests"]
-                    results.setdefault((name, connections), []).append(run)
+        results = interleaved(stack, targets, args.seconds, args.rounds)
     print("| request | c | requests/s | p50 ms | p99 ms | gateway CPU µs/request |")
     print("|---|---|---|---|---|---|")
     for (name, connections), runs in sorted(results.items(), key=lambda item: item[0][1]):

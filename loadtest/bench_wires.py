@@ -17,7 +17,7 @@ import json
 import shutil
 import statistics
 
-from loadtest.stack import bench_stack, cpu_seconds, wrk, wrk_script
+from loadtest.stack import bench_stack, interleaved, wrk_script
 
 HELLO = [{"role": "user", "content": "Hello"}]
 
@@ -46,22 +46,14 @@ def main() -> None:
     args = parser.parse_args()
     if shutil.which("wrk") is None:
         raise SystemExit("wrk is not installed (apt-get install wrk)")
-    results: dict[tuple[str, bool, int], list[dict[str, float]]] = {}
     with bench_stack(1, "WARNING") as stack:
         targets = {
             (name, stream): (f"{stack.gateway_url}{name.split(' ')[0]}", wrk_script(body=body))
             for stream in (False, True)
             for name, body in bodies(stream).items()
         }
-        for url, script in targets.values():
-            wrk(url, 4, 1, script)  # warm up
-        for _ in range(args.rounds):
-            for connections in (1, 32):
-                for (name, stream), (url, script) in targets.items():
-                    cpu = cpu_seconds(stack.gateway_pid)
-                    run = wrk(url, connections, args.seconds, script)
-                    run["cpu_us"] = 1e6 * (cpu_seconds(stack.gateway_pid) - cpu) / run["requests"]
-                    results.setdefault((name, stream, connections), []).append(run)
+        measured = interleaved(stack, targets, args.seconds, args.rounds)
+    results = {(name, stream, c): found for ((name, stream), c), found in measured.items()}
     print("| endpoint | streamed | c | requests/s | p50 ms | p99 ms | gateway CPU µs/request |")
     print("|---|---|---|---|---|---|---|")
     for (name, stream, connections), runs in sorted(

@@ -7,10 +7,11 @@ import re
 import subprocess
 import tempfile
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Hashable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from gateway.dev.processes import (
     free_port,
@@ -22,6 +23,9 @@ from gateway.dev.processes import (
     wait_http_ok,
 )
 from loadtest.instant_upstream import start_nginx
+
+# A target's name: a label, or (label, streamed).
+K = TypeVar("K", bound=Hashable)
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCH_CONFIG = ROOT / "loadtest/bench-config/gateway.yaml"
@@ -162,3 +166,26 @@ def bench_stack(workers: int = 1, log_level: str = "WARNING") -> Iterator[Stack]
         stop(gateway)
         stop(redis)
         stop(nginx)
+
+
+def interleaved(
+    stack: Stack,
+    targets: Mapping[K, tuple[str, Path]],
+    seconds: float,
+    rounds: int,
+    concurrency: Sequence[int] = (1, 32),
+) -> dict[tuple[K, int], list[dict[str, float]]]:
+    """wrk against each target (url, script) after a warm-up, the targets interleaved in
+    each round and at each concurrency, with the gateway's CPU per request (`cpu_us`):
+    every run of each (target, concurrency)."""
+    results: dict[tuple[K, int], list[dict[str, float]]] = {}
+    for url, script in targets.values():
+        wrk(url, 4, 1, script)  # warm up
+    for _ in range(rounds):
+        for connections in concurrency:
+            for name, (url, script) in targets.items():
+                cpu = cpu_seconds(stack.gateway_pid)
+                run = wrk(url, connections, seconds, script)
+                run["cpu_us"] = 1e6 * (cpu_seconds(stack.gateway_pid) - cpu) / run["requests"]
+                results.setdefault((name, connections), []).append(run)
+    return results
