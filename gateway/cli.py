@@ -120,7 +120,13 @@ def _tools_config(args: argparse.Namespace) -> int:
 
     from gateway.clients.tool_config import config_for
 
-    config = config_for(args.tool, args.url, args.key, args.model)
+    try:
+        config = config_for(
+            args.tool, args.url, args.key, None if args.tool_default else args.model
+        )
+    except ValueError as exc:
+        print(f"tools config: {exc}", file=sys.stderr)
+        return 2
     if args.write_home is not None:
         for path in config.write(Path(args.write_home)):
             print(f"wrote {path}", file=sys.stderr)
@@ -230,6 +236,13 @@ def parser() -> argparse.ArgumentParser:
         "--key", default=KEY_PLACEHOLDER, help="a tenant's key (default: a placeholder)"
     )
     tool_config.add_argument("--model", default="llm-large", help="the model the tool asks for")
+    tool_config.add_argument(
+        "--tool-default-model",
+        dest="tool_default",
+        action="store_true",
+        help="name no model: the tool asks for its own default, which the gateway's aliases "
+        "route (Codex CLI, Claude Code)",
+    )
     tool_config.add_argument(
         "--write-home", metavar="DIR", help="also write the tool's files under this home"
     )

@@ -1,6 +1,11 @@
 """OpenAI Responses API answers: the `response` object and its stream of events
 (`response.created` ... `response.completed`, each with its `sequence_number`), written
-from the gateway's internal results."""
+from the gateway's internal results.
+
+A call of a custom tool (offered to the model as a function of one `input` argument,
+`responses_requests`) is answered as a `custom_tool_call` item holding that text. Its
+stream has no argument deltas: the text is known once the call's JSON is whole, and
+`response.custom_tool_call_input.delta` carries it then, before `.done`."""
 
 from __future__ import annotations
 
@@ -11,7 +16,7 @@ from typing import Any
 import orjson
 
 from gateway.api.errors import APIError
-from gateway.api.responses_requests import NAMESPACE_SEPARATOR, ResponsesState
+from gateway.api.responses_requests import CUSTOM_INPUT, NAMESPACE_SEPARATOR, ResponsesState
 from gateway.inference.ids import random_id
 from gateway.inference.types import (
     ChatMessage,
@@ -99,20 +104,42 @@ def _text_part(text: str) -> dict[str, Any]:
 
 
 def _call_item(item_id: str, call: ToolCall, status: str, state: ResponsesState) -> dict[str, Any]:
-    """A `function_call` item; a namespace's function named as the client named it,
-    `name` and `namespace` apart, not as the model knows it (`ns__name`)."""
-    item = {
-        "id": item_id,
-        "type": "function_call",
-        "status": status,
-        "call_id": call.id,
-        "name": call.name,
-        "arguments": call.arguments,
-    }
+    """A `function_call` item, or a `custom_tool_call` one for a custom tool; a
+    namespace's tool named as the client named it, `name` and `namespace` apart, not as
+    the model knows it (`ns__name`)."""
+    item: dict[str, Any]
+    if call.name in state.custom:
+        item = {
+            "id": item_id,
+            "type": "custom_tool_call",
+            "call_id": call.id,
+            "name": call.name,
+            "input": custom_input(call.arguments) if status == "completed" else "",
+        }
+    else:
+        item = {
+            "id": item_id,
+            "type": "function_call",
+            "status": status,
+            "call_id": call.id,
+            "name": call.name,
+            "arguments": call.arguments,
+        }
     namespaced = state.namespaced.get(call.name)
     if namespaced is not None:
         item["namespace"], item["name"] = namespaced
     return item
+
+
+def custom_input(arguments: str) -> str:
+    """A custom tool's text from the arguments the model wrote: their `input`, or, when
+    the model wrote something else (a call cut short, another shape), all of it as it is."""
+    try:
+        written = orjson.loads(arguments)
+    except orjson.JSONDecodeError:
+        return arguments
+    text = written.get(CUSTOM_INPUT) if isinstance(written, dict) else None
+    return text if isinstance(text, str) and len(written) == 1 else arguments
 
 
 def response_body(
@@ -151,11 +178,19 @@ def conversation_after(request: InferenceRequest, response: dict[str, Any]) -> l
         for part in item.get("content", [])
     )
     calls = tuple(
-        ToolCall(item["call_id"], _model_name(item), item["arguments"])
+        ToolCall(item["call_id"], _model_name(item), _arguments(item))
         for item in response["output"]
-        if item.get("type") == "function_call"
+        if item.get("type") in ("function_call", "custom_tool_call")
     )
     return [*state_of(request).conversation, ChatMessage("assistant", text, calls)]
+
+
+def _arguments(item: dict[str, Any]) -> str:
+    """A call's arguments as the model wrote them (a custom call's text as `input`)."""
+    if item["type"] == "custom_tool_call":
+        return orjson.dumps({CUSTOM_INPUT: item["input"]}).decode()
+    arguments: str = item["arguments"]
+    return arguments
 
 
 def _model_name(item: dict[str, Any]) -> str:
@@ -239,6 +274,8 @@ class ResponseStreamWriter:
                 )
             if fragment.arguments and self._call is not None:
                 self._call[2] += fragment.arguments
+                if self._call[1] in self._state.custom:
+                    continue  # its text is known once its JSON is whole (`_close_item`)
                 events += self._event(
                     "response.function_call_arguments.delta",
                     item_id=self._item_id,
@@ -279,6 +316,17 @@ class ResponseStreamWriter:
             call = ToolCall(call_id, name, arguments)
             item = _call_item(self._item_id, call, "completed", self._state)
             self._output.append(item)
+            if item["type"] == "custom_tool_call":
+                fields = {"item_id": self._item_id, "output_index": index}
+                return (
+                    self._event(
+                        "response.custom_tool_call_input.delta", **fields, delta=item["input"]
+                    )
+                    + self._event(
+                        "response.custom_tool_call_input.done", **fields, input=item["input"]
+                    )
+                    + self._event("response.output_item.done", output_index=index, item=item)
+                )
             return self._event(
                 "response.function_call_arguments.done",
                 item_id=self._item_id,

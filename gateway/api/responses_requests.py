@@ -1,7 +1,7 @@
 """Parse OpenAI Responses API bodies (`POST /v1/responses`) into `InferenceRequest`.
 
-`input` (a text, or items: messages with text parts, `function_call` and
-`function_call_output` items) becomes chat messages after the stored conversation of
+`input` (a text, or items: messages with text parts, function and custom tool calls and
+their outputs) becomes chat messages after the stored conversation of
 `previous_response_id`, with `instructions` as the system message (not carried over
 from the previous response, as OpenAI does). Function tools, `tool_choice` and
 `text.format` map onto the chat options. What the answer must echo (metadata, store,
@@ -11,20 +11,26 @@ and ignored: the models served here do not reason.
 Tools: function tools are offered to the model as they are; the function tools of a
 `namespace` tool too, each under the name `<namespace>__<name>` (`__`: the internal name
 rule has no `.`), so that two namespaces' same names cannot collide; a call of one is
-answered as OpenAI does, with `name` and `namespace` apart. Every other tool type (the
-hosted tools: web search, file search, MCP, shells, ...; `custom` free-form tools;
-types the gateway does not know) is left out: no model here can run it. The request
-names what it left out (`InferenceRequest.omitted_tools`), which the answer's
-`x-gateway-omitted-tools` header says; a `tool_choice` that forces one is a 400.
+answered as OpenAI does, with `name` and `namespace` apart. A `custom` tool (free-form
+text input, which the client runs) is offered as a function of one string argument,
+`input`, its format (a grammar, say) told in that argument's description; a call of it
+is answered as a `custom_tool_call` with that text. The tools of an `additional_tools`
+input item (Codex CLI sends its tools so) are offered as those of `tools`. Every other
+tool type (the hosted tools: web search, file search, MCP, shells, ...; types the
+gateway does not know) is left out: no model here can run it. The request names what it
+left out (`InferenceRequest.omitted_tools`), which the answer's `x-gateway-omitted-tools`
+header says; a `tool_choice` that forces one is a 400.
 """
 
 from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+import orjson
 
 from gateway.api.errors import APIError, bad_request, renamed
 from gateway.api.requests import (
@@ -57,6 +63,10 @@ NAMESPACE_SEPARATOR = "__"
 # nothing a header could not carry.
 _TOOL_TYPE = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 _NAMESPACE = re.compile(r"[A-Za-z0-9_-]{1,64}")
+# A custom tool's text, as the model writes it: the one argument of a function.
+CUSTOM_INPUT = "input"
+# A custom tool's grammar, told to the model, at most (Codex's is 200 characters).
+MAX_GRAMMAR_CHARS = 16_384
 
 log = logging.getLogger("gateway")
 
@@ -74,6 +84,9 @@ class ResponsesState:
     tool_choice: Any = "auto"
     # A namespace's functions, by the name the model knows them by: (namespace, name).
     namespaced: Mapping[str, tuple[str, str]] = field(default_factory=dict)
+    # The custom tools, by the name the model knows them by: their calls are answered as
+    # `custom_tool_call` items.
+    custom: frozenset[str] = frozenset()
     text_format: Mapping[str, Any] = field(default_factory=lambda: {"type": "text"})
     parallel_tool_calls: bool = True
     max_output_tokens: int | None = None
@@ -89,8 +102,9 @@ def parse_responses(
 ) -> InferenceRequest:
     """A `/v1/responses` body, continuing `history` (the previous response's
     conversation, when `previous_response_id` names one) and its `session`."""
-    conversation = (*history, *_input(data.get("input")))
-    check_tool_results(conversation, _output_places(data.get("input")))
+    raw_input = data.get("input")
+    conversation = (*history, *_input(raw_input))
+    check_tool_results(conversation, _output_places(raw_input))
     instructions = data.get("instructions")
     if instructions is not None and not isinstance(instructions, str):
         raise bad_request("`instructions` must be a string.", "instructions")
@@ -98,7 +112,7 @@ def parse_responses(
     if instructions:
         messages = (ChatMessage("system", instructions), *conversation)
     raw_tools = data.get("tools")
-    offered = _offered_tools(raw_tools)
+    offered = _offered_tools(_tool_lists(raw_tools, raw_input))
     try:
         tools = parse_tools(offered.functions)
     except APIError as exc:  # the chat parser names chat's field: name the request's
@@ -112,7 +126,7 @@ def parse_responses(
             ", ".join(offered.omitted[:20]) + (" ..." if len(offered.omitted) > 20 else ""),
         )
     choice, forced = _tool_choice(
-        data.get("tool_choice"), {tool.name for tool in tools}, offered.omitted
+        data.get("tool_choice"), {tool.name for tool in tools}, offered.custom, offered.omitted
     )
     parallel = optional_bool(data, "parallel_tool_calls")
     text = data.get("text")
@@ -133,6 +147,7 @@ def parse_responses(
         tools=raw_tools if isinstance(raw_tools, list) else (),
         tool_choice=data.get("tool_choice") or "auto",
         namespaced=offered.namespaced,
+        custom=frozenset(offered.custom),
         text_format=text_format or {"type": "text"},
         parallel_tool_calls=parallel is not False,
         max_output_tokens=max_tokens,
@@ -167,7 +182,7 @@ def _output_places(raw: object) -> dict[str, str]:
     """Where each function call output sits in `input`, by its call id."""
     places = {}
     for index, item in enumerate(raw if isinstance(raw, list) else []):
-        if isinstance(item, dict) and item.get("type") == "function_call_output":
+        if isinstance(item, dict) and item.get("type") in _OUTPUTS:
             places[str(item.get("call_id"))] = f"input[{index}].call_id"
     return places
 
@@ -185,27 +200,35 @@ def _input(raw: object) -> list[ChatMessage]:
         kind = item.get("type", "message")
         if kind == "message":
             messages.append(_message(item, where))
-        elif kind == "function_call":
-            call = _function_call(item, where)
+        elif kind in ("function_call", "custom_tool_call"):
+            call = (
+                _function_call(item, where)
+                if kind == "function_call"
+                else _custom_call(item, where)
+            )
             last = messages[-1] if messages else None
             if last is not None and last.role == "assistant" and not last.content:
                 # Calls made together come as consecutive items: one assistant turn.
                 messages[-1] = ChatMessage("assistant", "", (*last.tool_calls, call))
             else:
                 messages.append(ChatMessage("assistant", "", (call,)))
-        elif kind == "function_call_output":
+        elif kind in _OUTPUTS:
             messages.append(_function_output(item, where))
+        elif kind == "additional_tools":
+            _additional_tools(item, where)  # offered with `tools` (`_tool_lists`)
         elif kind == "reasoning":
             continue  # a reasoning model's earlier thoughts: not for these models
         else:
             raise bad_request(
                 f"`{where}.type` {kind!r} is not supported (message, function_call, "
-                "function_call_output).",
+                "function_call_output, custom_tool_call, custom_tool_call_output, "
+                "additional_tools, reasoning).",
                 f"{where}.type",
             )
     return messages
 
 
+_OUTPUTS = ("function_call_output", "custom_tool_call_output")
 _ROLES = ("user", "assistant", "system", "developer")
 _TEXT_PARTS = ("input_text", "output_text", "text")
 
@@ -255,6 +278,35 @@ def _function_call(item: dict[str, Any], where: str) -> ToolCall:
     return ToolCall(str(call_id), str(name), arguments)
 
 
+def _custom_call(item: dict[str, Any], where: str) -> ToolCall:
+    """A custom tool call as the function call the model made (`_offer_custom`)."""
+    text = item.get("input")
+    if not isinstance(text, str):
+        raise bad_request(f"`{where}.input` must be a string.", f"{where}.input")
+    call = _function_call({**item, "arguments": ""}, where)
+    return ToolCall(call.id, call.name, orjson.dumps({CUSTOM_INPUT: text}).decode())
+
+
+def _additional_tools(item: dict[str, Any], where: str) -> list[Any]:
+    """The tools of an `additional_tools` item (a developer's, as OpenAI's API has it)."""
+    if item.get("role", "developer") != "developer":
+        raise bad_request(f'`{where}.role` must be "developer".', f"{where}.role")
+    tools = item.get("tools")
+    if not isinstance(tools, list):
+        raise bad_request(f"`{where}.tools` must be an array of tools.", f"{where}.tools")
+    return tools
+
+
+def _tool_lists(tools: object, raw_input: object) -> Iterator[tuple[str, object]]:
+    """Each list of tools the request offers, with where it is: `tools`, then those of
+    the `additional_tools` items of `input`, in order."""
+    yield "tools", tools
+    for index, item in enumerate(raw_input if isinstance(raw_input, list) else []):
+        if isinstance(item, dict) and item.get("type") == "additional_tools":
+            where = f"input[{index}]"
+            yield f"{where}.tools", _additional_tools(item, where)
+
+
 def _function_output(item: dict[str, Any], where: str) -> ChatMessage:
     call_id, output = item.get("call_id"), item.get("output")
     if not isinstance(call_id, str) or not call_id:
@@ -280,44 +332,44 @@ class _OfferedTools:
     functions: list[dict[str, Any]] = field(default_factory=list)
     places: list[str] = field(default_factory=list)
     namespaced: dict[str, tuple[str, str]] = field(default_factory=dict)
+    custom: set[str] = field(default_factory=set)
     omitted: tuple[str, ...] = ()
 
 
-def _offered_tools(raw: object) -> _OfferedTools:
+def _offered_tools(lists: Iterator[tuple[str, object]]) -> _OfferedTools:
     offered = _OfferedTools()
-    if raw is None:
-        return offered
-    if not isinstance(raw, list):
-        raise bad_request("`tools` must be an array.", "tools")
-    entries = len(raw)
-    if entries > MAX_TOOL_ENTRIES:
-        raise _too_many_entries()
     omitted: dict[str, None] = {}  # an ordered set
-    for index, tool in enumerate(raw):
-        where = f"tools[{index}]"
-        kind = _tool_type(tool, where)
-        if kind == "function":
-            _offer(offered, tool, where)
-        elif kind == "namespace":
-            namespace, inner = _namespace(tool, where)
-            entries += len(inner)
-            if entries > MAX_TOOL_ENTRIES:
-                raise _too_many_entries()
-            for number, member in enumerate(inner):
-                at = f"{where}.tools[{number}]"
-                member_kind = _tool_type(member, at)
-                if member_kind == "function":
-                    _offer(offered, member, at, namespace)
-                elif member_kind == "custom":
-                    omitted["custom"] = None
-                else:  # as OpenAI's: a namespace holds function and custom tools only
-                    raise bad_request(
-                        f"`{at}.type` {member_kind!r} is not allowed in a namespace: only "
-                        '"function" and "custom" are.',
-                        f"{at}.type",
-                    )
-        else:
-            omitted[kind] = None
+    entries = 0
+    for place, raw in lists:
+        if raw is None:
+            continue
+        if not isinstance(raw, list):
+            raise bad_request(f"`{place}` must be an array.", place)
+        entries += len(raw)
+        if entries > MAX_TOOL_ENTRIES:
+            raise _too_many_entries()
+        for index, tool in enumerate(raw):
+            where = f"{place}[{index}]"
+            kind = _tool_type(tool, where)
+            if kind in _OFFERED:
+                _offer(offered, tool, where, kind)
+            elif kind == "namespace":
+                namespace, inner = _namespace(tool, where)
+                entries += len(inner)
+                if entries > MAX_TOOL_ENTRIES:
+                    raise _too_many_entries()
+                for number, member in enumerate(inner):
+                    at = f"{where}.tools[{number}]"
+                    member_kind = _tool_type(member, at)
+                    if member_kind not in _OFFERED:  # as OpenAI's: functions and custom only
+                        raise bad_request(
+                            f"`{at}.type` {member_kind!r} is not allowed in a namespace: only "
+                            '"function" and "custom" are.',
+                            f"{at}.type",
+                        )
+                    _offer(offered, member, at, member_kind, namespace)
+            else:
+                omitted[kind] = None
     if len(offered.functions) > MAX_TOOLS:
         raise bad_request(
             f"`tools` may hold at most {MAX_TOOLS} function tools, counting those of namespaces.",
@@ -361,11 +413,23 @@ def _namespace(tool: dict[str, Any], where: str) -> tuple[str, list[Any]]:
     return name, inner
 
 
+_OFFERED = ("function", "custom")
+
+
 def _offer(
-    offered: _OfferedTools, tool: dict[str, Any], where: str, namespace: str | None = None
+    offered: _OfferedTools,
+    tool: dict[str, Any],
+    where: str,
+    kind: str,
+    namespace: str | None = None,
 ) -> None:
-    """A function tool (flat in Responses) as chat's, named as the model will know it."""
-    function = {k: tool[k] for k in ("name", "description", "parameters", "strict") if k in tool}
+    """A function tool (flat in Responses) or a custom tool as chat's function tool,
+    named as the model will know it."""
+    if kind == "custom":
+        function = _custom_as_function(tool, where)
+    else:
+        keys = ("name", "description", "parameters", "strict")
+        function = {k: tool[k] for k in keys if k in tool}
     name = tool.get("name")
     if namespace is not None and isinstance(name, str):
         if not name:  # `ns__` would pass the name rule, and answer a call named ""
@@ -379,8 +443,46 @@ def _offer(
             )
         function["name"] = flat
         offered.namespaced[flat] = (namespace, name)
+    if kind == "custom":
+        offered.custom.add(str(function.get("name")))
     offered.functions.append({"type": "function", "function": function})
     offered.places.append(where)
+
+
+def _custom_as_function(tool: dict[str, Any], where: str) -> dict[str, Any]:
+    """A custom tool as a function of one string argument, `input`, whose description
+    tells the model the text's format: free text, or a grammar it should follow (the
+    gateway does not constrain the text to it; the client checks what it runs)."""
+    text_format = tool.get("format", {"type": "text"})
+    kind = text_format.get("type") if isinstance(text_format, dict) else None
+    if kind == "text":
+        told = "Free-form text: the whole input of the tool, not JSON."
+    elif kind == "grammar":
+        syntax, definition = text_format.get("syntax"), text_format.get("definition")
+        if syntax not in ("lark", "regex") or not isinstance(definition, str):
+            raise bad_request(
+                f'`{where}.format` must have a `syntax` of "lark" or "regex" and a '
+                "`definition` string.",
+                f"{where}.format",
+            )
+        if len(definition) > MAX_GRAMMAR_CHARS:
+            raise bad_request(
+                f"`{where}.format.definition` may be at most {MAX_GRAMMAR_CHARS} characters.",
+                f"{where}.format.definition",
+            )
+        told = f"The whole input of the tool, as text matching this {syntax} grammar:\n{definition}"
+    else:
+        raise bad_request(
+            f'`{where}.format.type` must be "text" or "grammar".', f"{where}.format.type"
+        )
+    function: dict[str, Any] = {k: tool[k] for k in ("name", "description") if k in tool}
+    function["parameters"] = {
+        "type": "object",
+        "properties": {CUSTOM_INPUT: {"type": "string", "description": told}},
+        "required": [CUSTOM_INPUT],
+        "additionalProperties": False,
+    }
+    return function
 
 
 def _renamed_tool_error(error: APIError, places: list[str]) -> APIError:
@@ -394,12 +496,12 @@ def _renamed_tool_error(error: APIError, places: list[str]) -> APIError:
 
 
 def _tool_choice(
-    raw: object, names: set[str], omitted: tuple[str, ...]
+    raw: object, names: set[str], custom: set[str], omitted: tuple[str, ...]
 ) -> tuple[str | None, str | None]:
     if raw is None or raw in ("none", "auto"):
         return (None if raw is None else str(raw)), None
     kind = raw.get("type") if isinstance(raw, dict) else None
-    if isinstance(kind, str) and kind not in ("function", "allowed_tools"):
+    if isinstance(kind, str) and kind not in ("function", "custom", "allowed_tools"):
         # A hosted, MCP, shell or custom tool: all left out of the request.
         shown = kind if _TOOL_TYPE.fullmatch(kind) else "this type"
         raise bad_request(_forced_hosted(shown), "tool_choice")
@@ -411,21 +513,22 @@ def _tool_choice(
         )
     if raw == "required":
         return "required", None
-    name = raw.get("name") if isinstance(raw, dict) and kind == "function" else None
+    name = raw.get("name") if isinstance(raw, dict) and kind in ("function", "custom") else None
     if not isinstance(raw, dict) or not isinstance(name, str):
         raise bad_request(
-            '`tool_choice` must be "none", "auto", "required" or {"type": "function", "name": '
-            "...}.",
+            '`tool_choice` must be "none", "auto", "required" or {"type": "function" or '
+            '"custom", "name": ...}.',
             "tool_choice",
         )
     namespace = raw.get("namespace")
     if isinstance(namespace, str) and namespace:
         name = f"{namespace}{NAMESPACE_SEPARATOR}{name}"
-    if name not in names:
+    if name not in names or (name in custom) != (kind == "custom"):
         if name in omitted:  # a hosted tool asked for by its type as a function's name
             raise bad_request(_forced_hosted(name), "tool_choice")
         raise bad_request(
-            f"`tool_choice.name`: {name!r} is not one of `tools`.", "tool_choice.name"
+            f"`tool_choice.name`: {name!r} is not one of `tools`' {kind} tools.",
+            "tool_choice.name",
         )
     return "required", name
 

@@ -3,7 +3,9 @@
 One function per tool gives its files (under the user's home) and environment for a
 gateway URL, a tenant's key and a model. The docs show this output and the tests that
 run the real tools use it, so what the docs say is what was run. The key goes in an
-environment variable, never in a file: a file is where keys leak from.
+environment variable, never in a file: a file is where keys leak from. Codex CLI and
+Claude Code may be left to ask for their own default model (no model given): the
+gateway's alias patterns route the names they send (docs/coding-tools.md).
 
 - **Codex CLI** reads `~/.codex/config.toml` (`$CODEX_HOME`): a model provider with the
   Responses API (`wire_api = "responses"`), its key from an environment variable.
@@ -68,11 +70,11 @@ def _toml_string(value: str) -> str:
     return json.dumps(value, ensure_ascii=False)
 
 
-def codex(base_url: str, key: str, model: str) -> ToolConfig:
+def codex(base_url: str, key: str, model: str | None) -> ToolConfig:
     """Codex CLI: a model provider on the gateway's Responses API."""
     config = (
-        f"model = {_toml_string(model)}\n"
-        'model_provider = "gateway"\n'
+        ("" if model is None else f"model = {_toml_string(model)}\n")
+        + 'model_provider = "gateway"\n'
         "\n"
         "[model_providers.gateway]\n"
         'name = "Inference gateway"\n'
@@ -88,14 +90,15 @@ def codex(base_url: str, key: str, model: str) -> ToolConfig:
     )
 
 
-def claude(base_url: str, key: str, model: str) -> ToolConfig:
+def claude(base_url: str, key: str, model: str | None) -> ToolConfig:
     """Claude Code: the Messages API at the gateway's root."""
+    chosen = {} if model is None else {"ANTHROPIC_MODEL": model}
     return ToolConfig(
         "claude",
         env={
             "ANTHROPIC_BASE_URL": base_url.rstrip("/"),
             "ANTHROPIC_AUTH_TOKEN": key,
-            "ANTHROPIC_MODEL": model,
+            **chosen,
             # Its background tasks (titles, summaries) keep their own `claude-haiku-*`
             # names, which the gateway's aliases may send to a smaller model.
             # No telemetry, updates or error reports to Anthropic's own services.
@@ -106,8 +109,9 @@ def claude(base_url: str, key: str, model: str) -> ToolConfig:
     )
 
 
-def aider(base_url: str, key: str, model: str) -> ToolConfig:
+def aider(base_url: str, key: str, model: str | None) -> ToolConfig:
     """aider: chat completions through its OpenAI-compatible provider."""
+    model = _named(model, "aider")
     return ToolConfig(
         "aider",
         env={"OPENAI_API_BASE": base_url.rstrip("/") + "/v1", "OPENAI_API_KEY": key},
@@ -119,8 +123,9 @@ def aider(base_url: str, key: str, model: str) -> ToolConfig:
     )
 
 
-def opencode(base_url: str, key: str, model: str) -> ToolConfig:
+def opencode(base_url: str, key: str, model: str | None) -> ToolConfig:
     """opencode: a provider of the AI SDK's OpenAI-compatible package."""
+    model = _named(model, "opencode")
     config = {
         "$schema": "https://opencode.ai/config.json",
         "model": f"gateway/{model}",
@@ -144,7 +149,13 @@ def opencode(base_url: str, key: str, model: str) -> ToolConfig:
     )
 
 
-TOOLS: dict[str, Callable[[str, str, str], ToolConfig]] = {
+def _named(model: str | None, tool: str) -> str:
+    if model is None:
+        raise ValueError(f"{tool} has no default model: name one")
+    return model
+
+
+TOOLS: dict[str, Callable[[str, str, str | None], ToolConfig]] = {
     "codex": codex,
     "claude": claude,
     "aider": aider,
@@ -152,10 +163,10 @@ TOOLS: dict[str, Callable[[str, str, str], ToolConfig]] = {
 }
 
 
-def config_for(tool: str, base_url: str, key: str, model: str) -> ToolConfig:
-    """The configuration of `tool` (one of TOOLS) for a gateway, key and model. The
-    gateway's URL may be given with the `/v1` the demo prints: each tool adds what it
-    needs itself."""
+def config_for(tool: str, base_url: str, key: str, model: str | None) -> ToolConfig:
+    """The configuration of `tool` (one of TOOLS) for a gateway, key and model (None:
+    the tool's own default, for the tools that have one). The gateway's URL may be given
+    with the `/v1` the demo prints: each tool adds what it needs itself."""
     try:
         make = TOOLS[tool]
     except KeyError:

@@ -4,8 +4,9 @@ The tools are installed from the npm registry at pinned versions by
 `scripts/coding-tools.sh` (cached between runs), configured by `gateway tools config`
 (what docs/coding-tools.md shows), and run non-interactively (`codex exec`, `claude -p`)
 on a task, against a real Triton serving a scripted agent (`evals/replay/agent.json`):
-its first turn calls the tool's own way of writing a file (Codex's `exec_command`,
-Claude Code's `Write`), its next one ends the task. Done means: the file the task asks
+its first turn calls the tool's own way of writing a file (Codex's `exec_command`, or
+with Codex's own default model its custom `exec` tool; Claude Code's `Write`), its next
+one ends the task. Done means: the file the task asks
 for exists with the right content, the tool exited 0, and the gateway answered none of
 the tool's requests with a 4xx or 5xx.
 """
@@ -33,10 +34,21 @@ ROOT = Path(__file__).resolve().parents[2]
 TASK = "write hello.py that prints hi"
 AGENT = "coder-agent"
 KEY = "sk-test-coders"
-# What each tool's file must hold: the scripted agent's command or content.
-WRITTEN = {"codex": 'print("hi")\n', "claude": "print('hi')\n"}
-NAMES = {"codex": "Codex CLI", "claude": "Claude Code"}
-CALLS = {"codex": "`exec_command`", "claude": "`Write`"}
+# The runs: a tool with a model named, or with its own default model (None), which the
+# gateway's aliases route (Codex CLI then sends its tools another way: a custom tool in
+# an `additional_tools` item).
+RUNS = {
+    "codex": ("codex", AGENT),
+    "codex-default-model": ("codex", None),
+    "claude": ("claude", AGENT),
+}
+# What each run's file must hold: the scripted agent's command or content.
+WRITTEN = {"codex": 'print("hi")\n', "codex-default-model": 'print("hi")\n',
+           "claude": "print('hi')\n"}  # fmt: skip
+NAMES = {"codex": "Codex CLI", "codex-default-model": "Codex CLI, its default model",
+         "claude": "Claude Code"}  # fmt: skip
+CALLS = {"codex": "`exec_command`", "codex-default-model": "custom `exec`",
+         "claude": "`Write`"}  # fmt: skip
 DOC = ROOT / "docs" / "coding-tools.md"
 TABLE = ("<!-- compatibility:start -->", "<!-- compatibility:end -->")
 # What the gateway logs when it leaves something a tool sent out of the prompt.
@@ -79,6 +91,7 @@ def coders_gateway(
             max_tokens_default=1024,
             max_tokens_limit=4096,
             context_length=262_144,
+            aliases=["gpt-*"],  # Codex CLI's default model names
             timeouts={"first_token_s": 10, "first_token_per_prompt_token_s": 0.001},
         )
     }
@@ -110,13 +123,14 @@ def command(tool: str, bin_dir: Path) -> list[str]:
     return [str(bin_dir / "claude"), "-p", TASK, "--allowedTools", "Write"]
 
 
-@pytest.mark.parametrize("tool", ["codex", "claude"])
+@pytest.mark.parametrize("run_name", list(RUNS))
 def test_the_tool_does_the_task_through_the_gateway_with_no_refusal(
-    tool: str, tools_bin: Path, coders_gateway: Gateway, tmp_path: Path
+    run_name: str, tools_bin: Path, coders_gateway: Gateway, tmp_path: Path
 ) -> None:
     home, work = tmp_path / "home", tmp_path / "work"
     work.mkdir()
-    config = config_for(tool, coders_gateway.url, KEY, AGENT)
+    tool, model_name = RUNS[run_name]
+    config = config_for(tool, coders_gateway.url, KEY, model_name)
     config.write(home)
     env = {
         "PATH": f"{tools_bin}{os.pathsep}{os.environ['PATH']}",
@@ -137,7 +151,7 @@ def test_the_tool_does_the_task_through_the_gateway_with_no_refusal(
     lines = access_lines(coders_gateway)[seen:]
     report = f"exit {run.returncode}\n{run.stdout[-3000:]}\n{run.stderr[-3000:]}\n{lines}"
     assert run.returncode == 0, report
-    assert (work / "hello.py").read_text() == WRITTEN[tool], report
+    assert (work / "hello.py").read_text() == WRITTEN[run_name], report
     assert lines, report  # it went through the gateway
     assert all(line["status"] < 400 for line in lines), report
     # The compatibility table in docs/coding-tools.md says what this run saw.
@@ -146,20 +160,20 @@ def test_the_tool_does_the_task_through_the_gateway_with_no_refusal(
     ).stdout.strip()
     found = [names for message in messages for names in LEFT_OUT.findall(message)]
     left_out = sorted({name.strip() for names in found for name in names.split(",")})
-    row = compatibility_row(tool, version, lines, left_out)
+    row = compatibility_row(run_name, version, lines, left_out)
     assert row in documented_rows(), f"docs/coding-tools.md should have the row:\n{row}"
 
 
 def compatibility_row(
-    tool: str, version: str, lines: list[dict[str, Any]], left_out: list[str]
+    run_name: str, version: str, lines: list[dict[str, Any]], left_out: list[str]
 ) -> str:
-    """One row of the compatibility table, from what a run of `tool` did."""
+    """One row of the compatibility table, from what a run did."""
     apis = ", ".join(sorted({f"`/v1/{line['endpoint']}`" for line in lines}))
     streamed = "yes" if all(line["stream"] for line in lines) else "no"
     turns = "yes" if len(lines) > 1 else "no"
     omitted = ", ".join(f"`{name}`" for name in left_out) or "nothing"
     return (
-        f"| {NAMES[tool]} | {version} | {apis} | {streamed} | yes ({CALLS[tool]}) "
+        f"| {NAMES[run_name]} | {version} | {apis} | {streamed} | yes ({CALLS[run_name]}) "
         f"| {turns} | {omitted} |"
     )
 

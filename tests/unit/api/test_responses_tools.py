@@ -1,7 +1,7 @@
 """The Responses API's tools: function tools inside a `namespace` offered to the model
 under names that cannot collide and answered as OpenAI does (`name` and `namespace`
 apart, whole and streamed, and mapped back when a call returns in `input`); every tool
-the models cannot run (hosted, custom, unknown) left out and named, never silently; a
+the models cannot run (hosted, unknown) left out and named, never silently; a
 `tool_choice` that forces one, and malformed or oversized `tools`, a 400 naming the
 field."""
 
@@ -74,7 +74,7 @@ def test_namespace_functions_are_offered_under_names_that_cannot_collide() -> No
         "web_search", "web_search_2025_08_26", "web_search_preview", "file_search",
         "code_interpreter", "computer_use_preview", "computer", "mcp", "image_generation",
         "local_shell", "shell", "apply_patch", "tool_search", "programmatic_tool_calling",
-        "custom", "a_type_from_next_year",
+        "a_type_from_next_year",
     ],
 )  # fmt: skip
 def test_every_tool_the_models_cannot_run_is_left_out_and_named(kind: str) -> None:
@@ -84,10 +84,10 @@ def test_every_tool_the_models_cannot_run_is_left_out_and_named(kind: str) -> No
 
 
 def test_left_out_types_are_named_once_each_in_order() -> None:
-    tools = [{"type": "web_search"}] * 50 + [{"type": "mcp"}, {"type": "custom", "name": "c"}]
-    tools.append(namespace("ns", {"type": "custom", "name": "patch"}, function("f")))
+    tools = [{"type": "web_search"}] * 50 + [{"type": "mcp"}, {"type": "shell"}]
+    tools.append(namespace("ns", function("f")))
     request = parse(tools)
-    assert request.omitted_tools == ("web_search", "mcp", "custom")
+    assert request.omitted_tools == ("web_search", "mcp", "shell")
     assert [tool.name for tool in request.options.tools] == ["ns__f"]
 
 
@@ -150,7 +150,6 @@ def test_a_malformed_namespace_on_an_input_call_is_a_400(value: object) -> None:
         ({"type": "web_search_preview"}, [{"type": "web_search_preview"}, function("f")]),
         ({"type": "file_search"}, [function("f")]),
         ({"type": "mcp", "server_label": "deepwiki"}, [{"type": "mcp"}, function("f")]),
-        ({"type": "custom", "name": "patch"}, [{"type": "custom", "name": "patch"}]),
         ({"type": "shell"}, [{"type": "shell"}]),
         ({"type": "apply_patch"}, [{"type": "apply_patch"}, function("f")]),
         ({"type": "function", "name": "web_search"}, [{"type": "web_search"}, function("f")]),

@@ -102,3 +102,17 @@ def test_a_model_name_with_shell_or_odd_characters_stays_one_word(tool: str, mod
         assert f"openai/{model}" in words
     if tool == "codex":
         assert tomllib.loads(config.files[".codex/config.toml"])["model"] == model
+
+
+def test_codex_and_claude_may_be_left_to_their_own_default_model(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The gateway's alias patterns route the names they send (docs/coding-tools.md).
+    (path,) = config_for("codex", URL, "sk-test", None).write(tmp_path)
+    assert "model" not in tomllib.loads(path.read_text())
+    assert "ANTHROPIC_MODEL" not in config_for("claude", URL, "sk-test", None).env
+    assert main(["tools", "config", "claude", "--tool-default-model"]) == 0
+    assert "ANTHROPIC_MODEL" not in capsys.readouterr().out
+    # aider and opencode have no default model: the command says so.
+    assert main(["tools", "config", "aider", "--tool-default-model"]) == 2
+    assert "aider has no default model" in capsys.readouterr().err
