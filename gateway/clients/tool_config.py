@@ -13,9 +13,11 @@ gateway's alias patterns route the names they send (docs/coding-tools.md).
   `Authorization: Bearer`), the model from `ANTHROPIC_MODEL`, and stays off Anthropic's
   own services with `CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC`.
 - **aider** speaks chat completions to an OpenAI-compatible base (`OPENAI_API_BASE`), the
-  model named `openai/<model>`.
+  model named `openai/<model>`, with no update check, analytics or release notes.
 - **opencode** reads `~/.config/opencode/opencode.json`: a provider of the AI SDK's
-  OpenAI-compatible package, its key from an environment variable.
+  OpenAI-compatible package, its key from an environment variable, with no automatic
+  update or session sharing, and no fetch of models.dev's model list
+  (`OPENCODE_DISABLE_MODELS_FETCH`).
 """
 
 from __future__ import annotations
@@ -117,7 +119,7 @@ def aider(base_url: str, key: str, model: str | None) -> ToolConfig:
         env={"OPENAI_API_BASE": base_url.rstrip("/") + "/v1", "OPENAI_API_KEY": key},
         run=(
             f"aider --model {shlex.quote('openai/' + model)} --no-git --yes-always "
-            "--no-show-model-warnings "
+            "--no-show-model-warnings --no-check-update --no-analytics --no-show-release-notes "
             '--message "write hello.py that prints hi" hello.py'
         ),
     )
@@ -129,6 +131,8 @@ def opencode(base_url: str, key: str, model: str | None) -> ToolConfig:
     config = {
         "$schema": "https://opencode.ai/config.json",
         "model": f"gateway/{model}",
+        "autoupdate": False,
+        "share": "disabled",
         "provider": {
             "gateway": {
                 "npm": "@ai-sdk/openai-compatible",
@@ -144,7 +148,8 @@ def opencode(base_url: str, key: str, model: str | None) -> ToolConfig:
     return ToolConfig(
         "opencode",
         files={".config/opencode/opencode.json": json.dumps(config, indent=2) + "\n"},
-        env={KEY_VARIABLE: key},
+        # Its list of the providers' models comes from models.dev otherwise.
+        env={KEY_VARIABLE: key, "OPENCODE_DISABLE_MODELS_FETCH": "1"},
         run='opencode run "write hello.py that prints hi"',
     )
 

@@ -1,20 +1,23 @@
-"""Codex CLI and Claude Code, run unchanged against a real gateway (issue 25).
+"""Codex CLI, Claude Code, opencode and aider, run unchanged against a real gateway
+(issue 25).
 
-The tools are installed from the npm registry at pinned versions by
-`scripts/coding-tools.sh` (cached between runs), configured by `gateway tools config`
-(what docs/coding-tools.md shows), and run non-interactively (`codex exec`, `claude -p`)
-on a task, against a real Triton serving a scripted agent (`evals/replay/agent.json`):
-its first turn calls the tool's own way of writing a file (Codex's `exec_command`, or
-with Codex's own default model its custom `exec` tool; Claude Code's `Write`), its next
-one ends the task. Done means: the file the task asks
-for exists with the right content, the tool exited 0, and the gateway answered none of
-the tool's requests with a 4xx or 5xx.
+The tools are installed at pinned versions by `scripts/coding-tools.sh` (from the npm
+registry, aider from PyPI into a virtualenv of its own; cached between runs), configured
+by `gateway tools config` (what docs/coding-tools.md shows), and run non-interactively
+(`codex exec`, `claude -p`, `opencode run`, `aider --message`) on a task, against a real
+Triton serving a scripted agent (`evals/replay/agent.json`): its first turn calls the
+tool's own way of writing a file (Codex's `exec_command`, or with Codex's own default
+model its custom `exec` tool; Claude Code's `Write`; opencode's `write`), its next one
+ends the task; aider, which calls no tools, gets the whole file in its edit format. Done
+means: the file the task asks for exists with the right content, the tool exited 0, and
+the gateway answered none of the tool's requests with a 4xx or 5xx.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import shlex
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,7 +26,7 @@ from typing import Any
 import orjson
 import pytest
 
-from gateway.clients.tool_config import config_for
+from gateway.clients.tool_config import ToolConfig, config_for
 from gateway.dev.processes import stop
 from gateway.dev.replay import REPLAY_DIR
 from gateway.dev.sim.server import TritonSim
@@ -41,14 +44,20 @@ RUNS = {
     "codex": ("codex", AGENT),
     "codex-default-model": ("codex", None),
     "claude": ("claude", AGENT),
+    "opencode": ("opencode", AGENT),
+    "aider": ("aider", AGENT),
 }
 # What each run's file must hold: the scripted agent's command or content.
 WRITTEN = {"codex": 'print("hi")\n', "codex-default-model": 'print("hi")\n',
-           "claude": "print('hi')\n"}  # fmt: skip
+           "claude": "print('hi')\n", "opencode": 'print("hi")\n',
+           "aider": 'print("hi")\n'}  # fmt: skip
 NAMES = {"codex": "Codex CLI", "codex-default-model": "Codex CLI, its default model",
-         "claude": "Claude Code"}  # fmt: skip
-CALLS = {"codex": "`exec_command`", "codex-default-model": "custom `exec`",
-         "claude": "`Write`"}  # fmt: skip
+         "claude": "Claude Code", "opencode": "opencode", "aider": "aider"}  # fmt: skip
+# How each run's file got written: the tool it called, or (aider) its edit format.
+CALLS = {"codex": "yes (`exec_command`)", "codex-default-model": "yes (custom `exec`)",
+         "claude": "yes (`Write`)", "opencode": "yes (`write`)",
+         "aider": "no (its whole-file edit format)"}  # fmt: skip
+PATHS = {"chat": "chat/completions"}
 DOC = ROOT / "docs" / "coding-tools.md"
 TABLE = ("<!-- compatibility:start -->", "<!-- compatibility:end -->")
 # What the gateway logs when it leaves something a tool sent out of the prompt.
@@ -114,13 +123,18 @@ def access_lines(gw: Gateway) -> list[dict[str, Any]]:
     return [line for line in lines if line.get("logger") == "gateway.access"]
 
 
-def command(tool: str, bin_dir: Path) -> list[str]:
+def command(config: ToolConfig, bin_dir: Path) -> list[str]:
+    tool = config.tool
     if tool == "codex":
         # The scripted agent's command is ours; Codex's own sandbox needs what a CI
         # container may not give (namespaces, Landlock), so it runs without it.
         return [str(bin_dir / "codex"), "exec", "--skip-git-repo-check",
                 "--dangerously-bypass-approvals-and-sandbox", TASK]  # fmt: skip
-    return [str(bin_dir / "claude"), "-p", TASK, "--allowedTools", "Write"]
+    if tool == "claude":
+        return [str(bin_dir / "claude"), "-p", TASK, "--allowedTools", "Write"]
+    # aider and opencode: the command `gateway tools config` prints, as it prints it.
+    name, *args = shlex.split(config.run)
+    return [str(bin_dir / name), *args]
 
 
 @pytest.mark.parametrize("run_name", list(RUNS))
@@ -140,7 +154,7 @@ def test_the_tool_does_the_task_through_the_gateway_with_no_refusal(
     }
     seen, logged = len(access_lines(coders_gateway)), len(coders_gateway.log)
     run = subprocess.run(
-        command(tool, tools_bin), cwd=work, env=env, capture_output=True, text=True,
+        command(config, tools_bin), cwd=work, env=env, capture_output=True, text=True,
         timeout=300, check=False, stdin=subprocess.DEVNULL,
     )  # fmt: skip
     messages = [
@@ -168,12 +182,14 @@ def compatibility_row(
     run_name: str, version: str, lines: list[dict[str, Any]], left_out: list[str]
 ) -> str:
     """One row of the compatibility table, from what a run did."""
-    apis = ", ".join(sorted({f"`/v1/{line['endpoint']}`" for line in lines}))
+    # The access log's endpoint is the path after /v1, but for chat completions.
+    paths = {PATHS.get(line["endpoint"], line["endpoint"]) for line in lines}
+    apis = ", ".join(sorted(f"`/v1/{path}`" for path in paths))
     streamed = "yes" if all(line["stream"] for line in lines) else "no"
     turns = "yes" if len(lines) > 1 else "no"
     omitted = ", ".join(f"`{name}`" for name in left_out) or "nothing"
     return (
-        f"| {NAMES[run_name]} | {version} | {apis} | {streamed} | yes ({CALLS[run_name]}) "
+        f"| {NAMES[run_name]} | {version} | {apis} | {streamed} | {CALLS[run_name]} "
         f"| {turns} | {omitted} |"
     )
 

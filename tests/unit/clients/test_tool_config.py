@@ -40,9 +40,16 @@ def test_aider_and_opencode_get_the_openai_compatible_api(tmp_path: Path) -> Non
     aider = config_for("aider", URL, "sk-test", "llm-large")
     assert aider.env["OPENAI_API_BASE"] == "http://gateway.example:8080/v1"
     assert "--model openai/llm-large" in aider.run
+    # Run once without a terminal, it asks nothing and calls no one but the gateway.
+    for flag in ("--yes-always", "--no-check-update", "--no-analytics", "--no-show-release-notes"):
+        assert flag in shlex.split(aider.run)
     opencode = config_for("opencode", URL, "sk-test", "llm-large")
     (path,) = opencode.write(tmp_path)
-    provider = json.loads(path.read_text())["provider"]["gateway"]
+    written = json.loads(path.read_text())
+    assert written["autoupdate"] is False and written["share"] == "disabled"
+    assert opencode.env == {KEY_VARIABLE: "sk-test", "OPENCODE_DISABLE_MODELS_FETCH": "1"}
+    assert "sk-test" not in path.read_text()
+    provider = written["provider"]["gateway"]
     assert provider["options"]["baseURL"] == "http://gateway.example:8080/v1"
     assert provider["options"]["apiKey"] == "{env:" + KEY_VARIABLE + "}"
     assert "llm-large" in provider["models"]
@@ -75,7 +82,7 @@ def test_the_command_prints_and_writes_the_configuration(
     assert (tmp_path / ".codex" / "config.toml").is_file()
 
 
-@pytest.mark.parametrize("tool", ["codex", "claude"])
+@pytest.mark.parametrize("tool", ["codex", "claude", "opencode", "aider"])
 def test_the_docs_show_what_the_command_prints(tool: str) -> None:
     doc = (Path(__file__).resolve().parents[3] / "docs" / "coding-tools.md").read_text()
     block = doc.split(f"<!-- tools-config:{tool} -->\n```sh\n", 1)[1].split("\n```", 1)[0]
