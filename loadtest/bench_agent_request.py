@@ -7,6 +7,9 @@ One gateway (`--workers 1`, loadtest/bench-config) in front of the instant nginx
 upstream, measured with wrk, the targets interleaved in each round:
 
 - chat: one user message as long as the agent's whole request (no tools);
+- chat with the agent's tools: the Messages request below as chat sends it (its system
+  prompt a system message, its 20 tools function tools), which is what the Responses and
+  Messages translations add to;
 - Responses, as Codex CLI 0.171.0 sends it: its captured tool list (function tools, a
   `namespace` of them and `web_search`, tests/unit/api/codex_0.171.0_tools.json) and
   about 30 KB of instructions;
@@ -14,7 +17,8 @@ upstream, measured with wrk, the targets interleaved in each round:
   30 KB in blocks, `max_tokens: 32000` (clamped).
 
 Prints requests/s, latency and the gateway's CPU per request; the agent's cost against
-the chat request of the same size is the figure the issue asks for.
+the chat request of the same size is the figure the issue asks for, and against chat
+with the same tools, what the wire's translation costs.
 """
 
 from __future__ import annotations
@@ -87,8 +91,22 @@ def bodies() -> dict[str, str]:
         "messages": [{"role": "user", "content": (text * 2)[:agent_bytes]}],
         "max_tokens": 16,
     }
+    chat_tools = {
+        "model": MODEL,
+        "messages": [
+            {"role": "system", "content": text},
+            {"role": "user", "content": "write hello.py"},
+        ],
+        "tools": [
+            {"type": "function", "function": {"name": t["name"], "description": t["description"],
+                                              "parameters": t["input_schema"]}}
+            for t in messages["tools"]
+        ],
+        "max_tokens": 16,
+    }  # fmt: skip
     return {
         "/v1/chat/completions (chat, same size)": json.dumps(chat),
+        "/v1/chat/completions (chat, the agent's tools)": json.dumps(chat_tools),
         "/v1/responses (Codex CLI's tools)": json.dumps(responses),
         "/v1/messages (Claude Code's shape)": json.dumps(messages),
     }

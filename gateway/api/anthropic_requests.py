@@ -37,6 +37,7 @@ from gateway.api.requests import (
     parse_tools,
     requested_model,
 )
+from gateway.api.tool_lists import ToolListCache
 from gateway.inference.types import (
     ChatMessage,
     ChatOptions,
@@ -96,7 +97,7 @@ def _request(data: Mapping[str, Any], max_tokens: int, requested: int | None) ->
         )
     if data.get("top_k") is not None:
         raise bad_request("`top_k` is not supported by the models of this gateway.", "top_k")
-    tools = _parse_tools(data.get("tools"))
+    tools = _TOOLS.parse(data.get("tools"))
     choice, forced, parallel = _tool_choice(data.get("tool_choice"), {t.name for t in tools})
     metadata = data.get("metadata")
     user = metadata.get("user_id") if isinstance(metadata, dict) else None
@@ -249,6 +250,10 @@ def _parse_tools(raw: object) -> tuple[Tool, ...]:
         return parse_tools(_as_functions(raw))
     except APIError as exc:
         raise renamed(exc, "tools", (".function.", "."), (".parameters", ".input_schema")) from None
+
+
+# Kept by the list's JSON: an agent sends the same tools every turn (`tool_lists`).
+_TOOLS = ToolListCache(_parse_tools)
 
 
 def _as_functions(raw: object) -> object:

@@ -19,7 +19,6 @@ from collections.abc import AsyncGenerator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, NoReturn
 
-import orjson
 from starlette.background import BackgroundTask
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
@@ -27,7 +26,7 @@ from starlette.responses import Response
 from gateway.admission import DeadlineExceeded, Overloaded, Shed
 from gateway.api import errors
 from gateway.api.endpoints import count_request, runtime_of
-from gateway.api.errors import APIError, rate_limited
+from gateway.api.errors import MAX_SHOWN_MODEL, APIError, rate_limited
 from gateway.api.idempotency import claim
 from gateway.api.openai_answers import SSE_DONE, ChunkWriter, sse_error
 from gateway.api.requests import decode_json, requested_model
@@ -458,6 +457,8 @@ def resolve_route(
         raise errors.model_not_found(model)
     if record is not None:
         record.model = route.name
+        if route.name != model:
+            record.alias = model[:MAX_SHOWN_MODEL]
     if not identity.may_use(route.name):
         raise errors.model_not_allowed(model)
     return route
@@ -547,9 +548,7 @@ async def _complete(exchange: _Exchange, request: Request) -> Response:
                 raise errors.invalid_structured_output(model, problem)
     body = exchange.wire.body(parts, completions, response_id=exchange.response_id, model=model)
     if exchange.wire.keep is not None:
-        await exchange.wire.keep(
-            exchange.runtime, exchange.record.tenant, parts[0], orjson.loads(body)
-        )
+        await exchange.wire.keep(exchange.runtime, exchange.record.tenant, parts[0], body)
     return Response(
         body,
         media_type="application/json",

@@ -10,6 +10,7 @@ from typing import Any
 import orjson
 
 from gateway.api.errors import APIError, bad_request
+from gateway.api.tool_lists import ToolListCache
 from gateway.inference.schemas import SchemaRefused, check_schema
 from gateway.inference.types import (
     ChatMessage,
@@ -77,8 +78,9 @@ def decode_json(body: bytes) -> Mapping[str, Any]:
         raise bad_request(f"The request body is not valid JSON: {exc}.") from None
     if not isinstance(data, dict):
         raise bad_request("The request body must be a JSON object.")
-    # A body with fewer brackets than the cap cannot nest past it: most are not walked.
-    if body.count(b"{") + body.count(b"[") > MAX_JSON_DEPTH and _too_deep(data):
+    # A level takes two bytes at least (`[]`): a short body cannot nest past the cap.
+    # (Counting brackets to skip the walk cost more than the walk: 30 µs on 60 KB.)
+    if len(body) > 2 * MAX_JSON_DEPTH and _too_deep(data):
         raise bad_request(
             f"The request body nests objects and arrays more than {MAX_JSON_DEPTH} levels deep."
         )
@@ -113,7 +115,7 @@ def parse_chat(data: Mapping[str, Any], default_max_tokens: int) -> InferenceReq
         if value is not None and (type(value) is not type(default) or value != default):
             raise bad_request(f"`{name}` is a field of `/v1/completions` only.", name)
     request = _request(data, RequestKind.CHAT, default_max_tokens, messages=messages)
-    tools = parse_tools(data.get("tools"))
+    tools = _TOOLS.parse(data.get("tools"))
     choice, forced = _tool_choice(data.get("tool_choice"), tools)
     parallel = optional_bool(data, "parallel_tool_calls")
     if not tools and parallel is not None:
@@ -361,6 +363,10 @@ def parse_tools(raw: object) -> tuple[Tool, ...]:
             )
         tools.append(Tool(name, description, parameters, strict))
     return tuple(tools)
+
+
+# Kept by the list's JSON: an agent sends the same tools every turn (`tool_lists`).
+_TOOLS = ToolListCache(parse_tools)
 
 
 def check_json_schema(schema: object, param: str, *, compile_patterns: bool = False) -> None:

@@ -64,7 +64,7 @@ def response_object(
         "temperature": params.temperature,
         "text": {"format": dict(state.text_format)},
         "tool_choice": state.tool_choice,
-        "tools": [dict(tool) for tool in state.tools],
+        "tools": list(state.tools),  # as sent: dicts of the request, not copied
         "top_p": params.top_p,
         "truncation": "disabled",
         "usage": None if usage is None else _usage(usage),

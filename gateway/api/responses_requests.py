@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,6 +43,7 @@ from gateway.api.requests import (
     parse_tools,
     requested_model,
 )
+from gateway.api.tool_lists import ToolListCache
 from gateway.inference.types import (
     ChatMessage,
     ChatOptions,
@@ -50,6 +51,7 @@ from gateway.inference.types import (
     RequestKind,
     ResponseFormat,
     SamplingParams,
+    Tool,
     ToolCall,
 )
 
@@ -112,11 +114,7 @@ def parse_responses(
     if instructions:
         messages = (ChatMessage("system", instructions), *conversation)
     raw_tools = data.get("tools")
-    offered = _offered_tools(_tool_lists(raw_tools, raw_input))
-    try:
-        tools = parse_tools(offered.functions)
-    except APIError as exc:  # the chat parser names chat's field: name the request's
-        raise _renamed_tool_error(exc, offered.places) from None
+    offered, tools = _TOOLS.parse(list(_tool_lists(raw_tools, raw_input)))
     if offered.omitted:
         # Never silently: the answer's header says it too.
         # The model as sent, cut short: a client chooses its length (1 MB made 1 MB lines).
@@ -323,6 +321,15 @@ def _function_output(item: dict[str, Any], where: str) -> ChatMessage:
     return ChatMessage("tool", output, tool_call_id=call_id)
 
 
+def _offer_tools(lists: list[tuple[str, object]]) -> tuple[_OfferedTools, tuple[Tool, ...]]:
+    """The request's tool lists ((where, list) pairs) as the model is offered them."""
+    offered = _offered_tools(lists)
+    try:
+        return offered, parse_tools(offered.functions)
+    except APIError as exc:  # the chat parser names chat's field: name the request's
+        raise _renamed_tool_error(exc, offered.places) from None
+
+
 @dataclass(slots=True)
 class _OfferedTools:
     """`tools` as the model is offered them: chat's function tools (for the shared
@@ -336,7 +343,7 @@ class _OfferedTools:
     omitted: tuple[str, ...] = ()
 
 
-def _offered_tools(lists: Iterator[tuple[str, object]]) -> _OfferedTools:
+def _offered_tools(lists: Iterable[tuple[str, object]]) -> _OfferedTools:
     offered = _OfferedTools()
     omitted: dict[str, None] = {}  # an ordered set
     entries = 0
@@ -377,6 +384,10 @@ def _offered_tools(lists: Iterator[tuple[str, object]]) -> _OfferedTools:
         )
     offered.omitted = tuple(omitted)
     return offered
+
+
+# Kept by the lists' JSON: an agent sends the same tools every turn (`tool_lists`).
+_TOOLS = ToolListCache(_offer_tools)
 
 
 def _too_many_entries() -> APIError:

@@ -11,6 +11,7 @@ import orjson
 
 from gateway.backends.base import BAD_ANSWER, REPORTED_ERROR, UpstreamError
 from gateway.backends.http import LazySession, get_ok, post, sse_payloads
+from gateway.inference.memo import IdentityMemo
 from gateway.inference.types import (
     ChatMessage,
     Completion,
@@ -129,7 +130,7 @@ def _payload(call: UpstreamCall, stream: bool) -> bytes:
         body["messages"] = [_message(m) for m in call.messages]
         options = call.options
         if options.tools:
-            body["tools"] = [_tool(t) for t in options.tools]
+            body["tools"] = _tools_json(options.tools)
         if options.tool_choice is not None:
             body["tool_choice"] = (
                 {"type": "function", "function": {"name": options.forced_tool}}
@@ -181,6 +182,15 @@ def _response_format(fmt: ResponseFormat) -> dict[str, Any]:
     if fmt.description is not None:
         spec["description"] = fmt.description
     return {"type": "json_schema", "json_schema": spec}
+
+
+def _serialized_tools(tools: tuple[Tool, ...]) -> orjson.Fragment:
+    """The tools as chat's JSON, made once per shared tool list (an agent's tools are
+    the same list object on every turn: `gateway.api.tool_lists`)."""
+    return orjson.Fragment(orjson.dumps([_tool(t) for t in tools]))
+
+
+_tools_json = IdentityMemo(_serialized_tools)
 
 
 def _tool(tool: Tool) -> dict[str, Any]:
