@@ -102,6 +102,11 @@ class MessageStreamWriter:
         # The open block's index and kind ("text" or the tool call's index), if one is.
         self._block = -1
         self._open: object = None
+        # The open call's arguments: relayed once they start as an object (True), held
+        # back when they do not (False: `input` stays `{}`, as a whole answer's), or
+        # undecided while only whitespace came (None, with what came).
+        self._relay: bool | None = None
+        self._held = ""
 
     def start(self) -> bytes:
         message: dict[str, Any] = {
@@ -151,8 +156,15 @@ class MessageStreamWriter:
                     "input": {},
                 }
                 events += self._switch(("call", fragment.index), block)
-            if fragment.arguments:
-                delta = {"type": "input_json_delta", "partial_json": fragment.arguments}
+                self._relay, self._held = None, ""
+            arguments = fragment.arguments
+            if arguments and self._relay is None:
+                self._held += arguments
+                arguments = self._held.lstrip()
+                if arguments:  # `input` is an object: anything else is not relayed
+                    self._relay = arguments.startswith("{")
+            if arguments and self._relay:
+                delta = {"type": "input_json_delta", "partial_json": arguments}
                 events += self._delta(delta)
         return events
 

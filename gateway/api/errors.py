@@ -156,10 +156,16 @@ def invalid_structured_output(model: str, problem: str) -> APIError:
     )
 
 
+# A client's model name, as an error repeats it, at most: a 1 MB name made a 1 MB error.
+MAX_SHOWN_MODEL = 256
+
+
 def model_not_found(model: str) -> APIError:
+    """The 404 of a model name no model or alias answers to, the name as sent (cut)."""
+    shown = model if len(model) <= MAX_SHOWN_MODEL else model[:MAX_SHOWN_MODEL] + "..."
     return APIError(
         404,
-        f"The model `{model}` does not exist or you do not have access to it.",
+        f"The model `{shown}` does not exist or you do not have access to it.",
         param="model",
         code="model_not_found",
     )

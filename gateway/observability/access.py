@@ -27,6 +27,9 @@ class RequestRecord:
     request_id: str
     tenant: str = UNKNOWN
     model: str = UNKNOWN
+    # The name the client sent, when it was an alias of `model` (a coding tool's own
+    # model name, say), cut short: the client chooses its length. Logged, never a label.
+    alias: str = ""
     # The API it came by (`gateway.api.wire.Wire.name`).
     endpoint: str = "chat"
     stream: bool = False
@@ -78,6 +81,7 @@ class RequestRecord:
                 "endpoint": self.endpoint,
                 "tenant": self.tenant,
                 "model": self.model,
+                "requested_model": self.alias or None,
                 "served_model": self.served_model or None,
                 "stream": self.stream,
                 "priority": self.priority,

@@ -11,6 +11,7 @@ from typing import Any
 
 import anthropic
 import openai
+import orjson
 import pytest
 
 from gateway.dev.sim.server import TritonSim
@@ -58,6 +59,26 @@ def test_claude_code_names_reach_the_model_their_pattern_names(gateway: Gateway)
         message = client.messages.create(model=name, max_tokens=4, messages=ASK)
         assert message.model == serving
         assert message.content
+
+
+def test_the_access_log_names_the_alias_the_client_sent(gateway: Gateway) -> None:
+    # Ops see which tools' names reach which model; a 1 MB name is logged cut short.
+    claude(gateway).messages.create(model="claude-opus-4-8[1m]", max_tokens=4, messages=ASK)
+    with pytest.raises(openai.NotFoundError):
+        codex(gateway).responses.create(model="x" * 100_000, input="Hi")
+
+    def lines() -> list[dict[str, Any]]:
+        parsed = (orjson.loads(line) for line in gateway.log.splitlines() if line.startswith("{"))
+        return [line for line in parsed if line.get("logger") == "gateway.access"]
+
+    deadline = time.monotonic() + 15
+    while not any(line.get("requested_model") == "claude-opus-4-8[1m]" for line in lines()):
+        assert time.monotonic() < deadline, gateway.log[-2000:]
+        time.sleep(0.1)
+    *_, line = [line for line in lines() if line.get("requested_model") == "claude-opus-4-8[1m]"]
+    assert (line["model"], line["served_model"], line["status"]) == ("large", "large", 200)
+    assert all(len(line.get("requested_model") or "") <= 256 for line in lines())
+    assert all(len(line["model"]) < 100 for line in lines())  # a label: configured names only
 
 
 def test_codex_names_reach_the_model_on_both_openai_wires(gateway: Gateway) -> None:

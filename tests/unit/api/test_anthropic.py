@@ -287,3 +287,31 @@ def test_ratelimit_headers_say_when_the_bucket_is_full_again() -> None:
     assert headers["anthropic-ratelimit-tokens-remaining"] == "10"
     assert headers["anthropic-ratelimit-tokens-reset"].endswith("Z")
     assert "anthropic-ratelimit-requests-limit" not in headers
+
+
+@pytest.mark.parametrize(
+    ("pieces", "relayed"),
+    [
+        (["  ", ' {"a"', ": 1}"], ['{"a"', ": 1}"]),  # leading space: not the model's JSON
+        (['"just a string"'], []),  # not an object: `input` stays {}, as a whole answer's
+        (["[1, ", "2]"], []),
+        (["  ", "  "], []),
+    ],
+)
+def test_a_streamed_call_relays_its_arguments_only_as_an_object(
+    pieces: list[str], relayed: list[str]
+) -> None:
+    writer = MessageStreamWriter(parse_messages(body(), 16), "msg_1", "m", 5)
+    raw = writer.start() + writer.tool_calls((ToolCallDelta(0, "call_1", "f", ""),))
+    for piece in pieces:
+        raw += writer.tool_calls((ToolCallDelta(0, arguments=piece),))
+    raw += writer.close("tool_calls", Usage(5, 7))
+    deltas = [
+        data["delta"]["partial_json"]
+        for _, data in events(raw)
+        if data.get("type") == "content_block_delta"
+    ]
+    assert deltas == relayed
+    # What the anthropic SDK makes of the stream is the object a whole answer gives.
+    text = "".join(deltas)
+    assert isinstance(orjson.loads(text) if text else {}, dict)

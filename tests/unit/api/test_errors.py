@@ -44,3 +44,9 @@ def test_a_refusal_names_the_limit_and_the_wait() -> None:
         "Too many requests in flight for your organization (at most 4 at once); "
         "wait for one to finish."
     )
+
+
+def test_a_huge_model_name_is_repeated_cut() -> None:
+    # A 1 MB name made a 1 MB error body.
+    message = errors.model_not_found("gpt-" + "A" * 1_000_000).message
+    assert len(message) < 400 and "gpt-AAAA" in message and "..." in message
