@@ -72,3 +72,31 @@ def test_with_tools_only_the_first_system_message_joins_the_tools_turn() -> None
     )
     llama = PromptTemplate("llama3").render(MID, tools)
     assert "<|start_header_id|>system<|end_header_id|>\n\nAgents: Explore.<|eot_id|>" in llama
+
+
+def test_tools_render_as_json_dumps_writes_them_however_often_the_list_is_used() -> None:
+    # A shared tool list's JSON is made once (an agent sends the same list every turn):
+    # the prompt must be what `json.dumps` gives (HF templates' spacing, unicode as is).
+    import json
+
+    tools = (
+        Tool("write", "Écrit un fichier <ici>", {"type": "object", "properties": {}}),
+        Tool("run", None, None),
+    )
+    template = PromptTemplate("chatml")
+    messages = [ChatMessage("user", "hi")]
+    first = template.render(messages, tools)
+    assert template.render(messages, tools) == first
+    for tool in tools:
+        function = {"name": tool.name}
+        if tool.description is not None:
+            function["description"] = tool.description
+        function["parameters"] = tool.parameters or {"type": "object", "properties": {}}
+        written = json.dumps({"type": "function", "function": function}, ensure_ascii=False)
+        assert written in first
+    # A custom template sees the tools as objects, and cannot change them for the next.
+    custom = PromptTemplate("{% for t in tools %}{{ t.function.name }};{% endfor %}")
+    assert custom.render(messages, tools) == "write;run;"
+    with pytest.raises(SecurityError):
+        PromptTemplate("{{ tools[0].update({'type': 'x'}) }}").render(messages, tools)
+    assert template.render(messages, tools) == first
