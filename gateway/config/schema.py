@@ -284,7 +284,10 @@ class Timeouts(Strict):
     # ...and this much more per prompt token: a long prompt takes longer to prefill (a
     # coding agent's first request carries 20 to 40 KB of instructions), and a fixed
     # budget would send every such request to the fallback. About the replica's prefill
-    # time per token, with room for a queue; 0: a fixed budget.
+    # time per token, with room for a queue; 0: a fixed budget. The prompt's tokens are
+    # the gateway's estimate (`estimate_tokens`: four ASCII characters a token, more for
+    # other text). A late first token of a long prompt counts against a replica only if
+    # it is failing already (`gateway.upstream.failover`).
     first_token_per_prompt_token_s: Annotated[Float, Field(ge=0)] = 0.0
     # Time allowed for the whole request.
     total_s: PositiveFloat = 300.0

@@ -4,7 +4,8 @@ For each model of the request's chain (the model asked for, then its fallbacks t
 tenant may use) the dispatcher:
 
 1. routes to the next model up front when the predicted wait (queue ahead over the
-   measured drain rate) plus the model's usual latency would miss the deadline;
+   measured drain rate) plus the model's usual latency for a prompt of this size
+   (`gateway.upstream.latency`) would miss the deadline;
 2. waits for a slot in the model's admission queue (priority, fair share), or moves on
    when the queue is full;
 3. calls the model (retrying on other replicas before any output); a stream that has
@@ -118,10 +119,10 @@ class Dispatcher:
                 if parser is not None:
                     completion = read_completion(parser, completion)
             except TimeoutError:
-                _learn_too_slow(route, work, time.monotonic() - started)
+                _learn_too_slow(route, work, call, time.monotonic() - started)
                 raise DeadlineMissed(f"{route.name} did not answer before the deadline") from None
             except UpstreamTimeout:
-                _learn_too_slow(route, work, time.monotonic() - started)
+                _learn_too_slow(route, work, call, time.monotonic() - started)
                 raise
             except NoReplicaLeft:
                 if self._may_fall_back(work, index, FallbackReason.REPLICA_ERROR, fallbacks):
@@ -130,7 +131,10 @@ class Dispatcher:
             else:
                 used = completion.usage.total_tokens
                 route.resilience.latency.observe(
-                    None, time.monotonic() - started, completion.usage.completion_tokens
+                    None,
+                    time.monotonic() - started,
+                    completion.usage.completion_tokens,
+                    call.prompt_estimate,
                 )
                 return completion, Served(route, fallbacks, slot.waited_s)
             finally:
@@ -169,7 +173,7 @@ class Dispatcher:
             except TimeoutError:
                 await deltas.aclose()  # cancels the upstream request
                 self._admission.release(slot, 0)
-                _learn_slow_start(route, time.monotonic() - started)
+                _learn_slow_start(route, call, time.monotonic() - started)
                 if self._may_fall_back(work, index, FallbackReason.TTFT_TIMEOUT, fallbacks):
                     continue
                 raise DeadlineMissed(f"no first token from {route.name} in time") from None
@@ -179,7 +183,7 @@ class Dispatcher:
                 if isinstance(exc, UpstreamRejected):
                     raise  # the request's own fault: another model would refuse it too
                 if isinstance(exc, UpstreamTimeout):
-                    _learn_slow_start(route, time.monotonic() - started)
+                    _learn_slow_start(route, call, time.monotonic() - started)
                 if self._may_fall_back(work, index, FallbackReason.REPLICA_ERROR, fallbacks):
                     continue
                 raise
@@ -190,7 +194,9 @@ class Dispatcher:
             ttft = time.monotonic() - started
             metrics.labels(metrics.TTFT, route.name).observe(ttft)
             served = Served(route, fallbacks, slot.waited_s, ttft)
-            rest = _Rest(self._admission, slot, route, first, deltas, started, ttft, work.deadline)
+            rest = _Rest(
+                self._admission, slot, route, call, first, deltas, started, ttft, work.deadline
+            )
             return first, rest, served
         raise DeadlineMissed("no model of the fallback chain could take the request in time")
 
@@ -200,9 +206,12 @@ class Dispatcher:
         remaining = work.deadline - time.monotonic()
         if remaining <= 0:
             raise DeadlineMissed("the deadline passed before a model could take the request")
+        # The prompt's size as the chain's first model takes it: about the same on all.
         predicted = self._admission.predicted_wait_s(
             route.name, work.priority
-        ) + route.resilience.latency.expected_s(work.request.stream, work.request.params.max_tokens)
+        ) + route.resilience.latency.expected_s(
+            work.request.stream, work.request.params.max_tokens, work.first_call.prompt_estimate
+        )
         if predicted > remaining and self._may_fall_back(
             work, index, FallbackReason.PREDICTED_WAIT, fallbacks
         ):
@@ -237,19 +246,19 @@ class Dispatcher:
         return True
 
 
-def _learn_slow_start(route: ModelRoute, waited_s: float) -> None:
+def _learn_slow_start(route: ModelRoute, call: UpstreamCall, waited_s: float) -> None:
     """A stream with no first piece after `waited_s`: its TTFT is at least that.
 
-    A lower bound only ever raises the model's TTFT average, so the predicted wait
-    learns that a model turned slow even though its requests time out instead of
-    finishing; a short wait (a tight deadline) teaches nothing.
+    A lower bound only ever raises the model's expected TTFT (for this prompt's size),
+    so the predicted wait learns that a model turned slow even though its requests time
+    out instead of finishing; a short wait (a tight deadline) teaches nothing.
     """
     latency = route.resilience.latency
-    if latency.ttft_s is None or waited_s > latency.ttft_s:
-        latency.observe(waited_s, waited_s, 0)
+    if waited_s > latency.expected_s(True, 0, call.prompt_estimate):
+        latency.observe(waited_s, waited_s, 0, call.prompt_estimate)
 
 
-def _learn_too_slow(route: ModelRoute, work: Work, waited_s: float) -> None:
+def _learn_too_slow(route: ModelRoute, work: Work, call: UpstreamCall, waited_s: float) -> None:
     """A whole answer still missing after `waited_s`: a lower bound, as in
     `_learn_slow_start`, when it exceeds what the model is expected to take.
 
@@ -257,13 +266,13 @@ def _learn_too_slow(route: ModelRoute, work: Work, waited_s: float) -> None:
     larger than the real one (the answer had at most that many tokens, and took longer).
     """
     latency = route.resilience.latency
-    max_tokens = work.request.params.max_tokens
-    if waited_s <= latency.expected_s(False, max_tokens):
+    max_tokens, prompt_tokens = work.request.params.max_tokens, call.prompt_estimate
+    if waited_s <= latency.expected_s(False, max_tokens, prompt_tokens):
         return
     if max_tokens > 1:
-        latency.observe(None, waited_s, max_tokens)
+        latency.observe(None, waited_s, max_tokens, prompt_tokens)
     else:
-        latency.observe(waited_s, waited_s, max_tokens)
+        latency.observe(waited_s, waited_s, max_tokens, prompt_tokens)
 
 
 class _Rest(AsyncGenerator[Delta, None]):
@@ -285,6 +294,7 @@ class _Rest(AsyncGenerator[Delta, None]):
         "_ended",
         "_expired",
         "_meter",
+        "_prompt_tokens",
         "_reader",
         "_route",
         "_slot",
@@ -298,6 +308,7 @@ class _Rest(AsyncGenerator[Delta, None]):
         admission: AdmissionController,
         slot: Slot,
         route: ModelRoute,
+        call: UpstreamCall,
         first: Delta | None,
         deltas: AsyncGenerator[Delta, None],
         started: float,
@@ -307,6 +318,7 @@ class _Rest(AsyncGenerator[Delta, None]):
         self._admission = admission
         self._slot = slot
         self._route = route
+        self._prompt_tokens = call.prompt_estimate
         self._deltas = deltas
         self._started = started
         self._ttft = ttft
@@ -412,6 +424,9 @@ class _Rest(AsyncGenerator[Delta, None]):
         meter = self._meter
         if observe:
             self._route.resilience.latency.observe(
-                self._ttft, time.monotonic() - self._started, meter.completion_tokens
+                self._ttft,
+                time.monotonic() - self._started,
+                meter.completion_tokens,
+                self._prompt_tokens,
             )
         self._admission.release(self._slot, meter.usage(0).total_tokens)

@@ -7,6 +7,15 @@ fleet-wide failure does not turn into a retry storm. Replicas are chosen under t
 model's `max_in_flight_per_replica`. Refusals, backend timeouts and streams with no
 first piece within the model's first-token budget count as the replica's failures for
 outlier ejection; cancellations do not.
+
+A late first token is the replica's fault for certain only for a short prompt: at most
+`SHORT_PROMPT_TOKENS` (estimated), and a budget mostly the model's base
+(`first_token_per_prompt_token_s` x its tokens at most `first_token_s`). A longer
+prompt's prefill grows with its real size, which the estimate may miss (unusual text,
+a slower replica for long contexts), so its timeout counts only against a replica that
+is failing already (`OutlierDetector.record_failure(doubtful=True)`): a tenant's long
+prompts cannot eject replicas that answer everyone else, and a hung replica, which
+fails short requests too, is still ejected.
 """
 
 from __future__ import annotations
@@ -29,6 +38,10 @@ log = logging.getLogger("gateway.failover")
 
 # Of what an upstream said, the part logged: a failure must not flood the log.
 _DETAIL_MAX = 4000
+
+# Prompts up to this many estimated tokens (4 KB of English, 800 CJK characters) are
+# prefilled well within any first-token budget: their timeouts are the replica's fault.
+SHORT_PROMPT_TOKENS = 1024
 
 
 class NoReplicaLeft(Exception):
@@ -123,7 +136,8 @@ async def stream(
     `first_by` (monotonic seconds) bounds the wait for the first piece, backoffs
     included: past it, TimeoutError. A replica that sent nothing by then counts as
     failing (`_slow_start`) when the budget was the model's own, not a request deadline
-    shorter than it. Backend timeouts count as failures too.
+    shorter than it; for a long prompt (`_long_prompt`) only if it is failing already.
+    Backend timeouts count as failures too.
     The replica stays leased until the stream ends or is closed.
     """
     last_error: Exception | None = None
@@ -151,7 +165,7 @@ async def stream(
                     raise
                 except TimeoutError:
                     if _slow_start(route, call, deadline, first_by, asked):
-                        _failed(route, replica)
+                        _failed(route, replica, doubtful=_long_prompt(route, call))
                     raise
                 outlier.record_success(replica)
                 meter = UsageMeter()
@@ -188,6 +202,16 @@ def _slow_start(
     return first_by - asked >= route.config.timeouts.first_token_budget(call.prompt_estimate) / 2
 
 
+def _long_prompt(route: ModelRoute, call: UpstreamCall) -> bool:
+    """Whether `call`'s prompt may explain its late first token: more than
+    `SHORT_PROMPT_TOKENS`, or a first-token budget more its allowance than the base."""
+    timeouts, tokens = route.config.timeouts, call.prompt_estimate
+    return (
+        tokens > SHORT_PROMPT_TOKENS
+        or timeouts.first_token_per_prompt_token_s * tokens > timeouts.first_token_s
+    )
+
+
 def _served(route: ModelRoute, replica: Replica, usage: Usage) -> None:
     """Count what the replica did: requests, the tokens it produced (its effective
     throughput), and its prompt tokens and the share its prefix cache held."""
@@ -216,11 +240,12 @@ def _log_failure(route: ModelRoute, replica: Replica, exc: UpstreamError) -> Non
     )
 
 
-def _failed(route: ModelRoute, replica: Replica) -> None:
-    """Tell the outlier detector, and count an ejection when this failure caused one."""
+def _failed(route: ModelRoute, replica: Replica, *, doubtful: bool = False) -> None:
+    """Tell the outlier detector (`doubtful`: see `OutlierDetector.record_failure`), and
+    count an ejection when this failure caused one."""
     outlier = route.resilience.outlier
     before = outlier.state(replica)
-    outlier.record_failure(replica)
+    outlier.record_failure(replica, doubtful=doubtful)
     if outlier.state(replica) is ReplicaState.EJECTED and before is not ReplicaState.EJECTED:
         metrics.REPLICA_EJECTIONS.labels(route.name, replica.url).inc()
         log.warning(

@@ -152,11 +152,19 @@ class OutlierDetector:
         # During the cool-down, a success (a request sent before the ejection, or in
         # panic mode) does not cut it short: the half-open probe decides.
 
-    def record_failure(self, replica: Replica) -> None:
-        """A request to `replica` failed because of the replica (not the client)."""
+    def record_failure(self, replica: Replica, *, doubtful: bool = False) -> None:
+        """A request to `replica` failed because of the replica (not the client).
+
+        `doubtful`: the request itself may explain the failure (a long prompt's first
+        token late: `failover`); it counts only against a replica already failing, one
+        with a failure since its last success (or ejected), never against a clean slate,
+        so a tenant's requests of one shape cannot eject a replica that serves others.
+        """
         now = self._clock()
         record = self._records.get(replica)
         if record is None:
+            if doubtful:
+                return
             record = self._records[replica] = _Record()
         if record.until is None:
             record.failures += 1

@@ -208,3 +208,36 @@ def test_ejection_and_return_are_reported() -> None:
     clock.advance(10.0)
     det.record_success(a)  # back in service
     assert changes[-1] == ("a", None) and len(changes) == 3
+
+
+# -- doubtful failures (a long prompt's late first token) ------------------------------
+
+
+def test_doubtful_failures_never_eject_a_replica_with_a_clean_slate() -> None:
+    clock = FakeClock()
+    pool = ReplicaPool(["a", "b"])
+    a, _ = pool.replicas
+    det = detector(pool, clock, failures=1)
+    for _ in range(100):
+        det.record_failure(a, doubtful=True)
+    assert det.state(a) is ReplicaState.IN_SERVICE
+
+
+def test_doubtful_failures_count_against_a_replica_failing_already() -> None:
+    clock = FakeClock()
+    pool = ReplicaPool(["a", "b"])
+    a, _ = pool.replicas
+    det = detector(pool, clock, failures=3)
+    fail(det, a)
+    det.record_failure(a, doubtful=True)
+    det.record_failure(a, doubtful=True)
+    assert det.state(a) is ReplicaState.EJECTED
+    clock.advance(5.0)  # half-open: the probe's doubtful failure ejects it again
+    det.record_failure(a, doubtful=True)
+    assert det.state(a) is ReplicaState.EJECTED
+    clock.advance(10.0)
+    det.record_success(a)
+    det.record_failure(a, doubtful=True)  # a success wiped the slate
+    det.record_failure(a, doubtful=True)
+    det.record_failure(a, doubtful=True)
+    assert det.state(a) is ReplicaState.IN_SERVICE
