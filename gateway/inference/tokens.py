@@ -6,6 +6,7 @@ from collections.abc import Iterable
 
 import orjson
 
+from gateway.inference.memo import IdentityMemo
 from gateway.inference.types import ChatMessage, InferenceRequest, RequestKind, Tool
 
 # About four characters per token for English text (and code) with BPE tokenizers; used
@@ -43,7 +44,7 @@ TOKENS_PER_MESSAGE = 4
 TOKENS_PER_REPLY = 3
 
 
-def estimate_chat_tokens(messages: Iterable[ChatMessage], tools: Iterable[Tool] = ()) -> int:
+def estimate_chat_tokens(messages: Iterable[ChatMessage], tools: tuple[Tool, ...] = ()) -> int:
     """A rough token count of chat messages (with their tool calls) and tool definitions
     as a server's own template renders them."""
     total = TOKENS_PER_REPLY
@@ -51,13 +52,20 @@ def estimate_chat_tokens(messages: Iterable[ChatMessage], tools: Iterable[Tool] 
         total += TOKENS_PER_MESSAGE + estimate_tokens(message.content)
         for call in message.tool_calls:
             total += estimate_tokens(call.name) + estimate_tokens(call.arguments)
-    for tool in tools:
-        total += estimate_tokens(orjson.dumps(_tool_json(tool)).decode())
-    return total
+    return total + (_tools_tokens(tools) if tools else 0)
+
+
+def _count_tools(tools: tuple[Tool, ...]) -> int:
+    return sum(estimate_tokens(orjson.dumps(_tool_json(tool)).decode()) for tool in tools)
 
 
 def _tool_json(tool: Tool) -> dict[str, object]:
     return {"name": tool.name, "description": tool.description, "parameters": tool.parameters}
+
+
+# Counted once per shared tool list: an agent sends the same list every turn
+# (`gateway.api.tool_lists`), and counting 20 schemas cost 10 to 15 us a request.
+_tools_tokens = IdentityMemo(_count_tools)
 
 
 def estimate_request_tokens(request: InferenceRequest) -> int:
