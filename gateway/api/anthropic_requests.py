@@ -36,6 +36,7 @@ from gateway.api.requests import (
     optional_int,
     parse_tools,
     requested_model,
+    tools_value,
 )
 from gateway.api.tool_lists import ToolListCache
 from gateway.inference.types import (
@@ -253,7 +254,7 @@ def _parse_tools(raw: object) -> tuple[Tool, ...]:
 
 
 # Kept by the list's JSON: an agent sends the same tools every turn (`tool_lists`).
-_TOOLS = ToolListCache(_parse_tools)
+_TOOLS = ToolListCache(lambda raw: _parse_tools(tools_value(raw)))
 
 
 def _as_functions(raw: object) -> object:

@@ -11,11 +11,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 
 from gateway.api import errors
 from gateway.api.errors import APIError
+from gateway.api.tool_lists import ToolsJSON
 from gateway.inference.types import InferenceRequest
 from gateway.serving.auth import Identity
 from gateway.serving.runtime import Runtime
@@ -66,6 +68,14 @@ class IdempotencyClaim:
 _NONE = IdempotencyClaim()
 
 
+def _as_json(data: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The body as JSON values: `tools`, left as the client's text, as that text."""
+    tools = data.get("tools")
+    if not isinstance(tools, ToolsJSON):
+        return data
+    return {**data, "tools": orjson.Fragment(tools.text)}
+
+
 async def claim(
     runtime: Runtime,
     identity: Identity,
@@ -79,7 +89,7 @@ async def claim(
         return _NONE
     store = runtime.idempotency
     try:
-        begin = await store.begin(identity.name, key, fingerprint(request.url.path, data))
+        begin = await store.begin(identity.name, key, fingerprint(request.url.path, _as_json(data)))
     except InvalidIdempotencyKey as exc:
         raise errors.bad_request(f"{exc}.", "Idempotency-Key") from None
     except REDIS_ERRORS as exc:

@@ -7,10 +7,11 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import msgspec
 import orjson
 
 from gateway.api.errors import APIError, bad_request
-from gateway.api.tool_lists import ToolListCache
+from gateway.api.tool_lists import ToolListCache, ToolsJSON
 from gateway.inference.schemas import SchemaRefused, check_schema
 from gateway.inference.types import (
     ChatMessage,
@@ -70,27 +71,76 @@ MAX_CHOICES = 64
 MAX_JSON_DEPTH = 128
 
 
+# The top level of a body with tools: its values as JSON text, each parsed in turn but
+# `tools`, left to the tool cache (`tool_lists.ToolsJSON`).
+_TOP_LEVEL = msgspec.json.Decoder(dict[str, msgspec.Raw])
+_TOO_DEEP = f"The request body nests objects and arrays more than {MAX_JSON_DEPTH} levels deep."
+
+
 def decode_json(body: bytes) -> Mapping[str, Any]:
-    """The JSON object in a request body, or a 400."""
-    try:
-        data = orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
-        raise bad_request(f"The request body is not valid JSON: {exc}.") from None
-    if not isinstance(data, dict):
-        raise bad_request("The request body must be a JSON object.")
+    """The JSON object in a request body, or a 400. A top-level `tools` stays its JSON
+    text (`ToolsJSON`): an agent sends the same tools every turn, and the tool cache
+    parses a list it has not seen (`tools_value`)."""
+    if b'"tools"' in body:
+        data = _decode_deferring_tools(body)
+    else:
+        try:
+            data = orjson.loads(body)
+        except orjson.JSONDecodeError as exc:
+            raise bad_request(f"The request body is not valid JSON: {exc}.") from None
+        if not isinstance(data, dict):
+            raise bad_request("The request body must be a JSON object.")
     # A level takes two bytes at least (`[]`): a short body cannot nest past the cap.
     # (Counting brackets to skip the walk cost more than the walk: 30 µs on 60 KB.)
     if len(body) > 2 * MAX_JSON_DEPTH and _too_deep(data):
-        raise bad_request(
-            f"The request body nests objects and arrays more than {MAX_JSON_DEPTH} levels deep."
-        )
+        raise bad_request(_TOO_DEEP)
     return data
 
 
-def _too_deep(data: dict[str, Any]) -> bool:
+def _decode_deferring_tools(body: bytes) -> dict[str, Any]:
+    try:
+        fields = _TOP_LEVEL.decode(body)
+    except msgspec.ValidationError:  # valid JSON, not an object
+        raise bad_request("The request body must be a JSON object.") from None
+    except msgspec.DecodeError as exc:
+        raise bad_request(f"The request body is not valid JSON: {exc}.") from None
+    except RecursionError:  # msgspec's own bound (1,000 levels), past ours
+        raise bad_request(_TOO_DEEP) from None
+    data: dict[str, Any] = {}
+    for name, raw in fields.items():
+        text = memoryview(raw)
+        if name == "tools":
+            data[name] = (
+                None
+                if len(text) == 4 and text == memoryview(b"null")
+                else ToolsJSON(text.tobytes())
+            )
+            continue
+        try:
+            data[name] = orjson.loads(text)
+        except orjson.JSONDecodeError as exc:  # JSON orjson does not take (400 digits)
+            raise bad_request(f"The request body is not valid JSON: `{name}`: {exc}.") from None
+    return data
+
+
+def tools_value(raw: object) -> object:
+    """A top-level `tools` as the value it holds: parsed, and its depth checked, when
+    the body left it as JSON text (a level below the body's own)."""
+    if not isinstance(raw, ToolsJSON):
+        return raw
+    try:
+        value = orjson.loads(raw.text)
+    except orjson.JSONDecodeError as exc:  # JSON orjson does not take (400 digits)
+        raise bad_request(f"The request body is not valid JSON: `tools`: {exc}.", "tools") from None
+    if isinstance(value, list) and _too_deep(value, MAX_JSON_DEPTH - 1):
+        raise bad_request(_TOO_DEEP)
+    return value
+
+
+def _too_deep(data: dict[str, Any] | list[Any], limit: int = MAX_JSON_DEPTH) -> bool:
     # Level by level, so that the check itself cannot run out of stack.
     level: list[dict[str, Any] | list[Any]] = [data]
-    for _ in range(MAX_JSON_DEPTH):
+    for _ in range(limit):
         deeper: list[dict[str, Any] | list[Any]] = []
         for node in level:
             for child in node.values() if type(node) is dict else node:
@@ -366,7 +416,7 @@ def parse_tools(raw: object) -> tuple[Tool, ...]:
 
 
 # Kept by the list's JSON: an agent sends the same tools every turn (`tool_lists`).
-_TOOLS = ToolListCache(parse_tools)
+_TOOLS = ToolListCache(lambda raw: parse_tools(tools_value(raw)))
 
 
 def check_json_schema(schema: object, param: str, *, compile_patterns: bool = False) -> None:

@@ -64,7 +64,8 @@ def response_object(
         "temperature": params.temperature,
         "text": {"format": dict(state.text_format)},
         "tool_choice": state.tool_choice,
-        "tools": list(state.tools),  # as sent: dicts of the request, not copied
+        # As sent: the client's JSON text, or the request's dicts (not copied).
+        "tools": state.tools if isinstance(state.tools, orjson.Fragment) else list(state.tools),
         "top_p": params.top_p,
         "truncation": "disabled",
         "usage": None if usage is None else _usage(usage),

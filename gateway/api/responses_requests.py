@@ -42,8 +42,9 @@ from gateway.api.requests import (
     parse_response_format,
     parse_tools,
     requested_model,
+    tools_value,
 )
-from gateway.api.tool_lists import ToolListCache
+from gateway.api.tool_lists import ToolListCache, ToolsJSON, key_of
 from gateway.inference.types import (
     ChatMessage,
     ChatOptions,
@@ -81,8 +82,9 @@ class ResponsesState:
     metadata: Mapping[str, str] = field(default_factory=dict)
     store: bool = True
     previous_response_id: str | None = None
-    # The request's tools, tool_choice and text format as the answer shows them.
-    tools: Sequence[Mapping[str, Any]] = ()
+    # The request's tools, tool_choice and text format as the answer shows them (the
+    # tools as the client's JSON text, when the body decoder left them so).
+    tools: Sequence[Mapping[str, Any]] | orjson.Fragment = ()
     tool_choice: Any = "auto"
     # A namespace's functions, by the name the model knows them by: (namespace, name).
     namespaced: Mapping[str, tuple[str, str]] = field(default_factory=dict)
@@ -114,7 +116,8 @@ def parse_responses(
     if instructions:
         messages = (ChatMessage("system", instructions), *conversation)
     raw_tools = data.get("tools")
-    offered, tools = _TOOLS.parse(list(_tool_lists(raw_tools, raw_input)))
+    lists = list(_tool_lists(raw_tools, raw_input))
+    offered, tools = _TOOLS.lookup(_lists_key(lists), lists)
     if offered.omitted:
         # Never silently: the answer's header says it too.
         # The model as sent, cut short: a client chooses its length (1 MB made 1 MB lines).
@@ -142,7 +145,7 @@ def parse_responses(
         metadata=_metadata(data.get("metadata")),
         store=optional_bool(data, "store") is not False,
         previous_response_id=previous if isinstance(previous, str) else None,
-        tools=raw_tools if isinstance(raw_tools, list) else (),
+        tools=_as_sent(raw_tools),
         tool_choice=data.get("tool_choice") or "auto",
         namespaced=offered.namespaced,
         custom=frozenset(offered.custom),
@@ -321,6 +324,27 @@ def _function_output(item: dict[str, Any], where: str) -> ChatMessage:
     return ChatMessage("tool", output, tool_call_id=call_id)
 
 
+def _lists_key(lists: list[tuple[str, object]]) -> bytes | None:
+    """The key of a request's tool lists: the JSON of `tools` alone, the usual case, or
+    each list's with where it is."""
+    if len(lists) == 1:
+        return key_of(lists[0][1])
+    parts = []
+    for place, raw in lists:
+        key = key_of(raw)
+        if key is None:
+            return None
+        parts.append(place.encode() + b"=" + key)
+    return b"\n".join(parts)
+
+
+def _as_sent(raw_tools: object) -> Sequence[Mapping[str, Any]] | orjson.Fragment:
+    """`tools` as the answer echoes them: the client's own JSON when it is still text."""
+    if isinstance(raw_tools, ToolsJSON):
+        return orjson.Fragment(raw_tools.text)
+    return raw_tools if isinstance(raw_tools, list) else ()
+
+
 def _offer_tools(lists: list[tuple[str, object]]) -> tuple[_OfferedTools, tuple[Tool, ...]]:
     """The request's tool lists ((where, list) pairs) as the model is offered them."""
     offered = _offered_tools(lists)
@@ -348,6 +372,7 @@ def _offered_tools(lists: Iterable[tuple[str, object]]) -> _OfferedTools:
     omitted: dict[str, None] = {}  # an ordered set
     entries = 0
     for place, raw in lists:
+        raw = tools_value(raw)
         if raw is None:
             continue
         if not isinstance(raw, list):

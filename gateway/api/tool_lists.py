@@ -2,6 +2,10 @@
 with their schemas, on every turn, and checking them field by field was a third of what
 its request cost the gateway before the model was called.
 
+The body decoder leaves a request's top-level `tools` as its JSON text (`ToolsJSON`,
+`gateway.api.requests.decode_json`): a list seen before is then never turned into Python
+objects at all (which cost as much again, allocated and freed), and its text is the key.
+
 A parse is a pure function of the list, so its result is kept by the list's compact JSON
 and shared between tenants: a hit gives exactly what parsing that list gives. A hit is
 faster, which tells a tenant only that a list it already knows byte for byte was sent
@@ -15,6 +19,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 import orjson
@@ -25,6 +30,23 @@ T = TypeVar("T")
 MAX_KEY_BYTES = 256 * 1024
 # Lists kept at most, per cache: a gateway's agents use a few versions of a few tools.
 MAX_ENTRIES = 32
+
+
+@dataclass(frozen=True, slots=True)
+class ToolsJSON:
+    """A request's `tools` as the client wrote them: JSON text, not parsed yet."""
+
+    text: bytes
+
+
+def key_of(raw: object) -> bytes | None:
+    """The JSON of a tool list (as sent, when still text), or None: not JSON's."""
+    if isinstance(raw, ToolsJSON):
+        return raw.text
+    try:
+        return orjson.dumps(raw)
+    except orjson.JSONEncodeError:  # not JSON's (an integer past 64 bits)
+        return None
 
 
 class ToolListCache(Generic[T]):
@@ -38,11 +60,11 @@ class ToolListCache(Generic[T]):
 
     def parse(self, raw: object) -> T:
         """`parse(raw)`, from the cache when the same list was parsed before."""
-        if raw is None:
-            return self._parse(raw)
-        try:
-            key = orjson.dumps(raw)
-        except orjson.JSONEncodeError:  # not JSON's (an integer past 64 bits): no key
+        return self._parse(raw) if raw is None else self.lookup(key_of(raw), raw)
+
+    def lookup(self, key: bytes | None, raw: object) -> T:
+        """What `parse(raw)` gives, kept under `key` (its JSON; None: not kept)."""
+        if key is None:
             return self._parse(raw)
         found = self._entries.get(key)
         if found is not None:

@@ -6,12 +6,17 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
 import pytest
 
 from gateway.api.errors import APIError
-from gateway.api.requests import parse_chat, parse_tools
+from gateway.api.idempotency import _as_json
+from gateway.api.requests import decode_json, parse_chat, parse_tools
+from gateway.api.responses_answers import response_body
 from gateway.api.responses_requests import parse_responses
-from gateway.api.tool_lists import MAX_KEY_BYTES, ToolListCache
+from gateway.api.tool_lists import MAX_KEY_BYTES, ToolListCache, ToolsJSON
+from gateway.inference.types import Completion, Usage
+from gateway.storage.idempotency_store import fingerprint
 
 
 def tool(name: str, description: str = "d") -> dict[str, Any]:
@@ -68,3 +73,57 @@ def test_each_wire_gives_the_same_request_from_the_cache() -> None:
                  "tools": [{"type": "function", "name": "f"}, {"type": "web_search"}]}  # fmt: skip
     first, again = parse_responses(responses, 16), parse_responses(responses, 16)
     assert first.options == again.options and again.omitted_tools == ("web_search",)
+
+
+def test_a_body_whose_tools_stay_text_has_a_stable_idempotency_fingerprint() -> None:
+    # It was a 500: the fingerprint serialized the body, tools' text and all.
+    def print_of(body: bytes) -> str:
+        return fingerprint("/v1/responses", _as_json(decode_json(body)))
+
+    body = b'{"model": "m", "input": "q", "tools": [{"type": "function", "name": "f"}]}'
+    data = decode_json(body)
+    assert isinstance(data["tools"], ToolsJSON)
+    assert print_of(body) == print_of(body)
+    assert print_of(body.replace(b'"f"', b'"g"')) != print_of(body)
+    # Key order still does not matter, as for every other field.
+    reordered = b'{"tools": [{"type": "function", "name": "f"}], "input": "q", "model": "m"}'
+    assert print_of(reordered) == print_of(body)
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        (b'["tools"]', "must be a JSON object"),
+        (b'{"tools": [}', "not valid JSON"),
+        (b'{"tools": [], "n": ' + b"1" * 400 + b"}", "not valid JSON"),  # orjson's limit
+        (b'{"tools": [' + b"[" * 2000 + b"]" * 2000 + b"]}", "more than 128 levels"),
+    ],
+)
+def test_a_body_with_tools_that_is_not_json_is_a_400(body: bytes, message: str) -> None:
+    with pytest.raises(APIError, match=message) as refused:
+        decode_json(body)
+    assert refused.value.status == 400
+
+
+def test_tools_left_as_text_parse_as_they_would_have_and_null_is_none() -> None:
+    chat = (
+        b'{"model": "m", "messages": [{"role": "user", "content": "q"}], "tools": [{"type": '
+        b'"function", "function": {"name": "f", "parameters": {"type": "object"}}}]}'
+    )
+    request = parse_chat(decode_json(chat), 16)
+    assert [tool.name for tool in request.options.tools] == ["f"]
+    assert decode_json(b'{"model": "m", "tools": null}')["tools"] is None
+    deep = b"[" * 130 + b"]" * 130
+    with pytest.raises(APIError, match="more than 128 levels"):
+        parse_chat(decode_json(chat.replace(b'{"type": "object"}', deep)), 16)
+    # A huge integer in the tools is the client's 400, not the gateway's 500.
+    with pytest.raises(APIError, match="not valid JSON"):
+        parse_chat(decode_json(chat.replace(b'"object"', b"1" * 400)), 16)
+
+
+def test_the_responses_answer_echoes_the_tools_as_sent() -> None:
+    body = b'{"model": "m", "input": "q", "tools": [ {"type": "function", "name": "f"} ]}'
+    request = parse_responses(decode_json(body), 16)
+    echoed = orjson.loads(response_body([request], [Completion("hi", Usage(1, 1), "stop")],
+                                        response_id="r", model="m"))["tools"]  # fmt: skip
+    assert echoed == [{"type": "function", "name": "f"}]
