@@ -115,7 +115,7 @@ def _call_item(item_id: str, call: ToolCall, status: str, state: ResponsesState)
             "type": "custom_tool_call",
             "call_id": call.id,
             "name": call.name,
-            "input": custom_input(call.arguments) if status == "completed" else "",
+            "input": "" if status == "in_progress" else custom_input(call.arguments),
         }
     else:
         item = {
@@ -158,6 +158,8 @@ def response_body(
         output.append(_message_item("msg_" + random_id(), completion.text, "completed"))
     for call in completion.tool_calls:
         output.append(_call_item("fc_" + random_id(), call, "completed", state))
+    if completion.finish_reason == "length" and "status" in output[-1]:
+        output[-1]["status"] = "incomplete"  # the item the token limit cut
     response = response_object(
         parts[0],
         response_id,
@@ -285,13 +287,14 @@ class ResponseStreamWriter:
                 )
         return events
 
-    def _close_item(self) -> bytes:
-        """The `.done` events of the open item, which joins the output."""
+    def _close_item(self, status: str = "completed") -> bytes:
+        """The `.done` events of the open item, which joins the output (`incomplete`:
+        the token limit cut it)."""
         index = self._index
         if self._text is not None:
             text = "".join(self._text)
             self._text = None
-            item = _message_item(self._item_id, text, "completed")
+            item = _message_item(self._item_id, text, status)
             self._output.append(item)
             return (
                 self._event(
@@ -315,7 +318,7 @@ class ResponseStreamWriter:
             call_id, name, arguments = self._call
             self._call = None
             call = ToolCall(call_id, name, arguments)
-            item = _call_item(self._item_id, call, "completed", self._state)
+            item = _call_item(self._item_id, call, status, self._state)
             self._output.append(item)
             if item["type"] == "custom_tool_call":
                 fields = {"item_id": self._item_id, "output_index": index}
@@ -338,8 +341,8 @@ class ResponseStreamWriter:
         return b""
 
     def close(self, finish_reason: str, usage: Usage) -> bytes:
-        events = self._close_item()
         status = _status(finish_reason)
+        events = self._close_item("incomplete" if status == "incomplete" else "completed")
         self.final = self._snapshot(status, usage)
         return events + self._event(f"response.{status}", response=self.final)
 

@@ -98,6 +98,10 @@ class StreamingParser(ABC):
 
 
 class ToolParser(ABC):
+    # What a call's markup starts with: an answer cut by the token limit that ends with
+    # the start of it (`<too`) ends inside markup, which is no content.
+    opening = ""
+
     @abstractmethod
     def parse(self, text: str) -> tuple[str, tuple[ToolCall, ...]]:
         """A whole answer's content and calls."""
@@ -223,6 +227,8 @@ _BLOCK = re.compile(r"<tool_call>(.*?)(?:</tool_call>|\Z)", re.S)
 
 
 class HermesParser(ToolParser):
+    opening = _OPEN
+
     def parse(self, text: str) -> tuple[str, tuple[ToolCall, ...]]:
         calls: list[ToolCall] = []
         content: list[str] = []
@@ -247,7 +253,7 @@ class HermesParser(ToolParser):
         return _HermesStream()
 
 
-def _held_prefix(text: str, marker: str) -> int:
+def held_prefix(text: str, marker: str) -> int:
     """The length of the longest end of `text` that `marker` starts with."""
     for size in range(min(len(marker) - 1, len(text)), 0, -1):
         if marker.startswith(text[-size:]):
@@ -268,7 +274,7 @@ class _HermesStream(StreamingParser):
             if self._call is None:
                 start = self._buffer.find(_OPEN)
                 if start < 0:
-                    keep = _held_prefix(self._buffer, _OPEN)
+                    keep = held_prefix(self._buffer, _OPEN)
                     out.content += self._buffer[: len(self._buffer) - keep]
                     self._buffer = self._buffer[len(self._buffer) - keep :]
                     return out
@@ -330,6 +336,8 @@ def _llama3_calls(text: str) -> tuple[ToolCall, ...] | None:
 
 
 class Llama3JsonParser(ToolParser):
+    opening = _PYTHON_TAG
+
     def parse(self, text: str) -> tuple[str, tuple[ToolCall, ...]]:
         calls = _llama3_calls(text)
         return ("", calls) if calls else (text, ())

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import AsyncGenerator, AsyncIterator
 
-from gateway.inference.tool_parsers import ToolParser
+from gateway.inference.tool_parsers import ToolParser, held_prefix
 from gateway.inference.types import Completion, Delta, UpstreamCall
 from gateway.upstream.route import ModelRoute
 
@@ -29,10 +29,19 @@ def read_completion(parser: ToolParser, completion: Completion) -> Completion:
     content, calls = parser.parse(completion.text)
     # Cut by the token limit, it says so, calls or not (a cut call was left out).
     cut = completion.finish_reason == "length"
+    if cut:
+        content = _without_cut_markup(content, parser)
     if not calls:
         return dataclasses.replace(completion, text=content) if cut else completion
     finish = "length" if cut else "tool_calls"
     return dataclasses.replace(completion, text=content, tool_calls=calls, finish_reason=finish)
+
+
+def _without_cut_markup(text: str, parser: ToolParser) -> str:
+    """`text` without the start of a call's markup it ends with (`<too`): cut by the
+    token limit there, the model was writing a call, not content."""
+    held = held_prefix(text, parser.opening) if parser.opening else 0
+    return text[: len(text) - held]
 
 
 async def read_stream(
@@ -58,6 +67,8 @@ async def read_stream(
                 tool_calls=tuple(parsed.calls),
             )
         parsed = stream.close()
+        if finish == "length":
+            parsed.content = _without_cut_markup(parsed.content, parser)
         called = called or bool(parsed.calls)
         # Ended inside a call, it was cut: "length", so a client does not take the call's
         # arguments (not valid JSON) for a finished call.

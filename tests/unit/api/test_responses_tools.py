@@ -264,3 +264,23 @@ def test_the_left_out_line_does_not_grow_with_what_the_client_sends(
         parse_responses({"model": "gpt-" + "A" * 1_000_000, "input": "q", "tools": tools}, 16)
     (line,) = [r.getMessage() for r in caplog.records if "left out" in r.getMessage()]
     assert len(line) < 2_000 and line.endswith(" ...")
+
+
+def test_the_item_the_token_limit_cut_is_incomplete_whole_and_streamed() -> None:
+    # Codex CLI ran a cut call's arguments when its item said `completed`.
+    request = parse([function("f")], stream=True)
+    writer = ResponseStreamWriter(request, "r", "m", 0)
+    raw = writer.start() + writer.tool_calls((ToolCallDelta(0, "c1", "f", '{"a": "cut sh'),))
+    raw += writer.close("length", Usage(1, 2))
+    events = [orjson.loads(chunk.split(b"data: ", 1)[1]) for chunk in raw.split(b"\n\n") if chunk]
+    (done,) = [e["item"] for e in events if e["type"] == "response.output_item.done"]
+    assert done["status"] == "incomplete"
+    final = events[-1]
+    assert final["type"] == "response.incomplete"
+    assert final["response"]["output"][0]["status"] == "incomplete"
+    # Whole: the cut call was left out; the text before it is the item cut.
+    completion = Completion("Let me write", Usage(3, 4), "length")
+    body = orjson.loads(response_body([parse([function("f")])], [completion], response_id="r",
+                                      model="m"))  # fmt: skip
+    assert body["status"] == "incomplete"
+    assert body["output"][0]["status"] == "incomplete"

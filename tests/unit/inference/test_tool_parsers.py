@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator
 
 import pytest
 from hypothesis import given, settings
@@ -177,3 +178,31 @@ LLAMA3_ANSWERS = [
 def test_llama3_any_split_gives_the_same_calls(answer: str, sizes: list[int]) -> None:
     pieces = split(answer, sizes)
     assert normalized(streamed(LLAMA3, pieces)) == normalized(whole(LLAMA3, answer))
+
+
+@pytest.mark.parametrize(("parser", "text"), [("hermes", "Sure. <too"), ("llama3_json", "<|pyth")])
+@pytest.mark.parametrize("stream", [False, True])
+async def test_an_answer_cut_inside_a_calls_opening_tag_has_no_markup_as_content(
+    parser: str, text: str, stream: bool
+) -> None:
+    # At max_tokens 1 or 2 the model had written `<too`: that is a call begun, not text.
+    from gateway.inference.types import Completion, Delta, Usage
+    from gateway.upstream.tool_calls import read_completion, read_stream
+
+    tools = TOOL_PARSERS[parser]
+    expected = text[: text.index("<")]
+    if not stream:
+        whole = read_completion(tools, Completion(text, Usage(1, 2), "length"))
+        assert (whole.text, whole.finish_reason) == (expected, "length")
+        finished = read_completion(tools, Completion(text, Usage(1, 2), "stop"))
+        assert finished.text == text  # not cut: the model ended its text so
+        return
+
+    async def pieces() -> AsyncIterator[Delta]:
+        for index, char in enumerate(text):
+            last = index == len(text) - 1
+            yield Delta(text=char, output_tokens=1, finish_reason="length" if last else None)
+
+    out = [delta async for delta in read_stream(tools, pieces())]
+    assert "".join(delta.text for delta in out) == expected
+    assert out[-1].finish_reason == "length"
