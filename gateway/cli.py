@@ -120,15 +120,25 @@ def _tools_config(args: argparse.Namespace) -> int:
 
     from gateway.clients.tool_config import config_for
 
+    if args.tool_default and args.model is not None:
+        print("tools config: --model and --tool-default-model exclude each other", file=sys.stderr)
+        return 2
+    model = None if args.tool_default else (args.model or "llm-large")
     try:
-        config = config_for(
-            args.tool, args.url, args.key, None if args.tool_default else args.model
-        )
+        config = config_for(args.tool, args.url, args.key, model)
     except ValueError as exc:
         print(f"tools config: {exc}", file=sys.stderr)
         return 2
     if args.write_home is not None:
-        for path in config.write(Path(args.write_home)):
+        if not config.files:
+            print(f"tools config: {args.tool} has no files: its configuration is the "
+                  "environment below", file=sys.stderr)  # fmt: skip
+        try:
+            written = config.write(Path(args.write_home), replace=args.force)
+        except FileExistsError as exc:
+            print(f"tools config: {exc}; --force replaces it", file=sys.stderr)
+            return 2
+        for path in written:
             print(f"wrote {path}", file=sys.stderr)
     print(config.render(), end="")
     return 0
@@ -235,7 +245,9 @@ def parser() -> argparse.ArgumentParser:
     tool_config.add_argument(
         "--key", default=KEY_PLACEHOLDER, help="a tenant's key (default: a placeholder)"
     )
-    tool_config.add_argument("--model", default="llm-large", help="the model the tool asks for")
+    tool_config.add_argument(
+        "--model", help="the model the tool asks for (default: llm-large, the demo's)"
+    )
     tool_config.add_argument(
         "--tool-default-model",
         dest="tool_default",
@@ -245,6 +257,9 @@ def parser() -> argparse.ArgumentParser:
     )
     tool_config.add_argument(
         "--write-home", metavar="DIR", help="also write the tool's files under this home"
+    )
+    tool_config.add_argument(
+        "--force", action="store_true", help="with --write-home: replace files that differ"
     )
     tool_config.set_defaults(run=_tools_config)
 

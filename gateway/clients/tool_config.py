@@ -44,15 +44,20 @@ class ToolConfig:
     env: dict[str, str] = field(default_factory=dict)
     run: str = ""
 
-    def write(self, home: Path) -> list[Path]:
-        """Write the files under `home` (a real home, or a test's own); their paths."""
-        written = []
-        for relative, text in self.files.items():
-            path = home / relative
+    def write(self, home: Path, *, replace: bool = True) -> list[Path]:
+        """Write the files under `home` (a real home, or a test's own); their paths.
+        Without `replace`, a file that exists with other content is refused
+        (`FileExistsError`) before anything is written: it may hold the user's own
+        settings (other providers, MCP servers)."""
+        paths = {home / relative: text for relative, text in self.files.items()}
+        if not replace:
+            for path, text in paths.items():
+                if path.exists() and path.read_text() != text:
+                    raise FileExistsError(f"{path} exists with other settings")
+        for path, text in paths.items():
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(text)
-            written.append(path)
-        return written
+        return list(paths)
 
     def render(self) -> str:
         """The configuration as a person reads it: each file, then a shell's exports,
@@ -88,7 +93,9 @@ def codex(base_url: str, key: str, model: str | None) -> ToolConfig:
         "codex",
         files={".codex/config.toml": config},
         env={KEY_VARIABLE: key},
-        run='codex exec --skip-git-repo-check "write hello.py that prints hi"',
+        # Codex's own sandbox, read-only by default, as the files it may write.
+        run="codex exec --skip-git-repo-check --sandbox workspace-write "
+        '"write hello.py that prints hi"',
     )
 
 

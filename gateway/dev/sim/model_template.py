@@ -189,7 +189,9 @@ def _value(schema: Any, digest: bytes, depth: int) -> Any:
     if kind == "integer":
         return h % 100
     if kind == "number":
-        return (h % 1000) / 10
+        # Whole: a JSON Schema number, which clients that read it as a count (Codex CLI's
+        # `max_output_tokens`) also take.
+        return h % 100
     if kind == "boolean":
         return bool(h & 1)
     if kind == "null":

@@ -123,3 +123,23 @@ def test_codex_and_claude_may_be_left_to_their_own_default_model(
     # aider and opencode have no default model: the command says so.
     assert main(["tools", "config", "aider", "--tool-default-model"]) == 2
     assert "aider has no default model" in capsys.readouterr().err
+
+
+def test_write_home_keeps_a_users_own_settings_unless_forced(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    own = tmp_path / ".codex" / "config.toml"
+    own.parent.mkdir(parents=True)
+    own.write_text('model = "o3"\n[mcp_servers.foo]\ncommand = "foo"\n')
+    args = ["tools", "config", "codex", "--url", URL, "--write-home", str(tmp_path)]
+    assert main(args) == 2
+    assert "exists with other settings; --force replaces it" in capsys.readouterr().err
+    assert own.read_text().startswith('model = "o3"')  # untouched
+    assert main([*args, "--force"]) == 0
+    assert 'model = "llm-large"' in own.read_text()
+    assert main(args) == 0  # the same content again: nothing to refuse
+    # A tool configured by its environment alone says so; --model and the tool's own
+    # default exclude each other.
+    assert main(["tools", "config", "claude", "--write-home", str(tmp_path)]) == 0
+    assert "has no files" in capsys.readouterr().err
+    assert main(["tools", "config", "codex", "--model", "m", "--tool-default-model"]) == 2
