@@ -143,7 +143,7 @@ class _Exchange:
         if fallback is not None:
             headers["x-gateway-fallback"] = fallback
         if self.work.request.omitted_tools:  # never left out silently
-            headers["x-gateway-omitted-tools"] = ", ".join(self.work.request.omitted_tools)
+            headers["x-gateway-omitted-tools"] = omitted_header(self.work.request.omitted_tools)
         if self.wire.more_headers is not None:
             headers.update(self.wire.more_headers(headers))
         return headers
@@ -218,9 +218,19 @@ async def serve(request: Request, wire: Wire) -> Response:
             data = decode_json(body)
             route = resolve_route(runtime, identity, requested_model(data), record)
             prepared = await _prepare(request, runtime, identity, route, wire, data, record)
-        except APIError as exc:
-            await _count_refused(runtime, identity, record, exc)
-            raise
+        except (APIError, *errors.DOMAIN_ERRORS) as exc:
+            error = errors.client_error(exc)  # a context too long, a missing capability...
+            await _count_refused(runtime, identity, record, error)
+            if error is exc:
+                raise
+            raise error from exc
+        except Exception as exc:
+            # The gateway's own fault, on the client's request: counted as a 4xx is, so
+            # that no request shape is free to repeat (nor its traceback to log).
+            log.exception("unhandled error on %s %s", request.method, request.url.path)
+            failed = _unhandled(record)
+            await _count_refused(runtime, identity, record, failed)
+            raise failed from exc
         return await _serve_model(request, runtime, identity, route, wire, data, record, prepared)
     except (APIError, *errors.DOMAIN_ERRORS) as exc:
         error = errors.client_error(exc)
@@ -241,26 +251,43 @@ async def serve(request: Request, wire: Wire) -> Response:
     except Exception as exc:
         record.finish(500)
         log.exception("unhandled error on %s %s", request.method, request.url.path)
-        failed = APIError(
-            500,
-            "The gateway failed to handle the request.",
-            type="server_error",
-            headers={"x-request-id": record.request_id},
-        )
+        failed = _unhandled(record)
         if wire.render_error is not None:
             return wire.render_error(failed)
         raise failed from exc
 
 
+# Left-out tool types a header names at most: 512 types of 64 characters made a 33 KB
+# header, past what proxies take (4 to 8 KB).
+MAX_OMITTED_IN_HEADER = 16
+
+
+def omitted_header(types: tuple[str, ...]) -> str:
+    """The `x-gateway-omitted-tools` value: the types left out, the first 16 of them."""
+    shown = ", ".join(types[:MAX_OMITTED_IN_HEADER])
+    more = len(types) - MAX_OMITTED_IN_HEADER
+    return f"{shown}, and {more} more" if more > 0 else shown
+
+
+def _unhandled(record: RequestRecord) -> APIError:
+    return APIError(
+        500,
+        "The gateway failed to handle the request.",
+        type="server_error",
+        headers={"x-request-id": record.request_id},
+    )
+
+
 async def _count_refused(
     runtime: Runtime, identity: Identity, record: RequestRecord, refused: APIError
 ) -> None:
-    """A request refused before admission (a 4xx of its own making) still counts against
-    its tenant's request limit: reading, parsing and checking it cost the gateway work
-    the client chose, so a tenant cannot send bad requests without end. The refusal
-    carries the rate-limit headers; once the limit is spent, the 429 takes its place. If
-    the limiter cannot tell (Redis down, fail-closed), the refusal stands as it is."""
-    if not 400 <= refused.status < 500 or refused.status == 429:
+    """A request refused before admission (a 4xx of its own making, or a 500 the gateway
+    met on it) still counts against its tenant's request limit: reading, parsing and
+    checking it cost the gateway work the client chose, so a tenant cannot send bad
+    requests without end. The refusal carries the rate-limit headers; once the limit is
+    spent, the 429 takes its place. If the limiter cannot tell (Redis down, fail-closed),
+    the refusal stands as it is. A 429 or a 503 (the limiter or capacity) is not counted."""
+    if refused.status < 400 or refused.status in (429, 503, 504):
         return
     model = record.model if record.model in runtime.routes else ""
     with contextlib.suppress(*errors.DOMAIN_ERRORS):

@@ -22,6 +22,7 @@ from gateway.inference.types import (
     SamplingParams,
     Tool,
     ToolCall,
+    ToolList,
 )
 
 # A body parser: (the request body, the model's default max_tokens) -> the request.
@@ -232,6 +233,7 @@ def _prompts(raw: object) -> tuple[str, ...]:
 def parse_embeddings(data: Mapping[str, Any], default_max_tokens: int) -> InferenceRequest:
     """A `/v1/embeddings` body: `input` (a text or a list of texts), `encoding_format`,
     `dimensions`, `user`. Texts as token ids are refused: the gateway cannot read them."""
+    tools_value(data.get("tools"))  # not used here, but JSON like the rest of the body
     raw = data.get("input")
     texts = [raw] if isinstance(raw, str) else raw
     if not isinstance(texts, list) or not texts:
@@ -412,7 +414,7 @@ def parse_tools(raw: object) -> tuple[Tool, ...]:
                 f"`{where}.function.strict` must be a boolean.", f"{where}.function.strict"
             )
         tools.append(Tool(name, description, parameters, strict))
-    return tuple(tools)
+    return ToolList(tools)
 
 
 # Kept by the list's JSON: an agent sends the same tools every turn (`tool_lists`).

@@ -115,6 +115,11 @@ def parse_responses(
     messages = conversation
     if instructions:
         messages = (ChatMessage("system", instructions), *conversation)
+    if not messages:  # only reasoning or additional_tools items: nothing to answer
+        raise bad_request(
+            "`input` holds no message, call or call output, and there are no `instructions`.",
+            "input",
+        )
     raw_tools = data.get("tools")
     lists = list(_tool_lists(raw_tools, raw_input))
     offered, tools = _TOOLS.lookup(_lists_key(lists), lists)
@@ -341,7 +346,9 @@ def _lists_key(lists: list[tuple[str, object]]) -> bytes | None:
 def _as_sent(raw_tools: object) -> Sequence[Mapping[str, Any]] | orjson.Fragment:
     """`tools` as the answer echoes them: the client's own JSON when it is still text."""
     if isinstance(raw_tools, ToolsJSON):
-        return orjson.Fragment(raw_tools.text)
+        # Whole JSON (parsed once, when the cache first met it), so a line break in it is
+        # whitespace: taken out, or it would end a streamed event's `data:` line.
+        return orjson.Fragment(raw_tools.text.translate(None, b"\r\n"))
     return raw_tools if isinstance(raw_tools, list) else ()
 
 

@@ -28,8 +28,11 @@ T = TypeVar("T")
 
 # A list kept at most this large, as JSON (Claude Code's 25 tools: about 60 KB).
 MAX_KEY_BYTES = 256 * 1024
-# Lists kept at most, per cache: a gateway's agents use a few versions of a few tools.
+# Lists kept at most, per cache, in number and in JSON bytes (their Python objects and
+# what is made of them, `gateway.inference.memo`, take about 8 times as much): a
+# gateway's agents use a few versions of a few tools.
 MAX_ENTRIES = 32
+MAX_CACHED_BYTES = 4 * 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,10 +56,14 @@ class ToolListCache(Generic[T]):
     """What `parse` makes of a tool list, by the list's JSON; the parse's result must not
     be changed by its users (it is shared)."""
 
-    def __init__(self, parse: Callable[[Any], T], entries: int = MAX_ENTRIES) -> None:
+    def __init__(
+        self, parse: Callable[[Any], T], entries: int = MAX_ENTRIES, size: int = MAX_CACHED_BYTES
+    ) -> None:
         self._parse = parse
         self._entries: OrderedDict[bytes, T] = OrderedDict()
-        self._size = entries
+        self._count = entries
+        self._budget = size
+        self._bytes = 0
 
     def parse(self, raw: object) -> T:
         """`parse(raw)`, from the cache when the same list was parsed before."""
@@ -73,6 +80,8 @@ class ToolListCache(Generic[T]):
         parsed = self._parse(raw)  # a refusal raises: nothing is kept
         if len(key) <= MAX_KEY_BYTES:
             self._entries[key] = parsed
-            if len(self._entries) > self._size:
-                self._entries.popitem(last=False)
+            self._bytes += len(key)
+            while len(self._entries) > self._count or self._bytes > self._budget:
+                oldest, _ = self._entries.popitem(last=False)
+                self._bytes -= len(oldest)
         return parsed

@@ -11,7 +11,7 @@ import orjson
 
 from gateway.backends.base import BAD_ANSWER, REPORTED_ERROR, UpstreamError
 from gateway.backends.http import LazySession, get_ok, post, sse_payloads
-from gateway.inference.memo import IdentityMemo
+from gateway.inference.memo import ObjectMemo
 from gateway.inference.types import (
     ChatMessage,
     Completion,
@@ -190,7 +190,7 @@ def _serialized_tools(tools: tuple[Tool, ...]) -> orjson.Fragment:
     return orjson.Fragment(orjson.dumps([_tool(t) for t in tools]))
 
 
-_tools_json = IdentityMemo(_serialized_tools)
+_tools_json = ObjectMemo("openai_json", _serialized_tools)
 
 
 def _tool(tool: Tool) -> dict[str, Any]:

@@ -1,10 +1,15 @@
-"""What is made of an object, kept while that very object is in use: a coding agent's
-tool list is parsed once and shared (`gateway.api.tool_lists`), so what each request
-derives from it (its JSON for the upstream, its token estimate) can be made once too.
+"""What is made of an object, kept on that very object: a coding agent's tool list is
+parsed once and shared (`gateway.api.tool_lists`), so what each request derives from it
+(its JSON for the upstream, its token estimate, its template JSON) can be made once too.
 
-Kept by the object's identity, not its value: a tuple of tools with their schemas is
-not hashable, and comparing it would cost what making the value costs. An entry holds
-its object, so no other object can take its `id` while the entry lives.
+Kept on the object (in its `__dict__`), not in a table: it lives exactly as long as the
+object, which the tool cache holds while the list is among its latest and each request
+holds while it runs. A memo therefore holds nothing the gateway would not hold anyway:
+a tenant sending a new megabyte of tools each time leaves nothing behind (a table of
+the latest 64 lists, which held their objects, pinned a gigabyte). Not by value: a
+tuple of tools with their schemas is not hashable, and comparing it would cost what
+making the value costs. An object without a `__dict__` (a plain tuple) keeps nothing:
+its value is made each time.
 """
 
 from __future__ import annotations
@@ -15,26 +20,22 @@ from typing import Generic, TypeVar
 K = TypeVar("K")
 V = TypeVar("V")
 
-# Objects kept at most, per memo: the shared tool lists are bounded the same way.
-MAX_ENTRIES = 64
 
+class ObjectMemo(Generic[K, V]):
+    """`make(key)`, made once per key object and kept on it under `name`."""
 
-class IdentityMemo(Generic[K, V]):
-    """`make(key)`, made once per key object while it stays among the latest used."""
+    __slots__ = ("_make", "_name")
 
-    __slots__ = ("_entries", "_make", "_size")
-
-    def __init__(self, make: Callable[[K], V], entries: int = MAX_ENTRIES) -> None:
+    def __init__(self, name: str, make: Callable[[K], V]) -> None:
+        self._name = f"_memo_{name}"
         self._make = make
-        self._entries: dict[int, tuple[K, V]] = {}
-        self._size = entries
 
     def __call__(self, key: K) -> V:
-        entry = self._entries.get(id(key))
-        if entry is not None and entry[0] is key:
-            return entry[1]
-        value = self._make(key)
-        if len(self._entries) >= self._size:
-            del self._entries[next(iter(self._entries))]  # the oldest made
-        self._entries[id(key)] = (key, value)
+        kept = getattr(key, "__dict__", None)
+        if kept is None:
+            return self._make(key)
+        try:
+            value: V = kept[self._name]
+        except KeyError:
+            value = kept[self._name] = self._make(key)
         return value

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from jinja2 import Template, TemplateError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-from gateway.inference.memo import IdentityMemo
+from gateway.inference.memo import ObjectMemo
 from gateway.inference.types import ChatMessage, Tool
 
 # Hermes / Qwen 2.5 function calling: the tools in the system turn between <tools>
@@ -109,7 +109,7 @@ def _for_templates(tools: tuple[Tool, ...]) -> list[_TemplateTool]:
     return [_TemplateTool(tool) for tool in tools]
 
 
-_template_tools = IdentityMemo(_for_templates)
+_template_tools = ObjectMemo("template", _for_templates)
 
 
 class PromptTemplate:

@@ -6,7 +6,7 @@ from collections.abc import Iterable
 
 import orjson
 
-from gateway.inference.memo import IdentityMemo
+from gateway.inference.memo import ObjectMemo
 from gateway.inference.types import ChatMessage, InferenceRequest, RequestKind, Tool
 
 # About four characters per token for English text (and code) with BPE tokenizers; used
@@ -65,7 +65,7 @@ def _tool_json(tool: Tool) -> dict[str, object]:
 
 # Counted once per shared tool list: an agent sends the same list every turn
 # (`gateway.api.tool_lists`), and counting 20 schemas cost 10 to 15 us a request.
-_tools_tokens = IdentityMemo(_count_tools)
+_tools_tokens = ObjectMemo("tokens", _count_tools)
 
 
 def estimate_request_tokens(request: InferenceRequest) -> int:

@@ -37,6 +37,11 @@ class Tool:
     strict: bool | None = None
 
 
+class ToolList(tuple[Tool, ...]):
+    """A request's tools as parsed: a tuple with a `__dict__`, on which what is made of
+    it is kept (`gateway.inference.memo`), for as long as the list lives."""
+
+
 @dataclass(frozen=True, slots=True)
 class ResponseFormat:
     """`response_format` beyond text: any JSON object (`json_object`), or JSON valid for

@@ -65,6 +65,7 @@ def limited(
         "reader": tenant("reader", ["*"], limits={"requests_per_minute": 3}),
         "invalid": tenant("invalid", ["*"], limits={"requests_per_minute": 3}),
         "replayer": tenant("replayer", ["*"], limits={"requests_per_minute": 3}),
+        "unable": tenant("unable", ["*"], limits={"requests_per_minute": 3}),
         "watched": tenant("watched", ["*"], shadow=True, limits={"requests_per_minute": 1}),
         "roomy": tenant(
             "roomy", ["*"], limits={"requests_per_minute": 6000, "tokens_per_minute": 100000}
@@ -110,7 +111,7 @@ async def test_request_limit_refuses_with_429_and_retry_after(limited: Gateway) 
     )
 
 
-@pytest.mark.parametrize("who", ["counter", "reader", "invalid", "replayer"])
+@pytest.mark.parametrize("who", ["counter", "reader", "invalid", "unable", "replayer"])
 async def test_requests_that_ask_for_no_inference_count_against_the_request_limit(
     limited: Gateway, who: str
 ) -> None:
@@ -129,6 +130,10 @@ async def test_requests_that_ask_for_no_inference_count_against_the_request_limi
     elif who == "invalid":
         url = f"{limited.base_url}/chat/completions"
         body = {"model": "llm-small", "messages": HELLO, "tools": [{"type": "bogus"}]}
+    elif who == "unable":  # tools for a model without them: refused after parsing
+        url = f"{limited.base_url}/chat/completions"
+        tools = [{"type": "function", "function": {"name": "f"}}]
+        body = {"model": "llm-small", "messages": HELLO, "tools": tools}
     else:  # the first runs, the next two replay its stored answer
         url = f"{limited.base_url}/chat/completions"
         body = {"model": "llm-small", "messages": HELLO, "max_tokens": 2}
@@ -141,7 +146,7 @@ async def test_requests_that_ask_for_no_inference_count_against_the_request_limi
                 remaining.append(response.headers.get("x-ratelimit-remaining-requests"))
                 last = await response.json()
                 retry_after = response.headers.get("retry-after")
-    expected = {"counter": 200, "reader": 404, "invalid": 400, "replayer": 200}[who]
+    expected = {"counter": 200, "reader": 404, "invalid": 400, "unable": 400, "replayer": 200}[who]
     assert statuses == [expected, expected, expected, 429]
     # Every counted answer says what is left, as an inference's does.
     assert remaining == ["2", "1", "0", "0"]

@@ -34,6 +34,7 @@ EXEC = {
     "format": {"type": "grammar", "syntax": "lark", "definition": GRAMMAR},
 }
 WAIT = {"type": "function", "name": "wait", "parameters": {"type": "object"}}
+USER = {"role": "user", "content": "q"}
 
 
 def additional(*tools: dict[str, Any]) -> dict[str, Any]:
@@ -201,15 +202,21 @@ def test_a_free_text_custom_tool_is_told_so() -> None:
         ({"tools": [{"type": "custom", "name": "c"}, {"type": "function", "name": "c"}]},
          "tools[1].name"),
         # additional_tools items
-        ({"input": [{"type": "additional_tools", "tools": {"a": 1}}]}, "input[0].tools"),
-        ({"input": [{"type": "additional_tools"}]}, "input[0].tools"),
-        ({"input": [{"type": "additional_tools", "role": "user", "tools": []}]}, "input[0].role"),
-        ({"input": [additional({"type": "custom", "name": "c"}, {"type": "custom", "name": "c"})]},
+        ({"input": [{"type": "additional_tools", "tools": {"a": 1}}, USER]}, "input[0].tools"),
+        ({"input": [{"type": "additional_tools"}, USER]}, "input[0].tools"),
+        ({"input": [{"type": "additional_tools", "role": "user", "tools": []}, USER]},
+         "input[0].role"),
+        ({"input": [additional({"type": "custom", "name": "c"}, {"type": "custom", "name": "c"}),
+                    USER]},
          "input[0].tools[1].name"),
-        ({"input": [additional({"type": 5})]}, "input[0].tools[0].type"),
-        ({"input": [additional({"type": "namespace", "name": "n", "tools": [{"type": "x"}]})]},
+        ({"input": [additional({"type": 5}), USER]}, "input[0].tools[0].type"),
+        ({"input": [additional({"type": "namespace", "name": "n", "tools": [{"type": "x"}]}),
+                    USER]},
          "input[0].tools[0].tools[0].type"),
-        ({"tools": [WAIT], "input": [additional(WAIT)]}, "input[0].tools[0].name"),
+        ({"tools": [WAIT], "input": [additional(WAIT), USER]}, "input[0].tools[0].name"),
+        # Only tools or reasoning in `input`: nothing to answer (it was a 500).
+        ({"input": [additional({"type": "custom", "name": "a"})], "tools": [WAIT]}, "input"),
+        ({"input": [{"type": "reasoning"}], "tools": [WAIT]}, "input"),
         # custom calls in input
         ({"input": [{"type": "custom_tool_call", "call_id": "c", "name": "n", "input": 5}]},
          "input[0].input"),

@@ -11,8 +11,8 @@ import pytest
 
 from gateway.api.errors import APIError
 from gateway.api.idempotency import _as_json
-from gateway.api.requests import decode_json, parse_chat, parse_tools
-from gateway.api.responses_answers import response_body
+from gateway.api.requests import decode_json, parse_chat, parse_embeddings, parse_tools
+from gateway.api.responses_answers import response_body, response_object
 from gateway.api.responses_requests import parse_responses
 from gateway.api.tool_lists import MAX_KEY_BYTES, ToolListCache, ToolsJSON
 from gateway.inference.types import Completion, Usage
@@ -127,3 +127,29 @@ def test_the_responses_answer_echoes_the_tools_as_sent() -> None:
     echoed = orjson.loads(response_body([request], [Completion("hi", Usage(1, 1), "stop")],
                                         response_id="r", model="m"))["tools"]  # fmt: skip
     assert echoed == [{"type": "function", "name": "f"}]
+
+
+def test_the_cache_keeps_at_most_its_byte_budget() -> None:
+    cache = ToolListCache(lambda raw: 1, size=10_000)
+    for i in range(40):
+        cache.parse([tool(f"t{i}", "x" * 1_000)])
+    assert sum(len(key) for key in cache._entries) <= 10_000
+    assert 0 < len(cache._entries) < 40
+
+
+def test_a_streamed_answer_echoes_pretty_printed_tools_on_one_line() -> None:
+    # A client's pretty-printed `tools` ended an SSE event's data line early.
+    body = (
+        b'{"model": "m", "input": "q", "stream": true,\n "tools": [\n\n  '
+        b'{"type": "function",\r\n "name": "f"}\n]}'
+    )
+    request = parse_responses(decode_json(body), 16)
+    echoed = orjson.dumps(response_object(request, "r", "m", 0, "in_progress", [], None))
+    assert b"\n" not in echoed and b"\r" not in echoed
+    assert orjson.loads(echoed)["tools"] == [{"type": "function", "name": "f"}]
+
+
+def test_embeddings_refuse_tools_that_are_not_json_as_the_rest_of_a_body() -> None:
+    body = b'{"model": "e", "input": "q", "tools": [' + b"1" * 400 + b"]}"
+    with pytest.raises(APIError, match="not valid JSON"):
+        parse_embeddings(decode_json(body), 16)

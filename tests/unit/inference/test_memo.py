@@ -1,28 +1,50 @@
-"""`IdentityMemo`: made once per object while it is among the latest used, never
-confused with another object, even an equal one."""
+"""`ObjectMemo`: made once per object and kept on it, never confused with another
+object (even an equal one), and holding nothing alive: what it keeps goes with its
+object."""
 
 from __future__ import annotations
 
-from gateway.inference.memo import IdentityMemo
+import gc
+import weakref
+
+from gateway.inference.memo import ObjectMemo
+from gateway.inference.types import Tool, ToolList
+
+
+def counting() -> tuple[ObjectMemo[object, int], list[object]]:
+    made: list[object] = []
+
+    def make(key: object) -> int:
+        made.append(key)
+        return len(made)
+
+    return ObjectMemo("test", make), made
 
 
 def test_made_once_per_object_and_never_for_an_equal_other() -> None:
-    made: list[tuple[int, ...]] = []
-    memo = IdentityMemo(lambda key: made.append(key) or len(made))
-    first = (1, 2)
+    memo, made = counting()
+    first = ToolList([Tool("f")])
     assert memo(first) == memo(first) == 1
-    assert memo(tuple([1, 2])) == 2  # equal, but another object: its own value
+    assert memo(ToolList([Tool("f")])) == 2  # equal, but another object: its own value
     assert len(made) == 2
 
 
-def test_bounded_and_a_dropped_object_is_made_again() -> None:
-    made: list[object] = []
-    memo = IdentityMemo(lambda key: made.append(key) or len(made), entries=3)
-    keys = [object() for _ in range(5)]
-    for key in keys:
-        memo(key)
-    assert len(memo._entries) == 3
-    memo(keys[0])  # the oldest went out first
-    assert made[-1] is keys[0] and len(made) == 6
-    memo(keys[4])  # still in
-    assert len(made) == 6
+def test_what_is_kept_goes_with_its_object() -> None:
+    # A tenant sending a new megabyte of tools each time pinned a gigabyte when a table
+    # of the latest lists held them.
+    made: list[str] = []
+
+    class Value:
+        pass
+
+    memo: ObjectMemo[ToolList, Value] = ObjectMemo("test", lambda key: made.append("x") or Value())
+    tools = ToolList([Tool("f", "x" * 1_000_000)])
+    gone = weakref.ref(memo(tools))
+    del tools
+    gc.collect()
+    assert gone() is None
+    # What has no `__dict__` (a plain tuple) keeps nothing: made each time.
+    plain = (Tool("f"),)
+    memo(plain)  # type: ignore[arg-type]
+    memo(plain)  # type: ignore[arg-type]
+    assert len(made) == 3
