@@ -33,14 +33,24 @@ def test_a_wheel_carries_every_script_and_an_installed_gateway_loads_them(
         shutil.copy(ROOT / name, source / name)
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "--quiet"]
     wheels = tmp_path / "wheels"
-    subprocess.run(
-        [*pip, "wheel", str(source), "--no-deps", "--no-build-isolation", "-w", str(wheels)],
-        check=True,
-    )
+    build = subprocess.run(
+        [*pip[:-1], "wheel", str(source), "--no-deps", "--no-build-isolation", "-v",
+         "-w", str(wheels)],
+        check=True, capture_output=True, text=True,
+    )  # fmt: skip
+    # A clean install: no packaging warning (setuptools warned of eval/templates, a data
+    # directory without __init__.py that no `packages` entry named).
+    assert "Warning" not in build.stdout + build.stderr, build.stderr[-3000:]
     (wheel,) = wheels.glob("*.whl")
     with zipfile.ZipFile(wheel) as archive:
-        packed = sorted(n for n in archive.namelist() if n.endswith(".lua"))
+        names = archive.namelist()
+    packed = sorted(n for n in names if n.endswith(".lua"))
     assert packed == [f"gateway/lua/{name}" for name in SCRIPTS]
+    templates = sorted(p.name for p in (ROOT / "gateway" / "eval" / "templates").glob("*.yaml"))
+    assert templates
+    assert [n for n in names if n.startswith("gateway/eval/templates/")] == [
+        f"gateway/eval/templates/{name}" for name in templates
+    ]
 
     # Installed (not editable) into a directory of its own, imported from there alone.
     site = tmp_path / "site"
