@@ -224,6 +224,8 @@ async def serve(request: Request, wire: Wire) -> Response:
             if error is exc:
                 raise
             raise error from exc
+        except ClientGone:
+            raise  # a 499, below: the client left while it sent its body
         except Exception as exc:
             # The gateway's own fault, on the client's request: counted as a 4xx is, so
             # that no request shape is free to repeat (nor its traceback to log).
