@@ -133,7 +133,7 @@ def tools_value(raw: object) -> object:
         value = orjson.loads(raw.text)
     except orjson.JSONDecodeError as exc:  # JSON orjson does not take (400 digits)
         raise bad_request(f"The request body is not valid JSON: `tools`: {exc}.", "tools") from None
-    if isinstance(value, list) and _too_deep(value, MAX_JSON_DEPTH - 1):
+    if isinstance(value, list | dict) and _too_deep(value, MAX_JSON_DEPTH - 1):
         raise bad_request(_TOO_DEEP)
     return value
 
