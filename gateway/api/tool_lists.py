@@ -6,13 +6,13 @@ The body decoder leaves a request's top-level `tools` as its JSON text (`ToolsJS
 `gateway.api.requests.decode_json`): a list seen before is then never turned into Python
 objects at all (which cost as much again, allocated and freed), and its text is the key.
 
-A parse is a pure function of the list, so its result is kept by the list's compact JSON
-and shared between tenants: a hit gives exactly what parsing that list gives. A hit is
-faster, which tells a tenant only that a list it already knows byte for byte was sent
-lately. Lists that fail are not kept (their 400 is made each time), nor lists larger than
-`MAX_KEY_BYTES`; the entries are bounded, the least recently used out first, so a tenant
-sending a new list each time costs one `orjson.dumps` more per request and pushes out
-nothing another tenant cannot get back by parsing again.
+A parse is a pure function of the list, so its result is kept by the list's JSON (the
+client's text, or `orjson.dumps` of a list already parsed) and shared between tenants: a
+hit gives exactly what parsing that list gives. A hit is faster, which tells a tenant
+only that a list it already knows byte for byte was sent lately. Lists that fail are not
+kept (their 400 is made each time), nor lists larger than `MAX_KEY_BYTES`; the entries
+are bounded in number and bytes, the least recently used out first, so a tenant sending
+a new list each time pushes out nothing another tenant cannot get back by parsing again.
 """
 
 from __future__ import annotations
