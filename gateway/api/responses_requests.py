@@ -221,7 +221,7 @@ def _input(raw: object) -> list[ChatMessage]:
         elif kind in _OUTPUTS:
             messages.append(_function_output(item, where))
         elif kind == "additional_tools":
-            _additional_tools(item, where)  # offered with `tools` (`_tool_lists`)
+            continue  # its tools: read and checked with `tools` (`_tool_lists`)
         elif kind == "reasoning":
             continue  # a reasoning model's earlier thoughts: not for these models
         else:
