@@ -10,6 +10,7 @@ should not log them in the first place.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import re
@@ -53,6 +54,10 @@ def redact(text: str) -> str:
             text = _redact_with(detector, text)
     return text
 
+
+# The `extra` key of a record whose emitter redacted the values a client chose itself
+# and vouches for the rest (the access line, one per request): not scanned again.
+SCRUBBED = "scrubbed"
 
 # Field keys seen not to be secret names (bounded: keys are a small fixed set in practice).
 _CLEAN_KEYS: set[str] = set()
@@ -122,20 +127,74 @@ class JsonFormatter(logging.Formatter):
         return f"{self._second_text}.{int((created - second) * 1000):03d}Z"
 
     def format(self, record: logging.LogRecord) -> str:
+        scrubbed = getattr(record, SCRUBBED, False) is True
+        message = record.getMessage()
         entry: dict[str, Any] = {
             "ts": self._timestamp(record.created),
             "level": record.levelname.lower(),
             "logger": record.name,
-            "message": redact(record.getMessage()),
+            "message": message if scrubbed else redact(message),
         }
         fields = getattr(record, "fields", None)
         if isinstance(fields, dict):
-            entry.update(_scrub(fields) if _maybe_secret(fields) else fields)
+            if scrubbed or not _maybe_secret(fields):
+                entry.update(fields)
+            else:
+                entry.update(_scrub(fields))
         if record.exc_info:
             entry["exception"] = redact(self.formatException(record.exc_info))
         # Dataclasses go through str() (their repr, which the pre-scan read and which
         # leaves out repr=False fields), not field by field.
         return orjson.dumps(entry, default=str, option=orjson.OPT_PASSTHROUGH_DATACLASS).decode()
+
+
+class BatchingStreamHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """A stream handler that writes the lines of one turn of the event loop together.
+
+    Under load many requests end in the same turn of the loop; written one by one, each
+    access line cost a write system call of its own. A line is written at the end of
+    the turn it was made in (logging's shutdown writes what is left at exit); a line
+    made outside a running loop, in another thread or before the server starts, is
+    written at once, after those waiting.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._pending: list[str] = []
+        # The loop that will write the lines pending, at the end of its turn.
+        self._scheduled: asyncio.AbstractEventLoop | None = None
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            line = self.format(record)
+        except Exception:
+            self.handleError(record)
+            return
+        self._pending.append(line)
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            self.flush()
+            return
+        # A write due on a loop that stopped first never runs: this loop takes it over.
+        if self._scheduled is not loop:
+            self._scheduled = loop
+            loop.call_soon(self.flush)
+
+    def flush(self) -> None:
+        """Write the lines waiting, in the order they were made."""
+        with self.lock:  # type: ignore[union-attr]
+            self._scheduled = None
+            lines, self._pending = self._pending, []
+            if not lines:
+                return
+            try:
+                self.stream.write("\n".join(lines) + "\n")
+                self.stream.flush()
+            except (OSError, ValueError):
+                # The stream is gone (a closed pipe): logging never raises, and there is
+                # nowhere left to tell.
+                pass
 
 
 class RedactingFilter(logging.Filter):
@@ -157,7 +216,7 @@ def configure_logging(level: str | None = None) -> None:
     logging.logThreads = False
     logging.logProcesses = False
     logging.logMultiprocessing = False
-    handler = logging.StreamHandler()
+    handler = BatchingStreamHandler()
     # The formatter scrubs message, fields and tracebacks.
     handler.setFormatter(JsonFormatter())
     root = logging.getLogger()

@@ -75,3 +75,19 @@ def test_a_served_request_observes_its_wait_under_the_serving_model() -> None:
     record.served_model, record.queue_wait_s = "unit-served", 0.0
     record.finish(200)
     assert sample("gateway_queue_wait_seconds_count", **waits) == count + 1
+
+
+def test_the_values_a_client_chose_are_redacted_in_the_access_line(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # The line's other values are the gateway's own and are not scanned again; a model
+    # name (an alias's) and a logged prompt are the client's, and may hold a key.
+    caplog.set_level(logging.INFO, "gateway.access")
+    record = RequestRecord("chatcmpl-unit-redact", tenant="acme", model="llm-small")
+    record.alias = "sk-acme-leaked-0123456789abcdef"
+    record.prompt = "my key is sk-acme-leaked-0123456789abcdef, keep it"
+    record.finish(200)
+    [fields] = access_fields(caplog)
+    assert fields["requested_model"] == "[REDACTED]"
+    assert fields["prompt"] == "my key is [REDACTED], keep it"
+    assert "sk-acme" not in caplog.text

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
 import logging
 import sys
@@ -12,7 +13,12 @@ import orjson
 import pytest
 
 from gateway.api import errors
-from gateway.observability.logging import JsonFormatter, RedactingFilter, redact
+from gateway.observability.logging import (
+    BatchingStreamHandler,
+    JsonFormatter,
+    RedactingFilter,
+    redact,
+)
 from tests.unit.observability.secret_samples import ALL_SECRETS, SECRETS, leftovers_in
 
 # Text without a secret: redaction must leave it exactly as it is.
@@ -187,3 +193,70 @@ def test_keys_are_redacted_from_log_lines() -> None:
     record = logging.LogRecord("x", logging.INFO, "f", 1, "got %s", ("sk-secret-123",), None)
     RedactingFilter().filter(record)
     assert record.getMessage() == "got [REDACTED]"
+
+
+class CountingStream(io.StringIO):
+    """A stream that counts its writes: each is a system call on a real pipe."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes = 0
+
+    def write(self, text: str) -> int:
+        self.writes += 1
+        return super().write(text)
+
+
+def batching_log() -> tuple[logging.Logger, CountingStream]:
+    stream = CountingStream()
+    handler = BatchingStreamHandler()
+    handler.setStream(stream)  # type: ignore[arg-type]
+    handler.setFormatter(JsonFormatter())
+    logger = logging.getLogger("gateway.test.batching")
+    logger.handlers[:] = [handler]
+    logger.propagate = False
+    logger.setLevel(logging.INFO)
+    return logger, stream
+
+
+def test_the_lines_of_one_turn_of_the_loop_are_written_at_once_and_in_order() -> None:
+    logger, stream = batching_log()
+
+    async def requests_ending() -> None:
+        for index in range(50):
+            logger.info("request %d", index)
+        assert stream.writes == 0  # not yet: at the end of this turn of the loop
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        logger.info("next turn")
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+
+    asyncio.run(requests_ending())
+    messages = [line["message"] for line in lines(stream)]
+    assert messages == [f"request {index}" for index in range(50)] + ["next turn"]
+    assert stream.writes == 2
+
+
+def test_a_line_made_outside_the_loop_is_written_at_once_after_those_waiting() -> None:
+    logger, stream = batching_log()
+    logger.info("before the server starts")
+    assert [line["message"] for line in lines(stream)] == ["before the server starts"]
+    loop = asyncio.new_event_loop()
+
+    async def last_words() -> None:
+        logger.info("said as the loop stops")  # its write is due on a loop that stops
+        loop.stop()
+
+    loop.run_until_complete(last_words())
+    loop.close()
+    assert stream.writes == 1  # its write never ran: the next loop's takes it along
+
+    async def next_server() -> None:
+        logger.info("on the next loop")
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+
+    asyncio.run(next_server())
+    messages = [line["message"] for line in lines(stream)]
+    assert messages == ["before the server starts", "said as the loop stops", "on the next loop"]
