@@ -2,17 +2,21 @@
 
     loadtest/bench [--seconds 10] [--rounds 1] [--write docs/benchmarks.md]
 
-Starts an instant OpenAI upstream (nginx: a fixed answer, and on the next port a fixed
-20-chunk SSE stream), a redis-server, and `gateway serve` twice with
-loadtest/bench-config (limits, admission, metrics, logs on), at `--workers 1` and
-`--workers 2`. wrk then measures requests/s and p50/p99 at concurrency 1, 32 and 128 for
-each target, the targets interleaved, and the streaming case (chunks relayed per second)
-at concurrency 32. Prints a Markdown table with the ratios and, with `--write`, puts it
-into that file between the `bench:start` and `bench:end` markers.
+Starts an instant upstream (nginx: a fixed OpenAI answer; on the next port a fixed
+20-chunk SSE stream; on the one after a Triton `generate_stream` of 20 pieces), a
+redis-server, `gateway serve` twice with loadtest/bench-config (limits, admission,
+metrics, logs on), at `--workers 1` and `--workers 2`, and two yardsticks
+(loadtest/bare_apps.py): raw Starlette (a fixed answer, no upstream) and a bare aiohttp
+proxy to the upstream. wrk then measures requests/s, p50/p99 and each server's CPU per
+request at concurrency 1, 32 and 128 for each target, the targets interleaved, and the
+streaming cases (chunks relayed per second, gateway CPU per chunk: the OpenAI stream and
+the Triton one) at concurrency 32. Prints a Markdown table with the ratios and which of
+issue 7's and issue 26's goals were met and, with `--write`, puts it into that file
+between the `bench:start` and `bench:end` markers.
 
 `--baseline DIR` also runs the gateway of another source tree (a `git worktree` of an
-earlier commit) at `--workers 1`, with this venv, interleaved with the others: the one
-way to compare two versions on a machine whose speed drifts.
+earlier commit) at `--workers 1`, with this venv, interleaved with the others (both
+streams too): the one way to compare two versions on a machine whose speed drifts.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import statistics
 import subprocess
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -38,17 +43,47 @@ from gateway.dev.processes import (
     wait_gateway_ready,
     wait_http_ok,
 )
-from loadtest.instant_upstream import STREAM_CHUNKS, start_nginx
+from loadtest.bare_apps import BARE_PROXY, RAW_STARLETTE, uvicorn_command, wait_listening
+from loadtest.client_stack import UPSTREAM_ENV
+from loadtest.instant_upstream import STREAM_CHUNKS, UPSTREAM_PORTS, start_nginx
 from loadtest.stack import (
     BENCH_CONFIG,
     STREAM_BODY,
+    TRITON_STREAM_BODY,
     cpu_seconds,
     scrape_metrics,
+    upstream_env,
     wrk,
     wrk_script,
 )
 
 START, END = "<!-- bench:start -->", "<!-- bench:end -->"
+
+# Targets' names, which the goals look up.
+UPSTREAM, RAW, PROXY = "upstream directly", "raw Starlette", "bare proxy (aiohttp)"
+GATEWAY, GATEWAY_2 = "gateway --workers 1", "gateway --workers 2"
+BASELINE = "baseline gateway --workers 1"
+STREAM, TRITON_STREAM = " (stream)", " (Triton stream)"
+
+
+@dataclass(frozen=True)
+class Server:
+    """A server wrk measures: its process (CPU is counted over it and its children) and
+    port, and whether it is a gateway (whose /metrics tells its Redis round trips)."""
+
+    pid: int
+    port: int
+    gateway: bool
+
+
+@dataclass(frozen=True)
+class Target:
+    """What one wrk run asks: `url` with the body of `script`, and the server to charge
+    its CPU to (none for the upstream itself)."""
+
+    url: str
+    script: Path
+    server: Server | None
 
 
 def versions() -> str:
@@ -77,18 +112,28 @@ def main() -> None:
         if shutil.which(tool) is None and not Path(f"/usr/sbin/{tool}").exists():
             raise SystemExit(f"{tool} is not installed (apt-get install wrk nginx-light)")
 
-    upstream_port = free_port(span=2, start=24000)
+    upstream_port = free_port(span=UPSTREAM_PORTS, start=24000)
     nginx, _ = start_nginx(upstream_port)
-    redis = start_redis(free_port(start=25000))
+    redis_port = free_port(start=25000)
+    redis = start_redis(redis_port)
     env = dict(os.environ)
-    env["BENCH_UPSTREAM_URL"] = f"http://127.0.0.1:{upstream_port}"
-    env["BENCH_STREAM_UPSTREAM_URL"] = f"http://127.0.0.1:{upstream_port + 1}"
-    env["BENCH_REDIS_URL"] = f"redis://127.0.0.1:{redis.args[2]}/0"  # type: ignore[index]
+    env.update(upstream_env(upstream_port))
+    env["BENCH_REDIS_URL"] = f"redis://127.0.0.1:{redis_port}/0"
     gateways: dict[str, tuple[subprocess.Popen[bytes], int]] = {}
+    bare: dict[str, tuple[subprocess.Popen[bytes], int]] = {}
     to_start = [("gateway", 1), ("gateway", 2)]
     if args.baseline is not None:
         to_start.append(("baseline gateway", 1))
+    logs = Path(tempfile.mkdtemp(prefix="bench-"))
     try:
+        proxy_env = {**env, UPSTREAM_ENV: f"http://127.0.0.1:{upstream_port}/v1/chat/completions"}
+        for index, (label, factory, own_env) in enumerate(
+            [(RAW, RAW_STARLETTE, env), (PROXY, BARE_PROXY, proxy_env)]
+        ):
+            # Below the upstream's range and the ephemeral ports, each in its own range.
+            port = free_port(start=22000 + 1000 * index, end=23000 + 1000 * index)
+            command = uvicorn_command(factory, port)
+            bare[label] = (spawn(command, env=own_env, log=logs / f"bare-{index}.log"), port)
         for index, (name, workers) in enumerate(to_start):
             port = free_port(start=26000 + 1000 * index)
             command = gateway_command(
@@ -100,7 +145,7 @@ def main() -> None:
                 # The other tree's package first; the working directory not on the path.
                 own_env = {**env, "PYTHONPATH": str(args.baseline.resolve()), "PYTHONSAFEPATH": "1"}
             # Logs on, as in production, into a file rather than the terminal.
-            log = Path(tempfile.mkdtemp(prefix="bench-")) / f"gateway-{index}.log"
+            log = logs / f"gateway-{index}.log"
             label = f"{name} --workers {workers}"
             gateways[label] = (spawn(command, env=own_env, log=log), port)
         wait_http_ok(f"http://127.0.0.1:{upstream_port}/v1/models", 10, nginx)
@@ -110,9 +155,15 @@ def main() -> None:
                 wait_http_ok(f"http://127.0.0.1:{port}/readyz", 60, process)
             else:
                 wait_gateway_ready(f"http://127.0.0.1:{port}", 60, process)
-        rows = run(args, upstream_port, {n: (p.pid, port) for n, (p, port) in gateways.items()})
+        for process, port in bare.values():
+            wait_listening(port, 30, process)
+        servers = {
+            **{name: Server(p.pid, port, gateway=False) for name, (p, port) in bare.items()},
+            **{name: Server(p.pid, port, gateway=True) for name, (p, port) in gateways.items()},
+        }
+        rows = run(args, upstream_port, servers)
     finally:
-        for process, _ in gateways.values():
+        for process, _ in [*gateways.values(), *bare.values()]:
             stop(process)
         stop(redis)
         stop(nginx)
@@ -141,50 +192,57 @@ def redis_totals(base_url: str) -> tuple[float, float]:
     ]
 
 
-def measure(
-    url: str, connections: int, seconds: int, script: Path, gateway: tuple[int, str] | None
-) -> dict[str, float]:
-    """One wrk run; for a gateway, also its CPU and Redis round trips per request."""
-    if gateway is None:
-        return wrk(url, connections, seconds, script)
-    pid, base_url = gateway
-    cpu, (trips, calls) = cpu_seconds(pid), redis_totals(base_url)
-    result = wrk(url, connections, seconds, script)
-    after_trips, after_calls = redis_totals(base_url)
+def measure(target: Target, connections: int, seconds: int) -> dict[str, float]:
+    """One wrk run; for a server, also its CPU per request (`cpu_us`), and for a gateway
+    its Redis round trips and script calls per request."""
+    server = target.server
+    if server is None:
+        return wrk(target.url, connections, seconds, target.script)
+    base_url = f"http://127.0.0.1:{server.port}"
+    # The /metrics scrapes outside the CPU window: they are the bench's, not the load's.
+    trips, calls = redis_totals(base_url) if server.gateway else (0.0, 0.0)
+    cpu = cpu_seconds(server.pid)
+    result = wrk(target.url, connections, seconds, target.script)
     requests = max(result["requests"], 1.0)
-    result["cpu_us"] = 1e6 * (cpu_seconds(pid) - cpu) / requests
-    result["round_trips"] = (after_trips - trips) / requests
-    result["script_calls"] = (after_calls - calls) / requests
+    result["cpu_us"] = 1e6 * (cpu_seconds(server.pid) - cpu) / requests
+    if server.gateway:
+        after_trips, after_calls = redis_totals(base_url)
+        result["round_trips"] = (after_trips - trips) / requests
+        result["script_calls"] = (after_calls - calls) / requests
     return result
 
 
 def run(
-    args: argparse.Namespace, upstream_port: int, gateways: dict[str, tuple[int, int]]
+    args: argparse.Namespace, upstream_port: int, servers: dict[str, Server]
 ) -> dict[tuple[str, int], dict[str, float]]:
-    plain, stream = wrk_script(), wrk_script(body=STREAM_BODY)
-    targets: dict[str, tuple[str, tuple[int, str] | None]] = {
-        "upstream directly": (f"http://127.0.0.1:{upstream_port}/v1/chat/completions", None)
-    }
-    for name, (pid, port) in gateways.items():
-        base = f"http://127.0.0.1:{port}"
-        targets[name] = (f"{base}/v1/chat/completions", (pid, base))
-    for url, _ in targets.values():
-        wrk(url, 8, 2, plain)  # warm up connections, caches and the JIT-less interpreter
+    """Every target at each concurrency, interleaved, then the streams at 32, `rounds`
+    times; the median of each (target, concurrency)'s runs."""
+    plain = wrk_script()
+    stream, triton = wrk_script(body=STREAM_BODY), wrk_script(body=TRITON_STREAM_BODY)
+    upstream = f"http://127.0.0.1:{upstream_port}/v1/chat/completions"
+    targets = {UPSTREAM: Target(upstream, plain, None)}
+    for name, server in servers.items():
+        targets[name] = Target(f"http://127.0.0.1:{server.port}/v1/chat/completions", plain, server)
+    direct_stream = f"http://127.0.0.1:{upstream_port + 1}/v1/chat/completions"
+    stream_targets = {UPSTREAM + STREAM: Target(direct_stream, stream, None)}
+    for name in (GATEWAY, BASELINE):
+        if name in targets:
+            gateway = targets[name]
+            stream_targets[name + STREAM] = Target(gateway.url, stream, gateway.server)
+            stream_targets[name + TRITON_STREAM] = Target(gateway.url, triton, gateway.server)
+    for target in [*targets.values(), *stream_targets.values()]:
+        # Warm up connections, caches and the JIT-less interpreter.
+        wrk(target.url, 8, 2, target.script)
     runs: dict[tuple[str, int], list[dict[str, float]]] = {}
     for _ in range(args.rounds):
         for connections in (1, 32, 128):
-            for name, (url, gateway) in targets.items():
+            for name, target in targets.items():
                 runs.setdefault((name, connections), []).append(
-                    measure(url, connections, args.seconds, plain, gateway)
+                    measure(target, connections, args.seconds)
                 )
                 time.sleep(0.5)
-        direct_stream = f"http://127.0.0.1:{upstream_port + 1}/v1/chat/completions"
-        stream_targets = {"upstream directly (stream)": (direct_stream, None)}
-        for name in ("gateway --workers 1", "baseline gateway --workers 1"):
-            if name in targets:
-                stream_targets[f"{name} (stream)"] = targets[name]
-        for name, (url, gateway) in stream_targets.items():
-            runs.setdefault((name, 32), []).append(measure(url, 32, args.seconds, stream, gateway))
+        for name, target in stream_targets.items():
+            runs.setdefault((name, 32), []).append(measure(target, 32, args.seconds))
     return {
         key: {k: statistics.median(r[k] for r in results) for k in results[0]}
         for key, results in runs.items()
@@ -192,41 +250,51 @@ def run(
 
 
 def render(rows: dict[tuple[str, int], dict[str, float]], args: argparse.Namespace) -> str:
+    """The Markdown table of `rows`, then each goal met or missed."""
     lines = [
         f"Measured {time.strftime('%Y-%m-%d')} with `loadtest/bench --seconds {args.seconds} "
         f"--rounds {args.rounds}`; {versions()}. wrk (one thread), nginx, redis-server and "
-        "the gateway share the machine's cores. CPU is the gateway's (all its processes) "
-        "per request; Redis round trips and script calls are the limiter's per request, "
-        "from the gateway's own metrics.",
+        "the server measured share the machine's cores. CPU is the server's own (all its "
+        "processes: the gateway's, or the yardstick's) per request, and for a stream per "
+        f"chunk ({STREAM_CHUNKS} a request); Redis round trips and script calls are the "
+        "limiter's per request, from the gateway's own metrics. Raw Starlette answers a "
+        "fixed chat completion without an upstream; the bare proxy forwards to the "
+        "upstream through one aiohttp session (loadtest/bare_apps.py).",
         "",
         "| target | concurrency | requests/s | p50 ms | p99 ms | vs upstream "
-        "| gateway CPU µs/req | Redis round trips/req | script calls/req |",
+        "| CPU µs/req | Redis round trips/req | script calls/req |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for (name, connections), row in rows.items():
-        base = rows.get(("upstream directly", connections))
+        base = rows.get((UPSTREAM, connections))
         ratio = ""
-        streamed = "(stream)" in name
-        if base is not None and "gateway" in name and not streamed:
-            ratio = f"{row['rps'] / base['rps']:.3f}x req/s, +{row['p50'] - base['p50']:.2f} ms p50"
+        streamed = name.endswith("stream)")
         if streamed:
             ratio = f"{row['rps'] * STREAM_CHUNKS:.0f} chunks/s"
-        extra = " | | |"
-        if "cpu_us" in row:
-            extra = f" {row['cpu_us']:.0f} | {row['round_trips']:.2f} | {row['script_calls']:.2f} |"
+            if "cpu_us" in row:
+                ratio += f", {row['cpu_us'] / STREAM_CHUNKS:.1f} µs CPU/chunk"
+        elif base is not None and name != UPSTREAM:
+            ratio = f"{row['rps'] / base['rps']:.3f}x req/s, +{row['p50'] - base['p50']:.2f} ms p50"
+        cpu = f" {row['cpu_us']:.0f} |" if "cpu_us" in row else " |"
+        redis = " | |"
+        if "round_trips" in row:
+            redis = f" {row['round_trips']:.2f} | {row['script_calls']:.2f} |"
         lines.append(
             f"| {name} | {connections} | {row['rps']:.0f} | {row['p50']:.2f} "
-            f"| {row['p99']:.2f} | {ratio} |{extra}"
+            f"| {row['p99']:.2f} | {ratio} |{cpu}{redis}"
         )
-    lines += ["", *targets(rows)]
+    lines += ["", *goals(rows)]
     return "\n".join(lines)
 
 
-def targets(rows: dict[tuple[str, int], dict[str, float]]) -> list[str]:
-    """Issue 7's targets for the full path at --workers 1, each met or not."""
-    one, up1 = rows[("gateway --workers 1", 1)], rows[("upstream directly", 1)]
-    c32, c32w2 = rows[("gateway --workers 1", 32)], rows[("gateway --workers 2", 32)]
+def goals(rows: dict[tuple[str, int], dict[str, float]]) -> list[str]:
+    """Issue 7's and issue 26's goals for the full path at --workers 1, each met or not."""
+    one, up1 = rows[(GATEWAY, 1)], rows[(UPSTREAM, 1)]
+    c32, c32w2 = rows[(GATEWAY, 32)], rows[(GATEWAY_2, 32)]
+    raw, proxy = rows[(RAW, 32)], rows[(PROXY, 32)]
+    triton_us = rows[(GATEWAY + TRITON_STREAM, 32)]["cpu_us"] / STREAM_CHUNKS
     added = one["p50"] - up1["p50"]
+    of_raw, of_proxy = c32["rps"] / raw["rps"], c32["cpu_us"] / proxy["cpu_us"]
     checks = [
         (c32["rps"] >= 3000, f"at least 3,000 requests/s at concurrency 32: {c32['rps']:.0f}"),
         (added <= 0.5, f"at most 0.5 ms added to p50 at concurrency 1: {added:.2f} ms"),
@@ -240,7 +308,27 @@ def targets(rows: dict[tuple[str, int], dict[str, float]]) -> list[str]:
             f"throughput grows with --workers (c32): {c32['rps']:.0f} -> {c32w2['rps']:.0f}",
         ),
     ]
-    return [f"- {'met' if ok else 'MISSED'}: {text}" for ok, text in checks]
+    issue_26 = [
+        (
+            of_raw >= 0.20,
+            f"at least 0.20x raw Starlette's requests/s at concurrency 32: {of_raw:.3f}x "
+            f"({c32['rps']:.0f} / {raw['rps']:.0f})",
+        ),
+        (added <= 0.4, f"at most 0.4 ms added to p50 at concurrency 1: {added:.2f} ms"),
+        (
+            of_proxy <= 1.6,
+            f"CPU per request at most 1.6x the bare proxy's (c32): {of_proxy:.2f}x "
+            f"({c32['cpu_us']:.0f} / {proxy['cpu_us']:.0f} µs)",
+        ),
+        (
+            triton_us <= 80,
+            f"Triton HTTP streaming at most 80 µs of CPU per chunk (c32): {triton_us:.1f} µs",
+        ),
+    ]
+    return [
+        *(f"- issue 7, {'met' if ok else 'MISSED'}: {text}" for ok, text in checks),
+        *(f"- issue 26, {'met' if ok else 'MISSED'}: {text}" for ok, text in issue_26),
+    ]
 
 
 if __name__ == "__main__":

@@ -11,18 +11,18 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
-import sys
-import time
 
 from gateway.dev.processes import free_port, spawn, stop, wait_http_ok
-from loadtest.instant_upstream import start_nginx
+from loadtest.bare_apps import uvicorn_command, wait_listening
+from loadtest.instant_upstream import UPSTREAM_PORTS, start_nginx
 from loadtest.stack import wrk, wrk_script
 
 UPSTREAM_ENV = "CLIENT_STACK_UPSTREAM"
 
 
 def aiohttp_app() -> object:
+    """The bare proxy: the body posted to the upstream through one pooled aiohttp
+    session, its answer relayed (also loadtest/bench's yardstick, loadtest/bare_apps.py)."""
     import aiohttp
     from starlette.applications import Starlette
     from starlette.requests import Request
@@ -33,7 +33,11 @@ def aiohttp_app() -> object:
     state: dict[str, aiohttp.ClientSession] = {}
 
     async def proxy(request: Request) -> Response:
-        session = state.get("s") or state.setdefault("s", aiohttp.ClientSession())
+        # Made in the running loop; unbounded like the gateway's (aiohttp's default of
+        # 100 connections would queue requests in the pool at concurrency 128).
+        session = state.get("s") or state.setdefault(
+            "s", aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
+        )
         async with session.post(upstream, data=await request.body()) as r:
             return Response(await r.read(), r.status, media_type="application/json")
 
@@ -41,6 +45,7 @@ def aiohttp_app() -> object:
 
 
 def httpx_app() -> object:
+    """The same proxy on httpx."""
     import httpx
     from starlette.applications import Starlette
     from starlette.requests import Request
@@ -58,10 +63,11 @@ def httpx_app() -> object:
 
 
 def main() -> None:
+    """Each client's proxy in turn, wrk at concurrency 32, a Markdown table."""
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--seconds", type=int, default=10)
     args = parser.parse_args()
-    upstream_port = free_port()
+    upstream_port = free_port(span=UPSTREAM_PORTS)
     nginx, _ = start_nginx(upstream_port)
     script = wrk_script()
     env = dict(os.environ)
@@ -71,34 +77,12 @@ def main() -> None:
     try:
         for name in ("aiohttp", "httpx"):
             port = free_port(start=27000)
-            app = spawn(
-                [
-                    sys.executable,
-                    "-m",
-                    "uvicorn",
-                    "--factory",
-                    f"loadtest.client_stack:{name}_app",
-                    "--port",
-                    str(port),
-                    "--loop",
-                    "uvloop",
-                    "--http",
-                    "httptools",
-                    "--no-access-log",
-                    "--log-level",
-                    "warning",
-                ],
-                env=env,
-            )
+            app = spawn(uvicorn_command(f"loadtest.client_stack:{name}_app", port), env=env)
             try:
                 url = f"http://127.0.0.1:{port}/v1/chat/completions"
                 wait_http_ok(f"http://127.0.0.1:{upstream_port}/v1/models", 10, nginx)
-                for _ in range(50):  # until the app listens
-                    try:
-                        wrk(url, 4, 1, script)
-                        break
-                    except subprocess.CalledProcessError:
-                        time.sleep(0.2)
+                wait_listening(port, 10, app)
+                wrk(url, 4, 1, script)  # warm up
                 r = wrk(url, 32, args.seconds, script)
                 print(f"| {name} | 32 | {r['rps']:.0f} | {r['p50']:.2f} | {r['p99']:.2f} |")
             finally:

@@ -1,5 +1,8 @@
-"""An OpenAI-compatible upstream that answers at once: nginx with fixed responses.
+"""An upstream that answers at once: nginx with fixed responses.
 
+Three ports from the one given: P an OpenAI-compatible chat answer, P+1 the same model
+streaming (a whole SSE stream per request), P+2 a Triton server's HTTP generate
+extension streaming (`generate_stream`), with its readiness and metrics endpoints.
 nginx costs the benchmark little CPU, so what is measured is the gateway.
 """
 
@@ -30,6 +33,9 @@ CHAT_RESPONSE = orjson.dumps(
 ).decode()
 
 STREAM_CHUNKS = 20
+
+# Ports start_nginx listens on, from the one it is given.
+UPSTREAM_PORTS = 3
 
 
 def _chunk(delta: dict[str, str], finish: str | None = None, **extra: object) -> str:
@@ -62,6 +68,32 @@ STREAM_RESPONSE = (
     ).decode()
     + "\\n\\ndata: [DONE]\\n\\n"
 )  # fmt: skip
+
+
+def _triton_event(text: str) -> str:
+    """One `generate_stream` event as Triton writes it for an LLM model with the outputs
+    gateway/backends/triton_http.py reads (those of the simulator's model): the piece of
+    text and its token counts, one output token a piece."""
+    body = {
+        "model_name": "fake-llama-8b",
+        "model_version": "1",
+        "num_cached_tokens": 0,
+        "num_input_tokens": 12,
+        "num_output_tokens": 1,
+        "text_output": text,
+    }
+    return "data: " + orjson.dumps(body).decode() + "\\n\\n"
+
+
+# A whole Triton stream: STREAM_CHUNKS pieces, the same tokens as STREAM_RESPONSE. Triton
+# ends a decoupled model's stream by closing it (no [DONE]).
+TRITON_STREAM_RESPONSE = "".join(_triton_event(f"tok{i} ") for i in range(STREAM_CHUNKS))
+
+# What the gateway's health loop scrapes of a Triton replica: its queue, empty.
+TRITON_METRICS = (
+    "# TYPE nv_inference_pending_request_count gauge\\n"
+    'nv_inference_pending_request_count{model="fake-llama-8b",version="1"} 0\\n'
+)
 
 _CONF = """
 worker_processes 1;
@@ -96,13 +128,28 @@ http {{
       return 200 '{{"object":"list","data":[]}}';
     }}
   }}
+  # A Triton server's HTTP endpoints for that model, streaming (the generate extension).
+  server {{
+    listen 127.0.0.1:{triton_port};
+    location ~ ^/v2/models/[^/]+/generate_stream$ {{
+      default_type text/event-stream;
+      return 200 '{triton_stream}';
+    }}
+    location ~ ^/v2/(health|models/[^/]+)/ready$ {{
+      return 200 '';
+    }}
+    location = /metrics {{
+      default_type text/plain;
+      return 200 '{triton_metrics}';
+    }}
+  }}
 }}
 """
 
 
 def start_nginx(port: int) -> tuple[subprocess.Popen[bytes], Path]:
-    """nginx serving the fixed responses on 127.0.0.1:`port`, in the foreground, and a
-    streamed answer on `port` + 1."""
+    """nginx serving the fixed responses on 127.0.0.1:`port`, in the foreground, a
+    streamed answer on `port` + 1 and a Triton stream on `port` + 2 (UPSTREAM_PORTS)."""
     nginx = shutil.which("nginx") or "/usr/sbin/nginx"
     workdir = Path(tempfile.mkdtemp(prefix="bench-nginx-"))
     conf = workdir / "nginx.conf"
@@ -113,6 +160,9 @@ def start_nginx(port: int) -> tuple[subprocess.Popen[bytes], Path]:
             stream_port=port + 1,
             chat=CHAT_RESPONSE,
             stream=STREAM_RESPONSE,
+            triton_port=port + 2,
+            triton_stream=TRITON_STREAM_RESPONSE,
+            triton_metrics=TRITON_METRICS,
         )
     )
     process = subprocess.Popen(

@@ -22,7 +22,7 @@ from gateway.dev.processes import (
     wait_gateway_ready,
     wait_http_ok,
 )
-from loadtest.instant_upstream import start_nginx
+from loadtest.instant_upstream import UPSTREAM_PORTS, start_nginx
 
 # A target's name: a label, or (label, streamed).
 K = TypeVar("K", bound=Hashable)
@@ -36,6 +36,9 @@ STREAM_BODY = (
     '{"model":"fake-llama-8b-stream","messages":[{"role":"user","content":"Hello"}],'
     '"max_tokens":20,"stream":true}'
 )
+
+# The same streamed request to the model behind the instant Triton upstream.
+TRITON_STREAM_BODY = STREAM_BODY.replace("fake-llama-8b-stream", "fake-llama-8b-triton")
 
 
 # An admin tenant's key (loadtest/bench-config/tenants.yaml): /metrics on the API port.
@@ -118,6 +121,17 @@ def _children(pid: int) -> list[int]:
     return found
 
 
+def upstream_env(upstream_port: int) -> dict[str, str]:
+    """The variables loadtest/bench-config reads for the instant upstream's three ports
+    (start_nginx(upstream_port))."""
+    base = "http://127.0.0.1"
+    return {
+        "BENCH_UPSTREAM_URL": f"{base}:{upstream_port}",
+        "BENCH_STREAM_UPSTREAM_URL": f"{base}:{upstream_port + 1}",
+        "BENCH_TRITON_UPSTREAM_URL": f"{base}:{upstream_port + 2}",
+    }
+
+
 @dataclass
 class Stack:
     upstream_url: str
@@ -137,14 +151,13 @@ def bench_stack(workers: int = 1, log_level: str = "WARNING") -> Iterator[Stack]
 
     The gateway's log goes to a temporary file (INFO writes one access line a request).
     """
-    upstream_port = free_port(span=2)
+    upstream_port = free_port(span=UPSTREAM_PORTS)
     redis_port = free_port(start=25000)
     gateway_port = free_port(start=26000)
     nginx, _ = start_nginx(upstream_port)
     redis = start_redis(redis_port)
     env = dict(os.environ)
-    env["BENCH_UPSTREAM_URL"] = f"http://127.0.0.1:{upstream_port}"
-    env["BENCH_STREAM_UPSTREAM_URL"] = f"http://127.0.0.1:{upstream_port + 1}"
+    env.update(upstream_env(upstream_port))
     env["BENCH_REDIS_URL"] = f"redis://127.0.0.1:{redis_port}/0"
     env["GATEWAY_LOG_LEVEL"] = log_level
     command = gateway_command(
