@@ -1,0 +1,165 @@
+"""An upstream that fails, as the fake backend raises the backends' own errors: which
+status the client gets, when another replica or the fallback model is tried, and what
+of the upstream's failure the client is (not) told."""
+
+from __future__ import annotations
+
+import openai
+import orjson
+import pytest
+
+from gateway.backends.base import (
+    CONNECT_FAILED,
+    MODEL_FAILED,
+    TIMED_OUT,
+    ReplicaUnavailable,
+    UpstreamError,
+    UpstreamRejected,
+    UpstreamTimeout,
+)
+from gateway.inference.types import Delta
+from tests.inprocess.conftest import InProcessGateway
+from tests.inprocess.sse import data_events, named_events
+
+HELLO = [{"role": "user", "content": "Hello"}]
+CHAT = {"model": "llm-large", "messages": HELLO}
+# What an upstream's failure says for the log only: never shown to the client.
+SECRET = "Traceback (most recent call last): File /srv/model.py, token=abc123"
+LARGE = ("http://large-a", "http://large-b")
+
+
+def unavailable() -> ReplicaUnavailable:
+    return ReplicaUnavailable(CONNECT_FAILED, detail=SECRET)
+
+
+async def test_a_replica_that_cannot_take_the_request_is_retried_on_the_other(
+    gw: InProcessGateway,
+) -> None:
+    gw.upstream.script("llm-large", unavailable())  # the first call, whichever replica
+    raw = await gw.openai().chat.completions.with_raw_response.create(
+        model="llm-large", messages=HELLO
+    )
+    answer = raw.parse()
+    assert answer.model == "llm-large"
+    assert answer.choices[0].message.content == "Hello from fake"
+    urls = [c.url for c in gw.upstream.calls]
+    assert len(urls) == 2 and set(urls) == set(LARGE)  # the other replica, not the same
+    assert "x-gateway-fallback" not in raw.headers
+
+
+async def test_all_replicas_failing_falls_back_to_the_next_model(gw: InProcessGateway) -> None:
+    for url in LARGE:
+        gw.upstream.break_replica(url, unavailable)
+    raw = await gw.openai().chat.completions.with_raw_response.create(
+        model="llm-large", messages=HELLO
+    )
+    answer = raw.parse()
+    assert answer.model == "llm-small"
+    assert raw.headers["x-gateway-fallback"] == "llm-large->llm-small; reason=replica_error"
+    models = [c.call.upstream_model for c in gw.upstream.calls]
+    assert models[-1] == "llm-small"
+    assert set(models[:-1]) == {"llm-large"}
+    # The fallback model gets the request rendered by its own template.
+    assert "<|im_start|>user\nHello<|im_end|>" in gw.upstream.calls[-1].call.prompt
+
+
+async def test_a_stream_falls_back_before_its_first_token(gw: InProcessGateway) -> None:
+    for url in LARGE:
+        gw.upstream.break_replica(url, unavailable)
+    async with gw.http() as client:
+        response = await client.post("/v1/chat/completions", json={**CHAT, "stream": True})
+    assert response.status_code == 200
+    assert response.headers["x-gateway-fallback"] == "llm-large->llm-small; reason=replica_error"
+    payloads = data_events(response.text)
+    assert payloads[-1] == "[DONE]"
+    assert {orjson.loads(p)["model"] for p in payloads[:-1]} == {"llm-small"}
+
+
+async def test_no_replica_and_no_fallback_is_503_with_retry_after(gw: InProcessGateway) -> None:
+    gw.upstream.break_replica("http://small-a", unavailable)
+    async with gw.http() as client:
+        response = await client.post(
+            "/v1/chat/completions", json={"model": "llm-small", "messages": HELLO}
+        )
+    assert response.status_code == 503
+    error = response.json()["error"]
+    assert error["code"] == "no_replica_available"
+    assert int(response.headers["retry-after"]) >= 1
+    assert SECRET not in response.text
+    assert response.headers["x-request-id"].startswith("chatcmpl-")
+
+
+async def test_a_refused_request_is_400_and_not_retried(gw: InProcessGateway) -> None:
+    gw.upstream.script(
+        "llm-large", UpstreamRejected("text_input is required", status=400, detail=SECRET)
+    )
+    with pytest.raises(openai.BadRequestError) as caught:
+        await gw.openai().chat.completions.create(model="llm-large", messages=HELLO)
+    assert "refused the request: text_input is required" in caught.value.message
+    assert SECRET not in caught.value.response.text
+    assert len(gw.upstream.calls) == 1  # neither another replica nor the fallback
+
+
+async def test_a_model_failure_is_502_without_the_upstreams_detail(gw: InProcessGateway) -> None:
+    gw.upstream.script("llm-large", UpstreamError(MODEL_FAILED, detail=SECRET))
+    async with gw.http() as client:
+        response = await client.post("/v1/chat/completions", json=CHAT)
+    assert response.status_code == 502
+    error = response.json()["error"]
+    assert error["code"] == "upstream_error"
+    assert error["message"] == f"The backend for `llm-large` failed: {MODEL_FAILED}"
+    assert SECRET not in response.text
+    assert len(gw.upstream.calls) == 1  # not retryable: output may have been generated
+
+
+async def test_an_upstream_timeout_is_504(gw: InProcessGateway) -> None:
+    gw.upstream.script("llm-large", UpstreamTimeout(TIMED_OUT, detail=SECRET))
+    with pytest.raises(openai.APIStatusError) as caught:
+        await gw.openai().chat.completions.create(model="llm-large", messages=HELLO)
+    assert caught.value.status_code == 504
+    assert caught.value.code == "timeout"
+
+
+async def test_a_failure_mid_stream_ends_it_with_an_error_event(gw: InProcessGateway) -> None:
+    gw.upstream.script(
+        "llm-large", [Delta(text="Half an ans"), UpstreamError(MODEL_FAILED, detail=SECRET)]
+    )
+    async with gw.http() as client:
+        response = await client.post("/v1/chat/completions", json={**CHAT, "stream": True})
+    assert response.status_code == 200  # the headers had gone out
+    payloads = [orjson.loads(p) for p in data_events(response.text)]  # no [DONE]
+    assert payloads[0]["choices"][0]["delta"]["content"] == "Half an ans"
+    assert payloads[-1]["error"]["code"] == "upstream_error"
+    assert MODEL_FAILED in payloads[-1]["error"]["message"]
+    assert SECRET not in response.text
+    assert len(gw.upstream.calls) == 1  # output had started: no retry, no fallback
+
+
+async def test_the_openai_sdk_raises_on_a_stream_error_event(gw: InProcessGateway) -> None:
+    gw.upstream.script("llm-large", [Delta(text="Hi"), UpstreamError(MODEL_FAILED)])
+    stream = await gw.openai().chat.completions.create(
+        model="llm-large", messages=HELLO, stream=True
+    )
+    seen = []
+    with pytest.raises(openai.APIError):
+        async for chunk in stream:
+            seen.append(chunk.choices[0].delta.content)
+    assert seen == ["Hi"]
+
+
+async def test_a_messages_stream_failure_is_an_anthropic_error_event(
+    gw: InProcessGateway,
+) -> None:
+    gw.upstream.script("llm-large", [Delta(text="Hi"), UpstreamError(MODEL_FAILED, SECRET)])
+    async with gw.http() as client:
+        response = await client.post(
+            "/v1/messages",
+            json={"model": "llm-large", "max_tokens": 16, "messages": HELLO, "stream": True},
+        )
+    events = named_events(response.text)
+    name, data = events[-1]
+    assert name == "error"
+    assert data["type"] == "error"
+    assert data["error"]["type"] == "api_error"
+    assert SECRET not in response.text
+    assert "message_stop" not in [n for n, _ in events]
