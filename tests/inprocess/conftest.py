@@ -159,16 +159,21 @@ _prefixes = itertools.count()
 def config_for(
     redis_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> Callable[..., Path]:
-    """Writes gateway.yaml (changed by `edit`, a function of its dict) and tenants.yaml
-    into tmp_path; returns gateway.yaml's path."""
+    """Writes gateway.yaml and tenants.yaml into tmp_path, each changed by its edit (a
+    function of its dict) if given; returns gateway.yaml's path."""
     monkeypatch.delenv("GATEWAY_REDIS_URL", raising=False)
 
-    def write(edit: Callable[[dict[str, Any]], None] | None = None) -> Path:
+    def write(
+        edit: Callable[[dict[str, Any]], None] | None = None,
+        edit_tenants: Callable[[dict[str, Any]], None] | None = None,
+    ) -> Path:
         prefix = f"inproc{next(_prefixes)}-{tmp_path.name}"
-        config = gateway_yaml(redis_url, prefix)
+        config, tenants = gateway_yaml(redis_url, prefix), tenants_yaml()
         if edit is not None:
             edit(config)
-        (tmp_path / "tenants.yaml").write_text(yaml.safe_dump(tenants_yaml()))
+        if edit_tenants is not None:
+            edit_tenants(tenants)
+        (tmp_path / "tenants.yaml").write_text(yaml.safe_dump(tenants))
         path = tmp_path / "gateway.yaml"
         path.write_text(yaml.safe_dump(config))
         return path
