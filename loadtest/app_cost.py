@@ -181,6 +181,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--stream", action="store_true")
     parser.add_argument("--profile", type=int, default=0, help="print cProfile's top N")
+    parser.add_argument("--sort", default="tottime", help="cProfile's order (cumtime...)")
     parser.add_argument("--baseline", type=Path, help="another source tree, interleaved")
     parser.add_argument("--redis-url", help=argparse.SUPPRESS)
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
@@ -237,7 +238,8 @@ def _profile(redis_url: str, args: argparse.Namespace) -> None:
         body = STREAM_BODY if args.stream else BODY
         await _measure(app, body, args.requests, args.concurrency, profile)
         out = io.StringIO()
-        pstats.Stats(profile, stream=out).sort_stats("tottime").print_stats(args.profile)
+        stats = pstats.Stats(profile, stream=out)
+        stats.sort_stats(args.sort).print_stats(args.profile)
         print(out.getvalue())
 
     import uvloop
