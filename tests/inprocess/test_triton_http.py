@@ -1,5 +1,5 @@
 """`TritonHTTPBackend` in process: its aiohttp session replaced by a scripted Triton
-(`fake_triton`), so what it sends to `/generate`, `/generate_stream` and `/infer` and how
+(`fake_http`), so what it sends to `/generate`, `/generate_stream` and `/infer` and how
 it reads the answers (JSON, SSE, binary tensors, errors) is checked without sockets, on
 its own and behind the whole gateway."""
 
@@ -33,10 +33,10 @@ from gateway.inference.types import (
 )
 from tests.inprocess.conftest import InProcessGateway, running
 from tests.inprocess.fake_backend import FakeUpstream
-from tests.inprocess.fake_triton import (
+from tests.inprocess.fake_http import (
     Answer,
     FakeLazySession,
-    FakeTritonSession,
+    FakeSession,
     Request,
     generate,
     sse,
@@ -57,19 +57,19 @@ def chat_call(**params: object) -> UpstreamCall:
 
 
 @pytest.fixture
-def triton(monkeypatch: pytest.MonkeyPatch) -> Callable[..., FakeTritonSession]:
+def triton(monkeypatch: pytest.MonkeyPatch) -> Callable[..., FakeSession]:
     """`serve(handler)`: every TritonHTTPBackend built from then on talks to a fake Triton
     answering with `handler`."""
 
-    def serve(handler: Callable[[Request], Answer]) -> FakeTritonSession:
-        session = FakeTritonSession(handler)
+    def serve(handler: Callable[[Request], Answer]) -> FakeSession:
+        session = FakeSession(handler)
         monkeypatch.setattr(triton_http, "LazySession", lambda *_: FakeLazySession(session))
         return session
 
     return serve
 
 
-async def test_generate_request_and_answer(triton: Callable[..., FakeTritonSession]) -> None:
+async def test_generate_request_and_answer(triton: Callable[..., FakeSession]) -> None:
     session = triton(
         lambda _: generate(text_output=["Hi!"], num_input_tokens=5, num_output_tokens=[2])
     )
@@ -93,7 +93,7 @@ async def test_generate_request_and_answer(triton: Callable[..., FakeTritonSessi
     }
 
 
-async def test_generate_stream_pieces(triton: Callable[..., FakeTritonSession]) -> None:
+async def test_generate_stream_pieces(triton: Callable[..., FakeSession]) -> None:
     session = triton(
         lambda _: sse(
             {"text_output": "Hel", "num_input_tokens": 4, "num_output_tokens": 1},
@@ -112,7 +112,7 @@ async def test_generate_stream_pieces(triton: Callable[..., FakeTritonSession]) 
 
 
 async def test_a_model_error_before_output_is_a_refusal_after_it_a_failure(
-    triton: Callable[..., FakeTritonSession],
+    triton: Callable[..., FakeSession],
 ) -> None:
     triton(lambda _: sse({"error": "text_input is required"}))
     backend = TritonHTTPBackend(1.0, 5.0)
@@ -142,7 +142,7 @@ async def test_a_model_error_before_output_is_a_refusal_after_it_a_failure(
     ids=["503", "400", "not-json"],
 )
 async def test_error_answers_map_to_backend_errors(
-    triton: Callable[..., FakeTritonSession],
+    triton: Callable[..., FakeSession],
     answer: Answer,
     error: type[UpstreamError],
     message: str,
@@ -153,7 +153,7 @@ async def test_error_answers_map_to_backend_errors(
     assert str(caught.value) == message
 
 
-async def test_infer_binary_embeddings(triton: Callable[..., FakeTritonSession]) -> None:
+async def test_infer_binary_embeddings(triton: Callable[..., FakeSession]) -> None:
     vectors = np.array([[1, 2, 3], [4, 5, 6]], dtype="<f4")
     header = orjson.dumps(
         {
@@ -191,9 +191,9 @@ async def test_infer_binary_embeddings(triton: Callable[..., FakeTritonSession])
 @pytest.fixture
 async def triton_gateway(
     config_for: Callable[..., Path],
-    triton: Callable[..., FakeTritonSession],
+    triton: Callable[..., FakeSession],
     monkeypatch: pytest.MonkeyPatch,
-) -> AsyncIterator[tuple[InProcessGateway, FakeTritonSession]]:
+) -> AsyncIterator[tuple[InProcessGateway, FakeSession]]:
     """The gateway with its real backends, Triton HTTP for every model, over a fake Triton
     that streams two pieces, or refuses a prompt that says "please fail"."""
 
@@ -217,7 +217,7 @@ async def triton_gateway(
 
 
 async def test_the_gateway_over_the_real_triton_backend(
-    triton_gateway: tuple[InProcessGateway, FakeTritonSession],
+    triton_gateway: tuple[InProcessGateway, FakeSession],
 ) -> None:
     gw, session = triton_gateway
     client = gw.openai()
@@ -246,7 +246,7 @@ async def test_the_gateway_over_the_real_triton_backend(
 
 
 async def test_a_models_refusal_reaches_the_client_as_400(
-    triton_gateway: tuple[InProcessGateway, FakeTritonSession],
+    triton_gateway: tuple[InProcessGateway, FakeSession],
 ) -> None:
     gw, session = triton_gateway
     async with gw.http() as client:

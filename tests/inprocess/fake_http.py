@@ -1,6 +1,7 @@
-"""A Triton HTTP server as `TritonHTTPBackend` sees it, without sockets: an aiohttp
-session stand-in (`post`, `get`) whose answers a handler scripts, so the backend's real
-request building, SSE reading, error mapping and parsing run in process."""
+"""An HTTP upstream (Triton's HTTP API, an OpenAI-compatible server) as the HTTP
+backends see it, without sockets: an aiohttp session stand-in (`post`, `get`) whose
+answers a handler scripts, so a backend's real request building, SSE reading, error
+mapping (`gateway.backends.http.post`) and parsing run in process."""
 
 from __future__ import annotations
 
@@ -25,9 +26,10 @@ def generate(**outputs: Any) -> Answer:
     return Answer(body=orjson.dumps(outputs))
 
 
-def sse(*events: dict[str, Any]) -> Answer:
-    """A `/generate_stream` answer of these events."""
-    return Answer(body=b"".join(b"data: " + orjson.dumps(e) + b"\n\n" for e in events))
+def sse(*events: dict[str, Any], done: bool = False) -> Answer:
+    """A stream of these events (`/generate_stream`; OpenAI's ends with [DONE])."""
+    body = b"".join(b"data: " + orjson.dumps(e) + b"\n\n" for e in events)
+    return Answer(body=body + (b"data: [DONE]\n\n" if done else b""))
 
 
 class _Response:
@@ -54,8 +56,8 @@ class Request:
     body: dict[str, Any]
 
 
-class FakeTritonSession:
-    """What `TritonHTTPBackend` uses of an aiohttp session."""
+class FakeSession:
+    """What the HTTP backends use of an aiohttp session."""
 
     def __init__(self, handler: Callable[[Request], Answer]) -> None:
         self.handler = handler
@@ -70,16 +72,18 @@ class FakeTritonSession:
 
     @asynccontextmanager
     async def get(self, url: str, **_: Any) -> AsyncIterator[_Response]:  # timeout=
-        yield _Response(Answer(200) if url.endswith("/ready") else Answer(404))
+        # Readiness: Triton's `/v2/models/M/ready`, an OpenAI server's `/v1/models`.
+        ready = url.endswith(("/ready", "/models"))
+        yield _Response(Answer(200) if ready else Answer(404))
 
 
 class FakeLazySession:
     """Stands in for `gateway.backends.http.LazySession`."""
 
-    def __init__(self, session: FakeTritonSession) -> None:
+    def __init__(self, session: FakeSession) -> None:
         self.session = session
 
-    def get(self) -> FakeTritonSession:
+    def get(self) -> FakeSession:
         return self.session
 
     async def close(self) -> None:
