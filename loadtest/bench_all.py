@@ -126,14 +126,6 @@ def main() -> None:
         to_start.append(("baseline gateway", 1))
     logs = Path(tempfile.mkdtemp(prefix="bench-"))
     try:
-        proxy_env = {**env, UPSTREAM_ENV: f"http://127.0.0.1:{upstream_port}/v1/chat/completions"}
-        for index, (label, factory, own_env) in enumerate(
-            [(RAW, RAW_STARLETTE, env), (PROXY, BARE_PROXY, proxy_env)]
-        ):
-            # Below the upstream's range and the ephemeral ports, each in its own range.
-            port = free_port(start=22000 + 1000 * index, end=23000 + 1000 * index)
-            command = uvicorn_command(factory, port)
-            bare[label] = (spawn(command, env=own_env, log=logs / f"bare-{index}.log"), port)
         for index, (name, workers) in enumerate(to_start):
             port = free_port(start=26000 + 1000 * index)
             command = gateway_command(
@@ -148,6 +140,14 @@ def main() -> None:
             log = logs / f"gateway-{index}.log"
             label = f"{name} --workers {workers}"
             gateways[label] = (spawn(command, env=own_env, log=log), port)
+        proxy_env = {**env, UPSTREAM_ENV: f"http://127.0.0.1:{upstream_port}/v1/chat/completions"}
+        for index, (label, factory, own_env) in enumerate(
+            [(RAW, RAW_STARLETTE, env), (PROXY, BARE_PROXY, proxy_env)], start=len(to_start)
+        ):
+            # Ports as the gateways' (the same kind of server), each its own 1,000 above.
+            port = free_port(start=26000 + 1000 * index)
+            command = uvicorn_command(factory, port)
+            bare[label] = (spawn(command, env=own_env, log=logs / f"bare-{index}.log"), port)
         wait_http_ok(f"http://127.0.0.1:{upstream_port}/v1/models", 10, nginx)
         for label, (process, port) in gateways.items():
             if label.startswith("baseline"):
