@@ -1,0 +1,161 @@
+"""The rate limiter's own CPU per request: admit + settle against a real redis-server.
+
+    .venv/bin/python -m loadtest.limiter_cost [--requests 32000] [--concurrency 32]
+        [--rounds 5] [--profile 40] [--sort tottime] [--baseline DIR]
+
+Builds the gateway's runtime from loadtest/bench-config (the `bench` tenant: a request
+bucket, a token bucket and a concurrency lease, all far from refusing) against a
+redis-server of its own, then runs `--concurrency` workers that each admit a request and
+settle it, over and over, and divides the process's CPU time by the requests. That is
+what `RateLimiter.admit` and `settle` cost a gateway worker, Redis's own CPU aside (it is
+another process). `--profile N` prints cProfile's top N functions. Figures of one run
+only compare with figures of the same run: `--baseline` runs another source tree's copy
+of this file in a child process, interleaved round by round with this tree's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import io
+import json
+import logging
+import os
+import pstats
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+TENANT = "bench"
+MODEL = "fake-llama-8b"
+# What the gateway reserves for a short chat request (prompt plus max_tokens) and what
+# such a request ends up using.
+RESERVE_TOKENS = 25
+USED_TOKENS = 12
+# Settles left in the coalescer's queue are sent within its 2 ms background delay: the
+# measurement waits this long (idle, costing no CPU) so that their cost is counted.
+DRAIN_S = 0.02
+
+
+async def _runtime(redis_url: str) -> Any:
+    from gateway.config.loader import load_config
+    from gateway.serving.runtime import Runtime
+
+    os.environ["BENCH_REDIS_URL"] = redis_url
+    # The bench config's upstreams are not running: their health warnings are noise here.
+    logging.disable(logging.WARNING)
+    runtime = Runtime.build(load_config(str(ROOT / "loadtest/bench-config/gateway.yaml")))
+    await runtime.start()
+    return runtime
+
+
+async def _pairs(limiter: Any, count: int) -> None:
+    for _ in range(count):
+        decision = await limiter.admit(TENANT, MODEL, RESERVE_TOKENS, time.monotonic() + 30)
+        if not decision.allowed or decision.reservation is None:
+            raise SystemExit(f"refused: {decision}")
+        limiter.settle(decision.reservation, USED_TOKENS)
+
+
+async def _measure(
+    limiter: Any, requests: int, concurrency: int, profile: cProfile.Profile | None
+) -> float:
+    """CPU seconds per admit + settle, `concurrency` workers at once."""
+    await asyncio.gather(*(_pairs(limiter, 10) for _ in range(concurrency)))  # warm
+    await asyncio.sleep(DRAIN_S)
+    each = requests // concurrency
+    cpu = time.process_time()
+    if profile is not None:
+        profile.enable()
+    await asyncio.gather(*(_pairs(limiter, each) for _ in range(concurrency)))
+    await asyncio.sleep(DRAIN_S)
+    if profile is not None:
+        profile.disable()
+    return (time.process_time() - cpu) / (each * concurrency)
+
+
+async def _child(redis_url: str, requests: int, concurrency: int) -> None:
+    """Serve one measurement per line read on stdin, printing µs per request."""
+    runtime = await _runtime(redis_url)
+    loop = asyncio.get_running_loop()
+    while (await loop.run_in_executor(None, sys.stdin.readline)).strip():
+        per_request = await _measure(runtime.limiter, requests, concurrency, None)
+        print(json.dumps(per_request * 1e6), flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--requests", type=int, default=32000)
+    parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--profile", type=int, default=0, help="print cProfile's top N")
+    parser.add_argument("--sort", default="tottime", help="cProfile's order (cumtime...)")
+    parser.add_argument("--baseline", type=Path, help="another source tree, interleaved")
+    parser.add_argument("--redis-url", help=argparse.SUPPRESS)
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        import uvloop
+
+        uvloop.run(_child(args.redis_url, args.requests, args.concurrency))
+        return
+
+    from gateway.dev.processes import free_port, start_redis, stop
+
+    port = free_port()
+    redis = start_redis(port)
+    redis_url = f"redis://127.0.0.1:{port}/0"
+    trees = {"this tree": ROOT} | ({"baseline": args.baseline.resolve()} if args.baseline else {})
+    children = {
+        name: subprocess.Popen(
+            [
+                sys.executable, "-m", "loadtest.limiter_cost", "--child",
+                "--redis-url", redis_url, "--requests", str(args.requests),
+                "--concurrency", str(args.concurrency),
+            ],
+            cwd=tree, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+            env={**os.environ, "PYTHONPATH": str(tree)},
+        )
+        for name, tree in trees.items()
+    }  # fmt: skip
+    figures: dict[str, list[float]] = {name: [] for name in children}
+    try:
+        for _ in range(args.rounds):
+            for name, child in children.items():
+                assert child.stdin is not None and child.stdout is not None
+                child.stdin.write("go\n")
+                child.stdin.flush()
+                figures[name].append(float(child.stdout.readline()))
+        for name, values in figures.items():
+            shown = ", ".join(f"{v:.1f}" for v in values)
+            print(f"{name}: {statistics.median(values):.1f} µs per request (rounds: {shown})")
+        if args.profile:
+            _profile(redis_url, args)
+    finally:
+        for child in children.values():
+            child.kill()
+        stop(redis)
+
+
+def _profile(redis_url: str, args: argparse.Namespace) -> None:
+    async def run() -> None:
+        runtime = await _runtime(redis_url)
+        profile = cProfile.Profile(time.process_time)
+        await _measure(runtime.limiter, args.requests, args.concurrency, profile)
+        out = io.StringIO()
+        stats = pstats.Stats(profile, stream=out)
+        stats.sort_stats(args.sort).print_stats(args.profile)
+        print(out.getvalue())
+
+    import uvloop
+
+    uvloop.run(run())
+
+
+if __name__ == "__main__":
+    main()
