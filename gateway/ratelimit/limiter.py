@@ -177,6 +177,12 @@ class RateLimiter:
         self._outages = 0
         self._outages_charged = 0
         self._plans: dict[tuple[str, str], _Plan] = {}
+        # Redis's latest answer for each set of buckets, with the local clock it came at:
+        # what the local buckets are seeded from when Redis goes away (`_seed_local`).
+        # Seeding then rather than on every take gives the same local state at a fraction
+        # of the cost, as nothing else writes bucket levels locally while Redis is up.
+        # By (tenant, model), as plans are.
+        self._reported: dict[tuple[str, str], tuple[Sequence[_Bucket], TakeResult, float]] = {}
         self._tenants = tenants.tenants
         self._redis_down = False
         self._probe: asyncio.Task[None] | None = None
@@ -200,6 +206,8 @@ class RateLimiter:
     def update_tenants(self, tenants: TenantsConfig) -> None:
         """Apply reloaded limits; bucket levels in Redis carry over."""
         self._tenants = tenants.tenants
+        # The levels Redis reported under the old limits, as they would have been seeded.
+        self._seed_local()
         self._plans.clear()
 
     def _plan(self, tenant: str, model: str) -> _Plan:
@@ -237,7 +245,7 @@ class RateLimiter:
                 plan.inflight_key, unique_id(), plan.max_concurrent, int(LEASE_TTL_S * 1000)
             )
         costs = [1 if b.kind == "requests" else reserve_tokens for b in plan.buckets]
-        result, local = await self._take(plan.buckets, costs, lease, plan.shadow)
+        result, local = await self._take((tenant, model), plan.buckets, costs, lease, plan.shadow)
         if result is None:  # `open` mode without Redis
             return Decision(allowed=True)
         decision = _decide(plan, result)
@@ -270,6 +278,7 @@ class RateLimiter:
 
     async def _take(
         self,
+        plan_key: tuple[str, str],
         buckets: Sequence[_Bucket],
         costs: Sequence[int],
         lease: LeaseSpec | None,
@@ -286,19 +295,23 @@ class RateLimiter:
                 # Not while Redis is down (a call sent before the outage answering late):
                 # the local buckets are what the debt is measured against.
                 if self._config.on_redis_error is RedisFailureMode.LOCAL and not self._redis_down:
-                    self._remember(buckets, result)
+                    self._reported[plan_key] = (buckets, result, monotonic_ms())
                 return result, False
         return self._take_without_redis(buckets, costs, lease, shadow), True
 
-    def _remember(self, buckets: Sequence[_Bucket], result: TakeResult) -> None:
-        """Keep this gateway's share of what each bucket holds after Redis's decision, so
-        that without Redis the local buckets go on from there: a tenant that had used up
-        its limit gets no fresh burst from every gateway when Redis goes away."""
+    def _seed_local(self) -> None:
+        """Give the local buckets this gateway's share of what each bucket held after
+        Redis's last decision on it, so that without Redis they go on from there: a tenant
+        that had used up its limit gets no fresh burst from every gateway when Redis goes
+        away. Applied oldest first, so a key shared by several plans (the tenant's own
+        buckets, under each of its models) ends at its latest level."""
         share = self._config.gateway_replicas
-        now = monotonic_ms()
-        for bucket, outcome in zip(buckets, result.buckets, strict=True):
-            capacity, rate = bucket.capacity / share, bucket.refill_per_ms / share
-            self._local.seed(bucket.key, outcome.remaining / share, capacity, rate, now)
+        reported = sorted(self._reported.values(), key=lambda entry: entry[2])
+        self._reported.clear()
+        for buckets, result, now in reported:
+            for bucket, outcome in zip(buckets, result.buckets, strict=True):
+                capacity, rate = bucket.capacity / share, bucket.refill_per_ms / share
+                self._local.seed(bucket.key, outcome.remaining / share, capacity, rate, now)
 
     def _take_without_redis(
         self,
@@ -416,6 +429,7 @@ class RateLimiter:
             return
         self._redis_down = True
         self._outages += 1
+        self._seed_local()
         metrics.RATELIMIT_BACKEND_UP.set(0)
         mode = self._config.on_redis_error.value
         log.warning(
