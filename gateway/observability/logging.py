@@ -56,7 +56,8 @@ def redact(text: str) -> str:
 
 
 # The `extra` key of a record whose emitter redacted the values a client chose itself
-# and vouches for the rest (the access line, one per request): not scanned again.
+# and vouches for the rest (the access line, one per request): not scanned again, and
+# written with the other access lines of its turn of the loop (`BatchingStreamHandler`).
 SCRUBBED = "scrubbed"
 
 # Field keys seen not to be secret names (bounded: keys are a small fixed set in practice).
@@ -149,13 +150,15 @@ class JsonFormatter(logging.Formatter):
 
 
 class BatchingStreamHandler(logging.StreamHandler):  # type: ignore[type-arg]
-    """A stream handler that writes the lines of one turn of the event loop together.
+    """A stream handler that writes the access lines of one turn of the event loop together.
 
     Under load many requests end in the same turn of the loop; written one by one, each
-    access line cost a write system call of its own. A line is written at the end of
-    the turn it was made in (logging's shutdown writes what is left at exit); a line
-    made outside a running loop, in another thread or before the server starts, is
-    written at once, after those waiting.
+    access line (a `SCRUBBED` record, one per request) cost a write system call of its
+    own. Such a line is written at the end of the turn it was made in (logging's
+    shutdown writes what is left at exit). Every other line is written at once, after
+    those waiting, and so is an access line made outside a running loop: a process that
+    dies by a signal (uvicorn re-raises SIGTERM once it has shut down) loses at most the
+    access lines of its last turn, never its shutdown messages.
     """
 
     def __init__(self) -> None:
@@ -171,6 +174,9 @@ class BatchingStreamHandler(logging.StreamHandler):  # type: ignore[type-arg]
             self.handleError(record)
             return
         self._pending.append(line)
+        if getattr(record, SCRUBBED, False) is not True:
+            self.flush()  # not an access line: written now, with those waiting
+            return
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:

@@ -14,6 +14,7 @@ import pytest
 
 from gateway.api import errors
 from gateway.observability.logging import (
+    SCRUBBED,
     BatchingStreamHandler,
     JsonFormatter,
     RedactingFilter,
@@ -224,11 +225,11 @@ def test_the_lines_of_one_turn_of_the_loop_are_written_at_once_and_in_order() ->
 
     async def requests_ending() -> None:
         for index in range(50):
-            logger.info("request %d", index)
+            logger.info("request %d", index, extra={SCRUBBED: True})
         assert stream.writes == 0  # not yet: at the end of this turn of the loop
         await asyncio.sleep(0)
         await asyncio.sleep(0)
-        logger.info("next turn")
+        logger.info("next turn", extra={SCRUBBED: True})
         await asyncio.sleep(0)
         await asyncio.sleep(0)
 
@@ -238,6 +239,20 @@ def test_the_lines_of_one_turn_of_the_loop_are_written_at_once_and_in_order() ->
     assert stream.writes == 2
 
 
+def test_other_lines_are_written_at_once_after_the_access_lines_waiting() -> None:
+    logger, stream = batching_log()
+
+    async def shutting_down() -> None:
+        logger.info("request 1", extra={SCRUBBED: True})
+        logger.info("Application shutdown complete.")  # the process may die right after
+        assert [line["message"] for line in lines(stream)] == [
+            "request 1",
+            "Application shutdown complete.",
+        ]
+
+    asyncio.run(shutting_down())
+
+
 def test_a_line_made_outside_the_loop_is_written_at_once_after_those_waiting() -> None:
     logger, stream = batching_log()
     logger.info("before the server starts")
@@ -245,7 +260,8 @@ def test_a_line_made_outside_the_loop_is_written_at_once_after_those_waiting() -
     loop = asyncio.new_event_loop()
 
     async def last_words() -> None:
-        logger.info("said as the loop stops")  # its write is due on a loop that stops
+        # Its write is due on a loop that stops.
+        logger.info("said as the loop stops", extra={SCRUBBED: True})
         loop.stop()
 
     loop.run_until_complete(last_words())
@@ -253,7 +269,7 @@ def test_a_line_made_outside_the_loop_is_written_at_once_after_those_waiting() -
     assert stream.writes == 1  # its write never ran: the next loop's takes it along
 
     async def next_server() -> None:
-        logger.info("on the next loop")
+        logger.info("on the next loop", extra={SCRUBBED: True})
         await asyncio.sleep(0)
         await asyncio.sleep(0)
 
