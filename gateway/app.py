@@ -15,10 +15,10 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Lifespan
 
-from gateway.api import completions, endpoints, messages, protocol, responses_state
-from gateway.api.direct import DirectRoutes
+from gateway.api import completions, endpoints
+from gateway.api.anthropic import count_tokens as messages
 from gateway.api.errors import DOMAIN_ERRORS, APIError, client_error
-from gateway.api.listeners import Listeners
+from gateway.api.responses import responses_state
 from gateway.config import Config, load_config
 from gateway.config.schema import OpsOnApiPort
 from gateway.inference import schemas
@@ -28,6 +28,9 @@ from gateway.observability.logging import configure_logging
 from gateway.serving.gateway_state import GatewayState
 from gateway.serving.reload import TenantsReloader
 from gateway.serving.runtime import Runtime
+from gateway.transport import protocol
+from gateway.transport.direct import DirectRoutes
+from gateway.transport.listeners import Listeners
 
 log = logging.getLogger("gateway")
 
@@ -36,8 +39,8 @@ CONFIG_ENV = "GATEWAY_CONFIG"
 
 def build_app(config: Config) -> ASGIApp:
     """The gateway's ASGI app for `config`: Starlette, with the completion endpoints
-    served directly (see `gateway.api.direct`), and the ops listener's routes apart when
-    `server.ops.port` is set (see `gateway.api.listeners`)."""
+    served directly (see `gateway.transport.direct`), and the ops listener's routes apart when
+    `server.ops.port` is set (see `gateway.transport.listeners`)."""
     protocol.configure(config.gateway.server)
     caps = config.gateway.server.json_schema
     schemas.configure(SchemaLimits(caps.max_bytes, caps.max_depth, caps.max_properties))

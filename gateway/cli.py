@@ -15,10 +15,10 @@ from collections.abc import Sequence
 def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from gateway.api.protocol import GuardedHttpToolsProtocol
     from gateway.app import CONFIG_ENV
     from gateway.config import ConfigError, load_config
     from gateway.observability.logging import configure_logging
+    from gateway.transport.protocol import GuardedHttpToolsProtocol
 
     configure_logging()
     try:
@@ -50,7 +50,7 @@ def _serve(args: argparse.Namespace) -> int:
         port=port,
         workers=args.workers,
         loop="uvloop",
-        # httptools, with limits against clients that never finish (gateway.api.protocol).
+        # httptools, with limits against clients that never finish (gateway.transport.protocol).
         http=GuardedHttpToolsProtocol,
         # No WebSocket: an upgraded connection would leave the guarded protocol (and its
         # connection counts) behind.
@@ -61,7 +61,7 @@ def _serve(args: argparse.Namespace) -> int:
         timeout_graceful_shutdown=int(server.shutdown_grace_s),
     )
     # Every worker serves both sockets: the API and, if configured, the ops listener
-    # (gateway.api.listeners tells their requests apart).
+    # (gateway.transport.listeners tells their requests apart).
     sockets = [settings.bind_socket()]
     if server.ops.port is not None:
         sockets.append(_ops_socket(server.ops.host, server.ops.port))

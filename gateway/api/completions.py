@@ -25,14 +25,15 @@ from starlette.responses import Response
 
 from gateway.admission import DeadlineExceeded, Overloaded, Shed
 from gateway.api import errors
+from gateway.api.body import decode_json, requested_model
 from gateway.api.endpoints import count_request, runtime_of
 from gateway.api.errors import MAX_SHOWN_MODEL, APIError, rate_limited
 from gateway.api.idempotency import claim
-from gateway.api.openai_answers import SSE_DONE, ChunkWriter, sse_error
-from gateway.api.requests import decode_json, requested_model
+from gateway.api.openai import CHAT, COMPLETIONS, EMBEDDINGS
+from gateway.api.openai.openai_answers import SSE_DONE, ChunkWriter, sse_error
+from gateway.api.responses import RESPONSES
 from gateway.api.sessions import with_session
-from gateway.api.streaming import ClientGone, DisconnectWatch, EventStreamResponse, StreamCut
-from gateway.api.wire import CHAT, COMPLETIONS, EMBEDDINGS, RESPONSES, Wire
+from gateway.api.wire import Wire
 from gateway.backends.base import UpstreamError, UpstreamRejected, UpstreamTimeout
 from gateway.inference.ids import random_id
 from gateway.inference.structured import output_problem
@@ -54,6 +55,7 @@ from gateway.serving.chain import check_context, fallback_chain
 from gateway.serving.dispatch import DeadlineMissed, Served, Work
 from gateway.serving.fanout import gather_all, interleave, split
 from gateway.serving.runtime import Runtime
+from gateway.transport.streaming import ClientGone, DisconnectWatch, EventStreamResponse, StreamCut
 from gateway.upstream.failover import NoReplicaLeft
 from gateway.upstream.route import ModelRoute
 

@@ -12,13 +12,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from gateway.api.requests import (
+from gateway.api.body import MAX_STOP, MAX_TOOLS
+from gateway.api.openai.openai_requests import (
     COMPLETION_ONLY,
     INT64,
     MAX_CHOICES,
     MAX_N,
-    MAX_STOP,
-    MAX_TOOLS,
     MAX_TOP_LOGPROBS,
     ROLES,
 )

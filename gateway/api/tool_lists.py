@@ -3,7 +3,7 @@ with their schemas, on every turn, and checking them field by field was a third 
 its request cost the gateway before the model was called.
 
 The body decoder leaves a request's top-level `tools` as its JSON text (`ToolsJSON`,
-`gateway.api.requests.decode_json`): a list seen before is then never turned into Python
+`gateway.api.body.decode_json`): a list seen before is then never turned into Python
 objects at all (which cost as much again, allocated and freed), and its text is the key.
 
 A parse is a pure function of the list, so its result is kept by the list's JSON (the

@@ -3,7 +3,8 @@
 A `Wire` says how one API's request bodies parse into an `InferenceRequest`, where its
 key is, and how answers, streams and errors are written back. Everything between
 (limits, admission, fallback, retries, idempotency, metrics, logs) is the same request
-path for every wire (`gateway.api.completions`).
+path for every wire (`gateway.api.completions`). Each wire is a package of its own:
+`api/openai/` (chat, completions, embeddings), `api/responses/`, `api/anthropic/`.
 """
 
 from __future__ import annotations
@@ -15,21 +16,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 from starlette.datastructures import Headers
 from starlette.responses import Response
 
-from gateway.api import responses_state
-from gateway.api.anthropic_answers import (
-    PING,
-    MessageStreamWriter,
-    error_response,
-    message_body,
-    ratelimit_headers,
-)
-from gateway.api.anthropic_answers import credentials as anthropic_credentials
-from gateway.api.anthropic_requests import parse_messages
+from gateway.api.body import Parser
 from gateway.api.errors import APIError
-from gateway.api.openai_answers import ChunkWriter, completion_body, embeddings_body
-from gateway.api.requests import Parser, parse_chat, parse_completion, parse_embeddings
-from gateway.api.responses_answers import ResponseStreamWriter, response_body
-from gateway.api.responses_requests import parse_responses
 from gateway.inference.types import (
     Completion,
     InferenceRequest,
@@ -119,34 +107,3 @@ class Wire:
     prepare: Prepare | None = None
     # After a whole answer: keep it (stored responses).
     keep: Keep | None = None
-
-
-def _chunk_writer(
-    request: InferenceRequest, response_id: str, model: str, prompt_estimate: int
-) -> StreamWriter:
-    return ChunkWriter(request, response_id=response_id, model=model)
-
-
-MESSAGES = Wire(
-    "messages",
-    "msg_",
-    parse_messages,
-    message_body,
-    MessageStreamWriter,
-    credentials=anthropic_credentials,
-    render_error=error_response,
-    more_headers=ratelimit_headers,
-    ping=PING,
-)
-RESPONSES = Wire(
-    "responses",
-    "resp_",
-    parse_responses,
-    response_body,
-    ResponseStreamWriter,
-    prepare=responses_state.prepare,
-    keep=responses_state.keep,
-)
-CHAT = Wire("chat", "chatcmpl-", parse_chat, completion_body, _chunk_writer)
-COMPLETIONS = Wire("completions", "cmpl-", parse_completion, completion_body, _chunk_writer)
-EMBEDDINGS = Wire("embeddings", "embd-", parse_embeddings, embeddings_body, _chunk_writer)

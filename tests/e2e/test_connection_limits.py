@@ -1,5 +1,5 @@
 """Clients that never finish, on real sockets: the gateway closes or refuses them, counts
-and logs it, and keeps serving everyone else (gateway.api.protocol)."""
+and logs it, and keeps serving everyone else (gateway.transport.protocol)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from aiohttp import web
 from openai import OpenAI
 from prometheus_client.parser import text_string_to_metric_families
 
-from gateway.api import protocol
+from gateway.transport import protocol
 from tests.e2e.stack import KEYS, Gateway, default_tenants, model, start_gateway
 from tests.e2e.upstreams import chat_upstream, serve_in_thread
 
@@ -213,7 +213,7 @@ def test_a_request_in_pieces_within_the_limits_is_served(guarded: Gateway) -> No
 
 
 def test_every_route_that_authenticates_answers_401_without_a_key(guarded: Gateway) -> None:
-    """What the per-address cap rests on (gateway.api.protocol): on the paths it watches,
+    """What the per-address cap rests on (gateway.transport.protocol): on the paths it watches,
     a request without a valid key is refused before anything else, so a response other
     than 401, 404 or 405 there means the key was accepted."""
     with urllib.request.urlopen(f"{guarded.url}/openapi.json") as response:

@@ -25,6 +25,7 @@ LAYERS = {
     "gateway.storage": 2,
     "gateway.backends": 2,
     "gateway.admission": 2,
+    "gateway.transport": 2,  # HTTP below every API: the protocol, listeners, stream relay
     "gateway.ratelimit": 3,
     "gateway.upstream": 3,
     "gateway.placement": 4,

@@ -8,8 +8,8 @@ from typing import Any
 import orjson
 import pytest
 
-from gateway.api.anthropic_answers import MessageStreamWriter, ratelimit_headers
-from gateway.api.anthropic_requests import parse_messages
+from gateway.api.anthropic.anthropic_answers import MessageStreamWriter, ratelimit_headers
+from gateway.api.anthropic.anthropic_requests import parse_messages
 from gateway.api.errors import APIError
 from gateway.inference.types import ChatMessage, ToolCall, ToolCallDelta, Usage
 

@@ -10,7 +10,7 @@ import numpy as np
 import orjson
 
 from gateway.api.errors import APIError
-from gateway.api.openai_answers import (
+from gateway.api.openai.openai_answers import (
     SSE_DONE,
     ChunkWriter,
     completion_body,

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from gateway.api.openai.openai_requests import DEFAULT_ONLY
 from gateway.api.openapi import CHAT_REQUEST, DEFAULT_ONLY_SCHEMAS, openapi_document
-from gateway.api.requests import DEFAULT_ONLY
 
 
 def test_the_fields_taken_only_at_their_default_are_the_parsers() -> None:

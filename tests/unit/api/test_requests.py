@@ -9,15 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gateway.api.body import MAX_JSON_DEPTH, decode_json, tools_value
 from gateway.api.errors import APIError
-from gateway.api.requests import (
-    MAX_JSON_DEPTH,
-    decode_json,
-    parse_chat,
-    parse_completion,
-    parse_embeddings,
-    tools_value,
-)
+from gateway.api.openai.openai_requests import parse_chat, parse_completion, parse_embeddings
 from gateway.inference.types import ChatMessage, RequestKind
 
 USER = [{"role": "user", "content": "hi"}]

@@ -8,8 +8,8 @@ import orjson
 import pytest
 
 from gateway.api.errors import APIError
-from gateway.api.responses_answers import ResponseStreamWriter, state_of
-from gateway.api.responses_requests import parse_responses
+from gateway.api.responses.responses_answers import ResponseStreamWriter, state_of
+from gateway.api.responses.responses_requests import parse_responses
 from gateway.inference.types import ChatMessage, ToolCall, ToolCallDelta, Usage
 
 TOOL = {"type": "function", "name": "f", "parameters": {"type": "object"}}

@@ -15,8 +15,16 @@ from openai.types.responses import Response, ResponseStreamEvent
 from pydantic import TypeAdapter
 
 from gateway.api.errors import APIError
-from gateway.api.responses_answers import ResponseStreamWriter, conversation_after, response_body
-from gateway.api.responses_requests import MAX_GRAMMAR_CHARS, MAX_TOOL_ENTRIES, parse_responses
+from gateway.api.responses.responses_answers import (
+    ResponseStreamWriter,
+    conversation_after,
+    response_body,
+)
+from gateway.api.responses.responses_requests import (
+    MAX_GRAMMAR_CHARS,
+    MAX_TOOL_ENTRIES,
+    parse_responses,
+)
 from gateway.inference.types import (
     ChatMessage,
     Completion,

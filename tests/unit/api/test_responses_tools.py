@@ -15,10 +15,14 @@ from typing import Any
 import orjson
 import pytest
 
+from gateway.api.body import MAX_TOOLS
 from gateway.api.errors import APIError
-from gateway.api.requests import MAX_TOOLS
-from gateway.api.responses_answers import ResponseStreamWriter, conversation_after, response_body
-from gateway.api.responses_requests import MAX_TOOL_ENTRIES, parse_responses
+from gateway.api.responses.responses_answers import (
+    ResponseStreamWriter,
+    conversation_after,
+    response_body,
+)
+from gateway.api.responses.responses_requests import MAX_TOOL_ENTRIES, parse_responses
 from gateway.inference.types import (
     ChatMessage,
     Completion,

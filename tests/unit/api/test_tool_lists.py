@@ -9,11 +9,12 @@ from typing import Any
 import orjson
 import pytest
 
+from gateway.api.body import decode_json, parse_tools
 from gateway.api.errors import APIError
 from gateway.api.idempotency import _as_json
-from gateway.api.requests import decode_json, parse_chat, parse_embeddings, parse_tools
-from gateway.api.responses_answers import response_body, response_object
-from gateway.api.responses_requests import parse_responses
+from gateway.api.openai.openai_requests import parse_chat, parse_embeddings
+from gateway.api.responses.responses_answers import response_body, response_object
+from gateway.api.responses.responses_requests import parse_responses
 from gateway.api.tool_lists import MAX_KEY_BYTES, ToolListCache, ToolsJSON
 from gateway.inference.types import Completion, Usage
 from gateway.storage.idempotency_store import fingerprint

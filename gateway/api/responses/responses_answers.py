@@ -16,7 +16,11 @@ from typing import Any
 import orjson
 
 from gateway.api.errors import APIError
-from gateway.api.responses_requests import CUSTOM_INPUT, NAMESPACE_SEPARATOR, ResponsesState
+from gateway.api.responses.responses_requests import (
+    CUSTOM_INPUT,
+    NAMESPACE_SEPARATOR,
+    ResponsesState,
+)
 from gateway.inference.ids import random_id
 from gateway.inference.types import (
     ChatMessage,

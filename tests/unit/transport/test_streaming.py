@@ -8,7 +8,7 @@ from collections.abc import AsyncGenerator
 import pytest
 from starlette.types import Message
 
-from gateway.api.streaming import EventStreamResponse
+from gateway.transport.streaming import EventStreamResponse
 
 
 def one_event_stream(ran: list[str]) -> EventStreamResponse:

@@ -32,8 +32,7 @@ from typing import Any
 
 import orjson
 
-from gateway.api.errors import APIError, bad_request, renamed
-from gateway.api.requests import (
+from gateway.api.body import (
     MAX_TOOLS,
     check_tool_results,
     optional_bool,
@@ -44,6 +43,7 @@ from gateway.api.requests import (
     requested_model,
     tools_value,
 )
+from gateway.api.errors import APIError, bad_request, renamed
 from gateway.api.tool_lists import ToolListCache, ToolsJSON, key_of
 from gateway.inference.types import (
     ChatMessage,

@@ -8,13 +8,13 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from gateway.api import errors
-from gateway.api.anthropic_answers import credentials, error_response, ratelimit_headers
-from gateway.api.anthropic_requests import parse_count_tokens
+from gateway.api.anthropic import MESSAGES
+from gateway.api.anthropic.anthropic_answers import credentials, error_response, ratelimit_headers
+from gateway.api.anthropic.anthropic_requests import parse_count_tokens
+from gateway.api.body import decode_json, requested_model
 from gateway.api.completions import read_body, resolve_route, serve
 from gateway.api.endpoints import count_request, runtime_of
 from gateway.api.errors import APIError
-from gateway.api.requests import decode_json, requested_model
-from gateway.api.wire import MESSAGES
 
 
 async def messages(request: Request) -> Response:

@@ -15,11 +15,11 @@ from redis.exceptions import RedisError
 from starlette.requests import Request
 from starlette.responses import Response
 
+from gateway.api.body import Parser
 from gateway.api.endpoints import count_request, runtime_of
 from gateway.api.errors import APIError
-from gateway.api.requests import Parser
-from gateway.api.responses_answers import conversation_after, state_of
-from gateway.api.responses_requests import parse_responses
+from gateway.api.responses.responses_answers import conversation_after, state_of
+from gateway.api.responses.responses_requests import parse_responses
 from gateway.inference.types import ChatMessage, InferenceRequest, ToolCall
 
 if TYPE_CHECKING:

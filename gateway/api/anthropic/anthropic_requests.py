@@ -27,8 +27,7 @@ from typing import Any
 
 import orjson
 
-from gateway.api.errors import APIError, bad_request, renamed
-from gateway.api.requests import (
+from gateway.api.body import (
     MAX_STOP,
     check_tool_results,
     optional_bool,
@@ -38,6 +37,7 @@ from gateway.api.requests import (
     requested_model,
     tools_value,
 )
+from gateway.api.errors import APIError, bad_request, renamed
 from gateway.api.tool_lists import ToolListCache
 from gateway.inference.types import (
     ChatMessage,

@@ -17,9 +17,9 @@ import pytest
 import uvicorn
 from starlette.types import Receive, Scope, Send
 
-from gateway.api import protocol
-from gateway.api.protocol import GuardedHttpToolsProtocol, _address_key
 from gateway.config.schema import ServerConfig
+from gateway.transport import protocol
+from gateway.transport.protocol import GuardedHttpToolsProtocol, _address_key
 
 CAP = 3
 GOOD_KEY = b"Bearer sk-good"
