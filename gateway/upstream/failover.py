@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator
 
 from gateway.backends.base import ReplicaUnavailable, UpstreamError, UpstreamTimeout
 from gateway.config import RoutingPolicy
@@ -53,51 +53,79 @@ class NoReplicaLeft(Exception):
         self.last_error = last_error
 
 
-async def _candidates(
-    route: ModelRoute, call: UpstreamCall, deadline: float, first_by: float | None = None
-) -> AsyncIterator[Replica]:
-    """Replicas to try in turn, each chosen by the model's routing policy (`ReplicaPool.
+class _Attempts:
+    """The replicas to try in turn, each chosen by the model's routing policy (`ReplicaPool.
     choose`) among the available ones not yet tried and under their in-flight cap; before
     each retry, once there is a replica to retry on, the budget is asked and the backoff
     waited.
 
-    Stops when no replica is left, the budget says no, or the backoff would end past
-    `deadline`; raises TimeoutError when it would end past `first_by` (a stream's
-    first-token time) instead.
+    `first` is synchronous and `retry` is awaited only after a failure: the usual request,
+    served by its first replica, costs no async generator (its WeakSet entry, its
+    `aclose`) and no coroutine for the choice.
     """
-    routing = route.config.routing
-    key = routing_key(call, routing) if routing.policy is RoutingPolicy.CACHE_AWARE else None
-    resilience = route.resilience
-    available = resilience.outlier.available
-    cap = route.config.queue.max_in_flight_per_replica
-    resilience.budget.record_request()
-    tried: list[Replica] = []
-    while len(tried) < route.config.max_attempts:
-        choice = route.pool.choose(tried, available, cap, key)
+
+    __slots__ = ("_available", "_cap", "_deadline", "_first_by", "_key", "_route", "_tried")
+
+    def __init__(
+        self, route: ModelRoute, call: UpstreamCall, deadline: float, first_by: float | None
+    ) -> None:
+        routing = route.config.routing
+        self._key = (
+            routing_key(call, routing) if routing.policy is RoutingPolicy.CACHE_AWARE else None
+        )
+        self._route = route
+        self._deadline = deadline
+        self._first_by = first_by
+        self._available = route.resilience.outlier.available
+        self._cap = route.config.queue.max_in_flight_per_replica
+        self._tried: list[Replica] = []
+        route.resilience.budget.record_request()
+
+    def first(self) -> Replica | None:
+        """The first replica to try; None when none can take the request."""
+        route = self._route
+        if route.config.max_attempts < 1:
+            return None
+        choice = route.pool.choose((), self._available, self._cap, self._key)
         replica = choice.replica
         if replica is None:
-            return  # nothing to retry on: no budget spent, no backoff waited
+            return None
         if choice.skipped is not None:
             metrics.ROUTING_SKIPS.labels(route.name, choice.skipped.value).inc()
-        if tried:
-            delay = resilience.backoff.delay(len(tried) - 1)
-            resume = time.monotonic() + delay
-            if resume >= deadline:
-                return
-            if first_by is not None and resume >= first_by:
-                raise TimeoutError  # as if the first-token timeout had cut the backoff short
-            if not resilience.budget.try_spend():
-                metrics.RETRY_BUDGET_EXHAUSTED.labels(route.name).inc()
-                return
-            metrics.RETRIES.labels(route.name).inc()
-            await asyncio.sleep(delay)
-            # Picked again after the backoff, with fresh load figures; the caller leases it
-            # at once (the outlier detector's single half-open probe relies on that).
-            replica = route.pool.pick(tried, available, cap, key)
-            if replica is None:
-                return
-        tried.append(replica)
-        yield replica
+        self._tried.append(replica)
+        return replica
+
+    async def retry(self) -> Replica | None:
+        """The next replica to try, after its backoff; None when no replica is left, the
+        budget says no, or the backoff would end past the deadline. Raises TimeoutError
+        when it would end past `first_by` (a stream's first-token time) instead."""
+        route, tried = self._route, self._tried
+        if len(tried) >= route.config.max_attempts:
+            return None
+        available, cap, key = self._available, self._cap, self._key
+        choice = route.pool.choose(tried, available, cap, key)
+        if choice.replica is None:
+            return None  # nothing to retry on: no budget spent, no backoff waited
+        if choice.skipped is not None:
+            metrics.ROUTING_SKIPS.labels(route.name, choice.skipped.value).inc()
+        resilience = route.resilience
+        delay = resilience.backoff.delay(len(tried) - 1)
+        resume = time.monotonic() + delay
+        if resume >= self._deadline:
+            return None
+        if self._first_by is not None and resume >= self._first_by:
+            raise TimeoutError  # as if the first-token timeout had cut the backoff short
+        if not resilience.budget.try_spend():
+            metrics.RETRY_BUDGET_EXHAUSTED.labels(route.name).inc()
+            return None
+        metrics.RETRIES.labels(route.name).inc()
+        await asyncio.sleep(delay)
+        # Picked again after the backoff, with fresh load figures; the caller leases it
+        # at once (the outlier detector's single half-open probe relies on that).
+        replica = route.pool.pick(tried, available, cap, key)
+        if replica is not None:
+            tried.append(replica)
+        return replica
 
 
 async def complete(route: ModelRoute, call: UpstreamCall, deadline: float) -> Completion:
@@ -108,23 +136,25 @@ async def complete(route: ModelRoute, call: UpstreamCall, deadline: float) -> Co
     client leaving) counts against no replica.
     """
     last_error: Exception | None = None
-    outlier = route.resilience.outlier
-    async for replica in _candidates(route, call, deadline):
+    attempts = _Attempts(route, call, deadline, None)
+    replica = attempts.first()
+    while replica is not None:
         with route.pool.lease(replica):
             try:
                 completion = await route.backend.complete(replica.url, call)
             except UpstreamError as exc:
                 _log_failure(route, replica, exc)
-                if isinstance(exc, ReplicaUnavailable):
-                    _failed(route, replica)
-                    last_error = exc
-                    continue
-                if isinstance(exc, UpstreamTimeout):
-                    _failed(route, replica)
-                raise
-            outlier.record_success(replica)
-            _served(route, replica, completion.usage)
-            return completion
+                if not isinstance(exc, ReplicaUnavailable):
+                    if isinstance(exc, UpstreamTimeout):
+                        _failed(route, replica)
+                    raise
+                _failed(route, replica)
+                last_error = exc
+            else:
+                route.resilience.outlier.record_success(replica)
+                _served(route, replica, completion.usage)
+                return completion
+        replica = await attempts.retry()
     raise NoReplicaLeft(route.name, last_error)
 
 
@@ -142,7 +172,9 @@ async def stream(
     """
     last_error: Exception | None = None
     outlier = route.resilience.outlier
-    async for replica in _candidates(route, call, deadline, first_by):
+    attempts = _Attempts(route, call, deadline, first_by)
+    replica = attempts.first()
+    while replica is not None:
         with route.pool.lease(replica):
             upstream = route.backend.stream(replica.url, call)
             asked = time.monotonic()
@@ -156,37 +188,38 @@ async def stream(
                     return
                 except UpstreamError as exc:
                     _log_failure(route, replica, exc)
-                    if isinstance(exc, ReplicaUnavailable):
-                        _failed(route, replica)
-                        last_error = exc
-                        continue
-                    if isinstance(exc, UpstreamTimeout):
-                        _failed(route, replica)
-                    raise
+                    if not isinstance(exc, ReplicaUnavailable):
+                        if isinstance(exc, UpstreamTimeout):
+                            _failed(route, replica)
+                        raise
+                    _failed(route, replica)
+                    last_error = exc  # and on to the next replica
                 except TimeoutError:
                     if _slow_start(route, call, deadline, first_by, asked):
                         _failed(route, replica, doubtful=_long_prompt(route, call))
                     raise
-                outlier.record_success(replica)
-                meter = UsageMeter()
-                meter.add(first)
-                yield first
-                try:
-                    async for delta in upstream:
-                        meter.add(delta)
-                        yield delta
-                except UpstreamError as exc:
-                    _log_failure(route, replica, exc)
-                    if isinstance(exc, ReplicaUnavailable | UpstreamTimeout):
-                        # Died or hung mid-stream: too late to move this request, not too
-                        # late to spare others.
-                        _failed(route, replica)
-                    raise
-                finally:
-                    _served(route, replica, meter.usage(0))
-                return
+                else:
+                    outlier.record_success(replica)
+                    meter = UsageMeter()
+                    meter.add(first)
+                    yield first
+                    try:
+                        async for delta in upstream:
+                            meter.add(delta)
+                            yield delta
+                    except UpstreamError as exc:
+                        _log_failure(route, replica, exc)
+                        if isinstance(exc, ReplicaUnavailable | UpstreamTimeout):
+                            # Died or hung mid-stream: too late to move this request, not
+                            # too late to spare others.
+                            _failed(route, replica)
+                        raise
+                    finally:
+                        _served(route, replica, meter.usage(0))
+                    return
             finally:
                 await upstream.aclose()
+        replica = await attempts.retry()
     raise NoReplicaLeft(route.name, last_error)
 
 

@@ -120,6 +120,8 @@ class OutlierDetector:
         replica when every healthy replica is ejected. Does not look at
         `replica.healthy` for the replica itself: the router checks that.
         """
+        if not self._records:
+            return True  # every replica in service with a clean slate: the usual case
         now = self._clock()
         if self._admits(replica, now):
             return True

@@ -16,8 +16,7 @@ over the ring instead of piling on its owner.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -80,6 +79,25 @@ class Choice:
 NO_CHOICE = Choice(None)
 
 
+class Lease:
+    """`ReplicaPool.lease`'s context manager: a class, as it runs on every request (a
+    `contextlib.contextmanager` costs a generator and its wrapper)."""
+
+    __slots__ = ("_replica",)
+
+    def __init__(self, replica: Replica) -> None:
+        self._replica = replica
+
+    def __enter__(self) -> Replica:
+        replica = self._replica
+        replica.outstanding += 1
+        replica.served += 1
+        return replica
+
+    def __exit__(self, *exc: object) -> None:
+        self._replica.outstanding -= 1
+
+
 class ReplicaPool:
     """The replicas of one model, with the gateway's own count of in-flight requests.
 
@@ -128,6 +146,26 @@ class ReplicaPool:
         those are given: `key`'s first on the ring within the load bound, or with no key
         the least-loaded one."""
 
+        if key is None:
+            # The usual case, on every request: one pass, no closure, no generator. The
+            # checks run in `usable`'s order: `available` has side effects (it may open a
+            # half-open replica's probe slot), so it is asked only of replicas that pass
+            # the others.
+            best: Replica | None = None
+            best_rank: tuple[int, int, int] | None = None
+            for replica in self.replicas:
+                if (
+                    not replica.healthy
+                    or replica in exclude
+                    or (max_in_flight is not None and replica.outstanding >= max_in_flight)
+                    or (available is not None and not available(replica))
+                ):
+                    continue
+                rank = (replica.load, replica.upstream_delay_steps, replica.served)
+                if best_rank is None or rank < best_rank:
+                    best, best_rank = replica, rank
+            return NO_CHOICE if best is None else Choice(best)
+
         def usable(replica: Replica) -> bool:
             return (
                 replica.healthy
@@ -136,8 +174,6 @@ class ReplicaPool:
                 and (available is None or available(replica))
             )
 
-        if key is None:
-            return Choice(_least_loaded(r for r in self.replicas if usable(r)))
         order = [self.replicas[i] for i in self._ring.walk(key)]
         candidates = [r for r in order if usable(r)]
         if not candidates:
@@ -152,15 +188,9 @@ class ReplicaPool:
         serves = owner.healthy and (available is None or available(owner))
         return Choice(chosen, Skip.LOAD if serves else Skip.UNAVAILABLE)
 
-    @contextmanager
-    def lease(self, replica: Replica) -> Iterator[Replica]:
-        """Count a request against `replica` while it runs."""
-        replica.outstanding += 1
-        replica.served += 1
-        try:
-            yield replica
-        finally:
-            replica.outstanding -= 1
+    def lease(self, replica: Replica) -> Lease:
+        """Count a request against `replica` while it runs (a `with` block)."""
+        return Lease(replica)
 
     def set_urls(self, urls: Sequence[str], metrics_urls: Sequence[str | None] = ()) -> None:
         """Serve from `urls` from now on (a new placement). Replicas that stay keep their
@@ -180,15 +210,3 @@ class ReplicaPool:
     def mark_checked(self, replica: Replica, healthy: bool) -> None:
         """Record the result of an active health check."""
         replica.healthy = healthy
-
-
-def _least_loaded(replicas: Iterable[Replica]) -> Replica | None:
-    best: Replica | None = None
-    for replica in replicas:
-        if best is None or (replica.load, replica.upstream_delay_steps, replica.served) < (
-            best.load,
-            best.upstream_delay_steps,
-            best.served,
-        ):
-            best = replica
-    return best
