@@ -20,7 +20,7 @@ import logging
 import math
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -38,8 +38,8 @@ from gateway.ratelimit.buckets import (
     monotonic_ms,
 )
 from gateway.ratelimit.errors import LimiterUnavailable, UnknownTenant
-from gateway.ratelimit.headers import bucket_headers
-from gateway.ratelimit.redis_store import RedisBuckets
+from gateway.ratelimit.headers import bucket_headers, duration
+from gateway.ratelimit.redis_store import RedisBuckets, take_result
 from gateway.storage.redis_client import REDIS_ERRORS
 
 log = logging.getLogger("gateway.ratelimit")
@@ -62,6 +62,8 @@ MAX_UNSENT_SETTLES = 10_000
 # goes out ahead of the first admissions instead (that order holds on a single Redis;
 # on a Cluster it is a round trip's worth of local admissions).
 DEBT_ROUNDS = 3
+# The names of `bucket_headers`, by kind.
+_HEADER_NAMES = {kind: tuple(bucket_headers(kind, 0, 0, 0)) for kind in ("requests", "tokens")}
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,16 +86,29 @@ class _Bucket:
 
 @dataclass(frozen=True, slots=True)
 class _Plan:
-    """Every limit that applies to one tenant calling one model."""
+    """Every limit that applies to one tenant calling one model, and the parts of its
+    take.lua call that are the same for every request (built once, not per request)."""
 
     buckets: tuple[_Bucket, ...]
     max_concurrent: int | None
     inflight_key: str
     shadow: bool
+    token_buckets: tuple[_Bucket, ...] = ()
+    # KEYS without and with the lease key.
+    keys: tuple[str, ...] = ()
+    lease_keys: tuple[str, ...] = ()
+    # ARGV up to the lease's part: each request bucket's cost is 1 already; a request's
+    # reserved tokens go at `token_cost_at`.
+    args: tuple[Any, ...] = ()
+    token_cost_at: tuple[int, ...] = ()
 
     @property
     def unlimited(self) -> bool:
         return not self.buckets and self.max_concurrent is None
+
+    def costs(self, reserve_tokens: int) -> list[int]:
+        """What a request takes from each bucket, in the order of `buckets`."""
+        return [1 if b.kind == "requests" else reserve_tokens for b in self.buckets]
 
 
 @dataclass(slots=True)
@@ -146,11 +161,24 @@ def plan_for(prefix: str, name: str, tenant: Tenant, model: str) -> _Plan:
     model_limits = tenant.limits.models.get(model)
     if model_limits is not None:
         buckets += _buckets(prefix, name, model, model_limits)
+    inflight_key = bucket_key(prefix, name, "inflight", None)
+    # The store's arguments, as `RedisBuckets.take` would build them from each bucket's
+    # `spec` (which checks the limits here once, as it did on every take).
+    specs = [b.spec(1 if b.kind == "requests" else 0) for b in buckets]
+    keys = tuple(spec.key for spec in specs)
+    args: list[Any] = [len(keys)]
+    for spec in specs:
+        args += (spec.capacity, spec.refill_per_ms, spec.cost)
     return _Plan(
         buckets=tuple(buckets),
         max_concurrent=tenant.limits.max_concurrent,
-        inflight_key=bucket_key(prefix, name, "inflight", None),
+        inflight_key=inflight_key,
         shadow=tenant.shadow,
+        token_buckets=tuple(b for b in buckets if b.kind == "tokens"),
+        keys=keys,
+        lease_keys=(*keys, inflight_key),
+        args=tuple(args),
+        token_cost_at=tuple(3 + 3 * i for i, b in enumerate(buckets) if b.kind == "tokens"),
     )
 
 
@@ -182,7 +210,8 @@ class RateLimiter:
         # Seeding then rather than on every take gives the same local state at a fraction
         # of the cost, as nothing else writes bucket levels locally while Redis is up.
         # By (tenant, model), as plans are.
-        self._reported: dict[tuple[str, str], tuple[Sequence[_Bucket], TakeResult, float]] = {}
+        # The value: the plan's buckets, take.lua's reply, the clock.
+        self._reported: dict[tuple[str, str], tuple[Sequence[_Bucket], Any, float]] = {}
         self._tenants = tenants.tenants
         self._redis_down = False
         self._probe: asyncio.Task[None] | None = None
@@ -244,21 +273,41 @@ class RateLimiter:
             lease = LeaseSpec(
                 plan.inflight_key, unique_id(), plan.max_concurrent, int(LEASE_TTL_S * 1000)
             )
-        costs = [1 if b.kind == "requests" else reserve_tokens for b in plan.buckets]
-        result, local = await self._take((tenant, model), plan.buckets, costs, lease, plan.shadow)
-        if result is None:  # `open` mode without Redis
-            return Decision(allowed=True)
-        decision = _decide(plan, result)
-        if local and decision.never_fits:
-            # The local buckets hold a share of the limit; the whole one may fit.
-            fits = all(cost <= b.capacity for b, cost in zip(plan.buckets, costs, strict=True))
-            if fits:
-                decision.never_fits = False
-                decision.retry_after_s = self._config.redis_retry_s
+        reply = None
+        if not self._redis_down:
+            try:
+                reply = await self._take_in_redis(plan, reserve_tokens, lease)
+            except REDIS_ERRORS as exc:
+                metrics.REDIS_ERRORS.labels("take").inc()
+                self._mark_down(exc)
+            else:
+                # Not while Redis is down (a call sent before the outage answering late):
+                # the local buckets are what the debt is measured against.
+                if self._config.on_redis_error is RedisFailureMode.LOCAL and not self._redis_down:
+                    self._reported[(tenant, model)] = (plan.buckets, reply, monotonic_ms())
+        local = reply is None
+        if reply is not None and reply[0] == 1:
+            # Allowed by Redis, as nearly every request is: the headers straight from the
+            # reply, as `_decide` would make them from its `TakeResult`.
+            decision = Decision(allowed=True, headers=_headers(plan.buckets, reply))
+        else:
+            if local:
+                costs = plan.costs(reserve_tokens)
+                result = self._take_without_redis(plan.buckets, costs, lease, plan.shadow)
+                if result is None:  # `open` mode without Redis
+                    return Decision(allowed=True)
+            else:
+                result = take_result(reply, len(plan.buckets), lease is not None)
+            decision = _decide(plan, result)
+            if local and decision.never_fits:
+                # The local buckets hold a share of the limit; the whole one may fit.
+                fits = all(cost <= b.capacity for b, cost in zip(plan.buckets, costs, strict=True))
+                if fits:
+                    decision.never_fits = False
+                    decision.retry_after_s = self._config.redis_retry_s
         if decision.allowed:
-            token_buckets = tuple(b for b in plan.buckets if b.kind == "tokens")
             decision.reservation = Reservation(
-                token_buckets,
+                plan.token_buckets,
                 lease,
                 reserve_tokens,
                 local,
@@ -276,28 +325,22 @@ class RateLimiter:
             metrics.RATELIMIT_DECISIONS.labels(tenant, f"refused_{decision.refused_by}").inc()
         return decision
 
-    async def _take(
-        self,
-        plan_key: tuple[str, str],
-        buckets: Sequence[_Bucket],
-        costs: Sequence[int],
-        lease: LeaseSpec | None,
-        shadow: bool,
-    ) -> tuple[TakeResult | None, bool]:
-        if not self._redis_down:
-            specs = [b.spec(cost) for b, cost in zip(buckets, costs, strict=True)]
-            try:
-                result = await self._store.take(specs, lease)
-            except REDIS_ERRORS as exc:
-                metrics.REDIS_ERRORS.labels("take").inc()
-                self._mark_down(exc)
-            else:
-                # Not while Redis is down (a call sent before the outage answering late):
-                # the local buckets are what the debt is measured against.
-                if self._config.on_redis_error is RedisFailureMode.LOCAL and not self._redis_down:
-                    self._reported[plan_key] = (buckets, result, monotonic_ms())
-                return result, False
-        return self._take_without_redis(buckets, costs, lease, shadow), True
+    def _take_in_redis(
+        self, plan: _Plan, reserve_tokens: int, lease: LeaseSpec | None
+    ) -> Awaitable[Any]:
+        """take.lua's reply for one request: what `RedisBuckets.take` sends for the
+        plan's buckets at their costs, built from the plan's parts."""
+        if reserve_tokens < 0 and plan.token_cost_at:
+            # As `check_costs` refuses it: a negative take would add tokens.
+            key = plan.keys[(plan.token_cost_at[0] - 3) // 3]
+            raise ValueError(f"bucket {key}: a take's cost must be >= 0, not {reserve_tokens}")
+        args = list(plan.args)
+        for i in plan.token_cost_at:
+            args[i] = reserve_tokens
+        if lease is None:
+            return self._store.take_reply(plan.keys, args)
+        args += (lease.member, lease.limit, lease.ttl_ms)
+        return self._store.take_reply(plan.lease_keys, args)
 
     def _seed_local(self) -> None:
         """Give the local buckets this gateway's share of what each bucket held after
@@ -308,10 +351,11 @@ class RateLimiter:
         share = self._config.gateway_replicas
         reported = sorted(self._reported.values(), key=lambda entry: entry[2])
         self._reported.clear()
-        for buckets, result, now in reported:
-            for bucket, outcome in zip(buckets, result.buckets, strict=True):
+        for buckets, reply, now in reported:
+            for i, bucket in enumerate(buckets):
+                remaining = float(reply[3 + 4 * i])
                 capacity, rate = bucket.capacity / share, bucket.refill_per_ms / share
-                self._local.seed(bucket.key, outcome.remaining / share, capacity, rate, now)
+                self._local.seed(bucket.key, remaining / share, capacity, rate, now)
 
     def _take_without_redis(
         self,
@@ -544,6 +588,26 @@ def _by_tenant(charges: Sequence[BucketSpec]) -> list[list[BucketSpec]]:
     for charge in charges:
         groups.setdefault(charge.key[: charge.key.index("}") + 1], []).append(charge)
     return list(groups.values())
+
+
+def _headers(buckets: Sequence[_Bucket], reply: Any) -> dict[str, str]:
+    """The headers `_decide` makes, from take.lua's reply itself: for each kind, the
+    bucket with the smallest share of its capacity left (the first of equals)."""
+    tightest: dict[str, tuple[_Bucket, float, int]] = {}
+    i = 3
+    for bucket in buckets:
+        remaining = float(reply[i])
+        best = tightest.get(bucket.kind)
+        if best is None or remaining / bucket.capacity < best[1] / best[0].capacity:
+            tightest[bucket.kind] = (bucket, remaining, reply[i + 2])
+        i += 4
+    headers: dict[str, str] = {}
+    for bucket, remaining, reset_ms in tightest.values():
+        limit, left, reset = _HEADER_NAMES[bucket.kind]
+        headers[limit] = str(bucket.per_minute)
+        headers[left] = str(max(0, int(remaining)))
+        headers[reset] = duration(reset_ms)
+    return headers
 
 
 def _decide(plan: _Plan, result: TakeResult) -> Decision:

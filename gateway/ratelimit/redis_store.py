@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from typing import Any
 
 from redis.asyncio import Redis, RedisCluster
@@ -68,7 +68,9 @@ class RedisBuckets:
             return await self._coalescer.call(script, keys, args)
         return await self._call_alone(script, keys, args)
 
-    async def _call_alone(self, script: AsyncScript, keys: list[str], args: list[Any]) -> Any:
+    async def _call_alone(
+        self, script: AsyncScript, keys: Sequence[str], args: Sequence[Any]
+    ) -> Any:
         started = time.perf_counter()
         reply = await script(keys, args)
         if self._observe is not None:
@@ -88,16 +90,14 @@ class RedisBuckets:
             keys.append(lease.key)
             args += (lease.member, lease.limit, lease.ttl_ms)
         reply = await self._run(self._take, keys, args)
+        return take_result(reply, len(buckets), lease is not None)
 
-        results: list[BucketResult] = []
-        i = 2
-        for _ in buckets:
-            results.append(
-                BucketResult(reply[i] == 1, float(reply[i + 1]), reply[i + 2], reply[i + 3])
-            )
-            i += 4
-        lease_result = None if lease is None else LeaseResult(reply[i] == 1, reply[i + 1])
-        return TakeResult(reply[0] == 1, results, lease_result, float(reply[1]))
+    def take_reply(self, keys: Sequence[str], args: Sequence[Any]) -> Awaitable[Any]:
+        """take.lua's own reply for KEYS and ARGV as `take` builds them (unchecked), for a
+        caller that builds them once for many calls; `take_result` reads it."""
+        if self._coalescer is not None:
+            return self._coalescer.call(self._take, keys, args)
+        return self._call_alone(self._take, keys, args)
 
     async def adjust(
         self,
@@ -139,6 +139,17 @@ class RedisBuckets:
         """Wait for the calls already queued to be sent."""
         if self._coalescer is not None:
             await self._coalescer.close()
+
+
+def take_result(reply: Any, buckets: int, lease: bool) -> TakeResult:
+    """take.lua's reply for `buckets` buckets (and a lease key if `lease`), read."""
+    results: list[BucketResult] = []
+    i = 2
+    for _ in range(buckets):
+        results.append(BucketResult(reply[i] == 1, float(reply[i + 1]), reply[i + 2], reply[i + 3]))
+        i += 4
+    lease_result = LeaseResult(reply[i] == 1, reply[i + 1]) if lease else None
+    return TakeResult(reply[0] == 1, results, lease_result, float(reply[1]))
 
 
 def _adjust_call(

@@ -1,0 +1,89 @@
+"""The limiter's precomputed take.lua calls and its fast path for allowed requests: the
+same KEYS and ARGV as `RedisBuckets.take` sends, the same headers as `_decide` makes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from fakeredis import FakeAsyncRedis
+from hypothesis import given
+from hypothesis import strategies as st
+
+from gateway.config import RateLimitConfig, TenantsConfig
+from gateway.ratelimit.buckets import LeaseSpec
+from gateway.ratelimit.limiter import RateLimiter, _decide, _headers, plan_for
+from gateway.ratelimit.redis_store import RedisBuckets, take_result
+
+KEY_HASH = "sha256:" + "0" * 64
+
+
+def tenant(**limits: Any) -> Any:
+    config = TenantsConfig.model_validate(
+        {"tenants": {"t": {"api_keys": [KEY_HASH], "limits": limits}}}
+    )
+    return config.tenants["t"]
+
+
+LIMITS = [
+    {"requests_per_minute": 60},
+    {"tokens_per_minute": 1000, "burst_tokens": 50},
+    {"requests_per_minute": 7, "tokens_per_minute": 999, "max_concurrent": 3},
+    {
+        "requests_per_minute": 600,
+        "tokens_per_minute": 100_000,
+        "models": {"m": {"requests_per_minute": 60, "tokens_per_minute": 9000}},
+    },
+    {"max_concurrent": 2},
+]
+
+
+@pytest.mark.parametrize("limits", LIMITS)
+@pytest.mark.parametrize("with_lease", [False, True])
+async def test_a_plan_sends_what_the_store_would_build(
+    limits: dict[str, Any], with_lease: bool
+) -> None:
+    plan = plan_for("p", "t", tenant(**limits), "m")
+    sent: list[tuple[list[str], list[Any]]] = []
+    store = RedisBuckets(FakeAsyncRedis())
+
+    async def run(script: Any, keys: Any, args: Any) -> Any:
+        sent.append((list(keys), list(args)))
+        n = len(plan.buckets)
+        return [1, "1.5"] + [1, "2", 0, 0] * n + ([1, 1] if with_lease else [])
+
+    store._run = run  # type: ignore[method-assign]
+    store.take_reply = lambda keys, args: run(None, keys, args)  # type: ignore[method-assign]
+    config = TenantsConfig.model_validate({"tenants": {"t": {"api_keys": [KEY_HASH]}}})
+    limiter = RateLimiter(store, None, config, RateLimitConfig(), "p")
+    lease = LeaseSpec(plan.inflight_key, "member", 3, 30_000) if with_lease else None
+    for reserve in (0, 25, 10**6):
+        specs = [b.spec(cost) for b, cost in zip(plan.buckets, plan.costs(reserve), strict=True)]
+        await store.take(specs, lease)
+        await limiter._take_in_redis(plan, reserve, lease)
+        keys, args = sent.pop()
+        expected_keys, expected_args = sent.pop()
+        assert keys == expected_keys
+        # Packed by type (an int and a float of one value are different bytes).
+        assert [(a, type(a)) for a in args] == [(a, type(a)) for a in expected_args]
+
+
+remaining = st.one_of(st.floats(-1e6, 1e9), st.integers(-1000, 10**9).map(float))
+
+
+@given(
+    limits=st.sampled_from(LIMITS[:4]),
+    levels=st.lists(remaining, min_size=4, max_size=4),
+    resets=st.lists(st.integers(-1, 10**8), min_size=4, max_size=4),
+)
+def test_allowed_headers_are_those_of_decide(
+    limits: dict[str, Any], levels: list[float], resets: list[int]
+) -> None:
+    plan = plan_for("p", "t", tenant(**limits), "m")
+    reply: list[Any] = [1, "1.5"]
+    for level, reset in zip(levels, resets[: len(plan.buckets)], strict=False):
+        reply += [1, repr(level), 0, reset]
+    reply = reply[: 2 + 4 * len(plan.buckets)]
+    decision = _decide(plan, take_result(reply, len(plan.buckets), False))
+    assert decision.allowed
+    assert list(_headers(plan.buckets, reply).items()) == list(decision.headers.items())
