@@ -206,16 +206,22 @@ class Dispatcher:
         remaining = work.deadline - time.monotonic()
         if remaining <= 0:
             raise DeadlineMissed("the deadline passed before a model could take the request")
-        # The prompt's size as the chain's first model takes it: about the same on all.
-        predicted = self._admission.predicted_wait_s(
-            route.name, work.priority
-        ) + route.resilience.latency.expected_s(
-            work.request.stream, work.request.params.max_tokens, work.first_call.prompt_estimate
-        )
-        if predicted > remaining and self._may_fall_back(
-            work, index, FallbackReason.PREDICTED_WAIT, fallbacks
-        ):
-            return None
+        # The predicted wait only matters when it may move the work on: the last model of
+        # the chain (the usual one-model chain), or one that does not fall back for it,
+        # takes the work whatever the wait (and the prediction costs a slot count).
+        if _falls_back_for(work, index, route, FallbackReason.PREDICTED_WAIT):
+            # The prompt's size as the chain's first model takes it: about the same on all.
+            predicted = self._admission.predicted_wait_s(
+                route.name, work.priority
+            ) + route.resilience.latency.expected_s(
+                work.request.stream,
+                work.request.params.max_tokens,
+                work.first_call.prompt_estimate,
+            )
+            if predicted > remaining and self._may_fall_back(
+                work, index, FallbackReason.PREDICTED_WAIT, fallbacks
+            ):
+                return None
         try:
             slot = await self._admission.acquire(
                 route.name,
@@ -240,10 +246,16 @@ class Dispatcher:
     ) -> bool:
         """Whether the work moves to the next model for `reason` (and record it if so)."""
         route = work.chain[index]
-        if index + 1 >= len(work.chain) or reason not in route.config.fallback_on:
+        if not _falls_back_for(work, index, route, reason):
             return False
         fallbacks.append(Fallback(route.name, work.chain[index + 1].name, reason))
         return True
+
+
+def _falls_back_for(work: Work, index: int, route: ModelRoute, reason: FallbackReason) -> bool:
+    """Whether the chain's model `index` (`route`) hands the work on for `reason`: it is
+    not the last, and `reason` is one of its `fallback_on`."""
+    return index + 1 < len(work.chain) and reason in route.config.fallback_on
 
 
 def _learn_slow_start(route: ModelRoute, call: UpstreamCall, waited_s: float) -> None:
