@@ -305,6 +305,7 @@ class _Rest(AsyncGenerator[Delta, None]):
         "_deltas",
         "_ended",
         "_expired",
+        "_loop",
         "_meter",
         "_prompt_tokens",
         "_reader",
@@ -342,14 +343,15 @@ class _Rest(AsyncGenerator[Delta, None]):
         # Its cancel requests before the deadline timer added one.
         self._cancelling = 0
         self._timer: asyncio.TimerHandle | None = None
+        # The stream's loop, for `current_task` on every piece: asking it for the running
+        # loop instead costs about 0.3 µs a piece.
+        self._loop = asyncio.get_running_loop()
         if first is None:
             # Failover's stream has returned: nothing more will come.
             self._end(observe=True)
             return
         self._meter.add(first)
-        self._timer = asyncio.get_running_loop().call_later(
-            max(0.0, deadline - time.monotonic()), self._expire
-        )
+        self._timer = self._loop.call_later(max(0.0, deadline - time.monotonic()), self._expire)
 
     def __aiter__(self) -> _Rest:
         return self
@@ -361,7 +363,7 @@ class _Rest(AsyncGenerator[Delta, None]):
             raise self._timeout()
         if self._ended:
             raise StopAsyncIteration
-        reader = self._reader = asyncio.current_task()
+        reader = self._reader = asyncio.current_task(self._loop)
         try:
             delta = await anext(self._deltas)
         except BaseException as exc:
