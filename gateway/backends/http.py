@@ -7,6 +7,7 @@ from contextlib import asynccontextmanager
 
 import aiohttp
 import orjson
+from aiohttp.http_exceptions import LineTooLong
 
 from gateway.backends.base import (
     BAD_ANSWER,
@@ -142,10 +143,47 @@ def _described(exc: BaseException) -> str:
 
 
 async def sse_payloads(response: aiohttp.ClientResponse) -> AsyncIterator[bytes]:
-    """The payload of each `data:` line of a server-sent event stream."""
-    async for line in response.content:
-        if line.startswith(b"data:"):
-            yield line[5:].strip()
+    """The payload of each `data:` line of a server-sent event stream.
+
+    Lines end at `\n` (a `\r` before it is stripped with the payload's spaces), the last
+    one at the end of the body. The body is read as it arrives and split here, not line
+    by line: aiohttp's `readline` costs a coroutine and a buffer search per line, the
+    blank line after each event included, while one read usually holds several events.
+    A line longer than the stream's buffer limit raises `LineTooLong`, as `readline` does.
+    """
+    content = response.content
+    if not isinstance(content, aiohttp.StreamReader):
+        # A stand-in for the response (tests/inprocess/fake_http.py) gives its lines.
+        async for line in content:
+            if line.startswith(b"data:"):
+                yield line[5:].strip()
+        return
+    limit = content.get_read_buffer_limits()[1]
+    # The start of a line not yet ended, in the pieces it came in, and its length.
+    head: list[bytes] = []
+    size = 0
+    while chunk := await content.readany():
+        end = chunk.rfind(b"\n")
+        if end >= 0:
+            if head:
+                head.append(chunk)
+                chunk = b"".join(head)
+                end += size
+            for line in chunk[:end].split(b"\n"):
+                if len(line) >= limit:  # with its newline, over the limit
+                    raise LineTooLong(line[:100] + b"...", limit)
+                if line.startswith(b"data:"):
+                    yield line[5:].strip()
+            chunk = chunk[end + 1 :]
+            head, size = [], 0
+        if chunk:
+            head.append(chunk)
+            size += len(chunk)
+            if size > limit:
+                raise LineTooLong(b"".join(head)[:100] + b"...", limit)
+    line = b"".join(head)
+    if line.startswith(b"data:"):
+        yield line[5:].strip()
 
 
 async def get_ok(session: aiohttp.ClientSession, url: str, timeout_s: float) -> bool:
