@@ -15,9 +15,9 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Lifespan
 
-from gateway.api import completions, endpoints
-from gateway.api.anthropic import count_tokens as messages
-from gateway.api.errors import DOMAIN_ERRORS, APIError, client_error
+from gateway.api import endpoints, exchange
+from gateway.api.anthropic import count_tokens
+from gateway.api.errors import CLIENT_ERRORS, DOMAIN_ERRORS, APIError, client_error
 from gateway.api.responses import responses_state
 from gateway.config import Config, load_config
 from gateway.config.schema import OpsOnApiPort
@@ -25,6 +25,7 @@ from gateway.inference import schemas
 from gateway.inference.schemas import SchemaLimits
 from gateway.observability import metrics
 from gateway.observability.logging import configure_logging
+from gateway.serving.conductor import Conductor
 from gateway.serving.gateway_state import GatewayState
 from gateway.serving.reload import TenantsReloader
 from gateway.serving.runtime import Runtime
@@ -64,11 +65,11 @@ def build_app(config: Config) -> ASGIApp:
             await runtime.close()
 
     hot_routes = {
-        "/v1/chat/completions": completions.chat_completions,
-        "/v1/completions": completions.completions,
-        "/v1/embeddings": completions.embeddings,
-        "/v1/messages": messages.messages,
-        "/v1/responses": completions.responses,
+        "/v1/chat/completions": exchange.chat_completions,
+        "/v1/completions": exchange.completions,
+        "/v1/embeddings": exchange.embeddings,
+        "/v1/messages": exchange.messages,
+        "/v1/responses": exchange.responses,
     }
     probes = [
         Route("/livez", endpoints.livez, methods=["GET"]),
@@ -77,7 +78,7 @@ def build_app(config: Config) -> ASGIApp:
     ]
     api_routes = [Route(path, endpoint, methods=["POST"]) for path, endpoint in hot_routes.items()]
     api_routes += [
-        Route("/v1/messages/count_tokens", messages.count_tokens, methods=["POST"]),
+        Route("/v1/messages/count_tokens", count_tokens.count_tokens, methods=["POST"]),
         Route("/v1/responses/{response_id}", responses_state.retrieve, methods=["GET"]),
         Route("/v1/responses/{response_id}", responses_state.delete, methods=["DELETE"]),
         Route("/v1/models", endpoints.list_models, methods=["GET"]),
@@ -93,6 +94,7 @@ def build_app(config: Config) -> ASGIApp:
         ]
     api = DirectRoutes(_starlette(api_routes, lifespan), hot_routes, on_error=_error)
     api.app.state.runtime, api.app.state.reloader = runtime, reloader
+    api.app.state.conductor = Conductor(runtime)
     if ops.port is None:
         return api
     ops_routes = [
@@ -130,7 +132,7 @@ def app_from_env() -> ASGIApp:
 
 async def _error(request: Request, exc: Exception) -> Response:
     """The response for an exception of a directly served endpoint."""
-    if isinstance(exc, (APIError, *DOMAIN_ERRORS)):
+    if isinstance(exc, CLIENT_ERRORS):
         return await _api_error(request, exc)
     return await _unexpected_error(request, exc)
 

@@ -13,11 +13,12 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from gateway.api.errors import APIError, model_not_found, rate_limited
+from gateway.api.errors import APIError, model_not_found
 from gateway.api.openapi import openapi_document
 from gateway.config import ModelConfig
 from gateway.observability import metrics
 from gateway.serving.auth import Identity
+from gateway.serving.conductor import Conductor
 from gateway.serving.readiness import readiness
 from gateway.serving.reload import TenantsReloader
 from gateway.serving.runtime import Runtime
@@ -28,18 +29,10 @@ def runtime_of(request: Request) -> Runtime:
     return runtime
 
 
-async def count_request(runtime: Runtime, identity: Identity, model: str = "") -> dict[str, str]:
-    """Count a request that asks for no inference (`count_tokens`, a stored response read)
-    against the tenant's request limit, and `model`'s when it names one: a 429 when it is
-    spent. Cheap as these are, a tenant could otherwise send them without end. Returns
-    the rate-limit headers its answer carries, as every counted answer does."""
-    limiter = runtime.limiter
-    decision = await limiter.admit(identity.name, model, 0, holds_slot=False)
-    if not decision.allowed:
-        raise rate_limited(decision)
-    if decision.reservation is not None:
-        limiter.settle(decision.reservation, 0)
-    return decision.headers
+def conductor_of(request: Request) -> Conductor:
+    """The conductor of the requests this app serves (`gateway.serving.conductor`)."""
+    conductor: Conductor = request.app.state.conductor
+    return conductor
 
 
 def _model_object(name: str, config: ModelConfig) -> dict[str, object]:

@@ -1,21 +1,40 @@
-"""OpenAI-shaped errors: `{"error": {"message", "type", "param", "code"}}`."""
+"""OpenAI-shaped errors (`{"error": {"message", "type", "param", "code"}}`), and the one
+mapping of every refusal the layers below raise to the error the client is told
+(`client_error`)."""
 
 from __future__ import annotations
 
+import logging
 import math
 from typing import TYPE_CHECKING
 
 import orjson
 from starlette.responses import Response
 
+from gateway.admission import Overloaded, Shed
+from gateway.backends.base import UpstreamError, UpstreamRejected, UpstreamTimeout
 from gateway.observability.logging import redact
 from gateway.ratelimit.errors import LimiterUnavailable, UnknownTenant
 from gateway.serving.auth import InvalidApiKey
 from gateway.serving.chain import ContextTooLong, MissingCapability
+from gateway.serving.conductor import MAX_SHOWN_MODEL
+from gateway.serving.dispatch import DeadlineMissed
+from gateway.serving.errors import (
+    InvalidRequest,
+    InvalidStructuredOutput,
+    ModelNotAllowed,
+    NotServed,
+    RateLimited,
+    UnknownModel,
+    WrongModelKind,
+)
 from gateway.serving.outbound import SensitiveDataBlocked
+from gateway.upstream.failover import NoReplicaLeft
 
 if TYPE_CHECKING:
     from gateway.ratelimit.limiter import Decision
+
+log = logging.getLogger("gateway")
 
 
 class APIError(Exception):
@@ -154,10 +173,6 @@ def invalid_structured_output(model: str, problem: str) -> APIError:
         # (their three tries would be charged three times).
         headers={"x-should-retry": "false"},
     )
-
-
-# A client's model name, as an error repeats it, at most: a 1 MB name made a 1 MB error.
-MAX_SHOWN_MODEL = 256
 
 
 def model_not_found(model: str) -> APIError:
@@ -302,13 +317,39 @@ DOMAIN_ERRORS = (
     SensitiveDataBlocked,
     MissingCapability,
     ContextTooLong,
+    InvalidRequest,
+    UnknownModel,
+    ModelNotAllowed,
+    WrongModelKind,
+    RateLimited,
+    InvalidStructuredOutput,
+    NotServed,
 )
+# What `client_error` takes: an error already the client's, or one of the layers below.
+CLIENT_ERRORS = (APIError, *DOMAIN_ERRORS)
 
 
 def client_error(exc: Exception) -> APIError:
     """The APIError for `exc`: itself, or what one of `DOMAIN_ERRORS` means to a client."""
     if isinstance(exc, APIError):
         return exc
+    if isinstance(exc, InvalidRequest):
+        return bad_request(exc.message, exc.param)
+    if isinstance(exc, RateLimited):
+        return rate_limited(exc.decision)
+    if isinstance(exc, NotServed):
+        error = dispatch_error(exc.model, exc.cause)
+        if exc.headers:
+            error.headers = {**exc.headers, **error.headers}
+        return error
+    if isinstance(exc, UnknownModel):
+        return model_not_found(exc.model)
+    if isinstance(exc, ModelNotAllowed):
+        return model_not_allowed(exc.model)
+    if isinstance(exc, WrongModelKind):
+        return wrong_model_kind(exc.model, embedding=exc.embedding)
+    if isinstance(exc, InvalidStructuredOutput):
+        return invalid_structured_output(exc.model, exc.problem)
     if isinstance(exc, InvalidApiKey | UnknownTenant):
         # A tenant a reload removed after its key was checked: its key is unknown now.
         return invalid_api_key()
@@ -323,3 +364,29 @@ def client_error(exc: Exception) -> APIError:
             exc.model, exc.limit, exc.prompt_tokens, exc.completion_tokens
         )
     raise TypeError(f"not a client error: {exc!r}")
+
+
+def dispatch_error(model: str, exc: Exception) -> APIError:
+    """What the client is told when the dispatcher could not serve its request on `model`."""
+    if isinstance(exc, Shed):
+        return overloaded(model, exc.retry_after_s, shed=True)
+    if isinstance(exc, Overloaded):
+        return overloaded(model, exc.retry_after_s, shed=False)
+    if isinstance(exc, DeadlineMissed):
+        return deadline_exceeded(str(exc))
+    if isinstance(exc, NoReplicaLeft):
+        return no_replica(model)
+    if isinstance(exc, UpstreamTimeout):
+        return upstream_timeout(model)
+    if isinstance(exc, UpstreamRejected) and 400 <= exc.status < 500:
+        return bad_request(f"The backend for `{model}` refused the request: {exc}")
+    return upstream_failed(model, str(exc))
+
+
+def stream_failure(model: str, exc: Exception) -> APIError:
+    """What a stream's terminal error event says of a failure after its headers."""
+    if isinstance(exc, UpstreamError | NoReplicaLeft):
+        return dispatch_error(model, exc)
+    # A bug, or an upstream that sent what no backend expects: still a terminal event.
+    log.exception("stream of %s failed", model)
+    return APIError(500, "The gateway failed while streaming the answer.", type="server_error")

@@ -1,6 +1,6 @@
 """Chat completions (`/v1/chat/completions`) through the whole request path, in process.
 
-Why these tests exist: the hot path (gateway/api/completions.py, wire.py, app.py,
+Why these tests exist: the hot path (gateway/api/exchange.py, serving/conductor.py, app.py,
 serving/runtime.py, serving/dispatch.py) had only end-to-end tests, which start real
 gateway processes, Redis and Triton. Here the app is built with `build_app`, its lifespan
 run, and called through ASGI, with a scripted fake in place of every backend: a refactor

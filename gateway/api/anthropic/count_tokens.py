@@ -1,5 +1,5 @@
-"""Anthropic's endpoints: `POST /v1/messages` (the one request path, through its wire)
-and `POST /v1/messages/count_tokens`."""
+"""Anthropic's `POST /v1/messages/count_tokens`: the prompt tokens a message request would
+count, counted against the request limit itself."""
 
 from __future__ import annotations
 
@@ -8,17 +8,12 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from gateway.api import errors
-from gateway.api.anthropic import MESSAGES
 from gateway.api.anthropic.anthropic_answers import credentials, error_response, ratelimit_headers
 from gateway.api.anthropic.anthropic_requests import parse_count_tokens
 from gateway.api.body import decode_json, requested_model
-from gateway.api.completions import read_body, resolve_route, serve
-from gateway.api.endpoints import count_request, runtime_of
+from gateway.api.endpoints import conductor_of, runtime_of
 from gateway.api.errors import APIError
-
-
-async def messages(request: Request) -> Response:
-    return await serve(request, MESSAGES)
+from gateway.api.exchange import read_body
 
 
 async def count_tokens(request: Request) -> Response:
@@ -26,18 +21,18 @@ async def count_tokens(request: Request) -> Response:
     prompt its model's template renders): counted against the request limit, not queued,
     and no tokens charged."""
     try:
-        runtime = runtime_of(request)
+        runtime, conductor = runtime_of(request), conductor_of(request)
         identity = runtime.auth.identify(credentials(request.headers))
         data = decode_json(await read_body(request, runtime.config.gateway.server.max_body_bytes))
-        route = resolve_route(runtime, identity, requested_model(data))
-        limits = await count_request(runtime, identity, route.name)
+        route = conductor.authorize(identity, requested_model(data))
+        limits = await conductor.count(identity, route.name)
         try:
             inference = parse_count_tokens(data, route.config.max_tokens_default)
             tokens = route.upstream_call(inference).prompt_estimate
         except APIError as exc:
             exc.headers.update(limits)
             raise
-    except (APIError, *errors.DOMAIN_ERRORS) as exc:
+    except errors.CLIENT_ERRORS as exc:
         return error_response(errors.client_error(exc))
     headers = {**limits, **ratelimit_headers(limits)}
     body = orjson.dumps({"input_tokens": tokens})

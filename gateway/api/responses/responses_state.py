@@ -16,7 +16,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from gateway.api.body import Parser
-from gateway.api.endpoints import count_request, runtime_of
+from gateway.api.endpoints import conductor_of, runtime_of
 from gateway.api.errors import APIError
 from gateway.api.responses.responses_answers import conversation_after, state_of
 from gateway.api.responses.responses_requests import parse_responses
@@ -106,7 +106,7 @@ async def _target(request: Request) -> tuple[Runtime, str, str, dict[str, str]]:
     (with the rate-limit headers its answer carries)."""
     runtime = runtime_of(request)
     identity = runtime.auth.identify(request.headers.get("authorization"))
-    limits = await count_request(runtime, identity)
+    limits = await conductor_of(request).count(identity)
     return runtime, identity.name, request.path_params["response_id"], limits
 
 

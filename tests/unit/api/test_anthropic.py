@@ -231,7 +231,7 @@ def test_max_tokens_that_is_no_positive_integer_is_refused_by_name(value: Any) -
 
 
 def test_a_huge_max_tokens_is_left_to_the_models_limit() -> None:
-    # Clamped or refused by the model's `max_tokens_policy` (api/completions.py).
+    # Clamped or refused by the model's `max_tokens_policy` (serving/conductor.py).
     request = parse_messages(body(max_tokens=10**30), 16)
     assert request.params.max_tokens == request.requested_max_tokens == 10**30
 

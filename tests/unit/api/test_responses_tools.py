@@ -292,7 +292,7 @@ def test_the_item_the_token_limit_cut_is_incomplete_whole_and_streamed() -> None
 
 def test_the_left_out_header_names_at_most_16_types() -> None:
     # 512 types of 64 characters made a 33 KB header, past what proxies take.
-    from gateway.api.completions import MAX_OMITTED_IN_HEADER, omitted_header
+    from gateway.serving.conductor import MAX_OMITTED_IN_HEADER, omitted_header
 
     many = tuple(f"hosted_{i:03d}_" + "x" * 52 for i in range(512))
     header = omitted_header(many)

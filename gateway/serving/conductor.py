@@ -1,0 +1,605 @@
+"""A request conducted below the wire: the one place that knows the order of its steps.
+
+    authorize -> plan -> limit -> admit and dispatch (fallback chain, replicas, retries)
+    -> settle -> record
+
+A wire (`gateway.api`) reads a body into an `InferenceRequest`, asks `authorize` for the
+model first (its parser needs the model's defaults), then `plan` and `answer` (or
+`stream`), and writes back what they return in its own format. Everything between is
+the same for every wire and happens here. Nothing here speaks HTTP: the client is
+something that may be `gone`, a refusal is one of `serving.errors`, and the answer is
+data: completions, who served them, what they used, what the client is told of it.
+
+Every request ends in its `RequestRecord`: this module fills in who served it and what
+it used; the wire finishes it with the status it answered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncGenerator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, NoReturn, Protocol
+
+from gateway.admission import DeadlineExceeded, Overloaded, Shed
+from gateway.backends.base import UpstreamError, UpstreamTimeout
+from gateway.inference.structured import output_problem
+from gateway.inference.tokens import estimate_request_tokens, estimate_tokens
+from gateway.inference.types import (
+    Completion,
+    Delta,
+    InferenceRequest,
+    RequestKind,
+    UpstreamCall,
+    Usage,
+    UsageMeter,
+)
+from gateway.observability import metrics
+from gateway.observability.access import RequestRecord
+from gateway.ratelimit.errors import LimiterUnavailable, UnknownTenant
+from gateway.ratelimit.limiter import Decision
+from gateway.serving.auth import Identity
+from gateway.serving.chain import MissingCapability, check_context, fallback_chain
+from gateway.serving.dispatch import DeadlineMissed, Served, Work
+from gateway.serving.errors import (
+    InvalidRequest,
+    InvalidStructuredOutput,
+    ModelNotAllowed,
+    NotServed,
+    RateLimited,
+    UnknownModel,
+    WrongModelKind,
+)
+from gateway.serving.fanout import gather_all, interleave, split
+from gateway.serving.runtime import Runtime
+from gateway.transport.streaming import ClientGone
+from gateway.upstream.failover import NoReplicaLeft
+from gateway.upstream.route import ModelRoute
+
+# A client's model name, as an error or a log repeats it, at most: a 1 MB name made a
+# 1 MB error.
+MAX_SHOWN_MODEL = 256
+
+# Left-out tool types a header names at most: 512 types of 64 characters made a 33 KB
+# header, past what proxies take (4 to 8 KB).
+MAX_OMITTED_IN_HEADER = 16
+
+# What the dispatcher may raise instead of answering.
+_DISPATCH_ERRORS = (UpstreamError, NoReplicaLeft, DeadlineMissed, Overloaded)
+# Failures that end a request by its time while a replica may still be computing it.
+_CUT_BY_TIME = (DeadlineMissed, UpstreamTimeout)
+
+
+class Client(Protocol):
+    """The client a request is conducted for, as far as the conductor cares: whether it
+    has left (`gateway.transport.streaming.DisconnectWatch` is one)."""
+
+    @property
+    def gone(self) -> bool: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Ask:
+    """A request as its wire parsed it, and what its caller asked of its serving."""
+
+    identity: Identity
+    route: ModelRoute
+    inference: InferenceRequest
+    record: RequestRecord
+    # The body as parsed: which of its fields a refusal of `max_tokens` names.
+    data: Mapping[str, Any]
+    # `x-priority` and `x-request-timeout`, as sent (None: not sent).
+    priority: str | None = None
+    timeout: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class _PartPlan:
+    """One part of a request, ready to dispatch: the models it may go to, the call to the
+    first, what each is sent where outbound sanitization masked it, its cost in tokens."""
+
+    chain: list[ModelRoute]
+    call: UpstreamCall
+    outbound: Sequence[InferenceRequest] | None
+    cost: int
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """A request planned: its parts (usually one; `n` choices, a completion's prompts and
+    an embedding's batches are several), each with its chain and cost."""
+
+    ask: Ask
+    inference: InferenceRequest
+    parts: list[InferenceRequest]
+    planned: list[_PartPlan]
+    priority: str
+    deadline: float
+
+    @property
+    def cost(self) -> int:
+        """The tokens the request reserves: every part's prompt and completion reserve."""
+        return sum(plan.cost for plan in self.planned)
+
+
+@dataclass(slots=True)
+class Answer:
+    """A whole answer: `completions[i]` answers `parts[i]`; `model` served the first."""
+
+    parts: list[InferenceRequest]
+    completions: list[Completion]
+    model: str
+    usage: Usage
+    # What the client is told of how it was served (request id, rate-limit headers,
+    # queue wait, fallbacks, tools left out).
+    headers: dict[str, str]
+
+
+class Conductor:
+    """Conducts the requests of one running gateway (`Runtime`)."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        self._runtime = runtime
+
+    def authorize(
+        self, identity: Identity, model: str, record: RequestRecord | None = None
+    ) -> ModelRoute:
+        """The model a request names (or an alias of), which the caller's tenant may use;
+        `record` takes its name as soon as it is known."""
+        runtime = self._runtime
+        route = runtime.routes.get(model) or runtime.routes.get(
+            runtime.aliases.resolve(identity.name, model) or ""
+        )
+        if route is None:
+            raise UnknownModel(model)
+        if record is not None:
+            record.model = route.name
+            if route.name != model:
+                record.alias = model[:MAX_SHOWN_MODEL]
+        if not identity.may_use(route.name):
+            raise ModelNotAllowed(model)
+        return route
+
+    def plan(self, ask: Ask) -> Plan:
+        """Check a parsed request against its model and plan each of its parts: the
+        models it may fall back to, the call each is sent, what it costs."""
+        runtime, route, inference, record = self._runtime, ask.route, ask.inference, ask.record
+        _check_model_kind(route, inference)
+        record.stream = inference.stream
+        if runtime.config.gateway.server.log_prompts:
+            record.prompt = _logged_prompt(inference)
+        limit = route.config.max_tokens_limit
+        if inference.params.max_tokens > limit:
+            if route.config.max_tokens_policy == "refuse":
+                field = next(
+                    (f for f in ("max_completion_tokens", "max_output_tokens") if ask.data.get(f)),
+                    "max_tokens",
+                )
+                raise InvalidRequest(f"`{field}` may be at most {limit} for `{route.name}`.", field)
+            # Clamped: served with the limit, reserved at it, and an answer that reaches it
+            # is cut at max_tokens (the finish reason compares with params.max_tokens).
+            inference = replace(
+                inference,
+                params=replace(inference.params, max_tokens=limit),
+                requested_max_tokens=None if inference.requested_max_tokens is None else limit,
+            )
+        identity = ask.identity
+        priority = record.priority = self._priority(identity, ask.priority)
+        deadline = _deadline(route, ask.timeout)
+        embeddings = route.config.capabilities.embeddings
+        parts = split(inference, embeddings.max_batch if embeddings is not None else 1)
+        # The chain's context check takes the longest part (a completion's longest prompt).
+        longest = parts[0] if len(parts) == 1 else max(parts, key=estimate_request_tokens)
+        chain = fallback_chain(runtime.routes, identity, route, longest)
+        planned = [self._plan_part(identity, route, chain, part, record) for part in parts]
+        return Plan(ask, inference, parts, planned, priority, deadline)
+
+    async def count(self, identity: Identity, model: str = "") -> dict[str, str]:
+        """Count a request that asks for no inference (`count_tokens`, a stored response
+        read, a stored answer replayed) against the tenant's request limit, and `model`'s
+        when it names one: `RateLimited` when it is spent. Cheap as these are, a tenant
+        could otherwise send them without end. Returns the rate-limit headers its answer
+        carries, as every counted answer does."""
+        limiter = self._runtime.limiter
+        decision = await limiter.admit(identity.name, model, 0, holds_slot=False)
+        if not decision.allowed:
+            raise RateLimited(decision)
+        if decision.reservation is not None:
+            limiter.settle(decision.reservation, 0)
+        return decision.headers
+
+    async def count_refused(
+        self, identity: Identity, record: RequestRecord, status: int
+    ) -> dict[str, str]:
+        """Count a request refused before admission with `status` (a 4xx of its own
+        making, or a 500 the gateway met on it) against its tenant's request limit:
+        reading, parsing and checking it cost the gateway work the client chose, so a
+        tenant cannot send bad requests without end. Returns the rate-limit headers the
+        refusal carries (none if the limiter cannot tell: Redis down, fail-closed);
+        `RateLimited` once the limit is spent, to take the refusal's place. A 429 or a
+        503 (the limiter or capacity) and a 504 are not counted."""
+        if status < 400 or status in (429, 503, 504):
+            return {}
+        model = record.model if record.model in self._runtime.routes else ""
+        with contextlib.suppress(LimiterUnavailable, UnknownTenant):
+            return await self.count(identity, model)
+        return {}
+
+    async def answer(self, plan: Plan, client: Client) -> Answer:
+        """Limit, admit and dispatch every part, settle what they used: the whole answer.
+        The caller's task is cancelled when its client leaves (`ClientGone` then)."""
+        exchange = await self._admit(plan)
+        used = 0
+        answered: set[int] = set()
+        dispatcher = self._runtime.dispatcher
+
+        async def dispatch(index: int, work: Work) -> tuple[Completion, Served]:
+            nonlocal used
+            completion, served = await dispatcher.complete(work)
+            if completion.usage.prompt_tokens == 0:
+                completion.usage.prompt_tokens = work.first_call.prompt_estimate
+            used += completion.usage.total_tokens
+            answered.add(index)
+            return completion, served
+
+        dispatched = time.monotonic()
+        try:
+            if client.gone:
+                raise ClientGone
+            results = await gather_all([dispatch(i, work) for i, work in enumerate(exchange.works)])
+        except BaseException as exc:
+            if client.gone or isinstance(exc, _CUT_BY_TIME):
+                # Left, or cut at its deadline (which the client may choose), while its
+                # parts were with a replica: they are paid for in full.
+                pending = (w for i, w in enumerate(exchange.works) if i not in answered)
+                used += sum(_unseen_cost(work, whole=True) for work in pending)
+            exchange.settle(used)
+            exchange.failed(exc, client, dispatched)
+        exchange.settle(used)
+        completions = [completion for completion, _ in results]
+        served = [part for _, part in results]
+        usage = completions[0].usage
+        if len(completions) > 1:
+            usage = Usage.sum_of(c.usage for c in completions)
+        exchange.served_by(served, usage)
+        model = served[0].route.name
+        fmt = plan.parts[0].options.response_format
+        for completion in completions:
+            # An answer cut at its token limit is no answer to check: it goes out as cut
+            # (`length`), as OpenAI sends it, for the client to see why.
+            if (
+                fmt is not None
+                and not completion.tool_calls
+                and completion.finish_reason != "length"
+            ):
+                problem = output_problem(fmt, completion.text)
+                if problem is not None:
+                    raise InvalidStructuredOutput(model, problem)
+        return Answer(plan.parts, completions, model, usage, exchange.headers(served[0]))
+
+    async def stream(self, plan: Plan, client: Client) -> Stream:
+        """Limit, admit and dispatch every part until each has its first piece (or has
+        ended): a failure up to here is a plain refusal, and another replica or model
+        could still be tried. The rest comes through the `Stream`, which settles when
+        it closes. The caller's task is cancelled when its client leaves until then."""
+        exchange = await self._admit(plan)
+        dispatched = time.monotonic()
+        dispatcher = self._runtime.dispatcher
+        try:
+            if client.gone:
+                raise ClientGone
+            opened = await gather_all([dispatcher.stream(w) for w in exchange.works], _close)
+        except BaseException as exc:
+            # Left, or cut at a deadline, while a replica computed its prompt: that prompt
+            # is paid for.
+            cut = client.gone or isinstance(exc, _CUT_BY_TIME)
+            exchange.settle(sum(_unseen_cost(w, whole=False) for w in exchange.works) if cut else 0)
+            exchange.failed(exc, client, dispatched)
+        return Stream(exchange, opened)
+
+    async def _admit(self, plan: Plan) -> _Admitted:
+        """Take the request's cost from its tenant's limits: the exchange it goes on as."""
+        ask = plan.ask
+        identity = ask.identity
+        decision = await self._runtime.limiter.admit(
+            identity.name, ask.route.name, plan.cost, plan.deadline
+        )
+        if not decision.allowed:
+            raise RateLimited(decision)
+        works = [
+            Work(
+                part, part_plan.chain, identity.name, identity.tenant.share, plan.priority,
+                part_plan.cost, plan.deadline, part_plan.call, outbound=part_plan.outbound,
+            )
+            for part, part_plan in zip(plan.parts, plan.planned, strict=True)
+        ]  # fmt: skip
+        return _Admitted(self._runtime, ask.route, works, decision, ask.record)
+
+    def _plan_part(
+        self,
+        identity: Identity,
+        route: ModelRoute,
+        chain: list[ModelRoute],
+        part: InferenceRequest,
+        record: RequestRecord,
+    ) -> _PartPlan:
+        runtime = self._runtime
+        outbound = runtime.outbound.prepare(
+            identity.name, identity.tenant, [r.name for r in chain], part, record.request_id
+        )
+        if outbound is not None:  # an external model in the chain: what leaves is sanitized
+            chain = [runtime.routes[name] for name in outbound.models]
+        call = route.upstream_call(part if outbound is None else outbound.requests[0])
+        check_context(route, call.prompt_estimate, part)
+        return _PartPlan(
+            chain,
+            call,
+            None if outbound is None else outbound.requests,
+            call.prompt_estimate + self._completion_reserve(part),
+        )
+
+    def _priority(self, identity: Identity, asked: str | None) -> str:
+        """The tenant's class, or a lower one the request asks for (never a higher one)."""
+        own = identity.tenant.priority
+        if asked is None:
+            return own
+        classes = self._runtime.config.gateway.admission.classes
+        if asked not in classes:
+            raise InvalidRequest(f"`x-priority` must be one of {', '.join(classes)}.", "x-priority")
+        return asked if classes.index(asked) > classes.index(own) else own
+
+    def _completion_reserve(self, inference: InferenceRequest) -> int:
+        """Completion tokens to reserve: the client's max_tokens, else a configured estimate."""
+        if inference.requested_max_tokens is not None:
+            return inference.requested_max_tokens
+        estimate = self._runtime.config.gateway.ratelimit.completion_tokens_estimate
+        return min(inference.params.max_tokens, estimate)
+
+
+@dataclass(slots=True)
+class _Admitted:
+    """One admitted request on its way: what it took from the limits, its parts' work."""
+
+    runtime: Runtime
+    route: ModelRoute
+    # One per part of the request (`gateway.serving.fanout`): usually just one.
+    works: list[Work]
+    decision: Decision
+    record: RequestRecord
+
+    @property
+    def work(self) -> Work:
+        """The first part: the request itself, unless it has several."""
+        return self.works[0]
+
+    def charge(self, used_tokens: int) -> None:
+        if self.decision.reservation is not None:
+            self.runtime.limiter.charge(self.decision.reservation, used_tokens)
+
+    def settle(self, used_tokens: int) -> None:
+        if self.decision.reservation is not None:
+            self.runtime.limiter.settle(self.decision.reservation, used_tokens)
+
+    def headers(self, served: Served) -> dict[str, str]:
+        headers = dict(self.decision.headers)
+        headers["x-request-id"] = self.record.request_id
+        headers["x-gateway-queue-ms"] = str(round(served.queued_s * 1000))
+        fallback = served.header()
+        if fallback is not None:
+            headers["x-gateway-fallback"] = fallback
+        if self.work.request.omitted_tools:  # never left out silently
+            headers["x-gateway-omitted-tools"] = omitted_header(self.work.request.omitted_tools)
+        return headers
+
+    def served_by(self, served: Sequence[Served], usage: Usage) -> None:
+        """Fill the request's record with who served it (its first part's answer: the
+        model, queue wait and fallbacks the client is told of) and what it used."""
+        record = self.record
+        first = served[0]
+        record.served_model = first.route.name
+        record.queue_wait_s = first.queued_s
+        record.ttft_s = first.ttft_s
+        record.prompt_tokens = usage.prompt_tokens
+        record.completion_tokens = usage.completion_tokens
+        record.fallbacks = [f"{f.source}->{f.target}:{f.reason.value}" for f in first.fallbacks]
+        for part in served:
+            for step in part.fallbacks:
+                metrics.FALLBACKS.labels(step.source, step.target, step.reason.value).inc()
+
+    def failed(self, exc: BaseException, client: Client, dispatched: float) -> NoReturn:
+        """Raise what a failed dispatch means: `NotServed`, ClientGone for a cancel that
+        the client's leaving caused (taken back), or `exc` itself."""
+        if isinstance(exc, _DISPATCH_ERRORS):
+            raise self.not_served(exc, dispatched) from exc
+        if isinstance(exc, asyncio.CancelledError) and client.gone:
+            task = asyncio.current_task()
+            if task is not None and task.uncancel() == 0:  # nobody else cancelled it
+                raise ClientGone from None
+        raise exc
+
+    def not_served(self, exc: Exception, dispatched: float) -> NotServed:
+        """A request the dispatcher could not serve, with the rate limit headers; the time
+        it spent queued first, if it was, goes in its record."""
+        context = exc.__context__
+        if isinstance(context, DeadlineExceeded):  # still queued at its deadline
+            if context.waited_s:  # 0: the deadline had passed before it could queue
+                self.record.queue_wait_s = context.waited_s
+                self.record.queue_model = context.model
+        elif isinstance(exc, Shed):  # queued, then gave way to a higher class
+            self.record.queue_wait_s = time.monotonic() - dispatched
+            self.record.queue_model = exc.model
+        elif self.work.admissions:  # admitted (at once, or after a wait), then failed
+            self.record.queue_model, self.record.queue_wait_s = self.work.admissions[-1]
+        return NotServed(self.route.name, exc, dict(self.decision.headers))
+
+
+_Opened = tuple[Delta | None, AsyncGenerator[Delta, None], Served]
+
+
+async def _close(opened: _Opened) -> None:
+    await opened[1].aclose()
+
+
+@dataclass(slots=True)
+class Stream:
+    """A request whose parts are streaming: each part's first piece (None: it ended
+    without one), the rest of its pieces, and who serves it. The wire writes the pieces
+    as they come, handing each to `add`; `close` settles what they used and fills in the
+    record, once, whether the stream ran to its end or not."""
+
+    _admitted: _Admitted
+    opened: list[_Opened]
+    meters: list[UsageMeter] = field(init=False)
+    headers: dict[str, str] = field(init=False)
+    closed: bool = False
+
+    def __post_init__(self) -> None:
+        self.meters = [UsageMeter() for _ in self.opened]
+        self.headers = self._admitted.headers(self.served)
+
+    @property
+    def served(self) -> Served:
+        """Who serves the first part: the model the client is told of."""
+        return self.opened[0][2]
+
+    @property
+    def works(self) -> list[Work]:
+        """The parts, as they were dispatched."""
+        return self._admitted.works
+
+    def pieces(self) -> AsyncGenerator[tuple[int, Delta | None], None]:
+        """The pieces of every part after its first, as they arrive: (part, piece), and
+        (part, None) when that part has ended."""
+        return interleave([rest for _, rest, _ in self.opened])
+
+    def add(self, delta: Delta, index: int = 0) -> None:
+        """Meter a piece of part `index` as it goes out, charging the tenant's tokens as
+        they build up (a long stream is charged while it runs, not only at its end)."""
+        self.meters[index].add(delta)
+        if self._admitted.decision.reservation is not None:
+            self._admitted.charge(self.usage().total_tokens)
+
+    def usage(self) -> Usage:
+        """What every part used so far (prompt tokens estimated until reported)."""
+        works = self._admitted.works
+        if len(works) == 1:
+            return self.meters[0].usage(works[0].first_call.prompt_estimate)
+        return Usage.sum_of(
+            meter.usage(work.first_call.prompt_estimate)
+            for meter, work in zip(self.meters, works, strict=True)
+        )
+
+    def finish_reason(self, index: int, called: bool) -> str:
+        """Why part `index` ended: as its replica said, else by its token count."""
+        meter = self.meters[index]
+        return meter.finish_reason or self._admitted.works[index].first_call.finish_reason(
+            meter.completion_tokens, called
+        )
+
+    def check(self, index: int, text: str, called: bool, finish: str) -> None:
+        """`InvalidStructuredOutput` unless part `index`'s whole text is what its
+        `response_format` asks (a call's arguments and a cut answer are not checked)."""
+        fmt = self._admitted.works[index].request.options.response_format
+        if fmt is None or called or finish == "length":
+            return
+        problem = output_problem(fmt, text)
+        if problem is not None:
+            raise InvalidStructuredOutput(self.served.route.name, problem)
+
+    async def close(self, status: int) -> None:
+        """End the stream (its upstream requests are cancelled if still open), settle what
+        it used and finish its record with `status`. Later calls do nothing."""
+        if self.closed:
+            return
+        self.closed = True
+        exchange = self._admitted
+        try:
+            for _, rest, _ in self.opened:
+                await rest.aclose()
+        finally:
+            usage = self.usage()
+            exchange.settle(usage.total_tokens)
+            exchange.served_by([served for _, _, served in self.opened], usage)
+            exchange.record.finish(status)
+
+
+def omitted_header(types: tuple[str, ...]) -> str:
+    """The `x-gateway-omitted-tools` value: the types left out, the first 16 of them."""
+    shown = ", ".join(types[:MAX_OMITTED_IN_HEADER])
+    more = len(types) - MAX_OMITTED_IN_HEADER
+    return f"{shown}, and {more} more" if more > 0 else shown
+
+
+def _unseen_cost(work: Work, *, whole: bool) -> int:
+    """The tokens a part costs when it ended before its answer was seen (its client left,
+    or its deadline passed): none if it never reached a replica (it was still queued),
+    else its prompt and, for a `whole` (non-streamed) answer, all the completion it may
+    have generated. A whole answer says nothing of how far the replica got before the
+    cancel reached it (or whether it stopped: not every backend can), so the most it
+    could have generated is charged; a stream is metered piece by piece, and before its
+    first piece it has generated nothing. A replica's own failure costs the client
+    nothing (not its fault), so it is not charged here."""
+    if not work.admissions:
+        return 0
+    call = work.first_call
+    return call.prompt_estimate + (call.params.max_tokens if whole else 0)
+
+
+def _check_model_kind(route: ModelRoute, inference: InferenceRequest) -> None:
+    """An embedding request needs an embedding model, and any other request another
+    model; an embedding request's inputs and `dimensions` must suit the model."""
+    embeddings = route.config.capabilities.embeddings
+    if (inference.kind is RequestKind.EMBEDDING) != (embeddings is not None):
+        raise WrongModelKind(route.name, embedding=embeddings is not None)
+    if embeddings is None:
+        return
+    if len(inference.inputs) > embeddings.max_inputs:
+        raise InvalidRequest(
+            f"`input` may hold at most {embeddings.max_inputs} texts for `{route.name}`.",
+            "input",
+        )
+    for index, text in enumerate(inference.inputs):
+        tokens = estimate_tokens(text)
+        if tokens > embeddings.max_input_tokens:
+            where = f"input[{index}]" if len(inference.inputs) > 1 else "input"
+            raise InvalidRequest(
+                f"`{where}` is about {tokens} tokens; `{route.name}` takes at most "
+                f"{embeddings.max_input_tokens} tokens a text.",
+                where,
+            )
+    dimensions = inference.dimensions
+    if dimensions is not None and dimensions != embeddings.dimensions:
+        if not embeddings.shortenable:
+            raise MissingCapability(route.name, "dimensions")
+        if dimensions > embeddings.dimensions:
+            raise InvalidRequest(
+                f"`dimensions` may be at most {embeddings.dimensions} for `{route.name}`.",
+                "dimensions",
+            )
+
+
+def _logged_prompt(inference: InferenceRequest) -> str:
+    if inference.kind is RequestKind.EMBEDDING:
+        return "\n".join(inference.inputs)
+    if inference.prompts:
+        return "\n".join(inference.prompts)
+    return inference.prompt or "\n".join(f"{m.role}: {m.content}" for m in inference.messages)
+
+
+def _deadline(route: ModelRoute, asked: str | None) -> float:
+    """When the request must be answered: `x-request-timeout` seconds from now, capped by
+    the model's `timeouts.total_s`."""
+    limit = route.config.timeouts.total_s
+    if asked is not None:
+        try:
+            seconds = float(asked)
+        except ValueError:
+            seconds = -1.0
+        if not 0 < seconds < float("inf"):
+            raise InvalidRequest(
+                "`x-request-timeout` must be a positive number of seconds.", "x-request-timeout"
+            )
+        limit = min(limit, seconds)
+    return time.monotonic() + limit
