@@ -29,6 +29,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from hiredis import pack_command
+from redis._parsers.hiredis import NOT_ENOUGH_DATA, _AsyncHiredisParser
+from redis._parsers.socket import SERVER_CLOSED_CONNECTION_ERROR
 from redis.asyncio import Redis
 from redis.asyncio.connection import AbstractConnection as Connection
 from redis.commands.core import AsyncScript
@@ -185,6 +187,16 @@ class ScriptCoalescer:
                     # (redis-py's send_packed_command would connect to localhost:6379).
                     await connection.connect()  # type: ignore[no-untyped-call]
                 await connection.send_packed_command(packed, check_health=False)
+                parser = connection._parser
+                # Only where redis-py's own `read_response` would read: a connection
+                # class with its own (Sentinel's turns READONLY into a connection error,
+                # fakeredis's reads no socket) is read through it.
+                if (
+                    type(parser) is _AsyncHiredisParser
+                    and type(connection).read_response is Connection.read_response
+                ):
+                    await _read_replies(connection, parser, len(batch), replies)
+                    return
                 for _ in batch:
                     try:
                         replies.append(await connection.read_response())
@@ -205,6 +217,46 @@ class ScriptCoalescer:
                 await asyncio.shield(sender)
         for connection in self._connections.values():
             await connection.disconnect()
+
+
+async def _read_replies(
+    connection: Connection, parser: _AsyncHiredisParser, count: int, replies: list[Any]
+) -> None:
+    """Read `count` replies off `connection` with its own hiredis reader, as its
+    `read_response` would one by one (no read timeout), with an error reply as the
+    call's own error rather than raised: the same replies without redis-py's several
+    Python calls per reply, which cost more than the rest of the round trip together."""
+    if not parser._connected:
+        raise RedisConnectionError(SERVER_CLOSED_CONNECTION_ERROR)
+    reader, stream = parser._reader, parser._stream
+    assert reader is not None and stream is not None  # set when it connected
+    push = parser._hiredis_PushNotificationType
+    until = len(replies) + count
+    while len(replies) < until:
+        reply = reader.gets()
+        while reply is NOT_ENOUGH_DATA:
+            try:
+                data = await stream.read(parser._read_size)
+            except OSError as exc:
+                raise RedisConnectionError(
+                    f"Error while reading from {connection._host_error()} : {exc.args}"
+                ) from exc
+            if not data:
+                raise RedisConnectionError(SERVER_CLOSED_CONNECTION_ERROR)
+            reader.feed(data)
+            reply = reader.gets()
+        # As redis-py: an error reply that means the connection failed (LOADING, ...)
+        # is raised, not given to the call.
+        if isinstance(reply, RedisConnectionError):
+            raise reply
+        if push is not None and isinstance(reply, push):
+            # RESP3 (redis-py's default): a push message (an invalidation, a maintenance
+            # notice) is handed to redis-py's handlers and is no call's reply.
+            await parser.handle_push_response(reply)
+            continue
+        if type(reply) is list and reply and isinstance(reply[0], RedisConnectionError):
+            raise reply[0]
+        replies.append(reply)
 
 
 def _settle(call: _Call, reply: Any) -> None:
