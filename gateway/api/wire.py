@@ -3,8 +3,9 @@
 A `Wire` says how one API's request bodies parse into an `InferenceRequest`, where its
 key is, and how answers, streams and errors are written back. Everything between
 (limits, admission, fallback, retries, idempotency, metrics, logs) is the same request
-path for every wire (`gateway.api.exchange` over `gateway.serving.conductor`). Each wire is a package of its own:
-`api/openai/` (chat, completions, embeddings), `api/responses/`, `api/anthropic/`.
+path for every wire (`gateway.api.exchange` over `gateway.serving.conductor`). Each
+wire is a package of its own: `api/openai/` (chat, completions, embeddings),
+`api/responses/`, `api/anthropic/`.
 """
 
 from __future__ import annotations
