@@ -190,6 +190,20 @@ async def test_messages_stream_through_the_sdk(gw: InProcessGateway) -> None:
     assert final.usage.output_tokens == 3
 
 
+async def test_a_messages_streams_input_tokens_are_the_upstreams(gw: InProcessGateway) -> None:
+    # `message_start` can only carry the gateway's estimate (the prompt has not been
+    # counted upstream yet); the final usage is what the upstream counted and charged.
+    gw.upstream.script(
+        "llm-large",
+        [Delta(text="Hi", input_tokens=9, output_tokens=1), Delta(text="!", usage=Usage(9, 2))],
+    )
+    async with gw.anthropic().messages.stream(
+        model="llm-large", max_tokens=32, messages=[{"role": "user", "content": "Hello"}]
+    ) as stream:
+        final = await stream.get_final_message()
+    assert (final.usage.input_tokens, final.usage.output_tokens) == (9, 2)
+
+
 async def test_messages_stream_event_order(gw: InProcessGateway) -> None:
     async with gw.http() as client:
         response = await client.post(

@@ -175,7 +175,9 @@ class MessageStreamWriter:
                 "stop_reason": STOP_REASONS.get(finish_reason, "end_turn"),
                 "stop_sequence": None,
             },
-            "usage": {"output_tokens": usage.completion_tokens},
+            # Input tokens too: `message_start` could only carry the gateway's estimate;
+            # here is what the upstream counted, which the SDKs take over (cumulative).
+            "usage": _usage(usage),
         }
         return (
             self._stop()

@@ -272,7 +272,7 @@ def test_the_stream_opens_and_closes_each_block_in_turn() -> None:
     }
     assert parsed[7][1]["delta"] == {"type": "input_json_delta", "partial_json": '{"a"'}
     assert parsed[10][1]["delta"]["stop_reason"] == "tool_use"
-    assert parsed[10][1]["usage"] == {"output_tokens": 7}
+    assert parsed[10][1]["usage"] == {"input_tokens": 5, "output_tokens": 7}
 
 
 def test_ratelimit_headers_say_when_the_bucket_is_full_again() -> None:
