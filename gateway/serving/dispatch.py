@@ -37,6 +37,7 @@ from gateway.observability import metrics
 from gateway.upstream import failover
 from gateway.upstream.failover import NoReplicaLeft
 from gateway.upstream.route import ModelRoute
+from gateway.upstream.timeout import Timeout
 from gateway.upstream.tool_calls import parser_for, read_completion, read_stream
 
 
@@ -112,8 +113,8 @@ class Dispatcher:
             started = time.monotonic()
             used = 0
             try:
-                # asyncio.timeout, unlike wait_for, runs the call in this task: no new task.
-                async with asyncio.timeout(work.deadline - started):
+                # A timeout, unlike wait_for, runs the call in this task: no new task.
+                with Timeout(work.deadline - started):
                     completion = await failover.complete(route, call, work.deadline)
                 parser = parser_for(route, call)
                 if parser is not None:

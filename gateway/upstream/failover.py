@@ -33,6 +33,7 @@ from gateway.upstream.affinity import routing_key
 from gateway.upstream.outlier import ReplicaState
 from gateway.upstream.pool import Replica
 from gateway.upstream.route import ModelRoute
+from gateway.upstream.timeout import Timeout
 
 log = logging.getLogger("gateway.failover")
 
@@ -180,7 +181,7 @@ async def stream(
             asked = time.monotonic()
             try:
                 try:
-                    async with asyncio.timeout(None if first_by is None else first_by - asked):
+                    with Timeout(None if first_by is None else first_by - asked):
                         first = await anext(upstream)
                 except StopAsyncIteration:
                     outlier.record_success(replica)
