@@ -53,11 +53,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
+import orjson
 from uvicorn._types import ASGIReceiveCallable, ASGISendCallable, ASGISendEvent, Scope
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from gateway.config.schema import ServerConfig
 from gateway.observability import metrics
+from gateway.transport.errors import APIError
 
 log = logging.getLogger("gateway")
 
@@ -121,31 +123,32 @@ def _response(status: bytes, body: bytes, *extra: bytes) -> bytes:
     return b"\r\n".join(head) + b"\r\n\r\n" + body
 
 
-def _error_body(message: str, code: str, type_: str = "invalid_request_error") -> bytes:
-    return (
-        b'{"error":{"message":"' + message.encode() + b'","type":"' + type_.encode()
-        + b'","param":null,"code":"' + code.encode() + b'"}}'
-    )  # fmt: skip
+def _error_body(
+    status: int, message: str, code: str, type_: str = "invalid_request_error"
+) -> bytes:
+    # The shape every other refusal has (`APIError`), made once, at import.
+    return orjson.dumps(APIError(status, message, type=type_, code=code).body())
 
 
 _HEAD_TIMEOUT = _response(
     b"408 Request Timeout",
-    _error_body("The request head did not arrive in time.", "request_timeout"),
+    _error_body(408, "The request head did not arrive in time.", "request_timeout"),
 )
 _HEAD_TOO_LARGE = _response(
     b"431 Request Header Fields Too Large",
-    _error_body("The request line and headers are too large.", "request_header_too_large"),
+    _error_body(431, "The request line and headers are too large.", "request_header_too_large"),
 )
 _TOO_MANY = _response(
     b"503 Service Unavailable",
     _error_body(
-        "Too many open connections; retry shortly.", "too_many_connections", "server_error"
+        503, "Too many open connections; retry shortly.", "too_many_connections", "server_error"
     ),
     b"retry-after: 1",
 )
 _TOO_MANY_OPEN_FROM_ADDRESS = _response(
     b"429 Too Many Requests",
     _error_body(
+        429,
         "Too many open connections from your address; reuse or close some, then retry.",
         "too_many_connections_from_address",
         "requests",
@@ -155,6 +158,7 @@ _TOO_MANY_OPEN_FROM_ADDRESS = _response(
 _TOO_MANY_FROM_ADDRESS = _response(
     b"429 Too Many Requests",
     _error_body(
+        429,
         "Too many connections from your address without an authenticated request; retry shortly.",
         "too_many_connections_from_address",
         "requests",
