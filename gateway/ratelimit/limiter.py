@@ -39,7 +39,13 @@ from gateway.ratelimit.buckets import (
 )
 from gateway.ratelimit.errors import LimiterUnavailable, UnknownTenant
 from gateway.ratelimit.headers import bucket_headers, duration
-from gateway.ratelimit.redis_store import RedisBuckets, take_result
+from gateway.ratelimit.redis_store import (
+    _NO_LEASE,
+    _RELEASE,
+    RedisBuckets,
+    _adjust_call,
+    take_result,
+)
 from gateway.storage.redis_client import REDIS_ERRORS
 
 log = logging.getLogger("gateway.ratelimit")
@@ -101,6 +107,13 @@ class _Plan:
     # reserved tokens go at `token_cost_at`.
     args: tuple[Any, ...] = ()
     token_cost_at: tuple[int, ...] = ()
+    # The same for adjust.lua's charges and refunds of the token buckets: KEYS without
+    # and with the lease key, ARGV up to the lease's part (no lease operation, each
+    # change 0: a request's goes at `token_change_at`).
+    adjust_keys: tuple[str, ...] = ()
+    adjust_lease_keys: tuple[str, ...] = ()
+    adjust_args: tuple[Any, ...] = ()
+    token_change_at: tuple[int, ...] = ()
 
     @property
     def unlimited(self) -> bool:
@@ -126,6 +139,8 @@ class Reservation:
     deadline: float = math.inf
     # Taken locally: the number of the outage it was taken in (0: taken from Redis).
     outage: int = 0
+    # The plan it was admitted under (its adjust.lua call's parts).
+    plan: _Plan | None = None
 
 
 @dataclass(slots=True)
@@ -169,16 +184,23 @@ def plan_for(prefix: str, name: str, tenant: Tenant, model: str) -> _Plan:
     args: list[Any] = [len(keys)]
     for spec in specs:
         args += (spec.capacity, spec.refill_per_ms, spec.cost)
+    # And as `RedisBuckets.adjust_soon` builds them.
+    token_buckets = tuple(b for b in buckets if b.kind == "tokens")
+    adjust_keys, adjust_args = _adjust_call([b.spec(0) for b in token_buckets], None, None)
     return _Plan(
         buckets=tuple(buckets),
         max_concurrent=tenant.limits.max_concurrent,
         inflight_key=inflight_key,
         shadow=tenant.shadow,
-        token_buckets=tuple(b for b in buckets if b.kind == "tokens"),
+        token_buckets=token_buckets,
         keys=keys,
         lease_keys=(*keys, inflight_key),
         args=tuple(args),
         token_cost_at=tuple(3 + 3 * i for i, b in enumerate(buckets) if b.kind == "tokens"),
+        adjust_keys=tuple(adjust_keys),
+        adjust_lease_keys=(*adjust_keys, inflight_key),
+        adjust_args=tuple(adjust_args),
+        token_change_at=tuple(4 + 3 * i for i in range(len(token_buckets))),
     )
 
 
@@ -313,6 +335,7 @@ class RateLimiter:
                 local,
                 deadline,
                 outage=self._outages if local else 0,
+                plan=plan,
             )
             if lease is not None:
                 self._hold_lease(decision.reservation, lease)
@@ -413,6 +436,9 @@ class RateLimiter:
             if lease is not None:
                 self._local.adjust(None, lease, monotonic_ms())
             lease = None
+        elif not self._redis_down and reservation.plan is not None:
+            self._send_planned_adjust(reservation.plan, delta, lease)
+            return
         specs = [b.spec(delta) for b in reservation.token_buckets] if delta else []
         if not specs and lease is None:
             return
@@ -422,6 +448,27 @@ class RateLimiter:
             self._unsent.append((specs, lease))
         else:
             self._send_adjust(specs, lease)
+
+    def _send_planned_adjust(self, plan: _Plan, delta: int, release: LeaseSpec | None) -> None:
+        """`_send_adjust` of the plan's token buckets changed by `delta`, with the call's
+        KEYS and ARGV built from the plan's parts (nothing sent if there is nothing to
+        change or release)."""
+        if delta and plan.token_buckets:
+            args = list(plan.adjust_args)
+            for i in plan.token_change_at:
+                args[i] = delta
+            keys = plan.adjust_keys
+        elif release is None:
+            return
+        else:
+            args, keys = [0, _NO_LEASE], ()
+        if release is not None:
+            args[1] = _RELEASE
+            keys = plan.adjust_lease_keys if keys else (release.key,)
+            args += (release.member, release.ttl_ms)
+        adjusted = self._store.adjust_reply_soon(keys, args)
+        self._adjusting[adjusted] = release
+        adjusted.add_done_callback(self._adjusted)
 
     def _send_adjust(
         self, specs: list[BucketSpec], release: LeaseSpec | None, renew: LeaseSpec | None = None

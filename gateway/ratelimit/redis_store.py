@@ -131,6 +131,13 @@ class RedisBuckets:
         loop; on a single Redis it is sent ahead of every call made after it.
         """
         keys, args = _adjust_call(buckets, release, renew)
+        return self.adjust_reply_soon(keys, args, urgent)
+
+    def adjust_reply_soon(
+        self, keys: Sequence[str], args: Sequence[Any], urgent: bool = False
+    ) -> asyncio.Future[Any]:
+        """`adjust_soon` with KEYS and ARGV as it builds them (unchecked), for a caller
+        that builds them from parts made once; the future gets adjust.lua's own reply."""
         if self._coalescer is not None:
             return self._coalescer.call(self._adjust, keys, args, urgent=urgent)
         return asyncio.ensure_future(self._call_alone(self._adjust, keys, args))

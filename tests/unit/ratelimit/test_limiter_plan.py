@@ -3,6 +3,7 @@ same KEYS and ARGV as `RedisBuckets.take` sends, the same headers as `_decide` m
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -13,7 +14,7 @@ from hypothesis import strategies as st
 from gateway.config import RateLimitConfig, TenantsConfig
 from gateway.ratelimit.buckets import LeaseSpec
 from gateway.ratelimit.limiter import RateLimiter, _decide, _headers, plan_for
-from gateway.ratelimit.redis_store import RedisBuckets, take_result
+from gateway.ratelimit.redis_store import RedisBuckets, _adjust_call, take_result
 
 KEY_HASH = "sha256:" + "0" * 64
 
@@ -87,3 +88,33 @@ def test_allowed_headers_are_those_of_decide(
     decision = _decide(plan, take_result(reply, len(plan.buckets), False))
     assert decision.allowed
     assert list(_headers(plan.buckets, reply).items()) == list(decision.headers.items())
+
+
+@pytest.mark.parametrize("limits", LIMITS)
+@pytest.mark.parametrize("with_lease", [False, True])
+async def test_a_settle_sends_what_the_store_would_build(
+    limits: dict[str, Any], with_lease: bool
+) -> None:
+    plan = plan_for("p", "t", tenant(**limits), "m")
+    sent: list[tuple[list[str], list[Any]]] = []
+
+    class Store:
+        def adjust_reply_soon(self, keys: Any, args: Any) -> asyncio.Future[Any]:
+            sent.append((list(keys), list(args)))
+            done: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+            done.set_result(None)
+            return done
+
+    config = TenantsConfig.model_validate({"tenants": {"t": {"api_keys": [KEY_HASH]}}})
+    limiter = RateLimiter(Store(), None, config, RateLimitConfig(), "p")  # type: ignore[arg-type]
+    lease = LeaseSpec(plan.inflight_key, "member", 3, 30_000) if with_lease else None
+    for delta in (-13, 0, 7):
+        limiter._send_planned_adjust(plan, delta, lease)
+        specs = [b.spec(delta) for b in plan.token_buckets] if delta else []
+        if not specs and lease is None:
+            assert not sent
+            continue
+        expected_keys, expected_args = _adjust_call(specs, lease, None)
+        keys, args = sent.pop()
+        assert keys == expected_keys
+        assert [(a, type(a)) for a in args] == [(a, type(a)) for a in expected_args]
