@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 
 import pytest
 
@@ -91,3 +92,21 @@ def test_the_values_a_client_chose_are_redacted_in_the_access_line(
     assert fields["requested_model"] == "[REDACTED]"
     assert fields["prompt"] == "my key is [REDACTED], keep it"
     assert "sk-acme" not in caplog.text
+
+
+def test_the_access_line_is_a_whole_record_for_any_formatter(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # The record is made without `log.info` (for speed): a handler an operator adds with
+    # its own format must still find every attribute, and the line's own time.
+    caplog.set_level(logging.INFO, "gateway.access")
+    before = time.time()
+    RequestRecord("chatcmpl-unit-whole", tenant="acme", model="llm-small").finish(200)
+    [record] = [r for r in caplog.records if r.name == "gateway.access"]
+    formatter = logging.Formatter(
+        "%(asctime)s %(name)s %(levelname)s %(module)s %(funcName)s %(process)s %(message)s"
+    )
+    assert formatter.format(record).endswith("request")
+    assert record.levelno == logging.INFO and record.getMessage() == "request"
+    assert before <= record.created <= time.time()
+    assert record.relativeCreated > 0
