@@ -69,7 +69,15 @@ MAX_UNSENT_SETTLES = 10_000
 # on a Cluster it is a round trip's worth of local admissions).
 DEBT_ROUNDS = 3
 # The names of `bucket_headers`, by kind.
-_HEADER_NAMES = {kind: tuple(bucket_headers(kind, 0, 0, 0)) for kind in ("requests", "tokens")}
+_HEADER_NAMES: dict[str, tuple[str, str, str]] = {
+    kind: (
+        f"x-ratelimit-limit-{kind}",
+        f"x-ratelimit-remaining-{kind}",
+        f"x-ratelimit-reset-{kind}",
+    )
+    for kind in ("requests", "tokens")
+}
+_MS_TEXT = [duration(ms) for ms in range(1000)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +122,9 @@ class _Plan:
     adjust_lease_keys: tuple[str, ...] = ()
     adjust_args: tuple[Any, ...] = ()
     token_change_at: tuple[int, ...] = ()
+    # With at most one bucket of each kind (the usual plan), each one's headers: their
+    # names, the limit's text, and where its remaining level is in take.lua's reply.
+    header_slots: tuple[tuple[str, str, str, str, int], ...] | None = None
 
     @property
     def unlimited(self) -> bool:
@@ -201,7 +212,19 @@ def plan_for(prefix: str, name: str, tenant: Tenant, model: str) -> _Plan:
         adjust_lease_keys=(*adjust_keys, inflight_key),
         adjust_args=tuple(adjust_args),
         token_change_at=tuple(4 + 3 * i for i in range(len(token_buckets))),
+        header_slots=_header_slots(buckets),
     )
+
+
+def _header_slots(buckets: Sequence[_Bucket]) -> tuple[tuple[str, str, str, str, int], ...] | None:
+    kinds = [b.kind for b in buckets]
+    if len(set(kinds)) < len(kinds):
+        return None  # the tightest bucket of a kind is found per request
+    slots = []
+    for i, bucket in enumerate(buckets):
+        limit, left, reset = _HEADER_NAMES[bucket.kind]
+        slots.append((limit, str(bucket.per_minute), left, reset, 3 + 4 * i))
+    return tuple(slots)
 
 
 class RateLimiter:
@@ -311,7 +334,7 @@ class RateLimiter:
         if reply is not None and reply[0] == 1:
             # Allowed by Redis, as nearly every request is: the headers straight from the
             # reply, as `_decide` would make them from its `TakeResult`.
-            decision = Decision(allowed=True, headers=_headers(plan.buckets, reply))
+            decision = Decision(allowed=True, headers=_headers(plan, reply))
         else:
             if local:
                 costs = plan.costs(reserve_tokens)
@@ -637,18 +660,29 @@ def _by_tenant(charges: Sequence[BucketSpec]) -> list[list[BucketSpec]]:
     return list(groups.values())
 
 
-def _headers(buckets: Sequence[_Bucket], reply: Any) -> dict[str, str]:
+def _headers(plan: _Plan, reply: Any) -> dict[str, str]:
     """The headers `_decide` makes, from take.lua's reply itself: for each kind, the
     bucket with the smallest share of its capacity left (the first of equals)."""
+    headers: dict[str, str] = {}
+    if plan.header_slots is not None:
+        for limit, limit_text, left, reset, i in plan.header_slots:
+            headers[limit] = limit_text
+            headers[left] = str(max(0, int(float(reply[i]))))
+            reset_ms = reply[i + 2]
+            # Most waits are under a second: their text is `duration`'s, made once.
+            if type(reset_ms) is int and 0 <= reset_ms < 1000:
+                headers[reset] = _MS_TEXT[reset_ms]
+            else:
+                headers[reset] = duration(reset_ms)
+        return headers
     tightest: dict[str, tuple[_Bucket, float, int]] = {}
     i = 3
-    for bucket in buckets:
+    for bucket in plan.buckets:
         remaining = float(reply[i])
         best = tightest.get(bucket.kind)
         if best is None or remaining / bucket.capacity < best[1] / best[0].capacity:
             tightest[bucket.kind] = (bucket, remaining, reply[i + 2])
         i += 4
-    headers: dict[str, str] = {}
     for bucket, remaining, reset_ms in tightest.values():
         limit, left, reset = _HEADER_NAMES[bucket.kind]
         headers[limit] = str(bucket.per_minute)
