@@ -268,6 +268,13 @@ class UsageMeter:
         if delta.finish_reason is not None:
             self.finish_reason = delta.finish_reason
 
+    def total(self, prompt_estimate: int) -> int:
+        """`usage(prompt_estimate).total_tokens`, without making the Usage (per piece)."""
+        if self._exact is not None:
+            return self._exact.total_tokens
+        prompt = self.prompt_tokens if self.prompt_tokens is not None else prompt_estimate
+        return prompt + self.completion_tokens
+
     def usage(self, prompt_estimate: int) -> Usage:
         """The exact usage when the upstream reported it, else the counted one."""
         if self._exact is not None:

@@ -374,10 +374,6 @@ class _Admitted:
         """The first part: the request itself, unless it has several."""
         return self.works[0]
 
-    def charge(self, used_tokens: int) -> None:
-        if self.decision.reservation is not None:
-            self.runtime.limiter.charge(self.decision.reservation, used_tokens)
-
     def settle(self, used_tokens: int) -> None:
         if self.decision.reservation is not None:
             self.runtime.limiter.settle(self.decision.reservation, used_tokens)
@@ -478,8 +474,16 @@ class Stream:
         """Meter a piece of part `index` as it goes out, charging the tenant's tokens as
         they build up (a long stream is charged while it runs, not only at its end)."""
         self.meters[index].add(delta)
-        if self._admitted.decision.reservation is not None:
-            self._admitted.charge(self.usage().total_tokens)
+        admitted = self._admitted
+        reservation = admitted.decision.reservation
+        if reservation is not None:
+            works = admitted.works
+            used = (
+                self.meters[0].total(works[0].first_call.prompt_estimate)
+                if len(works) == 1
+                else self.usage().total_tokens
+            )
+            admitted.runtime.limiter.charge(reservation, used)
 
     def usage(self) -> Usage:
         """What every part used so far (prompt tokens estimated until reported)."""
