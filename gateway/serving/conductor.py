@@ -230,7 +230,7 @@ class Conductor:
     async def answer(self, plan: Plan, client: Client) -> Answer:
         """Limit, admit and dispatch every part, settle what they used: the whole answer.
         The caller's task is cancelled when its client leaves (`ClientGone` then)."""
-        exchange = await self._admit(plan)
+        admitted = await self._admit(plan)
         used = 0
         answered: set[int] = set()
         dispatcher = self._runtime.dispatcher
@@ -248,22 +248,22 @@ class Conductor:
         try:
             if client.gone:
                 raise ClientGone
-            results = await gather_all([dispatch(i, work) for i, work in enumerate(exchange.works)])
+            results = await gather_all([dispatch(i, work) for i, work in enumerate(admitted.works)])
         except BaseException as exc:
             if client.gone or isinstance(exc, _CUT_BY_TIME):
                 # Left, or cut at its deadline (which the client may choose), while its
                 # parts were with a replica: they are paid for in full.
-                pending = (w for i, w in enumerate(exchange.works) if i not in answered)
+                pending = (w for i, w in enumerate(admitted.works) if i not in answered)
                 used += sum(_unseen_cost(work, whole=True) for work in pending)
-            exchange.settle(used)
-            exchange.failed(exc, client, dispatched)
-        exchange.settle(used)
+            admitted.settle(used)
+            admitted.failed(exc, client, dispatched)
+        admitted.settle(used)
         completions = [completion for completion, _ in results]
         served = [part for _, part in results]
         usage = completions[0].usage
         if len(completions) > 1:
             usage = Usage.sum_of(c.usage for c in completions)
-        exchange.served_by(served, usage)
+        admitted.served_by(served, usage)
         model = served[0].route.name
         fmt = plan.parts[0].options.response_format
         for completion in completions:
@@ -277,30 +277,30 @@ class Conductor:
                 problem = output_problem(fmt, completion.text)
                 if problem is not None:
                     raise InvalidStructuredOutput(model, problem)
-        return Answer(plan.parts, completions, model, usage, exchange.headers(served[0]))
+        return Answer(plan.parts, completions, model, usage, admitted.headers(served[0]))
 
     async def stream(self, plan: Plan, client: Client) -> Stream:
         """Limit, admit and dispatch every part until each has its first piece (or has
         ended): a failure up to here is a plain refusal, and another replica or model
         could still be tried. The rest comes through the `Stream`, which settles when
         it closes. The caller's task is cancelled when its client leaves until then."""
-        exchange = await self._admit(plan)
+        admitted = await self._admit(plan)
         dispatched = time.monotonic()
         dispatcher = self._runtime.dispatcher
         try:
             if client.gone:
                 raise ClientGone
-            opened = await gather_all([dispatcher.stream(w) for w in exchange.works], _close)
+            opened = await gather_all([dispatcher.stream(w) for w in admitted.works], _close)
         except BaseException as exc:
             # Left, or cut at a deadline, while a replica computed its prompt: that prompt
             # is paid for.
             cut = client.gone or isinstance(exc, _CUT_BY_TIME)
-            exchange.settle(sum(_unseen_cost(w, whole=False) for w in exchange.works) if cut else 0)
-            exchange.failed(exc, client, dispatched)
-        return Stream(exchange, opened)
+            admitted.settle(sum(_unseen_cost(w, whole=False) for w in admitted.works) if cut else 0)
+            admitted.failed(exc, client, dispatched)
+        return Stream(admitted, opened)
 
     async def _admit(self, plan: Plan) -> _Admitted:
-        """Take the request's cost from its tenant's limits: the exchange it goes on as."""
+        """Take the request's cost from its tenant's limits; its parts made into work."""
         ask = plan.ask
         identity = ask.identity
         decision = await self._runtime.limiter.admit(
@@ -518,15 +518,15 @@ class Stream:
         if self.closed:
             return
         self.closed = True
-        exchange = self._admitted
+        admitted = self._admitted
         try:
             for _, rest, _ in self.opened:
                 await rest.aclose()
         finally:
             usage = self.usage()
-            exchange.settle(usage.total_tokens)
-            exchange.served_by([served for _, _, served in self.opened], usage)
-            exchange.record.finish(status)
+            admitted.settle(usage.total_tokens)
+            admitted.served_by([served for _, _, served in self.opened], usage)
+            admitted.record.finish(status)
 
 
 def omitted_header(types: tuple[str, ...]) -> str:
