@@ -149,19 +149,28 @@ def _delta(data: dict[str, Any], before_output: bool) -> Delta:
     if error is not None:
         # Triton reports a model's failure inside a 200 response, even mid-stream.
         raise model_error(str(error), before_output)
-    text = _scalar(data.get("text_output"))
-    output_tokens = _scalar(data.get("num_output_tokens"))
-    input_tokens = _scalar(data.get("num_input_tokens"))
-    cached_tokens = _scalar(data.get("num_cached_tokens"))
-    text = text if isinstance(text, str) else ""
+    text = data.get("text_output")
+    if not isinstance(text, str):  # a list, or missing
+        text = _scalar(text)
+        text = text if isinstance(text, str) else ""
+    # Per piece of a stream: the counts are read only when the server sends them.
+    output_tokens = data.get("num_output_tokens")
+    input_tokens = data.get("num_input_tokens")
+    cached_tokens = data.get("num_cached_tokens")
     logprobs = data.get("output_log_probs")
     return Delta(
         text=text,
-        output_tokens=int(output_tokens) if output_tokens is not None else None,
-        input_tokens=int(input_tokens) if input_tokens is not None else None,
-        cached_tokens=int(cached_tokens) if cached_tokens is not None else None,
+        output_tokens=None if output_tokens is None else _count(output_tokens),
+        input_tokens=None if input_tokens is None else _count(input_tokens),
+        cached_tokens=None if cached_tokens is None else _count(cached_tokens),
         logprobs=None if logprobs is None else token_logprobs(text, _list(logprobs)),
     )
+
+
+def _count(value: Any) -> int | None:
+    """A token count output: a number, or a one-element list of one (an empty list: None)."""
+    value = _scalar(value)
+    return None if value is None else int(value)
 
 
 def _list(value: Any) -> list[float]:
