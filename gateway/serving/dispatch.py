@@ -35,9 +35,8 @@ from gateway.config import FallbackReason
 from gateway.inference.types import Completion, Delta, InferenceRequest, UpstreamCall, UsageMeter
 from gateway.observability import metrics
 from gateway.upstream import failover
-from gateway.upstream.failover import NoReplicaLeft
+from gateway.upstream.failover import NoReplicaLeft, Timeout
 from gateway.upstream.route import ModelRoute
-from gateway.upstream.timeout import Timeout
 from gateway.upstream.tool_calls import parser_for, read_completion, read_stream
 
 

@@ -1,4 +1,4 @@
-"""`gateway.upstream.timeout.Timeout` behaves as `asyncio.timeout`: each case runs both
+"""`gateway.upstream.failover.Timeout` behaves as `asyncio.timeout`: each case runs both
 and expects the same outcome."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from contextlib import AbstractAsyncContextManager, AbstractContextManager, asyn
 
 import pytest
 
-from gateway.upstream.timeout import Timeout
+from gateway.upstream.failover import Timeout
 
 Body = Callable[[], Awaitable[str]]
 Manager = AbstractContextManager[object] | AbstractAsyncContextManager[object]
