@@ -40,10 +40,10 @@ from gateway.ratelimit.buckets import (
 from gateway.ratelimit.errors import LimiterUnavailable, UnknownTenant
 from gateway.ratelimit.headers import bucket_headers, duration
 from gateway.ratelimit.redis_store import (
-    _NO_LEASE,
-    _RELEASE,
+    NO_LEASE,
+    RELEASE,
     RedisBuckets,
-    _adjust_call,
+    adjust_call,
     take_result,
 )
 from gateway.storage.redis_client import REDIS_ERRORS
@@ -197,7 +197,7 @@ def plan_for(prefix: str, name: str, tenant: Tenant, model: str) -> _Plan:
         args += (spec.capacity, spec.refill_per_ms, spec.cost)
     # And as `RedisBuckets.adjust_soon` builds them.
     token_buckets = tuple(b for b in buckets if b.kind == "tokens")
-    adjust_keys, adjust_args = _adjust_call([b.spec(0) for b in token_buckets], None, None)
+    adjust_keys, adjust_args = adjust_call([b.spec(0) for b in token_buckets], None, None)
     return _Plan(
         buckets=tuple(buckets),
         max_concurrent=tenant.limits.max_concurrent,
@@ -484,9 +484,9 @@ class RateLimiter:
         elif release is None:
             return
         else:
-            args, keys = [0, _NO_LEASE], ()
+            args, keys = [0, NO_LEASE], ()
         if release is not None:
-            args[1] = _RELEASE
+            args[1] = RELEASE
             keys = plan.adjust_lease_keys if keys else (release.key,)
             args += (release.member, release.ttl_ms)
         adjusted = self._store.adjust_reply_soon(keys, args)

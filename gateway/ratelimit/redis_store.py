@@ -35,7 +35,7 @@ TAKE_LUA = read_script("take.lua")
 ADJUST_LUA = read_script("adjust.lua")
 
 # adjust.lua's lease operations (ARGV[2]).
-_NO_LEASE, _RELEASE, _RENEW = 0, 1, 2
+NO_LEASE, RELEASE, RENEW = 0, 1, 2
 
 
 class RedisBuckets:
@@ -111,7 +111,7 @@ class RedisBuckets:
         Renewing a lease that has already expired does not bring it back
         (`lease_held` is False then).
         """
-        keys, args = _adjust_call(bucket, release, renew)
+        keys, args = adjust_call(bucket, release, renew)
         reply = await self._run(self._adjust, keys, args)
         return AdjustResult([float(r) for r in reply[2:]], reply[1] == 1, float(reply[0]))
 
@@ -130,7 +130,7 @@ class RedisBuckets:
         errors. An `urgent` call goes out as an admission would, at the next turn of the
         loop; on a single Redis it is sent ahead of every call made after it.
         """
-        keys, args = _adjust_call(buckets, release, renew)
+        keys, args = adjust_call(buckets, release, renew)
         return self.adjust_reply_soon(keys, args, urgent)
 
     def adjust_reply_soon(
@@ -159,7 +159,7 @@ def take_result(reply: Any, buckets: int, lease: bool) -> TakeResult:
     return TakeResult(reply[0] == 1, results, lease_result, float(reply[1]))
 
 
-def _adjust_call(
+def adjust_call(
     bucket: BucketSpec | Sequence[BucketSpec] | None,
     release: LeaseSpec | None,
     renew: LeaseSpec | None,
@@ -172,17 +172,17 @@ def _adjust_call(
     else:
         specs = bucket
     keys = [b.key for b in specs]
-    args: list[Any] = [len(keys), _NO_LEASE]
+    args: list[Any] = [len(keys), NO_LEASE]
     for b in specs:
         args += (b.capacity, b.refill_per_ms, b.cost)
     if release is not None and renew is not None:
         raise ValueError("release and renew exclude each other")
     if release is not None:
-        args[1] = _RELEASE
+        args[1] = RELEASE
         keys.append(release.key)
         args += (release.member, release.ttl_ms)
     elif renew is not None:
-        args[1] = _RENEW
+        args[1] = RENEW
         keys.append(renew.key)
         args += (renew.member, renew.ttl_ms)
     return keys, args

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from gateway.config import RateLimitConfig, TenantsConfig
 from gateway.ratelimit.buckets import LeaseSpec
 from gateway.ratelimit.limiter import RateLimiter, _decide, _headers, plan_for
-from gateway.ratelimit.redis_store import RedisBuckets, _adjust_call, take_result
+from gateway.ratelimit.redis_store import RedisBuckets, adjust_call, take_result
 
 KEY_HASH = "sha256:" + "0" * 64
 
@@ -116,7 +116,7 @@ async def test_a_settle_sends_what_the_store_would_build(
         if not specs and lease is None:
             assert not sent
             continue
-        expected_keys, expected_args = _adjust_call(specs, lease, None)
+        expected_keys, expected_args = adjust_call(specs, lease, None)
         keys, args = sent.pop()
         assert keys == expected_keys
         assert [(a, type(a)) for a in args] == [(a, type(a)) for a in expected_args]
