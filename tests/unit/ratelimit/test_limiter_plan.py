@@ -8,12 +8,14 @@ from typing import Any
 
 import pytest
 from fakeredis import FakeAsyncRedis
+from hiredis import pack_command
 from hypothesis import given
 from hypothesis import strategies as st
+from redis._parsers.encoders import Encoder
 
 from gateway.config import RateLimitConfig, TenantsConfig
 from gateway.ratelimit.buckets import LeaseSpec
-from gateway.ratelimit.limiter import RateLimiter, _decide, _headers, plan_for
+from gateway.ratelimit.limiter import RateLimiter, _decide, _encoded, _headers, plan_for
 from gateway.ratelimit.redis_store import RedisBuckets, adjust_call, take_result
 
 KEY_HASH = "sha256:" + "0" * 64
@@ -64,9 +66,20 @@ async def test_a_plan_sends_what_the_store_would_build(
         await limiter._take_in_redis(plan, reserve, lease)
         keys, args = sent.pop()
         expected_keys, expected_args = sent.pop()
-        assert keys == expected_keys
-        # Packed by type (an int and a float of one value are different bytes).
-        assert [(a, type(a)) for a in args] == [(a, type(a)) for a in expected_args]
+        assert wire(keys, args) == wire(expected_keys, expected_args)
+
+
+def wire(keys: list[str], args: list[Any]) -> tuple[bytes, list[bytes]]:
+    """What a call sends: the command as the coalescer packs it (hiredis), and its
+    arguments as redis-py encodes them (a Redis Cluster's calls)."""
+    encoder = Encoder("utf-8", "strict", False)  # type: ignore[no-untyped-call]
+    packed = pack_command(("EVALSHA", "0" * 40, len(keys), *keys, *args))
+    return packed, [encoder.encode(a) for a in (*keys, *args)]  # type: ignore[no-untyped-call]
+
+
+@given(st.floats(allow_nan=False, allow_infinity=False))
+def test_a_float_is_sent_as_the_bytes_it_is_encoded_to(value: float) -> None:
+    assert wire([], list(_encoded([value]))) == wire([], [value])
 
 
 remaining = st.one_of(st.floats(-1e6, 1e9), st.integers(-1000, 10**9).map(float))
@@ -118,5 +131,4 @@ async def test_a_settle_sends_what_the_store_would_build(
             continue
         expected_keys, expected_args = adjust_call(specs, lease, None)
         keys, args = sent.pop()
-        assert keys == expected_keys
-        assert [(a, type(a)) for a in args] == [(a, type(a)) for a in expected_args]
+        assert wire(keys, args) == wire(expected_keys, expected_args)
