@@ -15,7 +15,7 @@ from redis.exceptions import RedisError
 
 from gateway.admission import AdmissionController
 from gateway.backends.base import Backend
-from gateway.backends.openai import OpenAIBackend
+from gateway.backends.openai_compatible import OpenAIBackend
 from gateway.backends.triton_grpc import TritonGRPCBackend
 from gateway.backends.triton_http import TritonHTTPBackend
 from gateway.backends.triton_metrics import default_metrics_url

@@ -11,7 +11,7 @@ import openai
 import orjson
 import pytest
 
-import gateway.backends.openai as openai_backend
+import gateway.backends.openai_compatible as openai_backend
 from gateway.app import build_app
 from gateway.config.loader import load_config
 from tests.inprocess.conftest import InProcessGateway, running

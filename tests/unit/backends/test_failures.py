@@ -30,7 +30,7 @@ from gateway.backends.base import (
     UpstreamTimeout,
     plain_reason,
 )
-from gateway.backends.openai import OpenAIBackend
+from gateway.backends.openai_compatible import OpenAIBackend
 from gateway.backends.triton_grpc import _error
 from gateway.backends.triton_http import TritonHTTPBackend
 from gateway.inference.types import Delta, RequestKind

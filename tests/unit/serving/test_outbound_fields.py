@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from gateway.backends import openai, triton_http
+from gateway.backends import openai_compatible, triton_http
 from gateway.config import ModelConfig
 from gateway.inference.types import InferenceRequest, RequestKind
 from gateway.serving.runtime import _route
@@ -148,7 +148,7 @@ def test_nothing_a_backend_is_given_or_sends_holds_a_secret(
     given = " ".join(all_strings(dataclasses.replace(call, session=None)))
     sent = []
     if kind is not RequestKind.EMBEDDING:
-        module = openai if backend == "openai" else triton_http
+        module = openai_compatible if backend == "openai" else triton_http
         sent = [module._payload(call, stream).decode() for stream in (False, True)]
     for where, secret in secrets.by_field.items():
         assert secret not in given, where

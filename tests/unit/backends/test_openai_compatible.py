@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.backends.openai import _endpoint
+from gateway.backends.openai_compatible import _endpoint
 from gateway.inference.types import RequestKind
 from tests.unit.backends.calls import upstream_call
 
