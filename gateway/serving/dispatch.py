@@ -121,10 +121,13 @@ class Dispatcher:
             except TimeoutError:
                 _learn_too_slow(route, work, call, time.monotonic() - started)
                 raise DeadlineMissed(f"{route.name} did not answer before the deadline") from None
-            except UpstreamTimeout:
-                _learn_too_slow(route, work, call, time.monotonic() - started)
-                raise
-            except NoReplicaLeft:
+            except (UpstreamError, NoReplicaLeft) as exc:
+                # As a stream before its first piece (below): a failure that is not the
+                # request's own may be served by the next model of the chain.
+                if isinstance(exc, UpstreamRejected):
+                    raise  # the request's own fault: another model would refuse it too
+                if isinstance(exc, UpstreamTimeout):
+                    _learn_too_slow(route, work, call, time.monotonic() - started)
                 if self._may_fall_back(work, index, FallbackReason.REPLICA_ERROR, fallbacks):
                     continue
                 raise

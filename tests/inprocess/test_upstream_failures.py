@@ -101,21 +101,22 @@ async def test_a_refused_request_is_400_and_not_retried(gw: InProcessGateway) ->
 
 
 async def test_a_model_failure_is_502_without_the_upstreams_detail(gw: InProcessGateway) -> None:
-    gw.upstream.script("llm-large", UpstreamError(MODEL_FAILED, detail=SECRET))
+    # The last model of its chain: nothing to fall back to.
+    gw.upstream.script("llm-small", UpstreamError(MODEL_FAILED, detail=SECRET))
     async with gw.http() as client:
-        response = await client.post("/v1/chat/completions", json=CHAT)
+        response = await client.post("/v1/chat/completions", json={**CHAT, "model": "llm-small"})
     assert response.status_code == 502
     error = response.json()["error"]
     assert error["code"] == "upstream_error"
-    assert error["message"] == f"The backend for `llm-large` failed: {MODEL_FAILED}"
+    assert error["message"] == f"The backend for `llm-small` failed: {MODEL_FAILED}"
     assert SECRET not in response.text
     assert len(gw.upstream.calls) == 1  # not retryable: output may have been generated
 
 
 async def test_an_upstream_timeout_is_504(gw: InProcessGateway) -> None:
-    gw.upstream.script("llm-large", UpstreamTimeout(TIMED_OUT, detail=SECRET))
+    gw.upstream.script("llm-small", UpstreamTimeout(TIMED_OUT, detail=SECRET))
     with pytest.raises(openai.APIStatusError) as caught:
-        await gw.openai().chat.completions.create(model="llm-large", messages=HELLO)
+        await gw.openai().chat.completions.create(model="llm-small", messages=HELLO)
     assert caught.value.status_code == 504
     assert caught.value.code == "timeout"
 
@@ -163,3 +164,20 @@ async def test_a_messages_stream_failure_is_an_anthropic_error_event(
     assert data["error"]["type"] == "api_error"
     assert SECRET not in response.text
     assert "message_stop" not in [n for n, _ in events]
+
+
+@pytest.mark.parametrize(
+    "error", [UpstreamError(MODEL_FAILED), UpstreamTimeout(TIMED_OUT)], ids=["failed", "timeout"]
+)
+@pytest.mark.parametrize("stream", [True, False], ids=["streamed", "whole"])
+async def test_a_failure_before_output_falls_back_streamed_or_not(
+    gw: InProcessGateway, error: UpstreamError, stream: bool
+) -> None:
+    # `replica_error`: every replica tried failed before any output. A whole answer has
+    # no output until it is whole, so it falls back as a stream does before its first
+    # piece (it used to get the 502 or 504 instead).
+    gw.upstream.script("llm-large", error, error)
+    async with gw.http() as client:
+        response = await client.post("/v1/chat/completions", json={**CHAT, "stream": stream})
+    assert response.status_code == 200
+    assert response.headers["x-gateway-fallback"] == "llm-large->llm-small; reason=replica_error"
