@@ -15,6 +15,7 @@ before it admits anything, so the refill of the outage is not handed out twice.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import logging
 import math
@@ -37,6 +38,7 @@ from gateway.ratelimit.buckets import (
     bucket_key,
     monotonic_ms,
 )
+from gateway.ratelimit.coalescer import PackedCall
 from gateway.ratelimit.errors import LimiterUnavailable, UnknownTenant
 from gateway.ratelimit.headers import bucket_headers, duration
 from gateway.ratelimit.redis_store import (
@@ -99,6 +101,19 @@ class _Bucket:
 
 
 @dataclass(frozen=True, slots=True)
+class _Packers:
+    """A plan's calls packed once (where the store packs calls), for leases of `ttl_ms`:
+    a take, with a lease, a charge or refund of its token buckets, and one that also
+    releases the lease (None without token buckets)."""
+
+    take: PackedCall
+    take_lease: PackedCall | None
+    adjust: PackedCall | None
+    adjust_release: PackedCall | None
+    ttl_ms: int
+
+
+@dataclass(frozen=True, slots=True)
 class _Plan:
     """Every limit that applies to one tenant calling one model, and the parts of its
     take.lua call that are the same for every request (built once, not per request)."""
@@ -125,6 +140,8 @@ class _Plan:
     # With at most one bucket of each kind (the usual plan), each one's headers: their
     # names, the limit's text, and where its remaining level is in take.lua's reply.
     header_slots: tuple[tuple[str, str, str, str, int], ...] | None = None
+    # Its calls packed once, where the store packs calls (`RateLimiter._plan` adds them).
+    packers: _Packers | None = None
 
     @property
     def unlimited(self) -> bool:
@@ -299,8 +316,41 @@ class RateLimiter:
                 # A reload removed the tenant after its key was checked.
                 raise UnknownTenant(tenant)
             plan = plan_for(self._prefix, tenant, config, model)
+            packers = self._packers(plan)
+            if packers is not None:
+                plan = dataclasses.replace(plan, packers=packers)
             self._plans[(tenant, model)] = plan
         return plan
+
+    def _packers(self, plan: _Plan) -> _Packers | None:
+        """The plan's calls packed once, with placeholders (0, "") where a request's
+        amount and lease member go; None where the store does not pack calls."""
+        packer = self._store.packer
+        take = packer("take", plan.keys, plan.args, plan.token_cost_at)
+        if take is None:
+            return None
+        ttl_ms = int(LEASE_TTL_S * 1000)
+        take_lease = None
+        if plan.max_concurrent is not None:
+            lease_args = (*plan.args, "", plan.max_concurrent, ttl_ms)
+            take_lease = packer(
+                "take", plan.lease_keys, lease_args, plan.token_cost_at, len(plan.args)
+            )
+        adjust = adjust_release = None
+        if plan.token_buckets:
+            adjust = packer("adjust", plan.adjust_keys, plan.adjust_args, plan.token_change_at)
+            if plan.max_concurrent is not None:
+                release_args = list(plan.adjust_args)
+                release_args[1] = RELEASE
+                release_args += ("", ttl_ms)
+                adjust_release = packer(
+                    "adjust",
+                    plan.adjust_lease_keys,
+                    release_args,
+                    plan.token_change_at,
+                    len(plan.adjust_args),
+                )
+        return _Packers(take, take_lease, adjust, adjust_release, ttl_ms)
 
     async def admit(
         self,
@@ -387,6 +437,13 @@ class RateLimiter:
             # As `check_costs` refuses it: a negative take would add tokens.
             key = plan.keys[(plan.token_cost_at[0] - 3) // 3]
             raise ValueError(f"bucket {key}: a take's cost must be >= 0, not {reserve_tokens}")
+        packers = plan.packers
+        if packers is not None:
+            if lease is None:
+                return self._store.take_reply(plan.keys, (), packers.take.pack(reserve_tokens))
+            if packers.take_lease is not None and lease.ttl_ms == packers.ttl_ms:
+                packed = packers.take_lease.pack(reserve_tokens, lease.member)
+                return self._store.take_reply(plan.lease_keys, (), packed)
         args = list(plan.args)
         for i in plan.token_cost_at:
             args[i] = reserve_tokens
@@ -483,6 +540,23 @@ class RateLimiter:
         """`_send_adjust` of the plan's token buckets changed by `delta`, with the call's
         KEYS and ARGV built from the plan's parts (nothing sent if there is nothing to
         change or release)."""
+        packers = plan.packers
+        if delta and packers is not None:
+            packed = None
+            if release is None and packers.adjust is not None:
+                keys, packed = plan.adjust_keys, packers.adjust.pack(delta)
+            elif (
+                release is not None
+                and packers.adjust_release is not None
+                and release.ttl_ms == packers.ttl_ms
+            ):
+                packed = packers.adjust_release.pack(delta, release.member)
+                keys = plan.adjust_lease_keys
+            if packed is not None:
+                adjusted = self._store.adjust_reply_soon(keys, (), packed=packed)
+                self._adjusting[adjusted] = release
+                adjusted.add_done_callback(self._adjusted)
+                return
         if delta and plan.token_buckets:
             args = list(plan.adjust_args)
             for i in plan.token_change_at:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Sequence
-from typing import Any
+from typing import Any, Literal
 
 from redis.asyncio import Redis, RedisCluster
 from redis.commands.core import AsyncScript
@@ -28,7 +28,7 @@ from gateway.ratelimit.buckets import (
     TakeResult,
     check_costs,
 )
-from gateway.ratelimit.coalescer import RoundTripObserver, ScriptCoalescer
+from gateway.ratelimit.coalescer import PackedCall, RoundTripObserver, ScriptCoalescer
 from gateway.storage.scripts import read_script
 
 TAKE_LUA = read_script("take.lua")
@@ -92,12 +92,31 @@ class RedisBuckets:
         reply = await self._run(self._take, keys, args)
         return take_result(reply, len(buckets), lease is not None)
 
-    def take_reply(self, keys: Sequence[str], args: Sequence[Any]) -> Awaitable[Any]:
+    def take_reply(
+        self, keys: Sequence[str], args: Sequence[Any], packed: bytes | None = None
+    ) -> Awaitable[Any]:
         """take.lua's own reply for KEYS and ARGV as `take` builds them (unchecked), for a
-        caller that builds them once for many calls; `take_result` reads it."""
+        caller that builds them once for many calls; `take_result` reads it. `packed`:
+        the call packed by the `packer` of take.lua, sent instead where calls are
+        coalesced (where `packer` gives one)."""
         if self._coalescer is not None:
-            return self._coalescer.call(self._take, keys, args)
+            return self._coalescer.call(self._take, keys, args, packed=packed)
         return self._call_alone(self._take, keys, args)
+
+    def packer(
+        self,
+        script: Literal["take", "adjust"],
+        keys: Sequence[str],
+        args: Sequence[Any],
+        amount_at: Sequence[int],
+        member_at: int | None = None,
+    ) -> PackedCall | None:
+        """A `PackedCall` of take.lua or adjust.lua for calls that differ only in an amount
+        and a lease member, or None where calls are not packed here (a Redis Cluster)."""
+        if self._coalescer is None:
+            return None
+        sha = (self._take if script == "take" else self._adjust).sha
+        return PackedCall(sha, keys, args, amount_at, member_at)
 
     async def adjust(
         self,
@@ -134,12 +153,17 @@ class RedisBuckets:
         return self.adjust_reply_soon(keys, args, urgent)
 
     def adjust_reply_soon(
-        self, keys: Sequence[str], args: Sequence[Any], urgent: bool = False
+        self,
+        keys: Sequence[str],
+        args: Sequence[Any],
+        urgent: bool = False,
+        packed: bytes | None = None,
     ) -> asyncio.Future[Any]:
         """`adjust_soon` with KEYS and ARGV as it builds them (unchecked), for a caller
-        that builds them from parts made once; the future gets adjust.lua's own reply."""
+        that builds them from parts made once; the future gets adjust.lua's own reply.
+        `packed` as for `take_reply`."""
         if self._coalescer is not None:
-            return self._coalescer.call(self._adjust, keys, args, urgent=urgent)
+            return self._coalescer.call(self._adjust, keys, args, urgent=urgent, packed=packed)
         return asyncio.ensure_future(self._call_alone(self._adjust, keys, args))
 
     async def close(self) -> None:
