@@ -1,0 +1,301 @@
+"""The ledger's writer: a record per request taken in O(1), written later, in batches.
+
+`record()` is what the request path calls: it appends to a deque and returns, never
+awaiting and never touching the disk or the network. A background task takes the records
+every `flush_interval_ms` (sooner when `batch_max` are waiting) and writes them to the
+store in batches. When the store fails or takes longer than `write_timeout_ms` (the
+database is down), the batch goes to the on-disk spool, and so does every batch after it,
+so that records reach the database in the order they were made; the spool is replayed
+once the database answers again (tried after a backoff of 0.5 s doubling to 10 s).
+A batch half-written before a failure is written again whole: the request id is the
+table's key, and a record already stored is skipped.
+
+Records are lost in two cases only, each counted (`LedgerStats.dropped`) and logged as
+an error: the spool is full (`spool_max_bytes`), or `buffer_max` records are waiting in
+memory (the flusher could not keep up even by spooling: a stuck disk), and a record made
+after `close()`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from gateway.ledger.ledger_config import LedgerConfig
+from gateway.ledger.ledger_store import LedgerStore, open_store
+from gateway.ledger.usage_records import UsageRecord
+from gateway.ledger.usage_spool import UsageSpool
+
+log = logging.getLogger("gateway.ledger")
+
+BACKOFF_FIRST_S = 0.5
+BACKOFF_MAX_S = 10.0
+# The loss of records is logged at most this often (with the running total).
+DROP_LOG_INTERVAL_S = 10.0
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerStats:
+    """The writer's state, for metrics: counts since it started."""
+
+    buffered: int  # in memory, waiting for the next batch
+    spooled: int  # on disk, waiting for the database
+    spool_bytes: int
+    written: int  # in the database (a replayed duplicate counted once more)
+    dropped: int  # lost: spool full, memory full, or made after close()
+    lag_s: float  # age of the oldest record not yet in the database
+    store_down: bool  # the last write failed; the next is tried after a backoff
+
+
+class LedgerWriter:
+    """Takes usage records on the request path and writes them to `store` in batches.
+
+    `report`, if given, is called with the writer's `LedgerStats` after each flush (once
+    per `flush_interval_ms` at most, never on the request path): the metrics it feeds are
+    the caller's. Call `start()` in the event loop before the first record, and `close()`
+    at shutdown. The writer owns the store and closes it.
+    """
+
+    def __init__(
+        self,
+        store: LedgerStore,
+        spool_dir: str | Path,
+        *,
+        spool_max_bytes: int = 256 * 1024 * 1024,
+        batch_max: int = 500,
+        flush_interval_ms: int = 1000,
+        buffer_max: int = 200_000,
+        write_timeout_ms: int = 5000,
+        report: Callable[[LedgerStats], None] | None = None,
+    ) -> None:
+        self.store = store
+        self.spool = UsageSpool(spool_dir, spool_max_bytes)
+        self._batch_max = batch_max
+        self._interval_s = flush_interval_ms / 1000
+        self._buffer_max = buffer_max
+        self._write_timeout_s = write_timeout_ms / 1000
+        self._report = report
+        self._buffer: deque[UsageRecord] = deque()
+        self._wake = asyncio.Event()
+        # One flush at a time (the flusher's, `flush()`'s, `close()`'s): the spool is
+        # appended and replayed by one task, in order.
+        self._flushing = asyncio.Lock()
+        self._task: asyncio.Task[None] | None = None
+        self._closed = False
+        self._written = 0
+        self._dropped = 0
+        # Records refused by `record()` itself, counted there and logged by the flusher.
+        self._refused = 0
+        self._logged_drops = 0
+        self._last_drop_log = -DROP_LOG_INTERVAL_S
+        self._down = False
+        self._retry_at = 0.0
+        self._backoff_s = BACKOFF_FIRST_S
+
+    # The request path.
+
+    def record(self, record: UsageRecord) -> None:
+        """Take one record: O(1), never blocks. Call it on the writer's event loop."""
+        buffer = self._buffer
+        if len(buffer) >= self._buffer_max or self._closed:
+            self._refused += 1
+            return
+        buffer.append(record)
+        if len(buffer) == self._batch_max:
+            self._wake.set()
+
+    # Off the request path.
+
+    async def start(self) -> None:
+        """Find what a previous process spooled, and start the flusher."""
+        await asyncio.to_thread(self.spool.load)
+        if self.spool.records:
+            log.warning(
+                "usage ledger: %d records spooled in %s, to be replayed",
+                self.spool.records,
+                self.spool.directory,
+            )
+        self._task = asyncio.create_task(self._run(), name="usage-ledger-flusher")
+
+    def stats(self) -> LedgerStats:
+        """The writer's counts and lag now."""
+        oldest = self.spool.oldest_ts
+        if oldest is None and self._buffer:
+            oldest = self._buffer[0].ts
+        return LedgerStats(
+            buffered=len(self._buffer),
+            spooled=self.spool.records,
+            spool_bytes=self.spool.size,
+            written=self._written,
+            dropped=self._dropped + self._refused,
+            lag_s=max(0.0, time.time() - oldest) if oldest is not None else 0.0,
+            store_down=self._down,
+        )
+
+    async def flush(self) -> None:
+        """Write (or spool) every record taken so far, and replay the spool if the store
+        is due to be tried."""
+        await self._flush_once()
+
+    async def close(self) -> None:
+        """Stop taking records, write every waiting record to the store (or the spool,
+        if it fails: the next process replays it), then close the store."""
+        if self._closed:
+            return
+        self._closed = True
+        self._wake.set()
+        if self._task is not None:
+            await self._task
+            self._task = None
+        try:
+            async with self._flushing:
+                while self._buffer:
+                    await self._deliver(self._take())
+        finally:
+            await asyncio.to_thread(self.spool.close)
+            self._log_drops(force=True)
+            self._send_report()
+            await self.store.close()
+
+    async def _run(self) -> None:
+        while not self._closed:
+            if len(self._buffer) < self._batch_max:
+                try:
+                    async with asyncio.timeout(self._interval_s):
+                        await self._wake.wait()
+                except TimeoutError:
+                    pass
+            self._wake.clear()
+            if self._closed:
+                return
+            try:
+                await self._flush_once()
+            except Exception:
+                # A bug or a full disk must not end the flusher: records keep being
+                # taken, and the next round tries again.
+                log.exception("usage ledger: flush failed")
+
+    async def _flush_once(self) -> None:
+        async with self._flushing:
+            while self._buffer:
+                await self._deliver(self._take())
+            if self.spool.records and self._store_due():
+                await self._replay()
+            self._log_drops()
+            self._send_report()
+
+    def _take(self) -> list[UsageRecord]:
+        buffer = self._buffer
+        if len(buffer) <= self._batch_max:
+            batch = list(buffer)
+            buffer.clear()
+            return batch
+        return [buffer.popleft() for _ in range(self._batch_max)]
+
+    async def _deliver(self, batch: list[UsageRecord]) -> None:
+        # While anything is spooled, or the store is down, new batches queue behind it.
+        if self.spool.records or not self._store_due():
+            await self._to_spool(batch)
+            return
+        try:
+            await self._write(batch)
+        except Exception as error:  # whatever the driver raises: the database failed
+            self._store_failed(error)
+            await self._to_spool(batch)
+
+    async def _write(self, batch: list[UsageRecord]) -> None:
+        async with asyncio.timeout(self._write_timeout_s):
+            await self.store.write(batch)
+        self._written += len(batch)
+        if self._down:
+            self._down = False
+            log.warning("usage ledger: the database answers again")
+        self._backoff_s = BACKOFF_FIRST_S
+
+    def _store_due(self) -> bool:
+        return not self._down or time.monotonic() >= self._retry_at
+
+    def _store_failed(self, error: Exception) -> None:
+        if not self._down:
+            log.warning(
+                "usage ledger: the database failed (%s: %s); records go to the spool in %s",
+                type(error).__name__,
+                error,
+                self.spool.directory,
+            )
+        self._down = True
+        self._retry_at = time.monotonic() + self._backoff_s
+        self._backoff_s = min(self._backoff_s * 2, BACKOFF_MAX_S)
+
+    async def _to_spool(self, batch: list[UsageRecord]) -> None:
+        refused = await asyncio.to_thread(self.spool.append, batch)
+        if refused:
+            self._dropped += refused
+            self._log_drops()
+
+    async def _replay(self) -> None:
+        """The spool into the store, oldest first, until it is empty or the store fails."""
+        while (segment := self.spool.oldest()) is not None:
+            records = await asyncio.to_thread(self.spool.read, segment)
+            for start in range(0, len(records), self._batch_max):
+                try:
+                    await self._write(records[start : start + self._batch_max])
+                except Exception as error:
+                    # The file stays; the part written is skipped by its keys next time.
+                    self._store_failed(error)
+                    return
+            await asyncio.to_thread(self.spool.remove, segment)
+            # Records made meanwhile go behind the spool, not to memory without bound.
+            while len(self._buffer) >= self._batch_max:
+                await self._to_spool(self._take())
+        log.warning("usage ledger: the spool is replayed")
+
+    def _log_drops(self, *, force: bool = False) -> None:
+        dropped = self._dropped + self._refused
+        if dropped == self._logged_drops:
+            return
+        now = time.monotonic()
+        if not force and now - self._last_drop_log < DROP_LOG_INTERVAL_S:
+            return
+        log.error(
+            "usage ledger: %d usage records LOST (%d in all): the spool is full "
+            "(%d of %d bytes in %s) or %d records wait in memory",
+            dropped - self._logged_drops,
+            dropped,
+            self.spool.size,
+            self.spool.max_bytes,
+            self.spool.directory,
+            len(self._buffer),
+        )
+        self._logged_drops = dropped
+        self._last_drop_log = now
+
+    def _send_report(self) -> None:
+        if self._report is not None:
+            try:
+                self._report(self.stats())
+            except Exception:
+                log.exception("usage ledger: reporting its state failed")
+
+
+async def start_ledger(
+    config: LedgerConfig, report: Callable[[LedgerStats], None] | None = None
+) -> LedgerWriter:
+    """The writer for the `ledger:` configuration, started."""
+    writer = LedgerWriter(
+        open_store(config.url),
+        config.spool_dir,
+        spool_max_bytes=config.spool_max_bytes,
+        batch_max=config.batch_max,
+        flush_interval_ms=config.flush_interval_ms,
+        buffer_max=config.buffer_max,
+        write_timeout_ms=config.write_timeout_ms,
+        report=report,
+    )
+    await writer.start()
+    return writer

@@ -1,0 +1,195 @@
+"""The ledger in PostgreSQL: several gateways write to one database (asyncpg).
+
+A batch is COPYed into a temporary staging table (one per connection), then moved by
+`INSERT ... SELECT ... ON CONFLICT (request_id) DO NOTHING` in the same transaction: COPY
+cannot skip a record already stored itself, and a replay after a partial failure holds
+some. Measured by `loadtest/ledger_cost.py --inserts` against one `INSERT` of `unnest`ed
+arrays and against `executemany`, for batches of 100 to 1000: COPY costs the gateway the
+least CPU from 300 records a batch (about 1.2-1.9 µs a record, against 1.7-2.1 for
+`executemany` and 3.6-4 for `unnest`), in about the same wall time; the other two remain
+as `insert_method` for comparison. A temporary table needs a session of its own: behind a
+pooler in transaction mode (PgBouncer), use `executemany`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any, Literal
+
+import asyncpg  # type: ignore[import-untyped]  # asyncpg ships no types
+
+from gateway.ledger.usage_records import COLUMNS, Row, UsageRecord
+from gateway.ledger.usage_report import TABLE, ReportQuery, ReportRow, as_rows, postgres_sql
+
+InsertMethod = Literal["unnest", "executemany", "copy"]
+
+# The columns' SQL types, in `COLUMNS` order; `ts` arrives as unix seconds.
+TYPES = (
+    "double precision",
+    "text",
+    "text",
+    "text",
+    "text",
+    "text",
+    "text",
+    "integer",
+    "integer",
+    "integer",
+    "bigint",
+    "double precision",
+    "integer",
+    "text",
+)
+SCHEMA = f"""
+CREATE TABLE IF NOT EXISTS {TABLE} (
+    request_id text PRIMARY KEY,
+    ts timestamptz NOT NULL,
+    tenant text NOT NULL,
+    key_id text NOT NULL,
+    endpoint text NOT NULL,
+    model_requested text NOT NULL,
+    model_served text NOT NULL,
+    prompt_tokens integer NOT NULL,
+    cached_tokens integer NOT NULL,
+    completion_tokens integer NOT NULL,
+    cost_micros bigint NOT NULL,
+    latency_ms double precision NOT NULL,
+    status integer NOT NULL,
+    fallback text NOT NULL
+);
+CREATE INDEX IF NOT EXISTS {TABLE}_ts ON {TABLE} (ts);
+"""
+# Two gateways starting together would race on CREATE TABLE IF NOT EXISTS (a unique
+# violation in the catalogue): the schema is made under a transaction-scoped lock.
+SCHEMA_LOCK = 0x1ED6E7
+_SELECTED = ", ".join("to_timestamp(ts)" if name == "ts" else name for name in COLUMNS)
+INSERT_UNNEST = (
+    f"INSERT INTO {TABLE} ({', '.join(COLUMNS)}) SELECT {_SELECTED} FROM unnest("
+    + ", ".join(f"${i + 1}::{kind}[]" for i, kind in enumerate(TYPES))
+    + f") AS batch ({', '.join(COLUMNS)}) ON CONFLICT (request_id) DO NOTHING"
+)
+INSERT_ROW = (
+    f"INSERT INTO {TABLE} ({', '.join(COLUMNS)}) VALUES ("
+    + ", ".join(
+        f"to_timestamp(${i + 1})" if n == "ts" else f"${i + 1}" for i, n in enumerate(COLUMNS)
+    )
+    + ") ON CONFLICT (request_id) DO NOTHING"
+)
+STAGING = f"{TABLE}_staging"
+CREATE_STAGING = (
+    f"CREATE TEMPORARY TABLE IF NOT EXISTS {STAGING} ("
+    + ", ".join(f"{name} {kind}" for name, kind in zip(COLUMNS, TYPES, strict=True))
+    + ") ON COMMIT DELETE ROWS"
+)
+INSERT_STAGED = (
+    f"INSERT INTO {TABLE} ({', '.join(COLUMNS)}) SELECT {_SELECTED} FROM {STAGING} "
+    "ON CONFLICT (request_id) DO NOTHING"
+)
+CONNECT_TIMEOUT_S = 5.0
+COMMAND_TIMEOUT_S = 30.0
+
+
+class PostgresLedger:
+    """Usage records in PostgreSQL at `dsn`; the table is created on first use.
+
+    The pool opens no connection until one is needed, so the store can be made while the
+    database is down; a batch then fails (and the writer spools it) until it is back.
+    """
+
+    def __init__(
+        self, dsn: str, *, insert_method: InsertMethod = "copy", max_connections: int = 2
+    ) -> None:
+        self.dsn = dsn
+        self.insert_method = insert_method
+        self._max_connections = max_connections
+        self._pool: asyncpg.Pool | None = None
+        self._schema_ready = False
+        self._opening = asyncio.Lock()
+
+    async def _ready_pool(self) -> asyncpg.Pool:
+        if self._pool is not None and self._schema_ready:
+            return self._pool
+        async with self._opening:
+            if self._pool is None:
+                self._pool = await asyncpg.create_pool(
+                    self.dsn,
+                    min_size=0,
+                    max_size=self._max_connections,
+                    timeout=CONNECT_TIMEOUT_S,
+                    command_timeout=COMMAND_TIMEOUT_S,
+                    init=self._init_connection,
+                )
+            if not self._schema_ready:
+                async with self._pool.acquire() as connection, connection.transaction():
+                    await connection.execute("SELECT pg_advisory_xact_lock($1)", SCHEMA_LOCK)
+                    await connection.execute(SCHEMA)
+                self._schema_ready = True
+            return self._pool
+
+    async def _init_connection(self, connection: Any) -> None:
+        # COPY's staging table, made once per connection (a temporary table is the
+        # session's own) rather than once per batch: one round trip less a batch.
+        if self.insert_method == "copy":
+            await connection.execute(CREATE_STAGING)
+
+    async def write(self, batch: Sequence[UsageRecord]) -> int:
+        """Insert the batch in one transaction, skipping request ids already stored.
+
+        Returns how many were new (`executemany` cannot tell: it returns the batch's size).
+        """
+        if not batch:
+            return 0
+        pool = await self._ready_pool()
+        rows = [record.row() for record in batch]
+        try:
+            return await self._insert(pool, rows)
+        except asyncpg.UndefinedTableError:
+            # The table is gone (the database dropped and made again, say): made again
+            # before the next batch, which the writer retries from its spool.
+            self._schema_ready = False
+            raise
+
+    async def _insert(self, pool: Any, rows: list[Row]) -> int:
+        async with pool.acquire() as connection:
+            if self.insert_method == "unnest":
+                status: str = await connection.execute(
+                    INSERT_UNNEST, *map(list, zip(*rows, strict=True))
+                )
+                return int(status.rsplit(" ", 1)[1])
+            if self.insert_method == "executemany":
+                await connection.executemany(INSERT_ROW, rows)
+                return len(rows)
+            try:
+                return await _copy(connection, rows)
+            except asyncpg.UndefinedTableError:
+                # The session lost its staging table (a pooler, DISCARD): made again.
+                await connection.execute(CREATE_STAGING)
+                return await _copy(connection, rows)
+
+    async def query(self, query: ReportQuery) -> list[ReportRow]:
+        """The usage report's rows."""
+        pool = await self._ready_pool()
+        sql, args = postgres_sql(query)
+        rows: list[Any] = await pool.fetch(sql, *args)
+        return as_rows(query, (tuple(row.values()) for row in rows))
+
+    async def count(self) -> int:
+        """How many records the table holds."""
+        pool = await self._ready_pool()
+        value = await pool.fetchval(f"SELECT count(*) FROM {TABLE}")
+        return int(value)
+
+    async def close(self) -> None:
+        """Close the pool's connections."""
+        if self._pool is not None:
+            await self._pool.close()
+            self._pool = None
+        self._schema_ready = False
+
+
+async def _copy(connection: Any, rows: list[Row]) -> int:
+    async with connection.transaction():
+        await connection.copy_records_to_table(STAGING, records=rows, columns=COLUMNS)
+        status: str = await connection.execute(INSERT_STAGED)
+    return int(status.rsplit(" ", 1)[1])

@@ -1,0 +1,116 @@
+"""The ledger in an SQLite file: the embedded default, for the demo and one node.
+
+An sqlite3 connection belongs to one thread and every call blocks, so the store has one
+thread of its own: the event loop only awaits it. WAL mode lets reports read while a batch
+is written, and lets several gateway processes on one machine share the file (their writes
+take turns, `busy_timeout` long).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import TypeVar
+
+from gateway.ledger.usage_records import COLUMNS, UsageRecord
+from gateway.ledger.usage_report import TABLE, ReportQuery, ReportRow, as_rows, sqlite_sql
+
+T = TypeVar("T")
+
+SCHEMA = f"""
+CREATE TABLE IF NOT EXISTS {TABLE} (
+    request_id TEXT PRIMARY KEY,
+    ts REAL NOT NULL,
+    tenant TEXT NOT NULL,
+    key_id TEXT NOT NULL,
+    endpoint TEXT NOT NULL,
+    model_requested TEXT NOT NULL,
+    model_served TEXT NOT NULL,
+    prompt_tokens INTEGER NOT NULL,
+    cached_tokens INTEGER NOT NULL,
+    completion_tokens INTEGER NOT NULL,
+    cost_micros INTEGER NOT NULL,
+    latency_ms REAL NOT NULL,
+    status INTEGER NOT NULL,
+    fallback TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS {TABLE}_ts ON {TABLE} (ts);
+"""
+INSERT = (
+    f"INSERT OR IGNORE INTO {TABLE} ({', '.join(COLUMNS)}) "
+    f"VALUES ({', '.join('?' for _ in COLUMNS)})"
+)
+BUSY_TIMEOUT_MS = 5000
+
+
+class SqliteLedger:
+    """Usage records in the SQLite file at `path` (created with its table if absent)."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ledger-sqlite")
+        self._connection: sqlite3.Connection | None = None
+
+    async def _call(self, work: Callable[[sqlite3.Connection], T]) -> T:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._thread, self._run, work)
+
+    def _run(self, work: Callable[[sqlite3.Connection], T]) -> T:
+        # Runs on the store's thread only: the connection is made and used there.
+        if self._connection is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            connection = sqlite3.connect(
+                self.path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None
+            )
+            try:
+                connection.execute("PRAGMA journal_mode=WAL")
+                # WAL with NORMAL loses at most the last commits on a power cut, never the
+                # file; a full sync per batch would cost a disk flush each time.
+                connection.execute("PRAGMA synchronous=NORMAL")
+                connection.executescript(SCHEMA)
+            except BaseException:
+                connection.close()
+                raise
+            self._connection = connection
+        return work(self._connection)
+
+    async def write(self, batch: Sequence[UsageRecord]) -> int:
+        """Insert the batch in one transaction, skipping request ids already stored."""
+        rows = [record.row() for record in batch]
+
+        def insert(connection: sqlite3.Connection) -> int:
+            before = connection.total_changes
+            with connection:
+                connection.execute("BEGIN IMMEDIATE")
+                connection.executemany(INSERT, rows)
+            return connection.total_changes - before
+
+        return await self._call(insert)
+
+    async def query(self, query: ReportQuery) -> list[ReportRow]:
+        """The usage report's rows."""
+        sql, args = sqlite_sql(query)
+        rows = await self._call(lambda connection: connection.execute(sql, args).fetchall())
+        return as_rows(query, rows)
+
+    async def count(self) -> int:
+        """How many records the file holds."""
+        row = await self._call(
+            lambda connection: connection.execute(f"SELECT count(*) FROM {TABLE}").fetchone()
+        )
+        return int(row[0])
+
+    async def close(self) -> None:
+        """Close the connection and stop the thread."""
+
+        def close(_: sqlite3.Connection | None = None) -> None:
+            if self._connection is not None:
+                self._connection.close()
+                self._connection = None
+
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(self._thread, close)
+        self._thread.shutdown(wait=True)

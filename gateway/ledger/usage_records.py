@@ -1,0 +1,107 @@
+"""One usage record per request: what the ledger stores and reports on."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+# The record's fields in their stored order: the tables' columns, the spool's JSON arrays.
+COLUMNS = (
+    "ts",
+    "request_id",
+    "tenant",
+    "key_id",
+    "endpoint",
+    "model_requested",
+    "model_served",
+    "prompt_tokens",
+    "cached_tokens",
+    "completion_tokens",
+    "cost_micros",
+    "latency_ms",
+    "status",
+    "fallback",
+)
+
+Row = tuple[float, str, str, str, str, str, str, int, int, int, int, float, int, str]
+
+
+@dataclass(slots=True)
+class UsageRecord:
+    """What one request used and how it ended.
+
+    `ts` is when it ended (unix seconds); `request_id` is the gateway's own id, unique, the
+    ledger's key (a record replayed twice is stored once). `cost_micros` is in millionths
+    of the price table's currency, an integer so that sums are exact. `key_id` and
+    `fallback` are "" when there is no key or no fallback (the model that stood in).
+    """
+
+    ts: float
+    request_id: str
+    tenant: str
+    key_id: str
+    endpoint: str
+    model_requested: str
+    model_served: str
+    prompt_tokens: int
+    cached_tokens: int
+    completion_tokens: int
+    cost_micros: int
+    latency_ms: float
+    status: int
+    fallback: str = ""
+
+    def row(self) -> Row:
+        """The record's values in `COLUMNS` order."""
+        return (
+            self.ts,
+            self.request_id,
+            self.tenant,
+            self.key_id,
+            self.endpoint,
+            self.model_requested,
+            self.model_served,
+            self.prompt_tokens,
+            self.cached_tokens,
+            self.completion_tokens,
+            self.cost_micros,
+            self.latency_ms,
+            self.status,
+            self.fallback,
+        )
+
+
+def from_row(values: list[Any] | tuple[Any, ...]) -> UsageRecord:
+    """A record from its values in `COLUMNS` order (a spool line, a table row).
+
+    Raises `ValueError` when there are not as many values as columns, or one is of the
+    wrong type: a spool line cut short by a crash is refused, not half read.
+    """
+    if len(values) != len(COLUMNS):
+        raise ValueError(f"a usage record has {len(COLUMNS)} values, not {len(values)}")
+    (ts, request_id, tenant, key_id, endpoint, requested, served) = values[:7]
+    (prompt, cached, completion, cost, latency, status, fallback) = values[7:]
+    for text in (request_id, tenant, key_id, endpoint, requested, served, fallback):
+        if not isinstance(text, str):
+            raise ValueError(f"a usage record's text field is {type(text).__name__}")
+    for number in (prompt, cached, completion, cost, status):
+        if not isinstance(number, int) or isinstance(number, bool):
+            raise ValueError(f"a usage record's count is {type(number).__name__}")
+    if not isinstance(ts, int | float) or not isinstance(latency, int | float):
+        raise ValueError("a usage record's time or latency is not a number")
+    return UsageRecord(
+        float(ts),
+        request_id,
+        tenant,
+        key_id,
+        endpoint,
+        requested,
+        served,
+        prompt,
+        cached,
+        completion,
+        cost,
+        float(latency),
+        status,
+        fallback,
+    )

@@ -1,0 +1,153 @@
+"""The usage report: requests, tokens, cost, errors and latency by tenant, key, model...
+
+Both stores answer it with one SQL query of their own dialect, built here, so that the
+two agree: the same groups, sums and percentiles (the nearest-rank percentile,
+PostgreSQL's `percentile_disc`, which SQLite computes with window functions). The
+percentiles sort each group's latencies within the range: cheap for a report, which is
+never on the request path.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+TABLE = "usage_ledger"
+
+# A report's group name and the column it groups by ("model" is the model that served).
+GROUPS = {"tenant": "tenant", "key": "key_id", "model": "model_served", "endpoint": "endpoint"}
+# What each report row sums, in its order, after the group columns.
+MEASURES = (
+    "requests",
+    "prompt_tokens",
+    "cached_tokens",
+    "completion_tokens",
+    "cost_micros",
+    "errors",
+    "latency_p50_ms",
+    "latency_p95_ms",
+)
+PERCENTILES = (0.5, 0.95)
+# A request that ended with this status or above counts as an error.
+ERROR_STATUS = 400
+
+ReportRow = dict[str, object]
+
+
+@dataclass(frozen=True, slots=True)
+class ReportQuery:
+    """Records with `since <= ts < until` (unix seconds), grouped by `group_by`.
+
+    `group_by` names groups of `GROUPS`, in the order the rows are sorted by; empty, the
+    report is one row of totals.
+    """
+
+    since: float
+    until: float
+    group_by: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        unknown = [name for name in self.group_by if name not in GROUPS]
+        if unknown:
+            known = ", ".join(GROUPS)
+            raise ValueError(f"cannot group usage by {', '.join(unknown)} (only by {known})")
+        if len(set(self.group_by)) != len(self.group_by):
+            raise ValueError("a usage report groups by each field once")
+
+
+def parse_group_by(text: str) -> tuple[str, ...]:
+    """`"tenant,key,model"` as the group names (the CLI's `--by`); raises `ValueError`."""
+    names = tuple(name.strip() for name in text.split(",") if name.strip())
+    ReportQuery(0.0, 0.0, names)  # the names checked once, where they are read
+    return names
+
+
+def report_columns(query: ReportQuery) -> list[str]:
+    """A report's columns: its groups, then `MEASURES`."""
+    return [*query.group_by, *MEASURES]
+
+
+def _groups(query: ReportQuery) -> list[str]:
+    return [GROUPS[name] for name in query.group_by]
+
+
+def postgres_sql(query: ReportQuery, table: str = TABLE) -> tuple[str, list[float]]:
+    """The report as PostgreSQL (`ts` a timestamptz), and its arguments."""
+    groups = _groups(query)
+    selected = [
+        f'{column} AS "{name}"' for name, column in zip(query.group_by, groups, strict=True)
+    ]
+    percentiles = [
+        f"percentile_disc({q}) WITHIN GROUP (ORDER BY latency_ms) AS {name}"
+        for q, name in zip(PERCENTILES, MEASURES[-2:], strict=True)
+    ]
+    sql = (
+        f"SELECT {', '.join(selected) + ', ' if selected else ''}"
+        "count(*) AS requests,"
+        " coalesce(sum(prompt_tokens), 0)::bigint AS prompt_tokens,"
+        " coalesce(sum(cached_tokens), 0)::bigint AS cached_tokens,"
+        " coalesce(sum(completion_tokens), 0)::bigint AS completion_tokens,"
+        " coalesce(sum(cost_micros), 0)::bigint AS cost_micros,"
+        f" count(*) FILTER (WHERE status >= {ERROR_STATUS}) AS errors, "
+        + ", ".join(percentiles)
+        + f" FROM {table} WHERE ts >= to_timestamp($1) AND ts < to_timestamp($2)"
+    )
+    if groups:
+        positions = ", ".join(str(i + 1) for i in range(len(groups)))
+        sql += f" GROUP BY {positions} ORDER BY {positions}"
+    return sql, [query.since, query.until]
+
+
+def sqlite_sql(query: ReportQuery, table: str = TABLE) -> tuple[str, list[float]]:
+    """The report as SQLite (`ts` unix seconds), and its arguments.
+
+    SQLite has no percentile function: each record's rank within its group (`rn` of `n`)
+    picks the nearest-rank percentile, the least latency whose rank is at least q * n,
+    which is what PostgreSQL's `percentile_disc(q)` answers.
+    """
+    groups = _groups(query)
+    partition = f"PARTITION BY {', '.join(groups)} " if groups else ""
+    selected = [
+        f'{column} AS "{name}"' for name, column in zip(query.group_by, groups, strict=True)
+    ]
+    percentiles = [
+        f"min(CASE WHEN rn >= {q} * n THEN latency_ms END) AS {name}"
+        for q, name in zip(PERCENTILES, MEASURES[-2:], strict=True)
+    ]
+    sql = (
+        "WITH ranked AS (SELECT *,"
+        f" row_number() OVER ({partition}ORDER BY latency_ms) AS rn,"
+        f" count(*) OVER ({partition.strip()}) AS n"
+        f" FROM {table} WHERE ts >= ? AND ts < ?) "
+        f"SELECT {', '.join(selected) + ', ' if selected else ''}"
+        "count(*) AS requests,"
+        " coalesce(sum(prompt_tokens), 0) AS prompt_tokens,"
+        " coalesce(sum(cached_tokens), 0) AS cached_tokens,"
+        " coalesce(sum(completion_tokens), 0) AS completion_tokens,"
+        " coalesce(sum(cost_micros), 0) AS cost_micros,"
+        f" coalesce(sum(status >= {ERROR_STATUS}), 0) AS errors, "
+        + ", ".join(percentiles)
+        + " FROM ranked"
+    )
+    if groups:
+        positions = ", ".join(str(i + 1) for i in range(len(groups)))
+        sql += f" GROUP BY {positions} ORDER BY {positions}"
+    return sql, [query.since, query.until]
+
+
+def as_rows(query: ReportQuery, rows: Iterable[Sequence[object]]) -> list[ReportRow]:
+    """A database's result rows (in `report_columns` order) as dicts."""
+    columns = report_columns(query)
+    return [dict(zip(columns, row, strict=True)) for row in rows]
+
+
+def render_csv(rows: Iterable[Mapping[str, object]], columns: Sequence[str]) -> str:
+    """The report as CSV with a header line (`--csv`); a missing value is an empty cell."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(columns)
+    for row in rows:
+        writer.writerow(["" if row.get(name) is None else row.get(name) for name in columns])
+    return out.getvalue()

@@ -1,0 +1,259 @@
+"""The ledger on a real PostgreSQL (127.0.0.1:5432): each test in a database of its own,
+dropped after. An outage is real: a TCP proxy that refuses or hangs, or the database
+dropped and made again."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import statistics
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import asyncpg  # type: ignore[import-untyped]
+import pytest
+
+from gateway.ledger.ledger_store import open_store
+from gateway.ledger.ledger_writer import LedgerWriter
+from gateway.ledger.postgres_ledger import InsertMethod, PostgresLedger
+from gateway.ledger.sqlite_ledger import SqliteLedger
+from gateway.ledger.usage_report import ReportQuery
+from loadtest.ledger_cost import TcpOutage
+from tests.polling import wait_until
+from tests.unit.ledger.usage_samples import T0, expected_report, sample
+
+SERVER = os.environ.get("LEDGER_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432")
+GROUPINGS = [(), ("tenant",), ("tenant", "key", "model"), ("endpoint", "model"), ("key",)]
+
+
+async def _admin() -> asyncpg.Connection:
+    return await asyncpg.connect(f"{SERVER}/postgres", timeout=5)
+
+
+@pytest.fixture(scope="session")
+async def postgres() -> str:
+    """The server; skipped without one, except in CI, where that fails."""
+    try:
+        connection = await _admin()
+    except (OSError, asyncpg.PostgresError) as error:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"PostgreSQL is not running on {SERVER}: {error}")
+        pytest.skip(f"no PostgreSQL on {SERVER}")
+    await connection.close()
+    return SERVER
+
+
+class Database:
+    """A database of the test's own: its name, and dropped or made again on demand."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    async def create(self) -> None:
+        connection = await _admin()
+        try:
+            await connection.execute(f"CREATE DATABASE {self.name}")
+        finally:
+            await connection.close()
+
+    async def drop(self) -> None:
+        connection = await _admin()
+        try:
+            await connection.execute(f"DROP DATABASE IF EXISTS {self.name} WITH (FORCE)")
+        finally:
+            await connection.close()
+
+    async def count(self) -> int:
+        connection = await asyncpg.connect(f"{SERVER}/{self.name}")
+        try:
+            return int(await connection.fetchval("SELECT count(*) FROM usage_ledger"))
+        finally:
+            await connection.close()
+
+
+@pytest.fixture
+async def database(postgres: str) -> AsyncIterator[Database]:
+    db = Database(f"ledger_test_{os.urandom(5).hex()}")
+    await db.create()
+    try:
+        yield db
+    finally:
+        await db.drop()
+
+
+@pytest.fixture
+async def proxy() -> AsyncIterator[TcpOutage]:
+    outage = TcpOutage(int(SERVER.rsplit(":", 1)[1]))
+    await outage.restore()
+    try:
+        yield outage
+    finally:
+        await outage.cut()
+
+
+async def _true(value: bool) -> bool:
+    return value
+
+
+@pytest.mark.parametrize("method", ["copy", "unnest", "executemany"])
+async def test_each_insert_method_stores_a_batch_once(
+    database: Database, method: InsertMethod
+) -> None:
+    store = PostgresLedger(f"{SERVER}/{database.name}", insert_method=method)
+    try:
+        first = await store.write([sample(i) for i in range(300)])
+        again = await store.write([sample(i) for i in range(250, 400)])
+        assert await store.count() == 400
+    finally:
+        await store.close()
+    if method != "executemany":  # it cannot tell new records from skipped ones
+        assert (first, again) == (300, 100)
+
+
+async def test_a_record_is_stored_as_made(database: Database) -> None:
+    store = open_store(f"{SERVER}/{database.name}")
+    try:
+        await store.write([sample(3, fallback="llama-8b", ts=T0 + 0.123456)])
+    finally:
+        await store.close()
+    connection = await asyncpg.connect(f"{SERVER}/{database.name}")
+    try:
+        row = await connection.fetchrow(
+            "SELECT *, extract(epoch FROM ts) AS epoch FROM usage_ledger"
+        )
+    finally:
+        await connection.close()
+    assert float(row["epoch"]) == pytest.approx(T0 + 0.123456, abs=1e-6)
+    assert dict(row) | {"ts": None, "epoch": None} == {
+        "request_id": "r-3",
+        "ts": None,
+        "epoch": None,
+        "tenant": "acme",
+        "key_id": "k2",
+        "endpoint": "responses",
+        "model_requested": "coder",
+        "model_served": "llama-70b",
+        "prompt_tokens": 103,
+        "cached_tokens": 3,
+        "completion_tokens": 23,
+        "cost_micros": 1003,
+        "latency_ms": 3.0,
+        "status": 200,
+        "fallback": "llama-8b",
+    }
+
+
+@pytest.mark.parametrize("by", GROUPINGS)
+async def test_the_report_groups_and_sums_as_sqlite_does(
+    database: Database, tmp_path: Path, by: tuple[str, ...]
+) -> None:
+    records = [sample(i) for i in range(200)]
+    since, until = T0 + 17, T0 + 171
+    query = ReportQuery(since, until, by)
+    postgres = PostgresLedger(f"{SERVER}/{database.name}")
+    sqlite = SqliteLedger(tmp_path / "usage.db")
+    try:
+        await postgres.write(records)
+        await sqlite.write(records)
+        rows = await postgres.query(query)
+        assert rows == expected_report(records, since, until, by)
+        assert rows == await sqlite.query(query)
+    finally:
+        await postgres.close()
+        await sqlite.close()
+
+
+async def test_an_outage_under_load_loses_nothing_and_slows_no_record(
+    database: Database, proxy: TcpOutage, tmp_path: Path
+) -> None:
+    store = PostgresLedger(f"postgresql://postgres@127.0.0.1:{proxy.port}/{database.name}")
+    writer = LedgerWriter(
+        store, tmp_path / "spool", batch_max=100, flush_interval_ms=50, write_timeout_ms=1000
+    )
+    await writer.start()
+    made = 0
+    calls: list[float] = []
+    prefix = os.urandom(4).hex()
+
+    async def load(seconds: float) -> None:
+        # About 2,000 requests a second, each making its record.
+        nonlocal made
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            for _ in range(20):
+                record = sample(made, prefix)
+                started = time.perf_counter()
+                writer.record(record)
+                calls.append(time.perf_counter() - started)
+                made += 1
+            await asyncio.sleep(0.01)
+
+    await load(0.5)
+    await proxy.cut()
+    await load(2.0)
+    assert writer.stats().store_down
+    assert writer.stats().spooled > 0
+    await proxy.restore()
+    await load(1.0)
+    await wait_until(lambda: _true(writer.stats().spooled == writer.stats().buffered == 0))
+    await writer.close()
+    assert await database.count() == made
+    assert writer.stats().dropped == 0
+    assert list((tmp_path / "spool").iterdir()) == []
+    # record() stayed an append throughout: its 99th percentile in microseconds.
+    assert statistics.quantiles(calls, n=100)[98] < 50e-6
+
+
+async def test_a_database_that_hangs_times_out_to_the_spool(
+    database: Database, proxy: TcpOutage, tmp_path: Path
+) -> None:
+    proxy.hang = True
+    store = PostgresLedger(f"postgresql://postgres@127.0.0.1:{proxy.port}/{database.name}")
+    writer = LedgerWriter(store, tmp_path / "spool", batch_max=10, write_timeout_ms=200)
+    await writer.start()
+    for i in range(30):
+        writer.record(sample(i))
+    await wait_until(lambda: _true(writer.stats().spooled == 30))
+    await proxy.cut()  # the hanging connections broken
+    proxy.hang = False
+    await proxy.restore()
+    await wait_until(lambda: _true(writer.stats().spooled == 0), timeout_s=30)
+    await writer.close()
+    assert await database.count() == 30
+
+
+async def test_a_database_dropped_and_made_again_gets_every_record(
+    database: Database, tmp_path: Path
+) -> None:
+    writer = LedgerWriter(open_store(f"{SERVER}/{database.name}"), tmp_path / "spool", batch_max=10)
+    await writer.start()
+    for i in range(10):
+        writer.record(sample(i))
+    await writer.flush()
+    assert await database.count() == 10
+    await database.drop()
+    for i in range(10, 40):
+        writer.record(sample(i))
+    await wait_until(lambda: _true(writer.stats().spooled == 30))
+    await database.create()
+    # The table is made again, then the spool replayed into it.
+    await wait_until(lambda: _true(writer.stats().spooled == 0), timeout_s=30)
+    await writer.close()
+    assert await database.count() == 30
+
+
+async def test_the_writer_starts_while_the_database_is_down(
+    database: Database, proxy: TcpOutage, tmp_path: Path
+) -> None:
+    await proxy.cut()
+    store = PostgresLedger(f"postgresql://postgres@127.0.0.1:{proxy.port}/{database.name}")
+    writer = LedgerWriter(store, tmp_path / "spool", batch_max=10)
+    await writer.start()
+    for i in range(25):
+        writer.record(sample(i))
+    await wait_until(lambda: _true(writer.stats().spooled == 25))
+    await proxy.restore()
+    await wait_until(lambda: _true(writer.stats().spooled == 0), timeout_s=30)
+    await writer.close()
+    assert await database.count() == 25

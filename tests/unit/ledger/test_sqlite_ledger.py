@@ -1,0 +1,78 @@
+"""The SQLite store on a real file: batches, duplicates, the report."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from gateway.ledger.ledger_store import open_store
+from gateway.ledger.sqlite_ledger import SqliteLedger
+from gateway.ledger.usage_report import ReportQuery
+from tests.unit.ledger.usage_samples import T0, expected_report, sample
+
+GROUPINGS = [(), ("tenant",), ("tenant", "key", "model"), ("endpoint", "model"), ("key",)]
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> AsyncIterator[SqliteLedger]:
+    ledger = SqliteLedger(tmp_path / "deep" / "usage.db")
+    yield ledger
+    await ledger.close()
+
+
+async def test_a_batch_is_stored_once(store: SqliteLedger) -> None:
+    assert await store.write([sample(i) for i in range(50)]) == 50
+    # A replay that overlaps: the known request ids are skipped.
+    assert await store.write([sample(i) for i in range(40, 60)]) == 10
+    assert await store.count() == 60
+
+
+async def test_the_file_is_in_wal_mode_with_its_record_intact(store: SqliteLedger) -> None:
+    await store.write([sample(7, fallback="llama-8b")])
+    with sqlite3.connect(store.path) as connection:
+        assert connection.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+        row = connection.execute("SELECT * FROM usage_ledger").fetchone()
+    assert row == (
+        "r-7",
+        T0 + 7,
+        "globex",
+        "k2",
+        "responses",
+        "coder",
+        "llama-70b",
+        107,
+        7,
+        27,
+        1007,
+        7.0,
+        503,
+        "llama-8b",
+    )
+
+
+@pytest.mark.parametrize("by", GROUPINGS)
+async def test_the_report_groups_and_sums(store: SqliteLedger, by: tuple[str, ...]) -> None:
+    records = [sample(i) for i in range(200)]
+    await store.write(records)
+    since, until = T0 + 17, T0 + 171
+    rows = await store.query(ReportQuery(since, until, by))
+    assert rows == expected_report(records, since, until, by)
+
+
+async def test_an_empty_range_reports_zero_totals(store: SqliteLedger) -> None:
+    await store.write([sample(i) for i in range(5)])
+    (row,) = await store.query(ReportQuery(T0 + 100, T0 + 200))
+    assert row["requests"] == 0 and row["cost_micros"] == 0
+    assert row["latency_p50_ms"] is None
+    assert await store.query(ReportQuery(T0 + 100, T0 + 200, ("tenant",))) == []
+
+
+def test_a_url_names_its_store(tmp_path: Path) -> None:
+    store = open_store(f"sqlite:///{tmp_path}/usage.db")
+    assert isinstance(store, SqliteLedger)
+    assert store.path == tmp_path / "usage.db"
+    with pytest.raises(ValueError):
+        open_store("mysql://db/usage")

@@ -1,0 +1,37 @@
+from __future__ import annotations
+
+import pytest
+
+from gateway.ledger.usage_records import COLUMNS, UsageRecord, from_row
+from tests.unit.ledger.usage_samples import sample
+
+
+def test_a_row_holds_the_fields_in_column_order() -> None:
+    record = sample(3)
+    assert record.row() == tuple(getattr(record, name) for name in COLUMNS)
+
+
+def test_a_row_makes_the_same_record_again() -> None:
+    record = sample(5, fallback="llama-8b")
+    assert from_row(list(record.row())) == record
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda row: row[:-1],  # cut short
+        lambda row: [*row[:2], 7, *row[3:]],  # a number for the tenant
+        lambda row: [*row[:7], "100", *row[8:]],  # text for a count
+        lambda row: [*row[:7], True, *row[8:]],  # a boolean is not a count
+        lambda row: ["now", *row[1:]],  # text for the time
+    ],
+)
+def test_a_malformed_row_is_refused(change: object) -> None:
+    row = list(sample(1).row())
+    with pytest.raises(ValueError):
+        from_row(change(row))  # type: ignore[operator]
+
+
+def test_a_record_has_slots() -> None:
+    assert not hasattr(sample(0), "__dict__")
+    assert UsageRecord.__slots__
