@@ -91,9 +91,17 @@ class PackedCall:
 
     def pack(self, amount: int, member: str | None = None) -> bytes:
         """The command with `amount` (and `member`, if it has one) in place."""
-        packed = _bulk(amount).join(self._parts)
+        # An int and an ASCII string written out here as `pack_command` writes them
+        # (cheaper than calling it for one argument); anything else packed by it.
+        if type(amount) is int:
+            digits = b"%d" % amount
+            packed = (b"$%d\r\n%s\r\n" % (len(digits), digits)).join(self._parts)
+        else:
+            packed = _bulk(amount).join(self._parts)
         if self._tail is None:
             return packed
+        if type(member) is str and member.isascii():
+            return b"%s$%d\r\n%s\r\n%s" % (packed, len(member), member.encode(), self._tail)
         return b"".join((packed, _bulk(member), self._tail))
 
 
