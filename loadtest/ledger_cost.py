@@ -2,6 +2,7 @@
 
     .venv/bin/python -m loadtest.ledger_cost [--records 100000] [--batch 500]
         [--store sqlite|postgres|both] [--inserts] [--postgres postgresql://postgres@127.0.0.1]
+        [--outage SECONDS [--rate 2000]]
 
 Per request, the gateway makes one `UsageRecord` and calls `LedgerWriter.record()` on
 the request path; later the flusher writes it in a batch (its CPU counted here: the
@@ -13,6 +14,12 @@ request in all (issue 27).
 stored (`unnest` arrays in one INSERT, `executemany`, COPY into a temporary table then
 INSERT ... SELECT) for batches of 100, 300 and 1000: wall time and this process's CPU per
 record. Each run uses a database of its own (`ledger_bench_<random>`), dropped after.
+
+`--outage S` runs `--rate` requests a second, each making its record, through a writer
+whose PostgreSQL is behind a proxy that is cut for S seconds (connections broken and
+refused), then restored: the event loop's lag (what would delay a request) and record()'s
+own time before, during and after, the spool's peak, the time to replay it, and the
+rows in the database against the records made.
 """
 
 from __future__ import annotations
@@ -190,14 +197,96 @@ async def _inserts(server: str, batches: list[int], total: int) -> None:
             )
 
 
+def _quantiles(values: list[float]) -> str:
+    ordered = sorted(values)
+
+    def at(q: float) -> float:
+        return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1e3
+
+    return f"p50 {at(0.5):7.3f}  p99 {at(0.99):7.3f}  max {ordered[-1] * 1e3:7.3f} ms"
+
+
+async def _outage(server: str, seconds: float, rate: int, batch: int) -> None:
+    proxy = TcpOutage(int(server.rsplit(":", 1)[1]))
+    await proxy.restore()
+    async with _database(server) as dsn:
+        name = dsn.rsplit("/", 1)[1]
+        store = PostgresLedger(f"postgresql://postgres@127.0.0.1:{proxy.port}/{name}")
+        with tempfile.TemporaryDirectory() as spool:
+            writer = LedgerWriter(store, spool, batch_max=batch)
+            await writer.start()
+            phase = "before"
+            lags: dict[str, list[float]] = {"before": [], "outage": [], "after": []}
+            calls: dict[str, list[float]] = {"before": [], "outage": [], "after": []}
+            made = 0
+            peak = 0
+            running = True
+            prefix = os.urandom(6).hex()
+
+            async def requests() -> None:
+                # Requests arrive every millisecond, rate/1000 at a time; the lag of each
+                # wake-up is what the ledger (or anything else) added to the loop.
+                nonlocal made, peak
+                per_tick = max(1, rate // 1000)
+                tick = 0.001
+                due = time.perf_counter()
+                while running:
+                    due += tick
+                    await asyncio.sleep(max(0.0, due - time.perf_counter()))
+                    woke = time.perf_counter()
+                    lags[phase].append(max(0.0, woke - due))
+                    for _ in range(per_tick):
+                        record = _record(made, prefix)
+                        started = time.perf_counter()
+                        writer.record(record)
+                        calls[phase].append(time.perf_counter() - started)
+                        made += 1
+                    if woke - due > 0.1:  # fell far behind (a pause): start again from now
+                        due = woke
+                    peak = max(peak, writer.stats().spool_bytes)
+
+            load = asyncio.create_task(requests())
+            await asyncio.sleep(10)
+            phase = "outage"
+            await proxy.cut()
+            await asyncio.sleep(seconds)
+            phase = "after"
+            await proxy.restore()
+            restored = time.perf_counter()
+            while writer.stats().spooled:  # noqa: ASYNC110 - the writer has no event for it
+                await asyncio.sleep(0.1)
+            drained = time.perf_counter() - restored
+            await asyncio.sleep(5)
+            running = False
+            await load
+            await writer.close()
+            stats = writer.stats()
+        connection = await asyncpg.connect(dsn)
+        rows = await connection.fetchval("SELECT count(*) FROM usage_ledger")
+        await connection.close()
+    await proxy.cut()
+    print(f"{rate} requests/s, PostgreSQL cut for {seconds:.0f} s")
+    for name in lags:
+        print(f"  {name:6}  loop lag {_quantiles(lags[name])}   record() {_quantiles(calls[name])}")
+    print(
+        f"  made {made}, in the database {rows}, dropped {stats.dropped}; spool peak "
+        f"{peak / 1e6:.1f} MB, replayed {drained:.1f} s after the database came back"
+    )
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--records", type=int, default=100_000)
     parser.add_argument("--batch", type=int, default=500)
     parser.add_argument("--store", choices=["sqlite", "postgres", "both"], default="both")
     parser.add_argument("--inserts", action="store_true")
+    parser.add_argument("--outage", type=float, default=0.0)
+    parser.add_argument("--rate", type=int, default=2000)
     parser.add_argument("--postgres", default="postgresql://postgres@127.0.0.1:5432")
     args = parser.parse_args()
+    if args.outage:
+        await _outage(args.postgres, args.outage, args.rate, args.batch)
+        return
     if args.inserts:
         await _inserts(args.postgres, [100, 300, 1000], args.records)
         return

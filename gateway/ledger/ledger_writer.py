@@ -10,10 +10,12 @@ once the database answers again (tried after a backoff of 0.5 s doubling to 10 s
 A batch half-written before a failure is written again whole: the request id is the
 table's key, and a record already stored is skipped.
 
-Records are lost in two cases only, each counted (`LedgerStats.dropped`) and logged as
-an error: the spool is full (`spool_max_bytes`), or `buffer_max` records are waiting in
-memory (the flusher could not keep up even by spooling: a stuck disk), and a record made
-after `close()`.
+Records are lost only when the database is down and the disk cannot take them, each
+counted (`LedgerStats.dropped`) and logged as an error: the spool is full
+(`spool_max_bytes`) or cannot be written (a full disk); `buffer_max` records already wait
+in memory (the flusher could not keep up even by spooling: a stuck disk); a spooled line
+cannot be read back (cut short when a process died while writing it). And a record made
+after `close()` is not taken (counted too).
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ class LedgerStats:
     spooled: int  # on disk, waiting for the database
     spool_bytes: int
     written: int  # in the database (a replayed duplicate counted once more)
-    dropped: int  # lost: spool full, memory full, or made after close()
+    dropped: int  # lost: spool full or unwritable, memory full, unreadable, after close()
     lag_s: float  # age of the oldest record not yet in the database
     store_down: bool  # the last write failed; the next is tried after a backoff
 
@@ -132,7 +134,7 @@ class LedgerWriter:
             spooled=self.spool.records,
             spool_bytes=self.spool.size,
             written=self._written,
-            dropped=self._dropped + self._refused,
+            dropped=self._dropped + self._refused + self.spool.unreadable,
             lag_s=max(0.0, time.time() - oldest) if oldest is not None else 0.0,
             store_down=self._down,
         )
@@ -233,7 +235,15 @@ class LedgerWriter:
         self._backoff_s = min(self._backoff_s * 2, BACKOFF_MAX_S)
 
     async def _to_spool(self, batch: list[UsageRecord]) -> None:
-        refused = await asyncio.to_thread(self.spool.append, batch)
+        data, kept = self.spool.encode(batch)
+        refused = len(batch) - kept
+        if kept:
+            try:
+                await asyncio.to_thread(self.spool.write, data, kept, batch[0].ts)
+            except OSError as error:
+                # The disk is full or gone: the batch has nowhere left to go.
+                log.error("usage ledger: the spool cannot be written (%s)", error)
+                refused = len(batch)
         if refused:
             self._dropped += refused
             self._log_drops()
@@ -241,15 +251,19 @@ class LedgerWriter:
     async def _replay(self) -> None:
         """The spool into the store, oldest first, until it is empty or the store fails."""
         while (segment := self.spool.oldest()) is not None:
-            records = await asyncio.to_thread(self.spool.read, segment)
-            for start in range(0, len(records), self._batch_max):
+            lines = await asyncio.to_thread(self.spool.lines, segment)
+            for start in range(0, len(lines), self._batch_max):
+                # Parsed here, a batch at a time, between the requests' turns.
+                records = self.spool.parse(lines[start : start + self._batch_max])
                 try:
-                    await self._write(records[start : start + self._batch_max])
+                    await self._write(records)
                 except Exception as error:
                     # The file stays; the part written is skipped by its keys next time.
                     self._store_failed(error)
                     return
             await asyncio.to_thread(self.spool.remove, segment)
+            if self._closed:
+                return  # shutting down: the rest waits for the next process
             # Records made meanwhile go behind the spool, not to memory without bound.
             while len(self._buffer) >= self._batch_max:
                 await self._to_spool(self._take())
@@ -263,8 +277,9 @@ class LedgerWriter:
         if not force and now - self._last_drop_log < DROP_LOG_INTERVAL_S:
             return
         log.error(
-            "usage ledger: %d usage records LOST (%d in all): the spool is full "
-            "(%d of %d bytes in %s) or %d records wait in memory",
+            "usage ledger: %d usage records LOST (%d in all): the database is down and "
+            "the spool is full or cannot be written (%d of %d bytes in %s), "
+            "or %d records already wait in memory",
             dropped - self._logged_drops,
             dropped,
             self.spool.size,

@@ -132,7 +132,7 @@ async def test_an_outage_spools_and_nothing_is_lost_or_doubled(
     assert not writer.stats().store_down
     await writer.close()
     assert await _count(tmp_path) == 70
-    assert list((tmp_path / "spool").iterdir()) == []
+    assert list((tmp_path / "spool").glob("*.jsonl")) == []
     assert writer.stats().dropped == 0
 
 
@@ -191,6 +191,21 @@ async def test_a_full_spool_drops_records_counted_and_logged(
     await writer.close()
     # The oldest records were kept; only the newest were lost.
     assert await _count(tmp_path) == 100 - stats.dropped
+
+
+async def test_a_spool_that_cannot_be_written_counts_its_records_lost(
+    outage: Outage, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    outage.mode = "refuse"
+    (tmp_path / "spool").write_text("a file where the directory should be")
+    writer = LedgerWriter(outage, tmp_path / "spool" / "inner", batch_max=10)  # type: ignore[arg-type]
+    for i in range(10):
+        writer.record(sample(i))
+    with caplog.at_level(logging.ERROR, "gateway.ledger"):
+        await writer.flush()
+    assert writer.stats().dropped == 10
+    assert "cannot be written" in caplog.text
+    await writer.close()
 
 
 async def test_records_past_the_memory_bound_are_dropped(outage: Outage, tmp_path: Path) -> None:

@@ -2,7 +2,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gateway.ledger.usage_spool import UsageSpool
+import pytest
+
+from gateway.ledger.usage_spool import SpoolInUse, UsageSpool
 from tests.unit.ledger.usage_samples import T0, sample
 
 
@@ -18,7 +20,7 @@ def test_records_come_back_in_order_and_the_file_goes(tmp_path: Path) -> None:
     assert spool.read(segment) == [sample(i) for i in range(8)]
     spool.remove(segment)
     assert (spool.records, spool.size, spool.oldest()) == (0, 0, None)
-    assert list(tmp_path.iterdir()) == []
+    assert list(tmp_path.glob("*.jsonl")) == []
 
 
 def test_what_does_not_fit_is_refused_and_counted(tmp_path: Path) -> None:
@@ -43,7 +45,7 @@ def test_files_roll_over_and_a_new_process_finds_them(tmp_path: Path) -> None:
     for start in range(0, 80, 5):
         spool.append([sample(i) for i in range(start, start + 5)])
     spool.close()
-    assert len(list(tmp_path.iterdir())) > 1
+    assert len(list(tmp_path.glob("*.jsonl"))) > 1
     again = UsageSpool(tmp_path, 16384)
     again.load()
     assert (again.records, again.size) == (spool.records, spool.size)
@@ -61,10 +63,19 @@ def test_a_line_cut_short_is_left_out(tmp_path: Path) -> None:
     spool.load()
     spool.append([sample(0), sample(1)])
     spool.close()
-    (path,) = tmp_path.iterdir()
+    (path,) = tmp_path.glob("*.jsonl")
     path.write_bytes(path.read_bytes() + b'[1800000002.0,"r-2","ac')
     again = UsageSpool(tmp_path, 1 << 20)
     again.load()
     segment = again.oldest()
     assert segment is not None
     assert again.read(segment) == [sample(0), sample(1)]
+
+
+def test_one_directory_serves_one_spool_at_a_time(tmp_path: Path) -> None:
+    first = UsageSpool(tmp_path, 1 << 20)
+    first.load()
+    with pytest.raises(SpoolInUse):
+        UsageSpool(tmp_path, 1 << 20).load()
+    first.close()
+    UsageSpool(tmp_path, 1 << 20).load()
