@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 import asyncpg  # type: ignore[import-untyped]  # asyncpg ships no types
 
-from gateway.ledger.usage_records import COLUMNS, Row, UsageRecord
+from gateway.ledger.usage_records import COLUMNS, Row, UsageRecord, clean_row
 from gateway.ledger.usage_report import TABLE, ReportQuery, ReportRow, as_rows, postgres_sql
 
 InsertMethod = Literal["unnest", "executemany", "copy"]
@@ -33,12 +33,12 @@ TYPES = (
     "text",
     "text",
     "text",
-    "integer",
-    "integer",
-    "integer",
+    "bigint",
+    "bigint",
+    "bigint",
     "bigint",
     "double precision",
-    "integer",
+    "bigint",
     "text",
 )
 SCHEMA = f"""
@@ -50,12 +50,12 @@ CREATE TABLE IF NOT EXISTS {TABLE} (
     endpoint text NOT NULL,
     model_requested text NOT NULL,
     model_served text NOT NULL,
-    prompt_tokens integer NOT NULL,
-    cached_tokens integer NOT NULL,
-    completion_tokens integer NOT NULL,
+    prompt_tokens bigint NOT NULL,
+    cached_tokens bigint NOT NULL,
+    completion_tokens bigint NOT NULL,
     cost_micros bigint NOT NULL,
     latency_ms double precision NOT NULL,
-    status integer NOT NULL,
+    status bigint NOT NULL,
     fallback text NOT NULL
 );
 CREATE INDEX IF NOT EXISTS {TABLE}_ts ON {TABLE} (ts);
@@ -143,7 +143,11 @@ class PostgresLedger:
         pool = await self._ready_pool()
         rows = [record.row() for record in batch]
         try:
-            return await self._insert(pool, rows)
+            try:
+                return await self._insert(pool, rows)
+            except (asyncpg.DataError, OverflowError):
+                # A text with a NUL, a count past 64 bits: refused whatever the retries.
+                return await self._insert(pool, [clean_row(row) for row in rows])
         except asyncpg.UndefinedTableError:
             # The table is gone (the database dropped and made again, say): made again
             # before the next batch, which the writer retries from its spool.

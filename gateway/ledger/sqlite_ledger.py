@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TypeVar
 
-from gateway.ledger.usage_records import COLUMNS, UsageRecord
+from gateway.ledger.usage_records import COLUMNS, UsageRecord, clean_row
 from gateway.ledger.usage_report import TABLE, ReportQuery, ReportRow, as_rows, sqlite_sql
 
 T = TypeVar("T")
@@ -83,9 +83,16 @@ class SqliteLedger:
 
         def insert(connection: sqlite3.Connection) -> int:
             before = connection.total_changes
-            with connection:
-                connection.execute("BEGIN IMMEDIATE")
-                connection.executemany(INSERT, rows)
+            try:
+                with connection:
+                    connection.execute("BEGIN IMMEDIATE")
+                    connection.executemany(INSERT, rows)
+            except OverflowError:
+                # A count past 64 bits: refused whatever the retries, so held within.
+                before = connection.total_changes  # what was rolled back still counted
+                with connection:
+                    connection.execute("BEGIN IMMEDIATE")
+                    connection.executemany(INSERT, [clean_row(row) for row in rows])
             return connection.total_changes - before
 
         return await self._call(insert)

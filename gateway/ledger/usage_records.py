@@ -71,6 +71,24 @@ class UsageRecord:
         )
 
 
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+
+
+def clean_row(row: Row) -> Row:
+    """The row with what a database refuses made storable: NUL characters taken out of
+    its texts (PostgreSQL's text cannot hold one, and `model_requested` is the client's
+    choice), counts held within 64 bits. A store falls back to it when a batch is refused
+    for its data: one odd record must not stop the ledger, its batch retried forever."""
+    return tuple(
+        value.replace("\x00", "")
+        if isinstance(value, str)
+        else max(INT64_MIN, min(INT64_MAX, value))
+        if isinstance(value, int)
+        else value
+        for value in row
+    )  # type: ignore[return-value]
+
+
 def from_row(values: list[Any] | tuple[Any, ...]) -> UsageRecord:
     """A record from its values in `COLUMNS` order (a spool line, a table row).
 

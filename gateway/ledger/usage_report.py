@@ -97,7 +97,7 @@ def postgres_sql(query: ReportQuery, table: str = TABLE) -> tuple[str, list[floa
     if groups:
         positions = ", ".join(str(i + 1) for i in range(len(groups)))
         sql += f" GROUP BY {positions} ORDER BY {positions}"
-    return sql, [query.since, query.until]
+    return sql, [float(query.since), float(query.until)]
 
 
 def sqlite_sql(query: ReportQuery, table: str = TABLE) -> tuple[str, list[float]]:
@@ -134,7 +134,7 @@ def sqlite_sql(query: ReportQuery, table: str = TABLE) -> tuple[str, list[float]
     if groups:
         positions = ", ".join(str(i + 1) for i in range(len(groups)))
         sql += f" GROUP BY {positions} ORDER BY {positions}"
-    return sql, [query.since, query.until]
+    return sql, [float(query.since), float(query.until)]
 
 
 def as_rows(query: ReportQuery, rows: Iterable[Sequence[object]]) -> list[ReportRow]:

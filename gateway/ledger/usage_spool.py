@@ -25,7 +25,7 @@ from typing import BinaryIO
 
 import orjson
 
-from gateway.ledger.usage_records import UsageRecord, from_row
+from gateway.ledger.usage_records import UsageRecord, clean_row, from_row
 
 log = logging.getLogger("gateway.ledger")
 
@@ -112,7 +112,11 @@ class UsageSpool:
         lines = []
         size = self.size
         for record in batch:
-            line = orjson.dumps(record.row()) + b"\n"
+            row = record.row()
+            try:
+                line = orjson.dumps(row) + b"\n"
+            except orjson.JSONEncodeError:  # a count past 64 bits
+                line = orjson.dumps(clean_row(row)) + b"\n"
             if size + len(line) > self.max_bytes:
                 break
             size += len(line)

@@ -111,6 +111,25 @@ async def test_each_insert_method_stores_a_batch_once(
         assert (first, again) == (300, 100)
 
 
+async def test_a_record_postgres_refuses_is_stored_cleaned(database: Database) -> None:
+    # A NUL in the model a client asked for, a count past 64 bits: the batch is stored,
+    # not refused (and retried from the spool) forever.
+    store = PostgresLedger(f"{SERVER}/{database.name}")
+    try:
+        odd = sample(1, model_requested="a\x00b", prompt_tokens=2**70)
+        assert await store.write([sample(0), odd]) == 2
+    finally:
+        await store.close()
+    connection = await asyncpg.connect(f"{SERVER}/{database.name}")
+    try:
+        stored = await connection.fetchrow(
+            "SELECT prompt_tokens, model_requested FROM usage_ledger WHERE request_id = 'r-1'"
+        )
+    finally:
+        await connection.close()
+    assert tuple(stored) == (2**63 - 1, "ab")
+
+
 async def test_a_record_is_stored_as_made(database: Database) -> None:
     store = open_store(f"{SERVER}/{database.name}")
     try:

@@ -53,6 +53,16 @@ async def test_the_file_is_in_wal_mode_with_its_record_intact(store: SqliteLedge
     )
 
 
+async def test_a_record_beyond_the_columns_is_stored_held_within(store: SqliteLedger) -> None:
+    odd = sample(1, completion_tokens=2**70, model_requested="a\x00b")
+    assert await store.write([sample(0), odd]) == 2
+    with sqlite3.connect(store.path) as connection:
+        stored = connection.execute(
+            "SELECT completion_tokens, model_requested FROM usage_ledger WHERE request_id = 'r-1'"
+        ).fetchone()
+    assert stored == (2**63 - 1, "ab")  # the batch cleaned whole
+
+
 @pytest.mark.parametrize("by", GROUPINGS)
 async def test_the_report_groups_and_sums(store: SqliteLedger, by: tuple[str, ...]) -> None:
     records = [sample(i) for i in range(200)]

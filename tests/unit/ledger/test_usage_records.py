@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.ledger.usage_records import COLUMNS, UsageRecord, from_row
+from gateway.ledger.usage_records import COLUMNS, UsageRecord, clean_row, from_row
 from tests.unit.ledger.usage_samples import sample
 
 
@@ -35,3 +35,11 @@ def test_a_malformed_row_is_refused(change: object) -> None:
 def test_a_record_has_slots() -> None:
     assert not hasattr(sample(0), "__dict__")
     assert UsageRecord.__slots__
+
+
+def test_a_clean_row_has_no_nul_and_counts_within_64_bits() -> None:
+    record = sample(2, model_requested="a\x00b\x00", cost_micros=-(2**80), prompt_tokens=2**64)
+    cleaned = from_row(clean_row(record.row()))
+    assert cleaned.model_requested == "ab"
+    assert (cleaned.cost_micros, cleaned.prompt_tokens) == (-(2**63), 2**63 - 1)
+    assert clean_row(sample(3).row()) == sample(3).row()

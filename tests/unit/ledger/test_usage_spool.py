@@ -79,3 +79,12 @@ def test_one_directory_serves_one_spool_at_a_time(tmp_path: Path) -> None:
         UsageSpool(tmp_path, 1 << 20).load()
     first.close()
     UsageSpool(tmp_path, 1 << 20).load()
+
+
+def test_a_count_past_64_bits_is_spooled_held_within(tmp_path: Path) -> None:
+    spool = UsageSpool(tmp_path, 1 << 20)
+    spool.load()
+    assert spool.append([sample(0, prompt_tokens=2**70)]) == 0
+    segment = spool.oldest()
+    assert segment is not None
+    assert spool.read(segment) == [sample(0, prompt_tokens=2**63 - 1)]
