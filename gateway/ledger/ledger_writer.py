@@ -184,20 +184,29 @@ class LedgerWriter:
 
     async def _flush_once(self) -> None:
         async with self._flushing:
-            while self._buffer:
-                await self._deliver(self._take())
+            # What waits now, and no more: records made while a batch is on its way wait
+            # for the next round (or a full batch). Draining until the deque is empty sent
+            # batches of the few records made during each write: hundreds of round trips
+            # a second instead of a few.
+            waiting = len(self._buffer)
+            while waiting > 0:
+                batch = self._take(waiting)
+                waiting -= len(batch)
+                await self._deliver(batch)
             if self.spool.records and self._store_due():
                 await self._replay()
             self._log_drops()
             self._send_report()
 
-    def _take(self) -> list[UsageRecord]:
+    def _take(self, most: int | None = None) -> list[UsageRecord]:
+        """The oldest records, a batch of them at most (and at most `most`)."""
         buffer = self._buffer
-        if len(buffer) <= self._batch_max:
+        count = min(self._batch_max, len(buffer) if most is None else most)
+        if count >= len(buffer):
             batch = list(buffer)
             buffer.clear()
             return batch
-        return [buffer.popleft() for _ in range(self._batch_max)]
+        return [buffer.popleft() for _ in range(count)]
 
     async def _deliver(self, batch: list[UsageRecord]) -> None:
         # While anything is spooled, or the store is down, new batches queue behind it.

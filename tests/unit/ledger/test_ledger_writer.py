@@ -27,12 +27,14 @@ class Outage:
         self.store = store
         self.mode = "up"  # or "refuse", "hang", "ack_lost"
         self.batches: list[int] = []
+        self.delay_s = 0.0  # each write's round trip
 
     async def write(self, batch: Sequence[UsageRecord]) -> int:
         if self.mode == "refuse":
             raise ConnectionRefusedError("the database is down")
         if self.mode == "hang":
             await asyncio.sleep(3600)
+        await asyncio.sleep(self.delay_s)
         written = await self.store.write(batch)
         self.batches.append(len(batch))
         if self.mode == "ack_lost":
@@ -95,6 +97,23 @@ async def test_a_full_batch_is_written_at_once(outage: Outage, tmp_path: Path) -
 
 async def _true(value: bool) -> bool:
     return value
+
+
+async def test_records_made_during_a_write_wait_for_the_next_batch(
+    outage: Outage, tmp_path: Path
+) -> None:
+    # Each write takes 10 ms while records keep coming: they gather into the next batch
+    # rather than going out a few at a time, one write after another.
+    outage.delay_s = 0.01
+    writer = _writer(outage, tmp_path, batch_max=100, flush_interval_ms=100)
+    await writer.start()
+    for i in range(0, 500, 2):
+        writer.record(sample(i))
+        writer.record(sample(i + 1))
+        await asyncio.sleep(0.002)
+    await writer.close()
+    assert sum(outage.batches) == 500
+    assert len(outage.batches) <= 15, outage.batches
 
 
 async def test_a_few_records_are_written_after_the_interval(outage: Outage, tmp_path: Path) -> None:
