@@ -2,7 +2,7 @@
 
     .venv/bin/python -m loadtest.ledger_cost [--records 100000] [--batch 500]
         [--store sqlite|postgres|both] [--inserts] [--postgres postgresql://postgres@127.0.0.1]
-        [--outage SECONDS [--rate 2000]]
+        [--outage SECONDS [--rate 2000]] [--steady SECONDS [--rate 2000]]
 
 Per request, the gateway makes one `UsageRecord` and calls `LedgerWriter.record()` on
 the request path; later the flusher writes it in a batch (its CPU counted here: the
@@ -14,6 +14,12 @@ request in all (issue 27).
 stored (`unnest` arrays in one INSERT, `executemany`, COPY into a temporary table then
 INSERT ... SELECT) for batches of 100, 300 and 1000: wall time and this process's CPU per
 record. Each run uses a database of its own (`ledger_bench_<random>`), dropped after.
+
+`--steady S` measures the same in steady state: `--rate` requests a second for S
+seconds, each making its record and handing it to a writer on PostgreSQL, against the
+same loop making none; the difference in the process's CPU, divided by the requests, is
+the ledger's whole cost (the flusher's wake-ups, batches and driver included). Rounds
+alternate, three of each; the median is printed.
 
 `--outage S` runs `--rate` requests a second, each making its record, through a writer
 whose PostgreSQL is behind a proxy that is cut for S seconds (connections broken and
@@ -27,6 +33,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import statistics
 import tempfile
 import time
 from collections.abc import AsyncIterator
@@ -197,6 +204,46 @@ async def _inserts(server: str, batches: list[int], total: int) -> None:
             )
 
 
+async def _steady_round(writer: LedgerWriter | None, seconds: float, rate: int) -> float:
+    """The process's CPU seconds per request over one round at `rate` requests a second."""
+    per_tick = max(1, rate // 1000)
+    prefix = os.urandom(6).hex()
+    made = 0
+    cpu = time.process_time()
+    due = time.perf_counter()
+    end = due + seconds
+    while due < end:
+        due += 0.001
+        await asyncio.sleep(max(0.0, due - time.perf_counter()))
+        for _ in range(per_tick):
+            if writer is not None:
+                writer.record(_record(made, prefix))
+            made += 1
+    if writer is not None:
+        await writer.flush()
+    return (time.process_time() - cpu) / made
+
+
+async def _steady(server: str, seconds: float, rate: int, batch: int) -> None:
+    async with _database(server) as dsn:
+        with tempfile.TemporaryDirectory() as spool:
+            writer = LedgerWriter(PostgresLedger(dsn), spool, batch_max=batch)
+            await writer.start()
+            await writer.store.write([_record(0, "warmup")])
+            with_ledger, without = [], []
+            for _ in range(3):
+                with_ledger.append(await _steady_round(writer, seconds, rate))
+                without.append(await _steady_round(None, seconds, rate))
+            stats = writer.stats()
+            await writer.close()
+    cost = statistics.median(with_ledger) - statistics.median(without)
+    print(
+        f"{rate} requests/s for {seconds:.0f} s x3: {statistics.median(without) * 1e6:.2f} "
+        f"µs a request without the ledger, {statistics.median(with_ledger) * 1e6:.2f} with: "
+        f"the ledger costs {cost * 1e6:.2f} µs a request ({stats.written} written)"
+    )
+
+
 def _quantiles(values: list[float]) -> str:
     ordered = sorted(values)
 
@@ -282,8 +329,12 @@ async def main() -> None:
     parser.add_argument("--inserts", action="store_true")
     parser.add_argument("--outage", type=float, default=0.0)
     parser.add_argument("--rate", type=int, default=2000)
+    parser.add_argument("--steady", type=float, default=0.0)
     parser.add_argument("--postgres", default="postgresql://postgres@127.0.0.1:5432")
     args = parser.parse_args()
+    if args.steady:
+        await _steady(args.postgres, args.steady, args.rate, args.batch)
+        return
     if args.outage:
         await _outage(args.postgres, args.outage, args.rate, args.batch)
         return
