@@ -316,6 +316,8 @@ async def _sse_events(
         opening = writer.start()
         if opening:
             yield opening
+        # The first piece and the rest are handled alike, written out twice: a shared
+        # helper would cost every streamed chunk a call on the hot path.
         if request.echo:
             yield writer.text(request.prompt)
         if first is not None:
