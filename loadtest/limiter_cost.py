@@ -23,12 +23,12 @@ import json
 import logging
 import os
 import pstats
-import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from loadtest.child_rounds import measure_by_turns, print_figures
 
 ROOT = Path(__file__).resolve().parent.parent
 TENANT = "bench"
@@ -111,34 +111,20 @@ def main() -> None:
     redis = start_redis(port)
     redis_url = f"redis://127.0.0.1:{port}/0"
     trees = {"this tree": ROOT} | ({"baseline": args.baseline.resolve()} if args.baseline else {})
-    children = {
-        name: subprocess.Popen(
-            [
-                sys.executable, "-m", "loadtest.limiter_cost", "--child",
-                "--redis-url", redis_url, "--requests", str(args.requests),
-                "--concurrency", str(args.concurrency),
-            ],
-            cwd=tree, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-            env={**os.environ, "PYTHONPATH": str(tree)},
-        )
-        for name, tree in trees.items()
-    }  # fmt: skip
-    figures: dict[str, list[float]] = {name: [] for name in children}
     try:
-        for _ in range(args.rounds):
-            for name, child in children.items():
-                assert child.stdin is not None and child.stdout is not None
-                child.stdin.write("go\n")
-                child.stdin.flush()
-                figures[name].append(float(child.stdout.readline()))
-        for name, values in figures.items():
-            shown = ", ".join(f"{v:.1f}" for v in values)
-            print(f"{name}: {statistics.median(values):.1f} µs per request (rounds: {shown})")
+        child_args = [
+            "--redis-url",
+            redis_url,
+            "--requests",
+            str(args.requests),
+            "--concurrency",
+            str(args.concurrency),
+        ]
+        figures = measure_by_turns("loadtest.limiter_cost", child_args, trees, args.rounds)
+        print_figures(figures, "µs per request")
         if args.profile:
             _profile(redis_url, args)
     finally:
-        for child in children.values():
-            child.kill()
         stop(redis)
 
 
