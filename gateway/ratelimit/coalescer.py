@@ -105,6 +105,26 @@ class PackedCall:
         return b"".join((packed, _bulk(member), self._tail))
 
 
+class _Sender:
+    """One connection and the one long-lived task that sends on it, woken per batch."""
+
+    __slots__ = ("busy", "connection", "expired", "idle", "started", "task", "wake")
+
+    def __init__(self, connection: Connection) -> None:
+        self.connection = connection
+        self.task: asyncio.Task[None] | None = None
+        # Set to wake the task when it waits for work; None while it works.
+        self.wake: asyncio.Future[None] | None = None
+        # Sending (or woken to send) the queue: a caller need not wake it.
+        self.busy = False
+        # The loop time the round trip in flight started at, or None.
+        self.started: float | None = None
+        # The watchdog cancelled the task for taking too long.
+        self.expired = False
+        # Set when the task next waits for work (or ends): what close() waits for.
+        self.idle: asyncio.Future[None] | None = None
+
+
 class ScriptCoalescer:
     """Sends the script calls of one moment to one Redis server in one pipeline.
 
@@ -112,6 +132,12 @@ class ScriptCoalescer:
     checking a connection out of the pool, the pipeline object and redis-py's per-call
     socket timeouts (each a task of its own) cost more than the round trip itself. One
     timeout (`timeout_s`) covers each round trip instead.
+
+    Where requests arrive staggered, a round trip carries a few calls, so what each one
+    costs whatever it carries counts: each sender is one long-lived task woken by a
+    future (not a task created per batch), one watchdog timer keeps the timeouts of
+    every round trip (not a timer set and cancelled per round trip), and the packed
+    calls are written straight to the connection's stream.
     """
 
     def __init__(
@@ -127,13 +153,15 @@ class ScriptCoalescer:
         pool = redis.connection_pool
         self._timeout_s = timeout_s or pool.connection_kwargs.get("socket_timeout") or 5.0
         own = {**pool.connection_kwargs, "socket_timeout": None}
-        self._connections = {urgent: pool.connection_class(**own) for urgent in (True, False)}
         self._queue: list[_Call] = []
-        # The task sending urgent calls, and the one sending the rest when nothing urgent
+        # The sender of urgent calls, and the one sending the rest when nothing urgent
         # came to take them along. Either sends whatever is queued.
-        self._urgent: asyncio.Task[None] | None = None
-        self._background: asyncio.Task[None] | None = None
+        self._urgent = _Sender(pool.connection_class(**own))
+        self._background = _Sender(pool.connection_class(**own))
         self._background_timer: asyncio.TimerHandle | None = None
+        # The one timer that times the round trips out, and its loop.
+        self._watchdog: asyncio.TimerHandle | None = None
+        self._watchdog_loop: asyncio.AbstractEventLoop | None = None
 
     def call(
         self,
@@ -148,42 +176,65 @@ class ScriptCoalescer:
         `packed` is the call already packed (by a `PackedCall` of `script`): then it is
         sent as it is, and `keys` and `args` are not read.
         """
-        reply: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        reply: asyncio.Future[Any] = loop.create_future()
         self._queue.append(_Call(script, keys, args, reply, packed))
-        # A new task first runs at the next turn of the loop: calls made until then join.
+        # A woken sender first runs at the next turn of the loop: calls made until then
+        # join.
         if urgent:
-            if self._urgent is None:
-                self._urgent = asyncio.create_task(self._send_all(urgent=True))
-        elif self._background_timer is None and self._background is None:
-            self._background_timer = asyncio.get_running_loop().call_later(
-                self._delay_s, self._send_background
-            )
+            if not self._urgent.busy:
+                self._start(self._urgent, loop)
+        elif self._background_timer is None and not self._background.busy:
+            self._background_timer = loop.call_later(self._delay_s, self._send_background)
         return reply
 
     def _send_background(self) -> None:
         self._background_timer = None
-        if self._queue and self._urgent is None and self._background is None:
-            self._background = asyncio.create_task(self._send_all(urgent=False))
+        if self._queue and not self._urgent.busy and not self._background.busy:
+            self._start(self._background, asyncio.get_running_loop())
 
-    async def _send_all(self, urgent: bool) -> None:
-        connection = self._connections[urgent]
+    def _start(self, sender: _Sender, loop: asyncio.AbstractEventLoop) -> None:
+        """Have `sender` send the queue from the next turn of the loop."""
+        sender.busy = True
+        task = sender.task
+        if task is None or task.done() or task.get_loop() is not loop:
+            # The first batch (or the first on this loop, or after a cancel ended it).
+            sender.wake = None
+            sender.task = loop.create_task(self._sender(sender))
+            return
+        wake, sender.wake = sender.wake, None
+        assert wake is not None  # not busy: it waits for work
+        wake.set_result(None)
+
+    async def _sender(self, sender: _Sender) -> None:
+        """Send the queue each time woken, until cancelled."""
+        loop = asyncio.get_running_loop()
         try:
-            while self._queue:
-                batch, self._queue = self._queue, []
-                await self._send(connection, batch)
+            while True:
+                while self._queue:
+                    batch, self._queue = self._queue, []
+                    await self._send(sender, batch)
+                self._idle(sender)
+                sender.wake = wake = loop.create_future()
+                await wake
         finally:
-            if urgent:
-                self._urgent = None
-            else:
-                self._background = None
+            self._idle(sender)
+            sender.wake = None
 
-    async def _send(self, connection: Connection, batch: list[_Call]) -> None:
+    @staticmethod
+    def _idle(sender: _Sender) -> None:
+        sender.busy = False
+        idle, sender.idle = sender.idle, None
+        if idle is not None and not idle.done():
+            idle.set_result(None)
+
+    async def _send(self, sender: _Sender, batch: list[_Call]) -> None:
         started = time.perf_counter()
         # Replies in the order of `batch`; those read before a failure still count:
         # Redis ran those calls.
         replies: list[Any] = []
         try:
-            await self._execute(connection, batch, replies)
+            await self._execute(sender, batch, replies)
         except BaseException as exc:
             # The connection failed (or the sender was cancelled): so did every call
             # that has no reply.
@@ -205,11 +256,9 @@ class ScriptCoalescer:
         for call, reply in zip(batch, replies, strict=True):
             _settle(call, reply)
 
-    async def _execute(
-        self, connection: Connection, batch: Sequence[_Call], replies: list[Any]
-    ) -> None:
+    async def _execute(self, sender: _Sender, batch: Sequence[_Call], replies: list[Any]) -> None:
         try:
-            await self._round_trip(connection, batch, replies)
+            await self._round_trip(sender, batch, replies)
         except TimeoutError:
             # Redis did not answer in time: the batch may still run when it does, so it
             # is not sent again. (TimeoutError is an OSError: this comes first.)
@@ -221,7 +270,7 @@ class ScriptCoalescer:
                 raise
             # A connection Redis closed (a restart, an idle timeout) fails on first use,
             # before any reply: send the batch once more on a new connection.
-            await self._round_trip(connection, batch, replies)
+            await self._round_trip(sender, batch, replies)
         missing = [i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
         if missing:
             # Redis lost its scripts (a restart, a failover, SCRIPT FLUSH): load them and
@@ -229,15 +278,16 @@ class ScriptCoalescer:
             for script in {batch[i].script for i in missing}:
                 await self._redis.script_load(script.script)
             again: list[Any] = []
-            await self._round_trip(connection, [batch[i] for i in missing], again)
+            await self._round_trip(sender, [batch[i] for i in missing], again)
             for i, reply in zip(missing, again, strict=True):
                 replies[i] = reply
 
     async def _round_trip(
-        self, connection: Connection, batch: Sequence[_Call], replies: list[Any]
+        self, sender: _Sender, batch: Sequence[_Call], replies: list[Any]
     ) -> None:
         """Send every call of `batch` at once and append their replies to `replies`, in
-        order (those read before a failure stay there)."""
+        order (those read before a failure stay there); TimeoutError if it takes longer
+        than `timeout_s`."""
         # hiredis packs in C what redis-py's `pack_commands` packs in Python, the same
         # bytes at a sixth of the cost: packing was the limiter's largest own cost.
         packed = b"".join(
@@ -246,33 +296,81 @@ class ScriptCoalescer:
             else call.packed
             for call in batch
         )
+        connection = sender.connection
+        sender.started = asyncio.get_running_loop().time()
+        if self._watchdog is None or self._watchdog_loop is not asyncio.get_running_loop():
+            self._arm_watchdog(sender.started)
         try:
-            async with asyncio.timeout(self._timeout_s):
-                if not connection.is_connected:
-                    # connect() and not send_packed_command's own connecting: a Sentinel
-                    # connection asks the sentinels for the primary only in connect()
-                    # (redis-py's send_packed_command would connect to localhost:6379).
-                    await connection.connect()  # type: ignore[no-untyped-call]
-                await connection.send_packed_command(packed, check_health=False)
-                parser = connection._parser
-                # Only where redis-py's own `read_response` would read: a connection
-                # class with its own (Sentinel's turns READONLY into a connection error,
-                # fakeredis's reads no socket) is read through it.
-                if (
-                    type(parser) is _AsyncHiredisParser
-                    and type(connection).read_response is Connection.read_response
-                ):
-                    await _read_replies(connection, parser, len(batch), replies)
-                    return
-                for _ in batch:
-                    try:
-                        replies.append(await connection.read_response())
-                    except ResponseError as error:  # this call's own error
-                        replies.append(error)
-        except BaseException:
+            if not connection.is_connected:
+                # connect() and not send_packed_command's own connecting: a Sentinel
+                # connection asks the sentinels for the primary only in connect()
+                # (redis-py's send_packed_command would connect to localhost:6379).
+                await connection.connect()  # type: ignore[no-untyped-call]
+            parser = connection._parser
+            cls = type(connection)
+            # Only where redis-py's own `send_packed_command` and `read_response` would
+            # write and read: a connection class with its own (Sentinel's turns READONLY
+            # into a connection error, fakeredis's uses no socket) is used through them.
+            if (
+                type(parser) is _AsyncHiredisParser
+                and cls.read_response is Connection.read_response
+                and cls.send_packed_command is Connection.send_packed_command
+            ):
+                # What send_packed_command does with no socket timeout, without its
+                # checks and its coroutine: a write, and a drain only when the
+                # transport could not send it all at once.
+                writer = connection._writer
+                assert writer is not None  # connected
+                writer.write(packed)
+                if writer.transport.get_write_buffer_size():
+                    await writer.drain()
+                await _read_replies(connection, parser, len(batch), replies)
+                return
+            await connection.send_packed_command(packed, check_health=False)
+            for _ in batch:
+                try:
+                    replies.append(await connection.read_response())
+                except ResponseError as error:  # this call's own error
+                    replies.append(error)
+        except BaseException as exc:
             # Replies may be left unread on the connection: it cannot be used again.
             await connection.disconnect(nowait=True)
+            if sender.expired:
+                # The watchdog's cancel, taken back as asyncio.timeout takes its own:
+                # TimeoutError if it ended the round trip and no other cancel came.
+                sender.expired = False
+                task = asyncio.current_task()
+                assert task is not None
+                if task.uncancel() == 0 and isinstance(exc, asyncio.CancelledError):
+                    raise TimeoutError from exc
             raise
+        finally:
+            sender.started = None
+
+    def _arm_watchdog(self, started: float) -> None:
+        """Check the round trip that started at `started` when its time is up."""
+        loop = asyncio.get_running_loop()
+        self._watchdog = loop.call_at(started + self._timeout_s, self._check_round_trips)
+        self._watchdog_loop = loop
+
+    def _check_round_trips(self) -> None:
+        """Cancel each sender whose round trip has run out of time; look again when the
+        next one in flight would (one timer for every round trip, not one each)."""
+        self._watchdog = None
+        now = asyncio.get_running_loop().time()
+        earliest = None
+        for sender in (self._urgent, self._background):
+            started = sender.started
+            if started is None or sender.expired:
+                continue
+            if now - started >= self._timeout_s:
+                assert sender.task is not None  # a round trip runs in it
+                sender.expired = True
+                sender.task.cancel()
+            elif earliest is None or started < earliest:
+                earliest = started
+        if earliest is not None:
+            self._arm_watchdog(earliest)
 
     async def close(self) -> None:
         """Send the calls already queued, then close the connections."""
@@ -280,10 +378,21 @@ class ScriptCoalescer:
             self._background_timer.cancel()
             self._send_background()
         for sender in (self._urgent, self._background):
-            if sender is not None:
-                await asyncio.shield(sender)
-        for connection in self._connections.values():
-            await connection.disconnect()
+            task = sender.task
+            if task is None or task.done():
+                continue
+            if sender.busy:
+                # Let it finish what it sends (without being cancelled if this is).
+                sender.idle = idle = task.get_loop().create_future()
+                await asyncio.shield(idle)
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            sender.task = None
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+            self._watchdog = None
+        for sender in (self._urgent, self._background):
+            await sender.connection.disconnect()
 
 
 async def _read_replies(

@@ -10,6 +10,7 @@ import pytest
 from redis.asyncio import Redis
 
 from gateway.ratelimit.buckets import BucketSpec, LeaseSpec, bucket_key
+from gateway.ratelimit.coalescer import ScriptCoalescer
 from gateway.ratelimit.redis_store import RedisBuckets
 from gateway.storage.redis_client import EMBEDDED_URL
 from tests.integration.redis_backends import Backend, fresh_tenant
@@ -86,3 +87,88 @@ async def test_a_connection_redis_closed_is_replaced_unseen(redis_url: str) -> N
     finally:
         await store.close()
         await client.aclose()
+
+
+class _MutableProxy:
+    """A TCP proxy to Redis whose replies can be held back (`mute`): a Redis that stops
+    answering, on a connection that stays open."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self._target = (host, port)
+        self.mute = False
+        self._server: asyncio.Server | None = None
+        self.port = 0
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self.port = self._server.sockets[0].getsockname()[1]
+
+    async def close(self) -> None:
+        assert self._server is not None
+        self._server.close()
+
+    async def _serve(self, client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
+        redis_r, redis_w = await asyncio.open_connection(*self._target)
+
+        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter, muted: bool) -> None:
+            while data := await src.read(65536):
+                if not (muted and self.mute):
+                    dst.write(data)
+            dst.close()
+
+        await asyncio.gather(
+            pipe(client_r, redis_w, False), pipe(redis_r, client_w, True), return_exceptions=True
+        )
+
+
+async def test_a_round_trip_redis_does_not_answer_times_out_and_the_next_works(
+    redis_url: str,
+) -> None:
+    if redis_url == EMBEDDED_URL:
+        pytest.skip("needs redis-server")
+    target = Redis.from_url(redis_url).connection_pool.connection_kwargs
+    proxy = _MutableProxy(target.get("host", "127.0.0.1"), target.get("port", 6379))
+    await proxy.start()
+    client = Redis(host="127.0.0.1", port=proxy.port)
+    coalescer = ScriptCoalescer(client, timeout_s=0.3)
+    script = client.register_script("return ARGV[1]")
+    await client.script_load(script.script)
+    try:
+        assert await coalescer.call(script, [], ["a"]) == b"a"
+        proxy.mute = True
+        started = asyncio.get_running_loop().time()
+        # Two round trips in a row, each timed out on its own (one timer for both).
+        for _ in range(2):
+            with pytest.raises(TimeoutError):
+                await coalescer.call(script, [], ["b"])
+        assert 0.6 <= asyncio.get_running_loop().time() - started < 2.0
+        proxy.mute = False
+        # The timed-out connection was dropped: the next call goes on a new one.
+        assert await coalescer.call(script, [], ["c"]) == b"c"
+        # A caller's own cancel is its own: the round trip and the others go on.
+        mine = coalescer.call(script, [], ["d"])
+        other = coalescer.call(script, [], ["e"])
+        mine.cancel()
+        assert await other == b"e"
+    finally:
+        await coalescer.close()
+        await client.aclose()
+        await proxy.close()
+
+
+async def test_close_waits_for_the_calls_queued(backend: Backend) -> None:
+    if backend.name == "cluster":
+        pytest.skip("one server")
+    client = backend.client
+    assert isinstance(client, Redis)
+    coalescer = ScriptCoalescer(client)
+    script = client.register_script("return ARGV[1]")
+    await client.script_load(script.script)
+    urgent = coalescer.call(script, [], ["u"])
+    background = coalescer.call(script, [], ["b"], urgent=False)
+    await coalescer.close()
+    assert urgent.result() == b"u"
+    assert background.result() == b"b"
+    # Used again after close (as on another event loop), it starts its senders anew.
+    assert await coalescer.call(script, [], ["again"]) == b"again"
+    await coalescer.close()
