@@ -189,6 +189,11 @@ def _mapped(exc: Exception, session: aiohttp.ClientSession) -> Exception:
         return ReplicaUnavailable(BAD_ANSWER, _described(exc))
     if isinstance(exc, orjson.JSONDecodeError):
         return UpstreamError(BAD_ANSWER, _described(exc))
+    if isinstance(exc, LineTooLong):
+        # An event line past the read buffer (`sse_payloads`): an answer the gateway
+        # will not read, as one that is not JSON (before any output, the next model of
+        # the chain may take the request).
+        return UpstreamError(BAD_ANSWER, _described(exc))
     if isinstance(exc, TimeoutError):
         detail = f"no answer within the timeout ({session.timeout.total} s)"
         return UpstreamTimeout(TIMED_OUT, detail)

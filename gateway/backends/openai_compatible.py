@@ -9,7 +9,13 @@ from typing import Any
 import numpy as np
 import orjson
 
-from gateway.backends.base import BAD_ANSWER, REPORTED_ERROR, UpstreamError
+from gateway.backends.base import (
+    BAD_ANSWER,
+    CONNECTION_LOST,
+    REPORTED_ERROR,
+    ReplicaUnavailable,
+    UpstreamError,
+)
 from gateway.backends.http import LazySession, get_ok, post, sse_payloads
 from gateway.inference.memo import ObjectMemo
 from gateway.inference.types import (
@@ -97,6 +103,9 @@ class OpenAIBackend:
                 delta = _chunk_delta(orjson.loads(payload), call.kind)
                 if delta is not None:
                     yield delta
+        # An OpenAI stream ends with `[DONE]`: a body that ended before it was cut (a
+        # connection closed mid-answer, which without chunked framing reads as an end).
+        raise ReplicaUnavailable(CONNECTION_LOST, "the stream ended without [DONE]")
 
     async def ready(self, url: str, upstream_model: str, timeout_s: float) -> bool:
         return await get_ok(self._session.get(), f"{_api_base(url)}/models", timeout_s)

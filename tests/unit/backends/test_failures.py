@@ -300,3 +300,45 @@ def test_plain_reasons_pass(text: str) -> None:
 )
 def test_anything_else_is_not_a_plain_reason(text: str) -> None:
     assert plain_reason(text) is None
+
+
+async def test_an_event_line_past_the_read_buffer_is_a_bad_answer_not_a_bug(
+    upstream: Callable[[Handler], Awaitable[str]],
+) -> None:
+    # 600 KB in one line (a hostile or broken upstream): refused as an answer the gateway
+    # will not read, so the request may go to the next model, not end in a 500.
+    async def huge_line(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"content-type": "text/event-stream"})
+        await response.prepare(request)
+        await response.write(b"data: " + b"x" * 600_000 + b"\n\n")
+        await response.write_eof()
+        return response
+
+    backend = OpenAIBackend(5, 30)
+    try:
+        with pytest.raises(UpstreamError) as failed:
+            await collect(backend, await upstream(huge_line))
+    finally:
+        await backend.close()
+    assert_safe(failed.value, BAD_ANSWER, "LineTooLong")
+
+
+async def test_an_openai_stream_that_ends_without_done_was_cut(
+    upstream: Callable[[Handler], Awaitable[str]],
+) -> None:
+    # Without chunked framing, a connection closed mid-answer reads as the body's end:
+    # only the missing `[DONE]` tells that the answer was cut.
+    async def closed_early(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"content-type": "text/event-stream"})
+        await response.prepare(request)
+        await response.write(event({"choices": [{"index": 0, "delta": {"content": "Hel"}}]}))
+        await response.write_eof()
+        return response
+
+    backend = OpenAIBackend(5, 30)
+    try:
+        with pytest.raises(ReplicaUnavailable) as failed:
+            await collect(backend, await upstream(closed_early))
+    finally:
+        await backend.close()
+    assert_safe(failed.value, CONNECTION_LOST, "[DONE]")
