@@ -32,6 +32,7 @@ from gateway.serving.runtime import Runtime
 from gateway.transport import protocol
 from gateway.transport.direct import DirectRoutes
 from gateway.transport.listeners import Listeners
+from gateway.transport.streaming import CUT_STREAM_LOG_FILTER
 
 log = logging.getLogger("gateway")
 
@@ -43,6 +44,7 @@ def build_app(config: Config) -> ASGIApp:
     served directly (see `gateway.transport.direct`), and the ops listener's routes apart when
     `server.ops.port` is set (see `gateway.transport.listeners`)."""
     protocol.configure(config.gateway.server)
+    logging.getLogger("uvicorn.error").addFilter(CUT_STREAM_LOG_FILTER)
     caps = config.gateway.server.json_schema
     schemas.configure(SchemaLimits(caps.max_bytes, caps.max_depth, caps.max_properties))
     runtime = Runtime.build(config)

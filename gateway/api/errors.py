@@ -13,7 +13,7 @@ from gateway.backends.base import UpstreamError, UpstreamRejected, UpstreamTimeo
 from gateway.ratelimit.errors import LimiterUnavailable, UnknownTenant
 from gateway.serving.auth import InvalidApiKey
 from gateway.serving.chain import ContextTooLong, MissingCapability
-from gateway.serving.conductor import MAX_SHOWN_MODEL
+from gateway.serving.conductor import shown_model
 from gateway.serving.dispatch import DeadlineMissed
 from gateway.serving.errors import (
     InvalidRequest,
@@ -116,11 +116,11 @@ def invalid_structured_output(model: str, problem: str) -> APIError:
 
 
 def model_not_found(model: str) -> APIError:
-    """The 404 of a model name no model or alias answers to, the name as sent (cut)."""
-    shown = model if len(model) <= MAX_SHOWN_MODEL else model[:MAX_SHOWN_MODEL] + "..."
+    """The 404 of a model name no model or alias answers to, the name as sent (redacted,
+    cut)."""
     return APIError(
         404,
-        f"The model `{shown}` does not exist or you do not have access to it.",
+        f"The model `{shown_model(model)}` does not exist or you do not have access to it.",
         param="model",
         code="model_not_found",
     )

@@ -198,19 +198,6 @@ async def _serve_planned(
     return response
 
 
-def _watch(request: Request) -> DisconnectWatch:
-    """A watch that cancels this task when the client leaves (its body has been read).
-
-    Unless the client is gone already (`gone`, and nothing cancelled): the conductor
-    checks first.
-    """
-    watch = DisconnectWatch(request.receive)
-    task = asyncio.current_task()
-    if not watch.gone and task is not None:
-        watch.on_gone = task.cancel
-    return watch
-
-
 def _with_wire_headers(wire: Wire, headers: dict[str, str]) -> dict[str, str]:
     if wire.more_headers is not None:
         headers.update(wire.more_headers(headers))
@@ -220,7 +207,7 @@ def _with_wire_headers(wire: Wire, headers: dict[str, str]) -> dict[str, str]:
 async def _complete(
     request: Request, wire: Wire, runtime: Runtime, conductor: Conductor, plan: Plan
 ) -> Response:
-    watch = _watch(request)
+    watch = DisconnectWatch(request.receive)
     try:
         answer = await conductor.answer(plan, watch)
     finally:
@@ -249,7 +236,7 @@ async def _stream(
 ) -> Response:
     # The conductor answers after the first piece, so a failure up to here is a plain
     # HTTP error (and another replica or model could still be tried).
-    watch = _watch(request)
+    watch = DisconnectWatch(request.receive)
     try:
         stream = await conductor.stream(plan, watch)
     except BaseException:

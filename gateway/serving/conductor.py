@@ -38,6 +38,7 @@ from gateway.inference.types import (
 )
 from gateway.observability import metrics
 from gateway.observability.access import RequestRecord
+from gateway.observability.logging import redact
 from gateway.ratelimit.errors import LimiterUnavailable, UnknownTenant
 from gateway.ratelimit.limiter import Decision
 from gateway.serving.auth import Identity
@@ -61,6 +62,19 @@ from gateway.upstream.route import ModelRoute
 # A client's model name, as an error or a log repeats it, at most: a 1 MB name made a
 # 1 MB error.
 MAX_SHOWN_MODEL = 256
+# How far past the cut a secret's end is looked for: a password URL cut before its `@`
+# is no longer one to the detectors. (Redacting a whole 1 MB name took 60 ms.)
+_REDACTED_PAST_THE_CUT = 1024
+
+
+def shown_model(name: str) -> str:
+    """A model name a client sent, as an error or a log line may repeat it: redacted
+    first, then cut to `MAX_SHOWN_MODEL` characters ("..." after a cut)."""
+    if len(name) <= MAX_SHOWN_MODEL:
+        return redact(name)
+    shown = redact(name[: MAX_SHOWN_MODEL + _REDACTED_PAST_THE_CUT])
+    return shown[:MAX_SHOWN_MODEL] + "..."
+
 
 # Left-out tool types a header names at most: 512 types of 64 characters made a 33 KB
 # header, past what proxies take (4 to 8 KB).
@@ -74,10 +88,15 @@ _CUT_BY_TIME = (DeadlineMissed, UpstreamTimeout)
 
 class Client(Protocol):
     """The client a request is conducted for, as far as the conductor cares: whether it
-    has left (`gateway.transport.streaming.DisconnectWatch` is one)."""
+    has left, and its leaving cancelling the request from when the request holds
+    something to give back (`gateway.transport.streaming.DisconnectWatch` is one)."""
 
     @property
     def gone(self) -> bool: ...
+
+    def cancel_when_gone(self) -> None:
+        """From now on, the client leaving cancels the calling task."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,7 +176,7 @@ class Conductor:
         if record is not None:
             record.model = route.name
             if route.name != model:
-                record.alias = model[:MAX_SHOWN_MODEL]
+                record.alias = shown_model(model)
         if not identity.may_use(route.name):
             raise ModelNotAllowed(model)
         return route
@@ -229,8 +248,11 @@ class Conductor:
 
     async def answer(self, plan: Plan, client: Client) -> Answer:
         """Limit, admit and dispatch every part, settle what they used: the whole answer.
-        The caller's task is cancelled when its client leaves (`ClientGone` then)."""
+        Once admitted, the caller's task is cancelled when its client leaves (`ClientGone`
+        then)."""
         admitted = await self._admit(plan)
+        # Only now: a cancel while the limiter's call is out would lose what Redis took.
+        client.cancel_when_gone()
         used = 0
         answered: set[int] = set()
         dispatcher = self._runtime.dispatcher
@@ -283,8 +305,10 @@ class Conductor:
         """Limit, admit and dispatch every part until each has its first piece (or has
         ended): a failure up to here is a plain refusal, and another replica or model
         could still be tried. The rest comes through the `Stream`, which settles when
-        it closes. The caller's task is cancelled when its client leaves until then."""
+        it closes. Once admitted, the caller's task is cancelled when its client leaves,
+        until then."""
         admitted = await self._admit(plan)
+        client.cancel_when_gone()  # only now, as for a whole answer
         dispatched = time.monotonic()
         dispatcher = self._runtime.dispatcher
         try:

@@ -17,12 +17,33 @@ as well as during it.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncGenerator, Awaitable, Callable, Generator, Mapping
+from contextvars import ContextVar
 from enum import StrEnum
 from typing import Any
 
 from starlette.responses import Response
 from starlette.types import Message, Receive, Scope, Send
+
+# Set in the task of a request whose stream the relay cut off on purpose: uvicorn's
+# complaint that the app returned without completing the response is then expected.
+_CUT_ON_PURPOSE: ContextVar[bool] = ContextVar("gateway_stream_cut", default=False)
+_UNCOMPLETED = "ASGI callable returned without completing response."
+
+
+class CutStreamLogFilter(logging.Filter):
+    """Drops uvicorn's error line for a stream the relay cut off (a client that stalled
+    or left: counted in `gateway_streams_cut_total` and logged 499 already), so that a
+    tenant cannot write an error line a stream; the same line for any other response
+    still goes out. For the `uvicorn.error` logger."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.msg == _UNCOMPLETED and _CUT_ON_PURPOSE.get())
+
+
+# The one instance: adding it again (an app built anew in the same process) adds nothing.
+CUT_STREAM_LOG_FILTER = CutStreamLogFilter()
 
 
 class StreamCut(StrEnum):
@@ -60,6 +81,13 @@ class DisconnectWatch:
         # `receive()` as a task would run it: what its `__await__` gives.
         self._coro: Generator[Any, None, Message] | None = receive().__await__()
         self._step()
+
+    def cancel_when_gone(self) -> None:
+        """From now on, the client leaving cancels the task this is called in (unless it
+        has left already: `gone` says so, and nothing is cancelled)."""
+        task = asyncio.current_task()
+        if not self.gone and task is not None:
+            self.on_gone = task.cancel
 
     def stop(self) -> None:
         """Stop watching; later messages go unread. Stopping again does nothing."""
@@ -165,6 +193,9 @@ class EventStreamResponse(Response):
                     await self._on_close()
 
     def _cut(self, reason: StreamCut) -> None:
+        # Returning without ending the response makes uvicorn drop the connection, and
+        # log an error that here is no error (`CutStreamLogFilter`).
+        _CUT_ON_PURPOSE.set(True)
         if self._on_cut is not None:
             self._on_cut(reason)
 
