@@ -3,6 +3,7 @@ its SDK reads, and the headers it acts on (Retry-After, the rate-limit headers).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -150,3 +151,41 @@ async def test_bad_requests_count_against_the_request_limit(gw: InProcessGateway
         refused = await client.post("/v1/chat/completions", json=CHAT)
     assert refused.status_code == 429
     assert gw.upstream.calls == []
+
+
+@pytest.mark.parametrize(
+    "path", ["/v1/messages/count_tokens", "/v1/responses/resp_nope"], ids=["count", "stored"]
+)
+async def test_refused_requests_that_ask_for_no_inference_count_too(
+    gw: InProcessGateway, path: str
+) -> None:
+    # count_tokens with a body it refuses, a stored response that is not there: each is
+    # counted once, as a refused chat request is, and says which request it was.
+    async with gw.http(KEYS["tight"]) as client:
+        for _ in range(2):
+            if path.endswith("count_tokens"):
+                bad = await client.post(path, content=b"{nope")
+            else:
+                bad = await client.get(path)
+            assert bad.status_code in (400, 404)
+            assert bad.headers["x-request-id"].startswith("req_")
+            assert bad.headers["x-ratelimit-limit-requests"] == "2"
+        refused = await client.post("/v1/chat/completions", json=CHAT)
+    assert refused.status_code == 429
+
+
+async def test_a_count_tokens_answer_is_recorded_once(
+    gw: InProcessGateway, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, "gateway.access")
+    async with gw.http() as client:
+        answer = await client.post(
+            "/v1/messages/count_tokens",
+            json={"model": "llm-large", "messages": [{"role": "user", "content": "Hello"}]},
+        )
+    assert answer.status_code == 200
+    [line] = [r.fields for r in caplog.records if r.name == "gateway.access"]  # type: ignore[attr-defined]
+    assert line["request_id"] == answer.headers["x-request-id"]
+    assert (line["endpoint"], line["tenant"], line["model"], line["status"]) == (
+        "count_tokens", "acme", "llm-large", 200,
+    )  # fmt: skip

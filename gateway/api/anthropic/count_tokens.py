@@ -7,33 +7,39 @@ import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 
-from gateway.api import errors
 from gateway.api.anthropic.anthropic_answers import credentials, error_response, ratelimit_headers
 from gateway.api.anthropic.anthropic_requests import parse_count_tokens
 from gateway.api.body import decode_json, requested_model
+from gateway.api.counted import CountRequest, serve_counted
 from gateway.api.endpoints import conductor_of, runtime_of
 from gateway.api.errors import APIError
 from gateway.api.exchange import read_body
+from gateway.observability.access import RequestRecord
+from gateway.serving.auth import Identity
 
 
 async def count_tokens(request: Request) -> Response:
     """The prompt tokens a message request would count (the gateway's estimate of the
     prompt its model's template renders): counted against the request limit, not queued,
     and no tokens charged."""
+    return await serve_counted(
+        request, "count_tokens", _count_tokens, credentials, render_error=error_response
+    )
+
+
+async def _count_tokens(
+    request: Request, identity: Identity, record: RequestRecord, count: CountRequest
+) -> Response:
+    runtime, conductor = runtime_of(request), conductor_of(request)
+    data = decode_json(await read_body(request, runtime.config.gateway.server.max_body_bytes))
+    route = conductor.authorize(identity, requested_model(data), record)
+    limits = await count(route.name)
     try:
-        runtime, conductor = runtime_of(request), conductor_of(request)
-        identity = runtime.auth.identify(credentials(request.headers))
-        data = decode_json(await read_body(request, runtime.config.gateway.server.max_body_bytes))
-        route = conductor.authorize(identity, requested_model(data))
-        limits = await conductor.count(identity, route.name)
-        try:
-            inference = parse_count_tokens(data, route.config.max_tokens_default)
-            tokens = route.upstream_call(inference).prompt_estimate
-        except APIError as exc:
-            exc.headers.update(limits)
-            raise
-    except errors.CLIENT_ERRORS as exc:
-        return error_response(errors.client_error(exc))
+        inference = parse_count_tokens(data, route.config.max_tokens_default)
+        tokens = route.upstream_call(inference).prompt_estimate
+    except APIError as exc:
+        exc.headers.update(limits)
+        raise
     headers = {**limits, **ratelimit_headers(limits)}
     body = orjson.dumps({"input_tokens": tokens})
     return Response(body, media_type="application/json", headers=headers)

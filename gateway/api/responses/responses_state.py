@@ -16,11 +16,14 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from gateway.api.body import Parser
-from gateway.api.endpoints import conductor_of, runtime_of
+from gateway.api.counted import CountRequest, serve_counted
+from gateway.api.endpoints import runtime_of
 from gateway.api.errors import APIError
 from gateway.api.responses.responses_answers import conversation_after, state_of
 from gateway.api.responses.responses_requests import parse_responses
 from gateway.inference.types import ChatMessage, InferenceRequest, ToolCall
+from gateway.observability.access import RequestRecord
+from gateway.serving.auth import Identity
 
 if TYPE_CHECKING:
     from gateway.serving.runtime import Runtime
@@ -77,9 +80,21 @@ async def keep(
 
 async def retrieve(request: Request) -> Response:
     """`GET /v1/responses/{id}`: a stored response of the caller's tenant."""
-    runtime, tenant, response_id, limits = await _target(request)
+    return await serve_counted(request, "responses_retrieve", _retrieve)
+
+
+async def delete(request: Request) -> Response:
+    """`DELETE /v1/responses/{id}`: forget a stored response of the caller's tenant."""
+    return await serve_counted(request, "responses_delete", _delete)
+
+
+async def _retrieve(
+    request: Request, identity: Identity, record: RequestRecord, count: CountRequest
+) -> Response:
+    limits = await count("")
+    response_id = request.path_params["response_id"]
     try:
-        stored = await runtime.responses.load(tenant, response_id)
+        stored = await runtime_of(request).responses.load(identity.name, response_id)
     except RedisError as exc:
         raise _with(limits, _unavailable()) from exc
     if stored is None:
@@ -88,26 +103,19 @@ async def retrieve(request: Request) -> Response:
     return Response(body, media_type="application/json", headers=limits)
 
 
-async def delete(request: Request) -> Response:
-    """`DELETE /v1/responses/{id}`: forget a stored response of the caller's tenant."""
-    runtime, tenant, response_id, limits = await _target(request)
+async def _delete(
+    request: Request, identity: Identity, record: RequestRecord, count: CountRequest
+) -> Response:
+    limits = await count("")
+    response_id = request.path_params["response_id"]
     try:
-        deleted = await runtime.responses.delete(tenant, response_id)
+        deleted = await runtime_of(request).responses.delete(identity.name, response_id)
     except RedisError as exc:
         raise _with(limits, _unavailable()) from exc
     if not deleted:
         raise _with(limits, not_found(response_id))
     body = {"id": response_id, "object": "response", "deleted": True}
     return Response(orjson.dumps(body), media_type="application/json", headers=limits)
-
-
-async def _target(request: Request) -> tuple[Runtime, str, str, dict[str, str]]:
-    """Who asks for which stored response, counted against its tenant's request limit
-    (with the rate-limit headers its answer carries)."""
-    runtime = runtime_of(request)
-    identity = runtime.auth.identify(request.headers.get("authorization"))
-    limits = await conductor_of(request).count(identity)
-    return runtime, identity.name, request.path_params["response_id"], limits
 
 
 def _with(limits: dict[str, str], error: APIError) -> APIError:
