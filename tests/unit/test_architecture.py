@@ -25,8 +25,8 @@ LAYERS = {
     "gateway.storage": 2,
     "gateway.backends": 2,
     "gateway.admission": 2,
-    "gateway.transport": 2,
-    "gateway.ledger": 2,  # the usage ledger: one record per request, to PostgreSQL or SQLite  # HTTP below every API: the protocol, listeners, stream relay
+    "gateway.transport": 2,  # HTTP below every API: the protocol, listeners, stream relay
+    "gateway.ledger": 2,  # the usage ledger: one record per request, to PostgreSQL or SQLite
     "gateway.ratelimit": 3,
     "gateway.upstream": 3,
     "gateway.placement": 4,
