@@ -231,3 +231,12 @@ async def test_messages_unknown_model_is_anthropics_404(gw: InProcessGateway) ->
     assert body["type"] == "error"
     assert body["error"]["type"] == "not_found_error"
     assert "claude-nothing" in body["error"]["message"]
+
+
+async def test_a_messages_answer_carries_the_request_id_the_sdk_reads(
+    gw: InProcessGateway,
+) -> None:
+    message = await gw.anthropic().messages.create(
+        model="llm-large", max_tokens=32, messages=[{"role": "user", "content": "Hello"}]
+    )
+    assert message._request_id == message.id  # type: ignore[attr-defined]

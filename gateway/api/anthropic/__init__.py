@@ -7,10 +7,10 @@ from __future__ import annotations
 from gateway.api.anthropic.anthropic_answers import (
     PING,
     MessageStreamWriter,
+    anthropic_headers,
     credentials,
     error_response,
     message_body,
-    ratelimit_headers,
 )
 from gateway.api.anthropic.anthropic_requests import parse_messages
 from gateway.api.wire import Wire
@@ -23,6 +23,6 @@ MESSAGES = Wire(
     MessageStreamWriter,
     credentials=credentials,
     render_error=error_response,
-    more_headers=ratelimit_headers,
+    more_headers=anthropic_headers,
     ping=PING,
 )

@@ -193,16 +193,31 @@ class MessageStreamWriter:
         return None
 
 
+# What an Anthropic client is told of a key it sent that is not one: it sends `x-api-key`.
+_INVALID_KEY = "Incorrect API key provided. Pass it as `x-api-key: KEY` (or as a Bearer token)."
+
+
 def error_body(error: APIError) -> dict[str, Any]:
     """Anthropic's error object for `error`."""
     kind = _ERROR_TYPES.get(error.status, "api_error")
-    return {"type": "error", "error": {"type": kind, "message": error.message}}
+    message = _INVALID_KEY if error.code == "invalid_api_key" else error.message
+    return {"type": "error", "error": {"type": kind, "message": message}}
 
 
 def error_response(error: APIError) -> Response:
-    """An error as Anthropic answers it, with its rate-limit headers."""
-    error.headers.update(ratelimit_headers(error.headers))
+    """An error as Anthropic answers it, with its rate-limit headers and `request-id`."""
+    error.headers.update(anthropic_headers(error.headers))
     return error.response(error_body(error))
+
+
+def anthropic_headers(headers: dict[str, str]) -> dict[str, str]:
+    """The headers Anthropic's clients read, from the gateway's own: `request-id` (the
+    SDKs' `_request_id`) and `anthropic-ratelimit-*`."""
+    out = ratelimit_headers(headers)
+    request_id = headers.get("x-request-id")
+    if request_id is not None:
+        out["request-id"] = request_id
+    return out
 
 
 _DURATION = re.compile(r"(?:(\d+)h)?(?:(\d+)m(?!s))?(?:([\d.]+)s)?(?:(\d+)ms)?")
