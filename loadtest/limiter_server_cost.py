@@ -8,6 +8,14 @@ what the limiter costs where requests arrive staggered, unlike loadtest/limiter_
 lock-step clients, so each Redis round trip carries few calls and its fixed cost
 counts. Also printed: the limited tenant's Redis round trips and calls per request.
 
+What it found (2 shared cores, c=32): 350-360 against 315 µs, so 35-45 µs a request,
+at 0.14-0.18 round trips a request. A round trip's fixed cost is about 32 µs
+(`loadtest.limiter_cost --concurrency 1`, one round trip a request, less the 13 µs a
+request costs at 32 calls a round trip), the send that wakes Redis the largest part: so
+about 5 µs of those are round trips, the rest is per request (the admission and its
+headers, the reply's extra headers, the request's extra suspension). Runs of one target
+spread by ±20 µs on a shared machine: compare medians of many rounds.
+
 `--baseline DIR` also starts the gateway of another source tree (a `git worktree` of an
 earlier commit; this venv) on the same nginx and Redis, and runs it interleaved with
 this one: the one way to compare two versions on a machine whose speed drifts.

@@ -297,8 +297,10 @@ class ScriptCoalescer:
             for call in batch
         )
         connection = sender.connection
-        sender.started = asyncio.get_running_loop().time()
-        if self._watchdog is None or self._watchdog_loop is not asyncio.get_running_loop():
+        loop = asyncio.get_running_loop()
+        sender.started = loop.time()
+        if self._watchdog is None or self._watchdog_loop is not loop:
+            # No timer yet (or only one on a loop no longer running).
             self._arm_watchdog(sender.started)
         try:
             if not connection.is_connected:
