@@ -75,5 +75,10 @@ async def serve_counted(
         record.finish(500)
         raise
     response.headers["x-request-id"] = record.request_id
-    response.background = BackgroundTask(record.finish, response.status_code)
+    response.background = BackgroundTask(_answered, record, response.status_code)
     return response
+
+
+async def _answered(record: RequestRecord, status: int) -> None:
+    # Run once the answer is sent, on the loop (a plain function would go to a thread).
+    record.finish(status)
