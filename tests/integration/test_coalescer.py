@@ -141,7 +141,8 @@ async def test_a_round_trip_redis_does_not_answer_times_out_and_the_next_works(
         for _ in range(2):
             with pytest.raises(TimeoutError):
                 await coalescer.call(script, [], ["b"])
-        assert 0.6 <= asyncio.get_running_loop().time() - started < 2.0
+        # Each waited its whole timeout: the second was not cut short by the first's timer.
+        assert asyncio.get_running_loop().time() - started >= 0.6
         proxy.mute = False
         # The timed-out connection was dropped: the next call goes on a new one.
         assert await coalescer.call(script, [], ["c"]) == b"c"
@@ -156,11 +157,10 @@ async def test_a_round_trip_redis_does_not_answer_times_out_and_the_next_works(
         await proxy.close()
 
 
-async def test_close_waits_for_the_calls_queued(backend: Backend) -> None:
-    if backend.name == "cluster":
-        pytest.skip("one server")
-    client = backend.client
-    assert isinstance(client, Redis)
+async def test_close_waits_for_the_calls_queued(redis_url: str) -> None:
+    if redis_url == EMBEDDED_URL:
+        pytest.skip("needs redis-server")  # never in CI, where redis-server is required
+    client = Redis.from_url(redis_url)  # one server: the coalescer is per server
     coalescer = ScriptCoalescer(client)
     script = client.register_script("return ARGV[1]")
     await client.script_load(script.script)
@@ -172,3 +172,4 @@ async def test_close_waits_for_the_calls_queued(backend: Backend) -> None:
     # Used again after close (as on another event loop), it starts its senders anew.
     assert await coalescer.call(script, [], ["again"]) == b"again"
     await coalescer.close()
+    await client.aclose()
