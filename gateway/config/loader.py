@@ -122,6 +122,7 @@ def _check_gateway(source: Source) -> tuple[GatewayConfig | None, list[Problem]]
     problems += _ops_port_problems(source)
     problems += _capability_problems(source)
     problems += _alias_problems(source)
+    problems += _price_problems(source)
     gateway, invalid = validate_source(GatewayConfig, source)
     problems += invalid
     return (None if problems else gateway), _sorted(problems)
@@ -224,6 +225,23 @@ def _fallbacks(source: Source) -> Iterator[tuple[str, Loc, str]]:
         for i, target in enumerate(_as_list(_as_dict(model).get("fallback"))):
             if isinstance(target, str):
                 yield name, ("models", name, "fallback", i), target
+
+
+def _price_problems(source: Source) -> list[Problem]:
+    """A price for a model that is not defined (a typo would leave the model unpriced)."""
+    data = source.data
+    prices = data.get("prices") if isinstance(data, dict) else None
+    priced = prices.get("models") if isinstance(prices, dict) else None
+    if not isinstance(priced, dict):
+        return []
+    models = _model_names(source) or set()
+    problems = []
+    for name in priced:
+        if name not in models:
+            loc: Loc = ("prices", "models", name)
+            message = f"model '{name}' is not defined"
+            problems.append(source.problem(loc, at(loc, message), at_key=True))
+    return problems
 
 
 def _fallback_problems(source: Source) -> list[Problem]:

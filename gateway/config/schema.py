@@ -506,6 +506,50 @@ class ResponsesConfig(Strict):
     ttl_s: PositiveInt = 86400
 
 
+NonNegativeFloat = Annotated[Float, Field(ge=0)]
+
+# Prices are kept in pico-units of the currency a token (a price per million tokens
+# times a million): integers, so that what a request costs adds up exactly.
+_PICO_PER_UNIT_PER_MILLION = 1_000_000
+
+
+class Price(Strict):
+    """One model's price, in the table's currency a million tokens."""
+
+    input_per_million: NonNegativeFloat
+    # Prompt tokens the replica's prefix cache held; the input price when not given.
+    cached_input_per_million: NonNegativeFloat | None = None
+    output_per_million: NonNegativeFloat
+
+    def cost_micros(self, prompt_tokens: int, cached_tokens: int, completion_tokens: int) -> int:
+        """What a request that used these tokens costs, in micro-units of the currency,
+        rounded up (a request is never charged less than it used)."""
+        cached = min(max(cached_tokens, 0), prompt_tokens)
+        cached_price = self.cached_input_per_million
+        if cached_price is None:
+            cached_price = self.input_per_million
+        pico = (
+            (prompt_tokens - cached) * _pico(self.input_per_million)
+            + cached * _pico(cached_price)
+            + completion_tokens * _pico(self.output_per_million)
+        )
+        return -(-pico // 1_000_000)
+
+
+def _pico(per_million: float) -> int:
+    """A price a million tokens as pico-units a token (six decimals of the price kept)."""
+    return round(per_million * _PICO_PER_UNIT_PER_MILLION)
+
+
+class Prices(Strict):
+    """`prices:`: what each model costs (the same shape as `gateway eval`'s prices file,
+    which may point here). A model without a price costs nothing."""
+
+    # An ISO 4217 code or any name; every price and budget is in it.
+    currency: Annotated[str, Field(min_length=1, max_length=16)] = "USD"
+    models: dict[str, Price] = {}
+
+
 class GatewayConfig(Strict):
     """`gateway.yaml`."""
 
@@ -526,6 +570,7 @@ class GatewayConfig(Strict):
     node_probe_interval_s: PositiveFloat = 2.0
     node_down_after: PositiveInt = 3
     placement: PlacementConfig = PlacementConfig()
+    prices: Prices = Prices()
     models: Annotated[dict[str, ModelConfig], Field(min_length=1)]
 
 

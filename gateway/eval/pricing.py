@@ -1,6 +1,6 @@
 """What candidates cost: a price per million tokens in and out, and a person's correction.
 
-A prices file (YAML):
+A prices file (YAML), or a gateway.yaml, whose `prices:` table has the same shape:
 
     currency: USD
     manual_correction: 20.0    # what fixing a failed task by hand costs
@@ -62,11 +62,15 @@ class Prices:
 
 
 def load_prices(path: Path) -> Prices:
-    """Load a prices file; ValueError (`file: why`) when it is not one."""
+    """Load a prices file, or the `prices:` table of a gateway.yaml (the prices the
+    gateway charges); ValueError (`file: why`) when it is neither."""
     return load_yaml(path, "prices file", _prices)
 
 
 def _prices(data: Any, path: Path) -> Prices:
     if not isinstance(data, dict):
         raise TypeError("not a prices file: expected a mapping")
+    table = data.get("prices")
+    if isinstance(table, dict):  # a gateway.yaml: its `models` are not prices
+        return Prices.from_dict(table)
     return Prices.from_dict(data)
