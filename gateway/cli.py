@@ -228,6 +228,11 @@ def parser() -> argparse.ArgumentParser:
     add_place_arguments(place)
     place.set_defaults(run=_place)
 
+    from gateway.ledger.usage_cli import add_usage_arguments
+
+    usage = sub.add_parser("usage", help="usage and cost from the ledger: report")
+    add_usage_arguments(usage)
+
     from gateway.eval.eval_cli import add_eval_arguments
 
     evaluate = sub.add_parser("eval", help="evaluate models on a task suite: run, report, compare")

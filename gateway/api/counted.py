@@ -43,7 +43,7 @@ async def serve_counted(
     try:
         conductor = conductor_of(request)
         identity = runtime_of(request).auth.identify(credentials(request.headers))
-        record.tenant = identity.name
+        record.tenant, record.key_id = identity.name, identity.key_id
         counted = False
 
         async def count(model: str = "") -> dict[str, str]:

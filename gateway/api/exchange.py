@@ -103,7 +103,7 @@ async def serve(request: Request, wire: Wire) -> Response:
         runtime = runtime_of(request)
         conductor = conductor_of(request)
         identity = runtime.auth.identify(wire.credentials(request.headers))
-        record.tenant = identity.name
+        record.tenant, record.key_id = identity.name, identity.key_id
         try:
             body = await read_body(request, runtime.config.gateway.server.max_body_bytes)
             data = decode_json(body)

@@ -22,6 +22,7 @@ from pydantic import (
 )
 from pydantic import Strict as StrictMode
 
+from gateway.config.ledger_config import LedgerConfig
 from gateway.config.source import EnvText
 
 
@@ -571,6 +572,8 @@ class GatewayConfig(Strict):
     node_down_after: PositiveInt = 3
     placement: PlacementConfig = PlacementConfig()
     prices: Prices = Prices()
+    # Where a usage record of every request goes (issue 27's ledger); None: nowhere.
+    ledger: LedgerConfig | None = None
     models: Annotated[dict[str, ModelConfig], Field(min_length=1)]
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-from gateway.ledger.ledger_config import POSTGRES_SCHEMES, SQLITE_SCHEME
+from gateway.config.ledger_config import POSTGRES_SCHEMES, SQLITE_SCHEME
 from gateway.ledger.usage_records import UsageRecord
 from gateway.ledger.usage_report import ReportQuery, ReportRow
 

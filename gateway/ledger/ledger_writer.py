@@ -28,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from gateway.ledger.ledger_config import LedgerConfig
+from gateway.config.ledger_config import LedgerConfig
 from gateway.ledger.ledger_store import LedgerStore, open_store
 from gateway.ledger.usage_records import UsageRecord
 from gateway.ledger.usage_spool import UsageSpool

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from gateway.observability import metrics
@@ -49,6 +49,10 @@ class RequestRecord:
     fallbacks: list[str] = field(default_factory=list)
     # The prompt, only with `server.log_prompts` on (redacted like every log line).
     prompt: str | None = None
+    # Which of the tenant's keys (`serving.auth.Identity.key_id`), and the prompt tokens
+    # the replica's prefix cache held: for the usage ledger.
+    key_id: str = ""
+    cached_tokens: int = 0
     started: float = field(default_factory=time.perf_counter)
     _done: bool = False
 
@@ -102,6 +106,20 @@ class RequestRecord:
             if self.prompt is not None:
                 fields["prompt"] = redact(self.prompt)
             log.handle(_access_line(fields))
+        if _usage_sink is not None:
+            _usage_sink(self, duration)
+
+
+# Told of every request once it is finished, with its duration in seconds: the usage
+# ledger, when one is configured (`gateway.serving.usage`). It must not block.
+UsageSink = Callable[["RequestRecord", float], None]
+_usage_sink: UsageSink | None = None
+
+
+def set_usage_sink(sink: UsageSink | None) -> None:
+    """Where each finished request's record goes next (None: nowhere)."""
+    global _usage_sink
+    _usage_sink = sink
 
 
 # Every access line's attributes but its time and fields, made once: a LogRecord made

@@ -19,10 +19,16 @@ class Identity:
 
     name: str
     tenant: Tenant
+    # Which of the tenant's keys: the first 12 hex digits of its stored hash (not a
+    # secret: tenants.yaml holds the whole hash), for the usage ledger.
+    key_id: str = ""
 
     def may_use(self, model: str) -> bool:
         models = self.tenant.models
         return "*" in models or model in models
+
+
+KEY_ID_DIGITS = 12
 
 
 class Authenticator:
@@ -32,7 +38,8 @@ class Authenticator:
         self, tenants: Mapping[str, Tenant], tenant_by_key_hash: Mapping[str, str]
     ) -> None:
         self._by_digest = {
-            digest: Identity(name, tenants[name]) for digest, name in tenant_by_key_hash.items()
+            digest: Identity(name, tenants[name], digest[:KEY_ID_DIGITS])
+            for digest, name in tenant_by_key_hash.items()
         }
 
     def identify(self, authorization: str | None) -> Identity:

@@ -423,6 +423,7 @@ class _Admitted:
         record.ttft_s = first.ttft_s
         record.prompt_tokens = usage.prompt_tokens
         record.completion_tokens = usage.completion_tokens
+        record.cached_tokens = usage.cached_tokens or 0
         record.fallbacks = [f"{f.source}->{f.target}:{f.reason.value}" for f in first.fallbacks]
         for part in served:
             for step in part.fallbacks:

@@ -29,6 +29,7 @@ from gateway.ratelimit.redis_store import RedisBuckets
 from gateway.serving.auth import Authenticator
 from gateway.serving.dispatch import Dispatcher
 from gateway.serving.outbound import OutboundGuard
+from gateway.serving.usage import UsageLedger, start_usage_ledger
 from gateway.storage.idempotency_store import DEFAULT_IN_PROGRESS_TTL_S, IdempotencyStore
 from gateway.storage.redis_client import REDIS_ERRORS, RedisClient, connect_redis
 from gateway.storage.response_store import ResponseStore
@@ -235,6 +236,9 @@ class Runtime:
     aliases: Aliases = field(
         default_factory=lambda: Aliases({}, TenantsConfig.model_construct(tenants={}))
     )
+    # Every request's usage record, priced, when gateway.yaml has a `ledger:` (from
+    # `start` on).
+    usage: UsageLedger | None = None
 
     @classmethod
     def build(cls, config: Config) -> Runtime:
@@ -318,6 +322,9 @@ class Runtime:
             await self.placement.start()
         if self.discovery is not None:
             await self.discovery.start()
+        ledger = self.config.gateway.ledger
+        if ledger is not None:
+            self.usage = await start_usage_ledger(ledger, self.config.gateway.prices)
         await self.health.check_all()
         self.health.start()
 
@@ -327,6 +334,8 @@ class Runtime:
         if self.discovery is not None:
             await self.discovery.stop()
         await self.limiter.close()
+        if self.usage is not None:
+            await self.usage.close()  # after the requests: their records are in
         await self.health.stop()
         for route in self.routes.values():
             await route.backend.close()

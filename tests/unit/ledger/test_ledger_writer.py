@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.ledger.ledger_config import LedgerConfig
+from gateway.config.ledger_config import LedgerConfig
 from gateway.ledger.ledger_writer import LedgerStats, LedgerWriter, start_ledger
 from gateway.ledger.sqlite_ledger import SqliteLedger
 from gateway.ledger.usage_records import UsageRecord

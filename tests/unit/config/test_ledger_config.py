@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from gateway.ledger.ledger_config import LedgerConfig
+from gateway.config.ledger_config import LedgerConfig
 
 
 def test_the_default_is_an_embedded_sqlite_file() -> None:

@@ -1,0 +1,114 @@
+"""`gateway usage report`: what each tenant, key and model used and cost, from the ledger.
+
+    gateway usage report --config config/gateway.yaml --by tenant,key,model --since 24h
+        [--until 2026-12-01T12:00] [--csv]
+
+The ledger is the one `ledger.url` in the config names (the gateway writes it); `--since`
+and `--until` are ISO 8601 times (UTC unless they say) or a duration back from now
+(`90m`, `24h`, `7d`). Costs are in the price table's currency (`prices.currency`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import re
+import sys
+import time
+from datetime import UTC, datetime
+
+from gateway.ledger.ledger_store import open_store
+from gateway.ledger.usage_report import (
+    ReportQuery,
+    ReportRow,
+    parse_group_by,
+    render_csv,
+    report_columns,
+)
+
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhd])")
+_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def add_usage_arguments(parser: argparse.ArgumentParser) -> None:
+    """The `usage` command's subcommands."""
+    commands = parser.add_subparsers(dest="usage_command", required=True)
+    report = commands.add_parser("report", help="usage and cost by tenant, key, model")
+    report.add_argument("--config", required=True, help="gateway.yaml (its ledger and prices)")
+    report.add_argument("--by", default="tenant", help="groups: tenant,key,model,endpoint")
+    report.add_argument("--since", default="24h", help="ISO time or a duration back (24h)")
+    report.add_argument("--until", default=None, help="ISO time or a duration back (now)")
+    report.add_argument("--csv", action="store_true", help="CSV instead of a table")
+    report.set_defaults(run=run_report)
+
+
+def point_in_time(text: str, now: float) -> float:
+    """Unix seconds of an ISO 8601 time (UTC unless it says) or of a duration back from
+    `now`; `ValueError` for anything else."""
+    duration = _DURATION.fullmatch(text.strip())
+    if duration is not None:
+        return now - float(duration.group(1)) * _SECONDS[duration.group(2)]
+    moment = datetime.fromisoformat(text.strip())
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment.timestamp()
+
+
+def run_report(args: argparse.Namespace) -> int:
+    """Print the report; 2 with a one-line reason for bad arguments or a config without a
+    ledger."""
+    from gateway.config import ConfigError, load_config
+
+    try:
+        config = load_config(args.config)
+    except ConfigError as exc:
+        for problem in exc.problems:
+            print(problem, file=sys.stderr)
+        return 2
+    ledger = config.gateway.ledger
+    if ledger is None:
+        print(f"{args.config}: no `ledger:`: the gateway keeps no usage records", file=sys.stderr)
+        return 2
+    now = time.time()
+    try:
+        query = ReportQuery(
+            point_in_time(args.since, now),
+            now if args.until is None else point_in_time(args.until, now),
+            parse_group_by(args.by),
+        )
+    except ValueError as exc:
+        print(f"gateway usage report: {exc}", file=sys.stderr)
+        return 2
+    rows = asyncio.run(_query(ledger.url, query))
+    columns = report_columns(query)
+    currency = config.gateway.prices.currency
+    if args.csv:
+        sys.stdout.write(render_csv(rows, columns))
+    else:
+        print(_table(rows, columns, currency))
+    return 0
+
+
+async def _query(url: str, query: ReportQuery) -> list[ReportRow]:
+    store = open_store(url)
+    try:
+        return await store.query(query)
+    finally:
+        await store.close()
+
+
+def _table(rows: list[ReportRow], columns: list[str], currency: str) -> str:
+    """An aligned text table, costs in the currency (not micro-units)."""
+    shown = [c if c != "cost_micros" else f"cost_{currency}" for c in columns]
+    cells = [
+        [
+            f"{int(str(row[c])) / 1e6:.6f}" if c == "cost_micros" and row.get(c) is not None
+            else ("" if row.get(c) is None else str(row[c]))
+            for c in columns
+        ]
+        for row in rows
+    ]  # fmt: skip
+    widths = [max(len(h), *(len(r[i]) for r in cells)) for i, h in enumerate(shown)]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(shown, widths, strict=True))]
+    lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)) for r in cells]
+    return "\n".join(lines)

@@ -1,0 +1,81 @@
+"""Every finished request into the usage ledger, priced (issue 27).
+
+`RequestRecord.finish` hands each request's record here (`observability.access.
+set_usage_sink`); it becomes a `UsageRecord`, its cost from the price table, and goes to
+the ledger's writer, which takes it in O(1) and writes it later, in batches, off the
+request path (`gateway.ledger`).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+
+from gateway.config.ledger_config import LedgerConfig
+from gateway.config.schema import Prices
+from gateway.ledger.ledger_writer import LedgerWriter, start_ledger
+from gateway.ledger.usage_records import UsageRecord
+from gateway.ledger.usage_spool import SpoolInUse
+from gateway.observability.access import RequestRecord, set_usage_sink
+
+log = logging.getLogger("gateway")
+
+# Workers of one gateway take a spool directory each, the first free one of these
+# (`spool_dir/0`, `/1`, ...): a restarted worker finds what the one before it left.
+MAX_WORKERS = 64
+
+
+class UsageLedger:
+    """The running gateway's ledger: prices a finished request and records it."""
+
+    def __init__(self, writer: LedgerWriter, prices: Prices) -> None:
+        self.writer = writer
+        self._prices = prices.models
+
+    def record(self, request: RequestRecord, duration_s: float) -> None:
+        """A finished request's usage record, priced by the model that served it."""
+        price = self._prices.get(request.served_model) if request.served_model else None
+        cost = 0
+        if price is not None:
+            cost = price.cost_micros(
+                request.prompt_tokens, request.cached_tokens, request.completion_tokens
+            )
+        self.writer.record(
+            UsageRecord(
+                ts=time.time(),
+                request_id=request.request_id,
+                tenant=request.tenant,
+                key_id=request.key_id,
+                endpoint=request.endpoint,
+                model_requested=request.alias or request.model,
+                model_served=request.served_model,
+                prompt_tokens=request.prompt_tokens,
+                cached_tokens=request.cached_tokens,
+                completion_tokens=request.completion_tokens,
+                cost_micros=cost,
+                latency_ms=duration_s * 1000,
+                status=request.status,
+                fallback="; ".join(request.fallbacks),
+            )
+        )
+
+    async def close(self) -> None:
+        """No more records; what is waiting is written (or spooled)."""
+        set_usage_sink(None)
+        await self.writer.close()
+
+
+async def start_usage_ledger(config: LedgerConfig, prices: Prices) -> UsageLedger:
+    """The ledger of `config`, started, with every finished request going to it."""
+    base = Path(config.spool_dir)
+    for index in range(MAX_WORKERS):
+        worker_config = config.model_copy(update={"spool_dir": str(base / str(index))})
+        try:
+            writer = await start_ledger(worker_config)
+        except SpoolInUse:
+            continue  # another worker's
+        ledger = UsageLedger(writer, prices)
+        set_usage_sink(ledger.record)
+        return ledger
+    raise SpoolInUse(f"every spool directory under {base} is in use ({MAX_WORKERS} workers)")

@@ -1,0 +1,96 @@
+"""The usage ledger behind a running gateway: a record a request, priced, reported."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sqlite3
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gateway.inference.types import Completion, Usage
+from gateway.ledger.usage_cli import run_report
+from gateway.observability import metrics
+from tests.inprocess.conftest import KEYS, started_gateway
+
+CHAT = {"model": "llm-large", "messages": [{"role": "user", "content": "Hello"}]}
+
+
+def with_ledger(tmp_path: Path) -> Callable[[dict[str, Any]], None]:
+    def edit(config: dict[str, Any]) -> None:
+        config["ledger"] = {
+            "url": f"sqlite:///{tmp_path}/usage.db",
+            "spool_dir": str(tmp_path / "spool"),
+            "flush_interval_ms": 50,
+        }
+        config["prices"] = {
+            "currency": "EUR",
+            "models": {
+                "llm-large": {
+                    "input_per_million": 3.0,
+                    "cached_input_per_million": 0.3,
+                    "output_per_million": 15.0,
+                }
+            },
+        }
+
+    return edit
+
+
+def requests_counted(tenant: str, status: str) -> float:
+    labels = {
+        "tenant": tenant, "model": "llm-large", "served_model": "llm-large",
+        "status": status, "endpoint": "chat",
+    }  # fmt: skip
+    return metrics.REGISTRY.get_sample_value("gateway_requests_total", labels) or 0.0
+
+
+async def test_every_request_is_recorded_once_priced_and_reported(
+    config_for: Callable[..., Path],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    path = config_for(edit=with_ledger(tmp_path))
+    before = requests_counted("acme", "200")
+    async with started_gateway(path, monkeypatch) as gw:
+        for _ in range(3):
+            gw.upstream.script("llm-large", Completion("Hi!", Usage(1000, 200, cached_tokens=400)))
+        async with gw.http() as client:
+            answers = [await client.post("/v1/chat/completions", json=CHAT) for _ in range(3)]
+            refused = await client.post("/v1/chat/completions", json={"model": "nope"})
+    # The gateway has stopped: every record is written.
+    assert [a.status_code for a in answers] == [200, 200, 200] and refused.status_code == 404
+    rows = (
+        sqlite3.connect(tmp_path / "usage.db")
+        .execute(
+            "SELECT request_id, tenant, key_id, model_served, prompt_tokens, cached_tokens,"
+            " completion_tokens, cost_micros, status FROM usage_ledger ORDER BY status"
+        )
+        .fetchall()
+    )
+    served = [row for row in rows if row[-1] == 200]
+    assert sorted(row[0] for row in served) == sorted(a.headers["x-request-id"] for a in answers)
+    # 600 prompt tokens at 3.0 a million, 400 cached at 0.3, 200 out at 15.0: micro-euros.
+    assert {row[1:] for row in served} == {
+        ("acme", row[2], "llm-large", 1000, 400, 200, 1800 + 120 + 3000, 200) for row in served
+    }
+    assert all(len(row[2]) == 12 for row in served)  # which key, not the key
+    assert [row[-1] for row in rows if row[-1] != 200] == [404]
+    # The ledger's figures are the counters' figures.
+    assert requests_counted("acme", "200") - before == len(served)
+
+    report = argparse.Namespace(
+        config=str(path), by="tenant,model", since="1h", until=None, csv=True
+    )
+    # The CLI runs its own event loop, as from a shell.
+    assert await asyncio.to_thread(run_report, report) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("tenant,model,requests,prompt_tokens,cached_tokens")
+    [large] = [line for line in lines if line.startswith("acme,llm-large,")]
+    assert large.startswith("acme,llm-large,3,3000,1200,600,14760,0,")  # 0 errors
+    assert any(line.startswith("acme,,1,") for line in lines)  # the 404: no model served
+    assert KEYS["acme"] not in "".join(lines)
