@@ -92,6 +92,7 @@ def build_app(config: Config) -> ASGIApp:
     if ops.on_api_port is OpsOnApiPort.ADMIN_KEY:
         api_routes += [
             Route("/admin/reload", endpoints.reload_tenants, methods=["POST"]),
+            Route("/admin/usage", endpoints.usage_report, methods=["GET"]),
             Route("/metrics", endpoints.metrics_for_admins, methods=["GET"]),
         ]
     api = DirectRoutes(_starlette(api_routes, lifespan), hot_routes, on_error=_error)
@@ -102,6 +103,7 @@ def build_app(config: Config) -> ASGIApp:
     ops_routes = [
         Route("/metrics", endpoints.metrics_endpoint, methods=["GET"]),
         Route("/admin/reload", endpoints.reload_tenants, methods=["POST"]),
+        Route("/admin/usage", endpoints.usage_report, methods=["GET"]),
         *probes,
     ]
     ops_app = _starlette(ops_routes)

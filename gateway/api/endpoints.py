@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import hashlib
+import time
 
 import orjson
 from prometheus_client import CONTENT_TYPE_LATEST
@@ -16,6 +17,8 @@ from starlette.responses import JSONResponse, Response
 from gateway.api.errors import APIError, model_not_found
 from gateway.api.openapi import openapi_document
 from gateway.config import ModelConfig
+from gateway.ledger.usage_cli import point_in_time
+from gateway.ledger.usage_report import ReportQuery, parse_group_by, render_csv, report_columns
 from gateway.observability import metrics
 from gateway.serving.auth import Identity
 from gateway.serving.conductor import Conductor
@@ -96,6 +99,40 @@ async def reload_tenants(request: Request) -> Response:
         )
         return JSONResponse({**error.body(), "problems": result.problems}, status_code=400)
     return JSONResponse({"applied": True, "changes": result.changes})
+
+
+async def usage_report(request: Request) -> Response:
+    """`GET /admin/usage?by=tenant,key,model&since=24h&until=...&format=csv`: what each
+    group used and cost, from the usage ledger (admin tenants only). `since` and `until`
+    are ISO 8601 times or durations back from now (`gateway usage report`'s)."""
+    admin_identity(request)
+    runtime = runtime_of(request)
+    if runtime.usage is None:
+        raise APIError(404, "This gateway keeps no usage ledger (`ledger:` in gateway.yaml).")
+    params = request.query_params
+    now = time.time()
+    try:
+        query = ReportQuery(
+            point_in_time(params.get("since", "24h"), now),
+            point_in_time(params["until"], now) if "until" in params else now,
+            parse_group_by(params.get("by", "tenant")),
+        )
+    except ValueError as exc:
+        raise APIError(400, f"Bad usage query: {exc}", code="invalid_value") from None
+    rows = await runtime.usage.writer.store.query(query)
+    columns = report_columns(query)
+    if params.get("format") == "csv":
+        return Response(render_csv(rows, columns), media_type="text/csv")
+    body = {
+        "object": "usage_report",
+        "currency": runtime.config.gateway.prices.currency,
+        "since": query.since,
+        "until": query.until,
+        "group_by": list(query.group_by),
+        "columns": columns,
+        "rows": rows,
+    }
+    return Response(orjson.dumps(body), media_type="application/json")
 
 
 async def metrics_endpoint(request: Request) -> Response:

@@ -11,10 +11,12 @@ from typing import Any
 
 import pytest
 
+from gateway.config.keys import hash_key
 from gateway.inference.types import Completion, Usage
 from gateway.ledger.usage_cli import run_report
 from gateway.observability import metrics
 from tests.inprocess.conftest import KEYS, started_gateway
+from tests.polling import wait_until
 
 CHAT = {"model": "llm-large", "messages": [{"role": "user", "content": "Hello"}]}
 
@@ -94,3 +96,35 @@ async def test_every_request_is_recorded_once_priced_and_reported(
     assert large.startswith("acme,llm-large,3,3000,1200,600,14760,0,")  # 0 errors
     assert any(line.startswith("acme,,1,") for line in lines)  # the 404: no model served
     assert KEYS["acme"] not in "".join(lines)
+
+
+ADMIN_KEY = "sk-test-ops-admin"
+
+
+def with_admin(tenants: dict[str, Any]) -> None:
+    tenants["tenants"]["ops"] = {"api_keys": [hash_key(ADMIN_KEY)], "models": [], "admin": True}
+
+
+async def test_the_admin_api_reports_usage_to_admins_only(
+    config_for: Callable[..., Path], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    path = config_for(edit=with_ledger(tmp_path), edit_tenants=with_admin)
+    async with started_gateway(path, monkeypatch) as gw:
+        gw.upstream.script("llm-large", Completion("Hi!", Usage(1000, 200, cached_tokens=400)))
+        async with gw.http() as client:
+            assert (await client.post("/v1/chat/completions", json=CHAT)).status_code == 200
+            denied = await client.get("/admin/usage")
+        assert denied.status_code == 403
+        async with gw.http(ADMIN_KEY) as admin:
+
+            async def reported() -> bool:
+                answer = await admin.get("/admin/usage", params={"by": "tenant,model"})
+                rows = answer.json()["rows"]
+                return any(r["tenant"] == "acme" and r["requests"] == 1 for r in rows)
+
+            await wait_until(reported)  # written within its flush interval
+            answer = await admin.get("/admin/usage", params={"by": "model", "format": "csv"})
+            bad = await admin.get("/admin/usage", params={"by": "colour"})
+    assert answer.headers["content-type"].startswith("text/csv")
+    assert "llm-large,1,1000,400,200,4920," in answer.text
+    assert bad.status_code == 400 and "colour" in bad.json()["error"]["message"]
