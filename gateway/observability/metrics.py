@@ -243,6 +243,45 @@ CONFIG_RELOADS = Counter(
 )
 
 
+LEDGER_RECORDS = Gauge(
+    "gateway_ledger_records",
+    "Usage records not yet in the ledger's database, by where they wait (memory, spool).",
+    ["where"],
+    registry=REGISTRY,
+    multiprocess_mode="livesum",
+)
+LEDGER_LAG = Gauge(
+    "gateway_ledger_lag_seconds",
+    "Age of the oldest usage record not yet in the ledger's database (0: none waits).",
+    registry=REGISTRY,
+    multiprocess_mode="livemax",
+)
+LEDGER_WRITTEN = Counter(
+    "gateway_ledger_records_written_total",
+    "Usage records written to the ledger's database.",
+    registry=REGISTRY,
+)
+LEDGER_DROPPED = Counter(
+    "gateway_ledger_records_dropped_total",
+    "Usage records lost (spool full or unwritable, memory full): each is also logged.",
+    registry=REGISTRY,
+)
+
+
+def observe_ledger(
+    buffered: int, spooled: int, lag_s: float, new_written: int, new_dropped: int
+) -> None:
+    """The usage ledger's state: records waiting, the oldest one's age, and the records
+    written and lost since the last report."""
+    LEDGER_RECORDS.labels("memory").set(buffered)
+    LEDGER_RECORDS.labels("spool").set(spooled)
+    LEDGER_LAG.set(lag_s)
+    if new_written > 0:
+        LEDGER_WRITTEN.inc(new_written)
+    if new_dropped > 0:
+        LEDGER_DROPPED.inc(new_dropped)
+
+
 # Series that alerts watch for increases exist from the start at 0, so their first
 # increment counts as one.
 for _result in ("applied", "rejected", "unchanged"):

@@ -14,9 +14,10 @@ from pathlib import Path
 
 from gateway.config.ledger_config import LedgerConfig
 from gateway.config.schema import Prices
-from gateway.ledger.ledger_writer import LedgerWriter, start_ledger
+from gateway.ledger.ledger_writer import LedgerStats, LedgerWriter, start_ledger
 from gateway.ledger.usage_records import UsageRecord
 from gateway.ledger.usage_spool import SpoolInUse
+from gateway.observability import metrics
 from gateway.observability.access import RequestRecord, set_usage_sink
 
 log = logging.getLogger("gateway")
@@ -66,13 +67,32 @@ class UsageLedger:
         await self.writer.close()
 
 
+class _Reporter:
+    """The writer's counts (since it started) into the metrics, as what is new."""
+
+    def __init__(self) -> None:
+        self._written = 0
+        self._dropped = 0
+
+    def __call__(self, stats: LedgerStats) -> None:
+        metrics.observe_ledger(
+            stats.buffered,
+            stats.spooled,
+            stats.lag_s,
+            stats.written - self._written,
+            stats.dropped - self._dropped,
+        )
+        self._written, self._dropped = stats.written, stats.dropped
+
+
 async def start_usage_ledger(config: LedgerConfig, prices: Prices) -> UsageLedger:
     """The ledger of `config`, started, with every finished request going to it."""
     base = Path(config.spool_dir)
     for index in range(MAX_WORKERS):
         worker_config = config.model_copy(update={"spool_dir": str(base / str(index))})
+        reporter = _Reporter()
         try:
-            writer = await start_ledger(worker_config)
+            writer = await start_ledger(worker_config, reporter)
         except SpoolInUse:
             continue  # another worker's
         ledger = UsageLedger(writer, prices)

@@ -50,6 +50,10 @@ def requests_counted(tenant: str, status: str) -> float:
     return metrics.REGISTRY.get_sample_value("gateway_requests_total", labels) or 0.0
 
 
+def ledger_written() -> float:
+    return metrics.REGISTRY.get_sample_value("gateway_ledger_records_written_total") or 0.0
+
+
 async def test_every_request_is_recorded_once_priced_and_reported(
     config_for: Callable[..., Path],
     monkeypatch: pytest.MonkeyPatch,
@@ -58,6 +62,7 @@ async def test_every_request_is_recorded_once_priced_and_reported(
 ) -> None:
     path = config_for(edit=with_ledger(tmp_path))
     before = requests_counted("acme", "200")
+    written_before = ledger_written()
     async with started_gateway(path, monkeypatch) as gw:
         for _ in range(3):
             gw.upstream.script("llm-large", Completion("Hi!", Usage(1000, 200, cached_tokens=400)))
@@ -82,8 +87,9 @@ async def test_every_request_is_recorded_once_priced_and_reported(
     }
     assert all(len(row[2]) == 12 for row in served)  # which key, not the key
     assert [row[-1] for row in rows if row[-1] != 200] == [404]
-    # The ledger's figures are the counters' figures.
+    # The ledger's figures are the counters' figures, and it says what it wrote.
     assert requests_counted("acme", "200") - before == len(served)
+    assert ledger_written() - written_before == len(rows)
 
     report = argparse.Namespace(
         config=str(path), by="tenant,model", since="1h", until=None, csv=True

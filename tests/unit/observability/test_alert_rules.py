@@ -42,6 +42,8 @@ ALERT_NAMES = {
     "GatewayRateLimiterRedisDown",
     "GatewayConfigReloadRejected",
     "GatewayConfigVersionDrift",
+    "GatewayLedgerBehind",
+    "GatewayLedgerRecordsLost",
 }
 
 
