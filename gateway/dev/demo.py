@@ -103,7 +103,12 @@ Tenants: acme   (key sk-acme-demo, online, models llm-large, llm-small, embed-sm
 def _ops_line(ops_port: int | None) -> str:
     if ops_port is None:
         return ""
-    return f"Metrics:  http://127.0.0.1:{ops_port}/metrics   (the ops listener, no key)\n"
+    ops = f"http://127.0.0.1:{ops_port}"
+    return (
+        f"Metrics:  {ops}/metrics   (the ops listener, no key)\n"
+        f"Usage:    curl -s '{ops}/admin/usage?by=tenant,model&since=1h' "
+        "-H 'Authorization: Bearer sk-ops-demo'   (ops: the admin tenant)\n"
+    )
 
 
 def _check(config_path: str) -> str | None:
