@@ -30,7 +30,7 @@ from collections.abc import AsyncGenerator
 from pathlib import Path
 from typing import Any
 
-from loadtest.child_rounds import measure_by_turns, print_figures
+from loadtest.child_rounds import measure_by_turns, own_redis, print_figures, trees_to_measure
 
 ROOT = Path(__file__).resolve().parent.parent
 BODY = b'{"model":"fake-llama-8b","messages":[{"role":"user","content":"Hello"}],"max_tokens":16}'
@@ -192,28 +192,18 @@ def main() -> None:
         uvloop.run(_child(args.redis_url, args.requests, args.concurrency, args.stream))
         return
 
-    from gateway.dev.processes import free_port, start_redis, stop
-
-    port = free_port()
-    redis = start_redis(port)
-    redis_url = f"redis://127.0.0.1:{port}/0"
-    trees = {"this tree": ROOT} | ({"baseline": args.baseline.resolve()} if args.baseline else {})
-    try:
+    with own_redis() as redis_url:
         child_args = [
-            "--redis-url",
-            redis_url,
-            "--requests",
-            str(args.requests),
-            "--concurrency",
-            str(args.concurrency),
+            "--redis-url", redis_url,
+            "--requests", str(args.requests),
+            "--concurrency", str(args.concurrency),
             *(["--stream"] if args.stream else []),
-        ]
+        ]  # fmt: skip
+        trees = trees_to_measure(ROOT, args.baseline)
         figures = measure_by_turns("loadtest.app_cost", child_args, trees, args.rounds)
         print_figures(figures, "µs per stream" if args.stream else "µs per request")
         if args.profile:
             _profile(redis_url, args)
-    finally:
-        stop(redis)
 
 
 def _profile(redis_url: str, args: argparse.Namespace) -> None:

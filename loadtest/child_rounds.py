@@ -13,8 +13,27 @@ import os
 import statistics
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
+
+
+@contextmanager
+def own_redis() -> Iterator[str]:
+    """A throwaway redis-server on a free port for the measurement: its URL."""
+    from gateway.dev.processes import free_port, start_redis, stop
+
+    port = free_port()
+    redis = start_redis(port)
+    try:
+        yield f"redis://127.0.0.1:{port}/0"
+    finally:
+        stop(redis)
+
+
+def trees_to_measure(root: Path, baseline: Path | None) -> dict[str, Path]:
+    """This tree, and the baseline tree when one is given."""
+    return {"this tree": root} | ({"baseline": baseline.resolve()} if baseline else {})
 
 
 def measure_by_turns(
