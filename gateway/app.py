@@ -15,7 +15,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Lifespan
 
-from gateway.api import endpoints, exchange
+from gateway.api import admin_keys, endpoints, exchange
 from gateway.api.anthropic import count_tokens
 from gateway.api.errors import CLIENT_ERRORS, DOMAIN_ERRORS, APIError, client_error
 from gateway.api.responses import responses_state
@@ -93,6 +93,7 @@ def build_app(config: Config) -> ASGIApp:
         api_routes += [
             Route("/admin/reload", endpoints.reload_tenants, methods=["POST"]),
             Route("/admin/usage", endpoints.usage_report, methods=["GET"]),
+            *_key_routes(),
             Route("/metrics", endpoints.metrics_for_admins, methods=["GET"]),
         ]
     api = DirectRoutes(_starlette(api_routes, lifespan), hot_routes, on_error=_error)
@@ -104,11 +105,24 @@ def build_app(config: Config) -> ASGIApp:
         Route("/metrics", endpoints.metrics_endpoint, methods=["GET"]),
         Route("/admin/reload", endpoints.reload_tenants, methods=["POST"]),
         Route("/admin/usage", endpoints.usage_report, methods=["GET"]),
+        *_key_routes(),
         *probes,
     ]
     ops_app = _starlette(ops_routes)
     ops_app.state.runtime, ops_app.state.reloader = runtime, reloader
     return Listeners(api, ops_app, ops.port)
+
+
+def _key_routes() -> list[Route]:
+    """`/admin/keys`: the managed API keys (`gateway.api.admin_keys`)."""
+    return [
+        Route("/admin/keys", admin_keys.create_key, methods=["POST"]),
+        Route("/admin/keys", admin_keys.list_keys, methods=["GET"]),
+        Route("/admin/keys/{key_id}", admin_keys.get_key, methods=["GET"]),
+        Route("/admin/keys/{key_id}", admin_keys.update_key, methods=["PATCH"]),
+        Route("/admin/keys/{key_id}", admin_keys.revoke_key, methods=["DELETE"]),
+        Route("/admin/keys/{key_id}/rotate", admin_keys.rotate_key, methods=["POST"]),
+    ]
 
 
 def _starlette(routes: list[Route], lifespan: Lifespan[Starlette] | None = None) -> Starlette:

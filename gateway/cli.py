@@ -1,5 +1,5 @@
-"""The `gateway` command: serve | demo | check-config | place | eval | simulate | triton-sim |
-hash-key."""
+"""The `gateway` command: serve | demo | check-config | place | usage | keys | eval | simulate |
+triton-sim | hash-key."""
 
 from __future__ import annotations
 
@@ -232,6 +232,13 @@ def parser() -> argparse.ArgumentParser:
 
     usage = sub.add_parser("usage", help="usage and cost from the ledger: report")
     add_usage_arguments(usage)
+
+    from gateway.apikeys.keys_cli import add_keys_arguments
+
+    keys = sub.add_parser(
+        "keys", help="managed API keys: create, list, get, update, revoke, rotate"
+    )
+    add_keys_arguments(keys)
 
     from gateway.eval.eval_cli import add_eval_arguments
 

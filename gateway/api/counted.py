@@ -42,7 +42,7 @@ async def serve_counted(
     record = RequestRecord("req_" + random_id(), endpoint=endpoint)
     try:
         conductor = conductor_of(request)
-        identity = runtime_of(request).auth.identify(credentials(request.headers))
+        identity = await runtime_of(request).auth.authenticate(credentials(request.headers))
         record.tenant, record.key_id = identity.name, identity.key_id
         counted = False
 

@@ -55,7 +55,7 @@ def model_config_version(config: ModelConfig) -> str:
 async def list_models(request: Request) -> Response:
     """`GET /v1/models`: the models the caller's tenant may use."""
     runtime = runtime_of(request)
-    identity = runtime.auth.identify(request.headers.get("authorization"))
+    identity = await runtime.auth.authenticate(request.headers.get("authorization"))
     data = [
         _model_object(name, route.config)
         for name, route in runtime.routes.items()
@@ -68,7 +68,7 @@ async def retrieve_model(request: Request) -> Response:
     """`GET /v1/models/{model}`: one model the caller's tenant may use; another tenant's
     model is a 404 like an unknown one (its existence is not told)."""
     runtime = runtime_of(request)
-    identity = runtime.auth.identify(request.headers.get("authorization"))
+    identity = await runtime.auth.authenticate(request.headers.get("authorization"))
     name = request.path_params["model"]
     if name not in runtime.routes or not identity.may_use(name):
         raise model_not_found(name)
@@ -76,9 +76,9 @@ async def retrieve_model(request: Request) -> Response:
     return Response(orjson.dumps(body), media_type="application/json")
 
 
-def admin_identity(request: Request) -> Identity:
+async def admin_identity(request: Request) -> Identity:
     """The caller, who must hold an admin tenant's key (else 401 or 403)."""
-    identity = runtime_of(request).auth.identify(request.headers.get("authorization"))
+    identity = await runtime_of(request).auth.authenticate(request.headers.get("authorization"))
     if not identity.tenant.admin:
         raise APIError(
             403, "This key may not use the admin API.", type="permission_error", code="not_admin"
@@ -88,7 +88,7 @@ def admin_identity(request: Request) -> Identity:
 
 async def reload_tenants(request: Request) -> Response:
     """`POST /admin/reload`: reload the tenants file now (admin tenants only)."""
-    identity = admin_identity(request)
+    identity = await admin_identity(request)
     reloader: TenantsReloader = request.app.state.reloader
     result = await reloader.reload(f"admin API by {identity.name}")
     if not result.applied:
@@ -105,7 +105,7 @@ async def usage_report(request: Request) -> Response:
     """`GET /admin/usage?by=tenant,key,model&since=24h&until=...&format=csv`: what each
     group used and cost, from the usage ledger (admin tenants only). `since` and `until`
     are ISO 8601 times or durations back from now (`gateway usage report`'s)."""
-    admin_identity(request)
+    await admin_identity(request)
     runtime = runtime_of(request)
     if runtime.usage is None:
         raise APIError(404, "This gateway keeps no usage ledger (`ledger:` in gateway.yaml).")
@@ -143,7 +143,7 @@ async def metrics_endpoint(request: Request) -> Response:
 async def metrics_for_admins(request: Request) -> Response:
     """`GET /metrics` on the API port: only for an admin tenant's key (the exposition
     names tenants, their traffic and the replicas' addresses)."""
-    admin_identity(request)
+    await admin_identity(request)
     return await metrics_endpoint(request)
 
 

@@ -102,7 +102,7 @@ async def serve(request: Request, wire: Wire) -> Response:
     try:
         runtime = runtime_of(request)
         conductor = conductor_of(request)
-        identity = runtime.auth.identify(wire.credentials(request.headers))
+        identity = await runtime.auth.authenticate(wire.credentials(request.headers))
         record.tenant, record.key_id = identity.name, identity.key_id
         try:
             body = await read_body(request, runtime.config.gateway.server.max_body_bytes)

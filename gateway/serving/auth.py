@@ -1,16 +1,22 @@
-"""API key to tenant: the key's SHA-256 digest is looked up, the key itself is never kept."""
+"""API key to tenant: the key's SHA-256 digest is looked up, the key itself is never kept.
+
+The keys of tenants.yaml are looked up first; then the managed keys (`gateway.apikeys`,
+the admin API's `/admin/keys`), which a `KeyDirectory` keeps in memory."""
 
 from __future__ import annotations
 
 import hashlib
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from gateway.config import Tenant
+from gateway.apikeys import KeyDirectory, ManagedKey
+from gateway.config import Budget, Tenant
 
 
 class InvalidApiKey(Exception):
-    """No key, a malformed `Authorization` header, or a key no tenant owns."""
+    """No key, a malformed `Authorization` header, or a key no tenant owns (or one that
+    is revoked or expired)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -19,11 +25,20 @@ class Identity:
 
     name: str
     tenant: Tenant
-    # Which of the tenant's keys: the first 12 hex digits of its stored hash (not a
-    # secret: tenants.yaml holds the whole hash), for the usage ledger.
+    # Which of the tenant's keys: a managed key's id (`key_...`), or for a key of
+    # tenants.yaml the first 12 hex digits of its stored hash (not a secret: tenants.yaml
+    # holds the whole hash), for the usage ledger.
     key_id: str = ""
+    # A managed key's own budget (`gateway keys`), beside the tenant's.
+    key_budget: Budget | None = None
+    # A managed key's models, a subset of the tenant's (None: all of the tenant's).
+    key_models: frozenset[str] | None = None
+    # A managed key's name ("" for a key of tenants.yaml).
+    key_name: str = ""
 
     def may_use(self, model: str) -> bool:
+        if self.key_models is not None and model not in self.key_models:
+            return False
         models = self.tenant.models
         return "*" in models or model in models
 
@@ -35,22 +50,80 @@ class Authenticator:
     """Maps `Authorization: Bearer KEY` to the tenant that owns KEY."""
 
     def __init__(
-        self, tenants: Mapping[str, Tenant], tenant_by_key_hash: Mapping[str, str]
+        self,
+        tenants: Mapping[str, Tenant],
+        tenant_by_key_hash: Mapping[str, str],
+        directory: KeyDirectory | None = None,
     ) -> None:
+        self._tenants = tenants
         self._by_digest = {
             digest: Identity(name, tenants[name], digest[:KEY_ID_DIGITS])
             for digest, name in tenant_by_key_hash.items()
         }
+        self._directory = directory
+        # Managed keys' identities, made once per record (a change loads a new record).
+        self._managed: dict[str, tuple[ManagedKey, Identity | None]] = {}
 
     def identify(self, authorization: str | None) -> Identity:
         """The caller's identity; `InvalidApiKey` if the header names none."""
-        if not authorization:
-            raise InvalidApiKey
-        scheme, _, key = authorization.partition(" ")
-        key = key.strip()
-        if scheme.lower() != "bearer" or not key:
-            raise InvalidApiKey
-        identity = self._by_digest.get(hashlib.sha256(key.encode()).hexdigest())
+        digest = _digest(authorization)
+        identity = self._by_digest.get(digest)
+        if identity is None:
+            identity = self._managed_identity(digest)
         if identity is None:
             raise InvalidApiKey
         return identity
+
+    async def authenticate(self, authorization: str | None) -> Identity:
+        """`identify`, but a key unknown here is looked for once more in the store (a key
+        made an instant ago on another gateway); every caller meanwhile shares the look."""
+        digest = _digest(authorization)
+        identity = self._by_digest.get(digest)
+        if identity is not None:
+            return identity
+        identity = self._managed_identity(digest)
+        if identity is not None:
+            return identity
+        directory = self._directory
+        if directory is None or directory.lookup(digest) is not None:
+            raise InvalidApiKey  # no store, or a key known and refused (revoked, expired)
+        await directory.refresh()
+        identity = self._managed_identity(digest)
+        if identity is None:
+            raise InvalidApiKey
+        return identity
+
+    def _managed_identity(self, digest: str) -> Identity | None:
+        if self._directory is None:
+            return None
+        key = self._directory.lookup(digest)
+        if key is None or not key.usable(time.time()):
+            return None
+        cached = self._managed.get(digest)
+        if cached is not None and cached[0] is key:
+            return cached[1]
+        tenant = self._tenants.get(key.tenant)
+        identity = None
+        if tenant is not None:  # a key of a tenant tenants.yaml no longer has: refused
+            identity = Identity(
+                key.tenant,
+                tenant,
+                key.id,
+                key_budget=key.budget,
+                key_models=None if key.models is None else frozenset(key.models),
+                key_name=key.name,
+            )
+        if len(self._managed) > 4 * len(self._directory) + 64:
+            self._managed.clear()  # records replaced: forget the old ones
+        self._managed[digest] = (key, identity)
+        return identity
+
+
+def _digest(authorization: str | None) -> str:
+    if not authorization:
+        raise InvalidApiKey
+    scheme, _, key = authorization.partition(" ")
+    key = key.strip()
+    if scheme.lower() != "bearer" or not key:
+        raise InvalidApiKey
+    return hashlib.sha256(key.encode()).hexdigest()

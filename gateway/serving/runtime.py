@@ -14,6 +14,7 @@ from redis.asyncio import RedisCluster
 from redis.exceptions import RedisError
 
 from gateway.admission import AdmissionController
+from gateway.apikeys import KeyDirectory, KeyStore
 from gateway.backends.base import Backend
 from gateway.backends.openai_compatible import OpenAIBackend
 from gateway.backends.triton_grpc import TritonGRPCBackend
@@ -239,6 +240,10 @@ class Runtime:
     # Every request's usage record, priced, when gateway.yaml has a `ledger:` (from
     # `start` on).
     usage: UsageLedger | None = None
+    # The managed keys (`/admin/keys`): the store in Redis, and what this gateway knows
+    # of it, polled (`auth` looks keys up there after tenants.yaml's).
+    key_store: KeyStore | None = None
+    key_directory: KeyDirectory | None = None
 
     @classmethod
     def build(cls, config: Config) -> Runtime:
@@ -264,11 +269,13 @@ class Runtime:
             redis=redis,
         )
         discovery = ReplicaDiscovery(routes.values(), on_change=admission.capacity_changed)
+        key_store = KeyStore(redis, config.gateway.redis.key_prefix)
+        key_directory = KeyDirectory(key_store)
         return cls(
             config=config,
             routes=routes,
             aliases=Aliases(config.gateway.models, config.tenants),
-            auth=Authenticator(config.tenants.tenants, config.tenant_by_key_hash),
+            auth=Authenticator(config.tenants.tenants, config.tenant_by_key_hash, key_directory),
             redis=redis,
             health=HealthChecker(routes.values(), on_change=admission.capacity_changed),
             limiter=limiter,
@@ -290,6 +297,8 @@ class Runtime:
             outbound=OutboundGuard(config),
             placement=placement,
             discovery=discovery,
+            key_store=key_store,
+            key_directory=key_directory,
         )
 
     def apply_tenants(self, tenants: TenantsConfig) -> None:
@@ -298,7 +307,7 @@ class Runtime:
         self.config = self.config.model_copy(
             update={"tenants": tenants, "tenant_by_key_hash": index}
         )
-        self.auth = Authenticator(tenants.tenants, index)
+        self.auth = Authenticator(tenants.tenants, index, self.key_directory)
         self.aliases = Aliases(self.config.gateway.models, tenants)
         self.limiter.update_tenants(tenants)
         metrics.set_config_version(self.config_version)
@@ -318,6 +327,8 @@ class Runtime:
                 await self.redis.initialize()
             except (RedisError, OSError) as exc:
                 log.warning("Redis Cluster not reachable at start (%s)", exc)
+        if self.key_directory is not None:
+            await self.key_directory.start()
         if self.placement is not None:
             await self.placement.start()
         if self.discovery is not None:
@@ -337,6 +348,8 @@ class Runtime:
         if self.usage is not None:
             await self.usage.close()  # after the requests: their records are in
         await self.health.stop()
+        if self.key_directory is not None:
+            await self.key_directory.stop()
         for route in self.routes.values():
             await route.backend.close()
         await self.redis.aclose()

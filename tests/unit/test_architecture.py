@@ -28,6 +28,7 @@ LAYERS = {
     "gateway.transport": 2,  # HTTP below every API: the protocol, listeners, stream relay
     "gateway.ledger": 2,  # the usage ledger: one record per request, to PostgreSQL or SQLite
     "gateway.ratelimit": 3,
+    "gateway.apikeys": 3,  # managed API keys: records and store in Redis, each gateway's directory
     "gateway.upstream": 3,
     "gateway.placement": 4,
     "gateway.serving": 5,

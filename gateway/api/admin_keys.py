@@ -1,0 +1,181 @@
+"""`/admin/keys`: managed API keys, for admin tenants, where `/admin/usage` is served.
+
+    POST   /admin/keys               {tenant, name, models, expires_at, budget, limits}
+                                     -> 201 {id, key (shown this once), ...the record}
+    GET    /admin/keys[?tenant=]     -> {object: list, data: [records]}
+    GET    /admin/keys/{id}          -> the record
+    PATCH  /admin/keys/{id}          {name, models, expires_at, budget, limits} -> the record
+    DELETE /admin/keys/{id}          -> the record, revoked
+    POST   /admin/keys/{id}/rotate   -> {key (shown this once), ...the record}
+
+A record never holds the key's hash; the plain key is in the answer of a create or a
+rotate only, and in no log. Every gateway honours a change within a second
+(`gateway.apikeys.key_directory`).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import orjson
+from starlette.requests import Request
+from starlette.responses import Response
+
+from gateway.api.body import decode_json
+from gateway.api.endpoints import admin_identity, runtime_of
+from gateway.api.errors import APIError
+from gateway.api.exchange import read_body
+from gateway.apikeys import KeyStore, ManagedKey
+from gateway.apikeys.errors import KeyRequestInvalid, KeyRevoked, UnknownKey
+from gateway.apikeys.key_fields import create_fields, update_fields
+from gateway.serving.runtime import Runtime
+
+log = logging.getLogger("gateway.keys")
+
+# A key's fields fit in far less; a bigger body is refused before it is read whole.
+MAX_BODY_BYTES = 64 * 1024
+MAX_ID = 64
+
+
+def _json(body: object, status: int = 200) -> Response:
+    return Response(orjson.dumps(body), status_code=status, media_type="application/json")
+
+
+def _store(runtime: Runtime) -> KeyStore:
+    if runtime.key_store is None:
+        raise APIError(404, "This gateway keeps no managed keys.", code="not_found")
+    return runtime.key_store
+
+
+def _invalid(exc: KeyRequestInvalid) -> APIError:
+    return APIError(400, exc.message, param=exc.param, code="invalid_value")
+
+
+def _not_found(key_id: str) -> APIError:
+    shown = key_id if len(key_id) <= MAX_ID else key_id[:MAX_ID] + "…"
+    return APIError(404, f"No API key has the id {shown!r}.", param="id", code="key_not_found")
+
+
+def _revoked(key_id: str) -> APIError:
+    return APIError(
+        409, f"The API key {key_id!r} is revoked: it cannot be changed.", code="key_revoked"
+    )
+
+
+async def _body(request: Request) -> dict[str, Any]:
+    data = decode_json(await read_body(request, MAX_BODY_BYTES))
+    return dict(data)
+
+
+async def _key(store: KeyStore, key_id: str) -> ManagedKey:
+    if len(key_id) > MAX_ID:
+        raise _not_found(key_id)
+    try:
+        return await store.get(key_id)
+    except UnknownKey:
+        raise _not_found(key_id) from None
+
+
+def _log(action: str, by: str, key: ManagedKey) -> None:
+    log.warning(
+        "managed key %s %s (tenant %s) by %s",
+        key.id,
+        action,
+        key.tenant,
+        by,
+        extra={"fields": {"event": "managed_key", "action": action, "key_id": key.id,
+                          "tenant": key.tenant, "by": by}},
+    )  # fmt: skip
+
+
+async def create_key(request: Request) -> Response:
+    """`POST /admin/keys`: a new key; the answer holds the key itself, this once."""
+    admin = await admin_identity(request)
+    runtime = runtime_of(request)
+    store = _store(runtime)
+    data = await _body(request)
+    try:
+        tenant, fields = create_fields(
+            data, runtime.config.tenants.tenants, runtime.routes.keys(), time.time()
+        )
+    except KeyRequestInvalid as exc:
+        raise _invalid(exc) from None
+    key, plain = await store.create(tenant, fields)
+    _log("created", admin.name, key)
+    return _json({**key.public(), "key": plain}, status=201)
+
+
+async def list_keys(request: Request) -> Response:
+    """`GET /admin/keys[?tenant=NAME]`: every key (of one tenant), without secrets."""
+    await admin_identity(request)
+    runtime = runtime_of(request)
+    tenant = request.query_params.get("tenant")
+    if tenant is not None and tenant not in runtime.config.tenants.tenants:
+        raise APIError(404, "No tenant has that name.", param="tenant", code="tenant_not_found")
+    keys = await _store(runtime).list(tenant)
+    return _json({"object": "list", "data": [key.public() for key in keys]})
+
+
+async def get_key(request: Request) -> Response:
+    """`GET /admin/keys/{id}`."""
+    await admin_identity(request)
+    key = await _key(_store(runtime_of(request)), request.path_params["key_id"])
+    return _json(key.public())
+
+
+async def update_key(request: Request) -> Response:
+    """`PATCH /admin/keys/{id}`: the fields given changed (null clears models, expiry,
+    budget)."""
+    admin = await admin_identity(request)
+    runtime = runtime_of(request)
+    store = _store(runtime)
+    key = await _key(store, request.path_params["key_id"])
+    data = await _body(request)
+    tenant = runtime.config.tenants.tenants.get(key.tenant)
+    if tenant is None:
+        raise APIError(
+            409, f"The key's tenant {key.tenant!r} is no longer in the tenants file.",
+            code="tenant_not_found",
+        )  # fmt: skip
+    try:
+        fields = update_fields(data, tenant, runtime.routes.keys(), time.time())
+        key = await store.update(key.id, fields)
+    except KeyRequestInvalid as exc:
+        raise _invalid(exc) from None
+    except UnknownKey:
+        raise _not_found(key.id) from None
+    except KeyRevoked:
+        raise _revoked(key.id) from None
+    _log("updated", admin.name, key)
+    return _json(key.public())
+
+
+async def revoke_key(request: Request) -> Response:
+    """`DELETE /admin/keys/{id}`: revoked, on every gateway within a second."""
+    admin = await admin_identity(request)
+    store = _store(runtime_of(request))
+    key = await _key(store, request.path_params["key_id"])
+    try:
+        key = await store.revoke(key.id)
+    except UnknownKey:
+        raise _not_found(key.id) from None
+    _log("revoked", admin.name, key)
+    return _json(key.public())
+
+
+async def rotate_key(request: Request) -> Response:
+    """`POST /admin/keys/{id}/rotate`: a new secret, shown this once; the old one stops
+    working."""
+    admin = await admin_identity(request)
+    store = _store(runtime_of(request))
+    key = await _key(store, request.path_params["key_id"])
+    try:
+        key, plain = await store.rotate(key.id)
+    except UnknownKey:
+        raise _not_found(key.id) from None
+    except KeyRevoked:
+        raise _revoked(key.id) from None
+    _log("rotated", admin.name, key)
+    return _json({**key.public(), "key": plain})

@@ -1,0 +1,194 @@
+"""Managed keys in real Redis (a redis-server, a Redis Cluster, fakeredis): the store's
+create, list, get, update, revoke and rotate; two gateways' directories that see a
+create and a revoke within a second; one look in flight for any number of unknown keys."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import itertools
+from collections.abc import AsyncIterator
+
+import pytest
+from fakeredis import FakeAsyncRedis
+from redis.asyncio import Redis, RedisCluster
+
+from gateway.apikeys import KeyDirectory, KeyStore
+from gateway.apikeys.errors import KeyRevoked, UnknownKey
+from gateway.apikeys.key_fields import KeyFields
+from gateway.config import Budget, Tenant, hash_key
+from gateway.serving.auth import Authenticator, InvalidApiKey
+from gateway.storage.redis_client import EMBEDDED_URL
+from tests.polling import wait_until
+
+_prefixes = itertools.count()
+
+
+def _prefix() -> str:
+    return f"keys-test-{next(_prefixes)}"
+
+
+def _digest(plain: str) -> str:
+    return hashlib.sha256(plain.encode()).hexdigest()
+
+
+async def test_create_list_get_update_revoke(client: Redis | RedisCluster) -> None:
+    store = KeyStore(client, _prefix())
+    assert await store.version() == 0
+    budget = Budget(amount=0.05, period="day")
+    key, plain = await store.create(
+        "acme", KeyFields(name="ci", models=("llm-small",), budget=budget)
+    )
+    assert plain.startswith("sk-") and len(plain) == 35
+    assert key.id.startswith("key_") and len(key.id) == 20
+    assert key.key_hash == hash_key(plain) and plain not in str(key.stored())
+    assert await store.version() == 1
+    other, _ = await store.create("globex", KeyFields(name="dev"))
+    assert [k.id for k in await store.list()] == [key.id, other.id]
+    assert [k.id for k in await store.list("acme")] == [key.id]
+    assert await store.get(key.id) == key
+    assert await store.find(_digest(plain)) == key
+    public = key.public()
+    assert "key_hash" not in public and key.digest not in str(public)
+    assert public["display"].startswith(plain[:7]) and public["display"].endswith(plain[-4:])
+
+    changed = await store.update(
+        key.id, KeyFields(name="ci-2", models=None, given=frozenset({"name", "models"}))
+    )
+    assert (changed.name, changed.models, changed.budget) == ("ci-2", None, budget)
+    assert (await store.get(key.id)).name == "ci-2"
+    assert await store.version() == 3
+
+    revoked = await store.revoke(key.id)
+    assert revoked.revoked_at is not None and revoked.status() == "revoked"
+    assert (await store.revoke(key.id)).revoked_at == revoked.revoked_at  # no change
+    with pytest.raises(KeyRevoked):
+        await store.update(key.id, KeyFields(name="x", given=frozenset({"name"})))
+    with pytest.raises(KeyRevoked):
+        await store.rotate(key.id)
+    with pytest.raises(UnknownKey):
+        await store.get("key_0000000000000000")
+    with pytest.raises(UnknownKey):
+        await store.revoke("key_0000000000000000")
+
+
+async def test_rotate_gives_a_new_secret_and_the_old_stops_working(
+    client: Redis | RedisCluster,
+) -> None:
+    store = KeyStore(client, _prefix())
+    key, old = await store.create("acme", KeyFields(name="ci"))
+    rotated, new = await store.rotate(key.id)
+    assert new != old and rotated.id == key.id and rotated.name == "ci"
+    assert await store.find(_digest(new)) == rotated
+    assert await store.find(_digest(old)) is None
+    directory = KeyDirectory(store)
+    await directory.refresh()
+    assert directory.lookup(_digest(new)) == rotated
+    assert directory.lookup(_digest(old)) is None
+
+
+@pytest.fixture
+async def redis(redis_url: str) -> AsyncIterator[Redis]:
+    """The session's redis-server (fakeredis without one)."""
+    client: Redis = FakeAsyncRedis() if redis_url == EMBEDDED_URL else Redis.from_url(redis_url)
+    try:
+        yield client
+    finally:
+        await client.aclose()
+
+
+TENANTS = {"acme": Tenant(api_keys=[hash_key("sk-file-acme")], models=["*"])}
+FILE_KEYS = {_digest("sk-file-acme"): "acme"}
+
+
+async def test_a_create_and_a_revoke_reach_another_gateway_within_a_second(
+    redis: Redis,
+) -> None:
+    prefix = _prefix()
+    # Two gateways: each its own client, store and directory, on one Redis.
+    here, there = KeyStore(redis, prefix), KeyStore(redis, prefix)
+    directory = KeyDirectory(there)
+    await directory.start()
+    auth = Authenticator(TENANTS, FILE_KEYS, directory)
+    try:
+        key, plain = await here.create("acme", KeyFields(name="ci"))
+
+        async def known() -> bool:
+            try:
+                return auth.identify(f"Bearer {plain}").key_id == key.id
+            except InvalidApiKey:
+                return False
+
+        assert await wait_until(known, timeout_s=5) < 1.0
+        await here.revoke(key.id)
+
+        async def refused() -> bool:
+            return not await known()
+
+        assert await wait_until(refused, timeout_s=5) < 1.0
+    finally:
+        await directory.stop()
+
+
+class CountingStore(KeyStore):
+    """A store that counts the version reads in flight at once."""
+
+    in_flight = 0
+    most_in_flight = 0
+
+    async def version(self) -> int:
+        CountingStore.in_flight += 1
+        CountingStore.most_in_flight = max(CountingStore.most_in_flight, self.in_flight)
+        try:
+            await asyncio.sleep(0.01)  # a slow Redis: the misses pile up meanwhile
+            return await super().version()
+        finally:
+            CountingStore.in_flight -= 1
+
+
+async def test_unknown_keys_share_one_look_and_a_new_key_works_at_once(redis: Redis) -> None:
+    prefix = _prefix()
+    here = KeyStore(redis, prefix)
+    # Polling never on its own here: only misses make the directory look.
+    directory = KeyDirectory(CountingStore(redis, prefix), interval_s=3600)
+    await directory.start()
+    auth = Authenticator(TENANTS, FILE_KEYS, directory)
+    try:
+        looks = directory.lookups
+        bad = [auth.authenticate(f"Bearer sk-bad-{i}") for i in range(500)]
+        results = await asyncio.gather(*bad, return_exceptions=True)
+        assert all(isinstance(r, InvalidApiKey) for r in results)
+        assert CountingStore.most_in_flight == 1
+        assert directory.lookups - looks <= 2  # 500 misses, one look (or two)
+
+        # Made on another gateway, used here an instant later: the miss looks again.
+        key, plain = await here.create("acme", KeyFields(name="fresh"))
+        identity = await auth.authenticate(f"Bearer {plain}")
+        assert (identity.key_id, identity.key_name, identity.name) == (key.id, "fresh", "acme")
+        # The file's keys go on working, without a look.
+        looks = directory.lookups
+        assert (await auth.authenticate("Bearer sk-file-acme")).name == "acme"
+        assert directory.lookups == looks
+    finally:
+        await directory.stop()
+
+
+async def test_redis_down_keeps_the_keys_loaded_last(redis: Redis) -> None:
+    prefix = _prefix()
+    store = KeyStore(redis, prefix)
+    key, plain = await store.create("acme", KeyFields(name="ci"))
+    directory = KeyDirectory(store, interval_s=3600)
+    await directory.start()
+    try:
+        # Redis goes away: the same store on a client of a port nobody listens on.
+        gone = Redis(host="127.0.0.1", port=1, socket_connect_timeout=0.2)
+        directory._store = KeyStore(gone, prefix)
+        await directory.refresh()
+        await directory.refresh()
+        auth = Authenticator(TENANTS, FILE_KEYS, directory)
+        assert auth.identify(f"Bearer {plain}").key_id == key.id
+        with pytest.raises(InvalidApiKey):
+            await auth.authenticate("Bearer sk-unknown")
+        await gone.aclose()
+    finally:
+        await directory.stop()
