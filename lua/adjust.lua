@@ -4,7 +4,8 @@
 -- KEYS[n+1]   the concurrency lease ZSET, when ARGV[2] is not 0
 -- ARGV[1]     n, the number of buckets (may be 0: a lease operation alone)
 -- ARGV[2]     the lease operation: 0 none, 1 release the member, 2 renew the member
--- ARGV[3i], ARGV[3i+1], ARGV[3i+2]   bucket i: capacity, refill per ms, delta
+-- ARGV[3i], ARGV[3i+1], ARGV[3i+2]   bucket i: capacity, refill per ms (-1, -2: a budget
+--             of a UTC day or month, as in take.lua), delta
 --             (delta > 0 charges more and may leave a debt that refill pays off;
 --              delta < 0 refunds, never above the capacity)
 -- ARGV[3n+3], ARGV[3n+4]  with a lease operation: member, TTL ms (used by renew)
@@ -36,6 +37,41 @@ local function wait_ms(level, target, rate)
   return w
 end
 
+-- A spend budget is a bucket that refills all at once at the start of each calendar
+-- period, by Redis's clock (so gateways whose clocks differ agree on the period): its
+-- refill rate is -1 for a UTC day, -2 for a UTC month (0, as for any bucket, is never).
+local DAY_MS = 86400000
+
+-- Days since 1970-01-01 of a civil date (Howard Hinnant's days_from_civil).
+local function days_from_civil(y, m, d)
+  if m <= 2 then y = y - 1 end
+  local era = math.floor(y / 400)
+  local yoe = y - era * 400
+  local mp = (m + 9) % 12
+  local doy = math.floor((153 * mp + 2) / 5) + d - 1
+  local doe = yoe * 365 + math.floor(yoe / 4) - math.floor(yoe / 100) + doy
+  return era * 146097 + doe - 719468
+end
+
+-- The start and end (ms) of the period holding `now`, for a period rate (< 0).
+local function period_bounds(now, rate)
+  local day = math.floor(now / DAY_MS)
+  if rate == -1 then return day * DAY_MS, (day + 1) * DAY_MS end
+  -- civil_from_days: the year and month of `day`.
+  local z = day + 719468
+  local era = math.floor(z / 146097)
+  local doe = z - era * 146097
+  local yoe = math.floor((doe - math.floor(doe / 1460) + math.floor(doe / 36524) - math.floor(doe / 146096)) / 365)
+  local y = yoe + era * 400
+  local doy = doe - (365 * yoe + math.floor(yoe / 4) - math.floor(yoe / 100))
+  local mp = math.floor((5 * doy + 2) / 153)
+  local m = mp < 10 and mp + 3 or mp - 9
+  if m <= 2 then y = y + 1 end
+  local ny, nm = y, m + 1
+  if nm > 12 then ny, nm = y + 1, 1 end
+  return days_from_civil(y, m, 1) * DAY_MS, days_from_civil(ny, nm, 1) * DAY_MS
+end
+
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
 local n = tonumber(ARGV[1])
@@ -52,6 +88,13 @@ for i = 1, n do
     level = tonumber(string.sub(state, 1, sp - 1))
     ts = tonumber(string.sub(state, sp + 1))
   end
+  local ends_in = nil
+  if rate < 0 then  -- a budget (take.lua): whole again in each new period
+    local start, stop = period_bounds(now, rate)
+    if ts < start then level = cap end
+    ends_in = stop - now
+    rate = 0
+  end
   local elapsed = now - ts
   if elapsed < 0 then
     elapsed = 0
@@ -61,7 +104,9 @@ for i = 1, n do
   level = math.min(cap, math.min(cap, level + elapsed * rate) - delta)
   local reset = wait_ms(level, cap, rate)
   state = fmt(level) .. ' ' .. fmt(ts)
-  if reset < 0 then
+  if ends_in then
+    redis.call('SET', KEYS[i], state, 'PX', fmt(math.ceil(ends_in) + MARGIN_MS))
+  elseif reset < 0 then
     redis.call('SET', KEYS[i], state)
   else
     redis.call('SET', KEYS[i], state, 'PX', fmt(reset + MARGIN_MS))

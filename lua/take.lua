@@ -3,7 +3,8 @@
 -- KEYS[1..n]  the bucket keys (strings "level ts_ms", written by this script and adjust.lua)
 -- KEYS[n+1]   optional: the tenant's concurrency lease ZSET (member -> expiry ms)
 -- ARGV[1]     n, the number of buckets (it tells whether KEYS[n+1] is a lease key)
--- ARGV[3i-1], ARGV[3i], ARGV[3i+1]   bucket i: capacity, refill per ms, cost (cost >= 0)
+-- ARGV[3i-1], ARGV[3i], ARGV[3i+1]   bucket i: capacity, refill per ms, cost (cost >= 0);
+--             a refill of -1 or -2 makes the bucket a spend budget of a UTC day or month
 -- ARGV[3n+2], ARGV[3n+3], ARGV[3n+4] with a lease key: member, limit, TTL ms
 --
 -- Returns a flat array:
@@ -45,12 +46,49 @@ local function wait_ms(level, target, rate)
   return w
 end
 
+-- A spend budget is a bucket that refills all at once at the start of each calendar
+-- period, by Redis's clock (so gateways whose clocks differ agree on the period): its
+-- refill rate is -1 for a UTC day, -2 for a UTC month (0, as for any bucket, is never).
+local DAY_MS = 86400000
+
+-- Days since 1970-01-01 of a civil date (Howard Hinnant's days_from_civil).
+local function days_from_civil(y, m, d)
+  if m <= 2 then y = y - 1 end
+  local era = math.floor(y / 400)
+  local yoe = y - era * 400
+  local mp = (m + 9) % 12
+  local doy = math.floor((153 * mp + 2) / 5) + d - 1
+  local doe = yoe * 365 + math.floor(yoe / 4) - math.floor(yoe / 100) + doy
+  return era * 146097 + doe - 719468
+end
+
+-- The start and end (ms) of the period holding `now`, for a period rate (< 0).
+local function period_bounds(now, rate)
+  local day = math.floor(now / DAY_MS)
+  if rate == -1 then return day * DAY_MS, (day + 1) * DAY_MS end
+  -- civil_from_days: the year and month of `day`.
+  local z = day + 719468
+  local era = math.floor(z / 146097)
+  local doe = z - era * 146097
+  local yoe = math.floor((doe - math.floor(doe / 1460) + math.floor(doe / 36524) - math.floor(doe / 146096)) / 365)
+  local y = yoe + era * 400
+  local doy = doe - (365 * yoe + math.floor(yoe / 4) - math.floor(yoe / 100))
+  local mp = math.floor((5 * doy + 2) / 153)
+  local m = mp < 10 and mp + 3 or mp - 9
+  if m <= 2 then y = y + 1 end
+  local ny, nm = y, m + 1
+  if nm > 12 then ny, nm = y + 1, 1 end
+  return days_from_civil(y, m, 1) * DAY_MS, days_from_civil(ny, nm, 1) * DAY_MS
+end
+
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
 local n = tonumber(ARGV[1])
 
 local caps, rates, costs, levels, stamps = {}, {}, {}, {}, {}
 local holds = {}
+-- A budget's ms to the end of its period (nil: not a budget).
+local ends = {}
 local ok = true
 for i = 1, n do
   local a = 3 * i - 1
@@ -61,6 +99,12 @@ for i = 1, n do
     local sp = string.find(state, ' ', 1, true)
     level = tonumber(string.sub(state, 1, sp - 1))
     ts = tonumber(string.sub(state, sp + 1))
+  end
+  if rate < 0 then
+    local start, stop = period_bounds(now, rate)
+    if ts < start then level = cap end  -- a new period: the whole budget again
+    ends[i] = stop - now
+    rate = 0
   end
   local elapsed = now - ts
   if elapsed < 0 then
@@ -107,9 +151,18 @@ for i = 1, n do
     retry = wait_ms(level, costs[i], rates[i])
   end
   local reset = wait_ms(level, caps[i], rates[i])
+  local ends_in = ends[i]
+  if ends_in then
+    -- A budget is whole again when its period ends, and the key goes with it.
+    local whole = math.ceil(ends_in)
+    if retry ~= 0 and costs[i] <= caps[i] then retry = whole end
+    if reset ~= 0 then reset = whole end
+  end
   -- Refused calls store the refilled level too, so retry_after_ms is exact from this state.
   local state = fmt(level) .. ' ' .. fmt(stamps[i])
-  if reset < 0 then
+  if ends_in then
+    redis.call('SET', KEYS[i], state, 'PX', fmt(math.ceil(ends_in) + MARGIN_MS))
+  elseif reset < 0 then
     redis.call('SET', KEYS[i], state)  -- never refills: must not expire into a full bucket
   else
     redis.call('SET', KEYS[i], state, 'PX', fmt(reset + MARGIN_MS))

@@ -176,6 +176,8 @@ def upstream_timeout(model: str) -> APIError:
 def rate_limited(decision: Decision) -> APIError:
     """The 429 for a refused request, with the bucket headers and how long to wait."""
     headers = dict(decision.headers)
+    if decision.refused_by == "spend":
+        return over_budget(decision, headers)
     kind = "tokens" if decision.refused_by == "tokens" else "requests"
     if decision.never_fits:
         message = (
@@ -206,6 +208,36 @@ def rate_limited(decision: Decision) -> APIError:
         retry_after_s=decision.retry_after_s,
         headers=headers,
         reason=reason,
+    )
+
+
+_PERIOD_NAMES = {"day": "daily", "month": "monthly", "total": "total"}
+
+
+def over_budget(decision: Decision, headers: dict[str, str]) -> APIError:
+    """The 429 `insufficient_quota` of a request whose most possible cost is more than
+    is left of a budget: OpenAI's answer to an account out of credit."""
+    period = _PERIOD_NAMES.get(decision.period or "", "")
+    left = headers.get("x-budget-remaining", "0")
+    limit = headers.get("x-budget-limit", "")
+    message = (
+        f"You exceeded your current quota: this request may cost more than is left of "
+        f"your {period} budget ({left} of {limit} left)."
+    )
+    if decision.retry_after_s is None:
+        message += " It does not renew: ask your operator to raise it."
+    else:
+        message += " It renews at the start of the next period; a smaller max_tokens may fit now."
+    # The SDKs retry a 429 within seconds: no use before the period ends.
+    headers["x-should-retry"] = "false"
+    return APIError(
+        429,
+        message,
+        type="insufficient_quota",
+        code="insufficient_quota",
+        retry_after_s=decision.retry_after_s,
+        headers=headers,
+        reason="budget",
     )
 
 

@@ -7,6 +7,7 @@ from gateway.config.loader import check_config, key_index, load_config, load_ten
 from gateway.config.schema import (
     AdmissionConfig,
     BackendKind,
+    Budget,
     Config,
     FallbackReason,
     GatewayConfig,
@@ -25,6 +26,7 @@ from gateway.config.source import ConfigError, Problem
 __all__ = [
     "AdmissionConfig",
     "BackendKind",
+    "Budget",
     "Config",
     "ConfigError",
     "FallbackReason",

@@ -595,6 +595,26 @@ class Limits(RateLimits):
     models: dict[str, RateLimits] = {}
 
 
+BudgetPeriod = Literal["day", "month", "total"]
+
+
+class Budget(Strict):
+    """A cap on spend, in the price table's currency, for a period: a UTC day, a UTC
+    month, or for ever (`total`); on every model, or on one (`model`). Past `soft` (a
+    share of `amount`) an alert fires; at `amount` requests are refused (HTTP 429,
+    `insufficient_quota`)."""
+
+    amount: PositiveFloat
+    period: BudgetPeriod = "month"
+    model: str | None = None
+    soft: Annotated[float, Field(gt=0, le=1)] = 0.8
+
+    @property
+    def amount_micros(self) -> int:
+        """`amount` in integer micro-units of the currency."""
+        return round(self.amount * 1_000_000)
+
+
 class TenantOutbound(Strict):
     """A tenant's own outbound policy: for every external model, or per model."""
 
@@ -620,6 +640,8 @@ class Tenant(Strict):
     # Names (or `*`/`?` patterns) this tenant's requests may send, to the model serving
     # them; they win over the models' own `aliases` for this tenant.
     aliases: dict[str, str] = {}
+    # Caps on what the tenant spends (each is enforced; the tightest refuses first).
+    budgets: list[Budget] = []
 
 
 class TenantsConfig(Strict):

@@ -84,7 +84,7 @@ REQUESTS = Counter(
 REFUSALS = Counter(
     "gateway_refusals_total",
     "Requests refused, by tenant, model and reason (rate_requests, rate_tokens, "
-    "concurrency, limiter_unavailable, queue_full, shed, deadline, no_replica).",
+    "concurrency, budget, limiter_unavailable, queue_full, shed, deadline, no_replica).",
     ["tenant", "model", "reason"],
     registry=REGISTRY,
 )
@@ -241,6 +241,37 @@ CONFIG_RELOADS = Counter(
     ["result"],
     registry=REGISTRY,
 )
+
+
+BUDGET_USED = Gauge(
+    "gateway_budget_used_ratio",
+    "Share of a spend budget used in its current period (1: spent), as of the last "
+    "request under it, by tenant, key id (empty: the tenant's own), period and model "
+    "(empty: every model).",
+    ["tenant", "key", "period", "model"],
+    registry=REGISTRY,
+    multiprocess_mode="livemax",
+)
+BUDGET_SOFT = Gauge(
+    "gateway_budget_soft_ratio",
+    "A spend budget's soft threshold (a share of it): its alert fires past it.",
+    ["tenant", "key", "period", "model"],
+    registry=REGISTRY,
+    multiprocess_mode="livemax",
+)
+SPEND = Counter(
+    "gateway_spend_micros_total",
+    "What requests cost, in micro-units of the price table's currency, by tenant and "
+    "the model that served them.",
+    ["tenant", "model"],
+    registry=REGISTRY,
+)
+
+
+def budget_used(scope: tuple[str, ...], capacity: float, remaining: float, soft: float) -> None:
+    """A budget's use as Redis reported it on a request (`scope`: its labels)."""
+    labels(BUDGET_USED, *scope).set(min(1.0, max(0.0, 1 - remaining / capacity)))
+    labels(BUDGET_SOFT, *scope).set(soft)
 
 
 LEDGER_RECORDS = Gauge(

@@ -27,6 +27,13 @@ from gateway.storage.redis_keys import hash_tag
 EXPIRE_MARGIN_MS = 1000
 # Waits are capped at 2^53 ms (about 285,000 years), beyond which floats skip whole ms.
 MAX_WAIT_MS = 2**53
+# The refill rates that make a bucket a spend budget of a calendar period (take.lua):
+# whole again at the start of each UTC day or month, by Redis's clock. Locally (Redis
+# down) such a bucket does not refill: a period that begins in an outage begins when
+# Redis is back.
+DAY_BUDGET = -1.0
+MONTH_BUDGET = -2.0
+PERIOD_RATES = (DAY_BUDGET, MONTH_BUDGET)
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,7 +53,7 @@ class BucketSpec:
         # Written as positive checks so NaN fails them too.
         if not (0 < self.capacity < math.inf):
             raise ValueError(f"bucket {self.key}: capacity must be positive, not {self.capacity}")
-        if not (0 <= self.refill_per_ms < math.inf):
+        if not (0 <= self.refill_per_ms < math.inf or self.refill_per_ms in PERIOD_RATES):
             raise ValueError(
                 f"bucket {self.key}: refill_per_ms must be >= 0, not {self.refill_per_ms}"
             )
@@ -343,6 +350,8 @@ class LocalBuckets:
             elapsed = 0.0  # the clock went back: no refill until it passes ts again
         else:
             ts = now
+        if rate <= 0:  # never refills (a total budget), or a period's (see PERIOD_RATES)
+            return min(cap, level), ts
         return min(cap, level + elapsed * rate), ts
 
     def _store(self, key: str, level: float, ts: float, now: float, reset: int) -> None:
@@ -388,7 +397,7 @@ class _Untouched:
     def at(self, now_ms: float) -> float:
         """The copy's level at `now_ms`: refilled, never above the capacity."""
         elapsed = max(0.0, float(now_ms) - self.ts_ms)
-        return min(self.capacity, self.level + elapsed * self.refill_per_ms)
+        return min(self.capacity, self.level + elapsed * max(0.0, self.refill_per_ms))
 
 
 class LocalDebts:

@@ -59,8 +59,9 @@ def _bulk(value: Any) -> bytes:
 
 class PackedCall:
     """An EVALSHA of `sha` whose KEYS and ARGV are the same in every call but for an
-    amount (at `amount_at` in ARGV, the same at each place) and a member (at `member_at`
-    in ARGV, after the amounts): packed once, those places filled in per call. `pack`
+    amount (at `amount_at` in ARGV, the same at each place), a second amount (at
+    `second_at`: a request's spend beside its tokens) and a member (at `member_at` in
+    ARGV, after the amounts): packed once, those places filled in per call. `pack`
     gives exactly the bytes of `pack_command` of the whole command, at a fraction of
     its cost (most arguments of a limiter's call are the same for every request)."""
 
@@ -71,38 +72,54 @@ class PackedCall:
         args: Sequence[Any],
         amount_at: Sequence[int],
         member_at: int | None = None,
+        second_at: Sequence[int] = (),
     ) -> None:
         command = ("EVALSHA", sha, len(keys), *keys, *args)
         bulks = [_bulk(part) for part in command]
         first = 3 + len(keys)
         end = len(bulks) if member_at is None else first + member_at
         cuts = [first + i for i in amount_at]
-        if cuts != sorted(cuts) or (cuts and cuts[-1] >= end):
-            raise ValueError("amounts go before the member, in order")
-        # The parts between the amounts: an amount's bytes join them.
-        self._parts: list[bytes] = []
+        seconds = [first + i for i in second_at]
+        if (
+            cuts != sorted(cuts)
+            or seconds != sorted(seconds)
+            or (cuts and seconds and seconds[0] < cuts[-1])
+            or any(cut >= end for cut in (*cuts, *seconds))
+        ):
+            raise ValueError("amounts go before the second amounts, both before the member")
+        # The parts between the amounts, then between the second amounts: an amount's
+        # bytes join them.
+        segments: list[bytes] = []
         start = 0
-        for cut in cuts:
-            self._parts.append(b"".join(bulks[start:cut]))
+        for cut in (*cuts, *seconds):
+            segments.append(b"".join(bulks[start:cut]))
             start = cut + 1
-        self._parts.append(b"".join(bulks[start:end]))
+        segments.append(b"".join(bulks[start:end]))
+        self._parts = segments[: len(cuts) + 1]
+        self._second_parts = [b"", *segments[len(cuts) + 1 :]] if seconds else []
         self._parts[0] = b"*%d\r\n" % len(command) + self._parts[0]
         self._tail = None if member_at is None else b"".join(bulks[end + 1 :])
 
-    def pack(self, amount: int, member: str | None = None) -> bytes:
-        """The command with `amount` (and `member`, if it has one) in place."""
+    def pack(self, amount: int, member: str | None = None, second: int = 0) -> bytes:
+        """The command with `amount` (and `second` and `member`, if it has them) in place."""
         # An int and an ASCII string written out here as `pack_command` writes them
         # (cheaper than calling it for one argument); anything else packed by it.
-        if type(amount) is int:
-            digits = b"%d" % amount
-            packed = (b"$%d\r\n%s\r\n" % (len(digits), digits)).join(self._parts)
-        else:
-            packed = _bulk(amount).join(self._parts)
+        packed = _joined(amount, self._parts)
+        if self._second_parts:
+            packed += _joined(second, self._second_parts)
         if self._tail is None:
             return packed
         if type(member) is str and member.isascii():
             return b"%s$%d\r\n%s\r\n%s" % (packed, len(member), member.encode(), self._tail)
         return b"".join((packed, _bulk(member), self._tail))
+
+
+def _joined(amount: Any, parts: list[bytes]) -> bytes:
+    """`parts` joined by the bulk of `amount`."""
+    if type(amount) is int:
+        digits = b"%d" % amount
+        return (b"$%d\r\n%s\r\n" % (len(digits), digits)).join(parts)
+    return _bulk(amount).join(parts)
 
 
 class _Sender:

@@ -21,14 +21,23 @@ import logging
 import math
 import time
 from collections import deque
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from gateway.config import RateLimitConfig, RateLimits, RedisFailureMode, Tenant, TenantsConfig
+from gateway.config import (
+    Budget,
+    RateLimitConfig,
+    RateLimits,
+    RedisFailureMode,
+    Tenant,
+    TenantsConfig,
+)
 from gateway.inference.ids import unique_id
 from gateway.observability import metrics
 from gateway.ratelimit.buckets import (
+    DAY_BUDGET,
+    MONTH_BUDGET,
     BucketResult,
     BucketSpec,
     LeaseSpec,
@@ -52,7 +61,7 @@ from gateway.storage.redis_client import REDIS_ERRORS
 
 log = logging.getLogger("gateway.ratelimit")
 
-Kind = Literal["requests", "tokens"]
+Kind = Literal["requests", "tokens", "spend"]
 
 # A concurrency slot outlives a gateway that died by at most this long.
 LEASE_TTL_S = 30.0
@@ -63,6 +72,8 @@ LEASE_RENEW_S = 10.0
 # deadline settles once its last events have reached the client, which may take up to
 # `server.stream_stall_timeout_s` (30 s by default).
 LEASE_AFTER_DEADLINE_S = 60.0
+# Plans kept (tenants x models x keys with budgets), past which they are made again.
+MAX_PLANS = 65_536
 # Settles and lease releases kept while Redis is unreachable, sent when it is back.
 MAX_UNSENT_SETTLES = 10_000
 # Round trips of local debt waited for before Redis admits again. Local admissions go on
@@ -80,23 +91,36 @@ _HEADER_NAMES: dict[str, tuple[str, str, str]] = {
     for kind in ("requests", "tokens")
 }
 _MS_TEXT = [duration(ms) for ms in range(1000)]
+# A budget's period as take.lua knows it: its refill rate.
+_PERIOD_RATES = {"day": DAY_BUDGET, "month": MONTH_BUDGET, "total": 0.0}
 
 
 @dataclass(frozen=True, slots=True)
 class _Bucket:
-    """One configured bucket: a rate per minute and a burst size."""
+    """One configured bucket: a rate per minute and a burst size; or a spend budget
+    (kind `spend`): `per_minute` and `capacity` are its amount in micro-units, whole
+    again at the start of each period (`period_rate`, as take.lua knows it)."""
 
     kind: Kind
     key: str
     per_minute: int
     capacity: float
+    period_rate: float | None = None
+    # A budget's soft threshold (a share of it), and who and what it caps, for metrics:
+    # (tenant, key id or "", period, model or "").
+    soft: float = 1.0
+    scope: tuple[str, str, str, str] = ("", "", "", "")
 
     @property
     def refill_per_ms(self) -> float:
+        if self.period_rate is not None:
+            return self.period_rate
         return self.per_minute / 60_000
 
     def spec(self, cost: float, share: int = 1) -> BucketSpec:
         """The bucket for the store; `share` divides it among gateway replicas."""
+        if self.period_rate is not None:  # a period is no rate: it is not divided
+            return BucketSpec(self.key, self.capacity / share, self.period_rate, cost)
         return BucketSpec(self.key, self.capacity / share, self.refill_per_ms / share, cost)
 
 
@@ -142,14 +166,26 @@ class _Plan:
     header_slots: tuple[tuple[str, str, str, str, int], ...] | None = None
     # Its calls packed once, where the store packs calls (`RateLimiter._plan` adds them).
     packers: _Packers | None = None
+    # Spend budgets: the buckets (after every rate bucket), where a request's reserved
+    # spend goes in take.lua's ARGV and its change in adjust.lua's, and each budget's
+    # place in take.lua's reply.
+    spend_buckets: tuple[_Bucket, ...] = ()
+    spend_cost_at: tuple[int, ...] = ()
+    spend_change_at: tuple[int, ...] = ()
+    spend_slots: tuple[tuple[_Bucket, int], ...] = ()
+    # The key's own budgets it was made with.
+    key_budgets: tuple[Budget, ...] = ()
 
     @property
     def unlimited(self) -> bool:
         return not self.buckets and self.max_concurrent is None
 
-    def costs(self, reserve_tokens: int) -> list[int]:
+    def costs(self, reserve_tokens: int, reserve_micros: int = 0) -> list[int]:
         """What a request takes from each bucket, in the order of `buckets`."""
-        return [1 if b.kind == "requests" else reserve_tokens for b in self.buckets]
+        return [
+            1 if b.kind == "requests" else reserve_tokens if b.kind == "tokens" else reserve_micros
+            for b in self.buckets
+        ]
 
 
 @dataclass(slots=True)
@@ -169,6 +205,9 @@ class Reservation:
     outage: int = 0
     # The plan it was admitted under (its adjust.lua call's parts).
     plan: _Plan | None = None
+    # Its spend budgets, and the micro-units taken from them so far.
+    spend_buckets: tuple[_Bucket, ...] = ()
+    charged_micros: int = 0
 
 
 @dataclass(slots=True)
@@ -177,12 +216,15 @@ class Decision:
 
     allowed: bool
     headers: dict[str, str] = field(default_factory=dict)
-    refused_by: Literal["requests", "tokens", "concurrency"] | None = None
+    refused_by: Literal["requests", "tokens", "spend", "concurrency"] | None = None
     retry_after_s: float | None = None
     # The request is larger than a bucket can ever hold: waiting will not help.
     never_fits: bool = False
-    # The limit that refused: per minute (requests, tokens) or at once (concurrency).
+    # The limit that refused: per minute (requests, tokens), at once (concurrency), or a
+    # budget in micro-units (spend).
     limit: int | None = None
+    # The budget that refused (spend): its period.
+    period: str | None = None
     reservation: Reservation | None = None
 
 
@@ -198,23 +240,54 @@ def _buckets(prefix: str, tenant: str, model: str | None, limits: RateLimits) ->
     return found
 
 
-def plan_for(prefix: str, name: str, tenant: Tenant, model: str) -> _Plan:
-    """The buckets and lease of `tenant` calling `model`."""
+def _budget_buckets(
+    prefix: str, tenant: str, model: str, budgets: Sequence[Budget], key_id: str = ""
+) -> list[_Bucket]:
+    """The spend buckets of `budgets` (the tenant's, or one key's) that cap `model`."""
+    found = []
+    for budget in budgets:
+        if budget.model is not None and budget.model != model:
+            continue
+        owner = f"spend:key:{key_id}" if key_id else "spend"
+        key = bucket_key(prefix, tenant, f"{owner}:{budget.period}", budget.model)
+        micros = budget.amount_micros
+        scope = (tenant, key_id, budget.period, budget.model or "")
+        period_rate = _PERIOD_RATES[budget.period]
+        found.append(_Bucket("spend", key, micros, float(micros), period_rate, budget.soft, scope))
+    return found
+
+
+def plan_for(
+    prefix: str,
+    name: str,
+    tenant: Tenant,
+    model: str,
+    key_id: str = "",
+    key_budgets: Sequence[Budget] = (),
+) -> _Plan:
+    """The buckets and lease of `tenant` calling `model`, with the spend budgets of the
+    tenant and of its key `key_id` (`key_budgets`)."""
     buckets = _buckets(prefix, name, None, tenant.limits)
     model_limits = tenant.limits.models.get(model)
     if model_limits is not None:
         buckets += _buckets(prefix, name, model, model_limits)
+    spend = _budget_buckets(prefix, name, model, tenant.budgets)
+    spend += _budget_buckets(prefix, name, model, key_budgets, key_id)
+    buckets += spend
     inflight_key = bucket_key(prefix, name, "inflight", None)
     # The store's arguments, as `RedisBuckets.take` would build them from each bucket's
     # `spec` (which checks the limits here once, as it did on every take).
     specs = [b.spec(1 if b.kind == "requests" else 0) for b in buckets]
+    rated = [b for b in buckets if b.kind != "spend"]
     keys = tuple(spec.key for spec in specs)
     args: list[Any] = [len(keys)]
     for spec in specs:
         args += (spec.capacity, spec.refill_per_ms, spec.cost)
     # And as `RedisBuckets.adjust_soon` builds them.
     token_buckets = tuple(b for b in buckets if b.kind == "tokens")
-    adjust_keys, adjust_args = adjust_call([b.spec(0) for b in token_buckets], None, None)
+    adjusted = [*token_buckets, *spend]
+    adjust_keys, adjust_args = adjust_call([b.spec(0) for b in adjusted], None, None)
+    changes_at = [4 + 3 * i for i in range(len(adjusted))]
     return _Plan(
         buckets=tuple(buckets),
         max_concurrent=tenant.limits.max_concurrent,
@@ -228,8 +301,13 @@ def plan_for(prefix: str, name: str, tenant: Tenant, model: str) -> _Plan:
         adjust_keys=tuple(adjust_keys),
         adjust_lease_keys=(*adjust_keys, inflight_key),
         adjust_args=_encoded(adjust_args),
-        token_change_at=tuple(4 + 3 * i for i in range(len(token_buckets))),
-        header_slots=_header_slots(buckets),
+        token_change_at=tuple(changes_at[: len(token_buckets)]),
+        header_slots=_header_slots(rated),
+        spend_buckets=tuple(spend),
+        spend_cost_at=tuple(3 + 3 * i for i, b in enumerate(buckets) if b.kind == "spend"),
+        spend_change_at=tuple(changes_at[len(token_buckets) :]),
+        spend_slots=tuple((b, 3 + 4 * (len(rated) + i)) for i, b in enumerate(spend)),
+        key_budgets=tuple(key_budgets),
     )
 
 
@@ -273,14 +351,16 @@ class RateLimiter:
         # local reservation of an outage up to that one is settled in Redis.
         self._outages = 0
         self._outages_charged = 0
-        self._plans: dict[tuple[str, str], _Plan] = {}
+        # By (tenant, model, key id): the key's own budgets are in its plan (a key
+        # without budgets shares its tenant's plan, under key id "").
+        self._plans: dict[tuple[str, str, str], _Plan] = {}
         # Redis's latest answer for each set of buckets, with the local clock it came at:
         # what the local buckets are seeded from when Redis goes away (`_seed_local`).
         # Seeding then rather than on every take gives the same local state at a fraction
         # of the cost, as nothing else writes bucket levels locally while Redis is up.
         # By (tenant, model), as plans are.
         # The value: the plan's buckets, take.lua's reply, the clock.
-        self._reported: dict[tuple[str, str], tuple[Sequence[_Bucket], Any, float]] = {}
+        self._reported: dict[tuple[str, str, str], tuple[Sequence[_Bucket], Any, float]] = {}
         self._tenants = tenants.tenants
         self._redis_down = False
         self._probe: asyncio.Task[None] | None = None
@@ -308,25 +388,32 @@ class RateLimiter:
         self._seed_local()
         self._plans.clear()
 
-    def _plan(self, tenant: str, model: str) -> _Plan:
-        plan = self._plans.get((tenant, model))
-        if plan is None:
+    def _plan(
+        self, tenant: str, model: str, key_id: str = "", key_budgets: Sequence[Budget] = ()
+    ) -> _Plan:
+        if not key_budgets:
+            key_id = ""
+        plan = self._plans.get((tenant, model, key_id))
+        # A key's budgets may be changed while it is in use (`gateway keys update`).
+        if plan is None or (key_id and tuple(key_budgets) != plan.key_budgets):
             config = self._tenants.get(tenant)
             if config is None:
                 # A reload removed the tenant after its key was checked.
                 raise UnknownTenant(tenant)
-            plan = plan_for(self._prefix, tenant, config, model)
+            plan = plan_for(self._prefix, tenant, config, model, key_id, key_budgets)
             packers = self._packers(plan)
             if packers is not None:
                 plan = dataclasses.replace(plan, packers=packers)
-            self._plans[(tenant, model)] = plan
+            if len(self._plans) >= MAX_PLANS:
+                self._plans.clear()  # keys come and go: plans are cheap to make again
+            self._plans[(tenant, model, key_id)] = plan
         return plan
 
     def _packers(self, plan: _Plan) -> _Packers | None:
         """The plan's calls packed once, with placeholders (0, "") where a request's
         amount and lease member go; None where the store does not pack calls."""
         packer = self._store.packer
-        take = packer("take", plan.keys, plan.args, plan.token_cost_at)
+        take = packer("take", plan.keys, plan.args, plan.token_cost_at, None, plan.spend_cost_at)
         if take is None:
             return None
         ttl_ms = int(LEASE_TTL_S * 1000)
@@ -334,11 +421,23 @@ class RateLimiter:
         if plan.max_concurrent is not None:
             lease_args = (*plan.args, "", plan.max_concurrent, ttl_ms)
             take_lease = packer(
-                "take", plan.lease_keys, lease_args, plan.token_cost_at, len(plan.args)
+                "take",
+                plan.lease_keys,
+                lease_args,
+                plan.token_cost_at,
+                len(plan.args),
+                plan.spend_cost_at,
             )
         adjust = adjust_release = None
-        if plan.token_buckets:
-            adjust = packer("adjust", plan.adjust_keys, plan.adjust_args, plan.token_change_at)
+        if plan.token_buckets or plan.spend_buckets:
+            adjust = packer(
+                "adjust",
+                plan.adjust_keys,
+                plan.adjust_args,
+                plan.token_change_at,
+                None,
+                plan.spend_change_at,
+            )
             if plan.max_concurrent is not None:
                 release_args = list(plan.adjust_args)
                 release_args[1] = RELEASE
@@ -349,6 +448,7 @@ class RateLimiter:
                     release_args,
                     plan.token_change_at,
                     len(plan.adjust_args),
+                    plan.spend_change_at,
                 )
         return _Packers(take, take_lease, adjust, adjust_release, ttl_ms)
 
@@ -360,14 +460,19 @@ class RateLimiter:
         deadline: float = math.inf,
         *,
         holds_slot: bool = True,
+        reserve_micros: int = 0,
+        key_id: str = "",
+        key_budgets: Sequence[Budget] = (),
     ) -> Decision:
         """Take what one request needs from every bucket that applies, or refuse.
 
         `deadline` (time.monotonic()) is when the request ends at the latest; its lease
         is renewed until then. A request that asks for no inference (`holds_slot` false)
-        takes no concurrency slot: it counts against the request limit only.
+        takes no concurrency slot: it counts against the request limit only. Its most
+        possible spend (`reserve_micros`) is taken from the tenant's budgets and those of
+        its key (`key_id`, `key_budgets`), on the same call.
         """
-        plan = self._plan(tenant, model)
+        plan = self._plan(tenant, model, key_id, key_budgets)
         if plan.unlimited:
             return Decision(allowed=True)
         lease = None
@@ -378,7 +483,7 @@ class RateLimiter:
         reply = None
         if not self._redis_down:
             try:
-                reply = await self._take_in_redis(plan, reserve_tokens, lease)
+                reply = await self._take_in_redis(plan, reserve_tokens, lease, reserve_micros)
             except REDIS_ERRORS as exc:
                 metrics.REDIS_ERRORS.labels("take").inc()
                 self._mark_down(exc)
@@ -386,7 +491,7 @@ class RateLimiter:
                 # Not while Redis is down (a call sent before the outage answering late):
                 # the local buckets are what the debt is measured against.
                 if self._config.on_redis_error is RedisFailureMode.LOCAL and not self._redis_down:
-                    self._reported[(tenant, model)] = (plan.buckets, reply, monotonic_ms())
+                    self._reported[(tenant, model, key_id)] = (plan.buckets, reply, monotonic_ms())
         local = reply is None
         if reply is not None and reply[0] == 1:
             # Allowed by Redis, as nearly every request is: the headers straight from the
@@ -394,7 +499,7 @@ class RateLimiter:
             decision = Decision(allowed=True, headers=_headers(plan, reply))
         else:
             if local:
-                costs = plan.costs(reserve_tokens)
+                costs = plan.costs(reserve_tokens, reserve_micros)
                 result = self._take_without_redis(plan.buckets, costs, lease, plan.shadow)
                 if result is None:  # `open` mode without Redis
                     return Decision(allowed=True)
@@ -416,6 +521,8 @@ class RateLimiter:
                 deadline,
                 outage=self._outages if local else 0,
                 plan=plan,
+                spend_buckets=plan.spend_buckets,
+                charged_micros=reserve_micros,
             )
             if lease is not None:
                 self._hold_lease(decision.reservation, lease)
@@ -429,24 +536,31 @@ class RateLimiter:
         return decision
 
     def _take_in_redis(
-        self, plan: _Plan, reserve_tokens: int, lease: LeaseSpec | None
+        self, plan: _Plan, reserve_tokens: int, lease: LeaseSpec | None, reserve_micros: int = 0
     ) -> Awaitable[Any]:
         """take.lua's reply for one request: what `RedisBuckets.take` sends for the
         plan's buckets at their costs, built from the plan's parts."""
-        if reserve_tokens < 0 and plan.token_cost_at:
-            # As `check_costs` refuses it: a negative take would add tokens.
-            key = plan.keys[(plan.token_cost_at[0] - 3) // 3]
-            raise ValueError(f"bucket {key}: a take's cost must be >= 0, not {reserve_tokens}")
+        for cost, at in (
+            (reserve_tokens, plan.token_cost_at),
+            (reserve_micros, plan.spend_cost_at),
+        ):
+            if cost < 0 and at:
+                # As `check_costs` refuses it: a negative take would add to the bucket.
+                key = plan.keys[(at[0] - 3) // 3]
+                raise ValueError(f"bucket {key}: a take's cost must be >= 0, not {cost}")
         packers = plan.packers
         if packers is not None:
             if lease is None:
-                return self._store.take_reply(plan.keys, (), packers.take.pack(reserve_tokens))
+                packed = packers.take.pack(reserve_tokens, None, reserve_micros)
+                return self._store.take_reply(plan.keys, (), packed)
             if packers.take_lease is not None and lease.ttl_ms == packers.ttl_ms:
-                packed = packers.take_lease.pack(reserve_tokens, lease.member)
+                packed = packers.take_lease.pack(reserve_tokens, lease.member, reserve_micros)
                 return self._store.take_reply(plan.lease_keys, (), packed)
         args = list(plan.args)
         for i in plan.token_cost_at:
             args[i] = reserve_tokens
+        for i in plan.spend_cost_at:
+            args[i] = reserve_micros
         if lease is None:
             return self._store.take_reply(plan.keys, args)
         args += (lease.member, lease.limit, lease.ttl_ms)
@@ -490,29 +604,44 @@ class RateLimiter:
             self._debts.track(spec, bucket.spec(0), now)
         return self._local.take(specs, lease, now)
 
-    def charge(self, reservation: Reservation, used_tokens: int) -> None:
-        """Charge tokens used beyond what was taken, once a batch has built up."""
+    def charge(
+        self, reservation: Reservation, used_tokens: int, spent: Callable[[], int] | None = None
+    ) -> None:
+        """Charge tokens used beyond what was taken, once a batch has built up, and what
+        they cost beyond the reserved spend (`spent()`: asked only then)."""
         if used_tokens - reservation.charged >= self._config.charge_batch_tokens:
             delta = used_tokens - reservation.charged
             reservation.charged = used_tokens
-            self._adjust(reservation, delta, release=False)
+            spend_delta = 0
+            if spent is not None and reservation.spend_buckets:
+                micros = spent()
+                if micros > reservation.charged_micros:  # a stream's spend only grows
+                    spend_delta = micros - reservation.charged_micros
+                    reservation.charged_micros = micros
+            self._adjust(reservation, delta, release=False, spend_delta=spend_delta)
 
-    def settle(self, reservation: Reservation, used_tokens: int) -> None:
-        """Bring the charge to the actual usage (refunding the unused reservation) and
-        release the concurrency lease, in the background."""
+    def settle(self, reservation: Reservation, used_tokens: int, spent_micros: int = 0) -> None:
+        """Bring the charge to the actual usage and spend (refunding the unused
+        reservation) and release the concurrency lease, in the background."""
         delta = used_tokens - reservation.charged
         reservation.charged = used_tokens
-        self._adjust(reservation, delta, release=True)
+        spend_delta = spent_micros - reservation.charged_micros
+        reservation.charged_micros = spent_micros
+        self._adjust(reservation, delta, release=True, spend_delta=spend_delta)
 
-    def _adjust(self, reservation: Reservation, delta: int, release: bool) -> None:
+    def _adjust(
+        self, reservation: Reservation, delta: int, release: bool, spend_delta: int = 0
+    ) -> None:
         lease = reservation.lease if release else None
         if lease is not None:
             self._leased.pop(lease.member, None)
+        if not reservation.spend_buckets:
+            spend_delta = 0
         if reservation.local and reservation.outage > self._outages_charged:
             # Redis has not been charged for this outage yet: the change goes to the local
             # buckets, and so into what Redis will be charged.
             share = self._config.gateway_replicas
-            specs = [b.spec(delta, share) for b in reservation.token_buckets] if delta else []
+            specs = _changes(reservation, delta, spend_delta, share)
             if specs or lease is not None:
                 self._local.adjust(specs, lease, monotonic_ms())
             return
@@ -524,9 +653,9 @@ class RateLimiter:
                 self._local.adjust(None, lease, monotonic_ms())
             lease = None
         elif not self._redis_down and reservation.plan is not None:
-            self._send_planned_adjust(reservation.plan, delta, lease)
+            self._send_planned_adjust(reservation.plan, delta, lease, spend_delta)
             return
-        specs = [b.spec(delta) for b in reservation.token_buckets] if delta else []
+        specs = _changes(reservation, delta, spend_delta)
         if not specs and lease is None:
             return
         if self._redis_down:
@@ -536,31 +665,35 @@ class RateLimiter:
         else:
             self._send_adjust(specs, lease)
 
-    def _send_planned_adjust(self, plan: _Plan, delta: int, release: LeaseSpec | None) -> None:
-        """`_send_adjust` of the plan's token buckets changed by `delta`, with the call's
-        KEYS and ARGV built from the plan's parts (nothing sent if there is nothing to
-        change or release)."""
+    def _send_planned_adjust(
+        self, plan: _Plan, delta: int, release: LeaseSpec | None, spend_delta: int = 0
+    ) -> None:
+        """`_send_adjust` of the plan's token buckets changed by `delta` and its budgets by
+        `spend_delta`, with the call's KEYS and ARGV built from the plan's parts (nothing
+        sent if there is nothing to change or release)."""
         packers = plan.packers
-        if delta and packers is not None:
+        if (delta or spend_delta) and packers is not None:
             packed = None
             if release is None and packers.adjust is not None:
-                keys, packed = plan.adjust_keys, packers.adjust.pack(delta)
+                keys, packed = plan.adjust_keys, packers.adjust.pack(delta, None, spend_delta)
             elif (
                 release is not None
                 and packers.adjust_release is not None
                 and release.ttl_ms == packers.ttl_ms
             ):
-                packed = packers.adjust_release.pack(delta, release.member)
+                packed = packers.adjust_release.pack(delta, release.member, spend_delta)
                 keys = plan.adjust_lease_keys
             if packed is not None:
                 adjusted = self._store.adjust_reply_soon(keys, (), packed=packed)
                 self._adjusting[adjusted] = release
                 adjusted.add_done_callback(self._adjusted)
                 return
-        if delta and plan.token_buckets:
+        if (delta and plan.token_buckets) or (spend_delta and plan.spend_buckets):
             args = list(plan.adjust_args)
             for i in plan.token_change_at:
                 args[i] = delta
+            for i in plan.spend_change_at:
+                args[i] = spend_delta
             keys = plan.adjust_keys
         elif release is None:
             return
@@ -733,6 +866,17 @@ class RateLimiter:
             self._probe.cancel()
 
 
+def _changes(
+    reservation: Reservation, delta: int, spend_delta: int, share: int = 1
+) -> list[BucketSpec]:
+    """The charges (or refunds) of a reservation's token buckets by `delta` and its
+    budgets by `spend_delta`, each bucket divided by `share`."""
+    specs = [b.spec(delta, share) for b in reservation.token_buckets] if delta else []
+    if spend_delta:
+        specs += [b.spec(spend_delta, share) for b in reservation.spend_buckets]
+    return specs
+
+
 def _by_tenant(charges: Sequence[BucketSpec]) -> list[list[BucketSpec]]:
     """`charges` grouped by their key's hash tag (`prefix:{tenant}`), one group a call."""
     groups: dict[str, list[BucketSpec]] = {}
@@ -745,6 +889,8 @@ def _headers(plan: _Plan, reply: Any) -> dict[str, str]:
     """The headers `_decide` makes, from take.lua's reply itself: for each kind, the
     bucket with the smallest share of its capacity left (the first of equals)."""
     headers: dict[str, str] = {}
+    if plan.spend_slots:
+        _budget_headers(headers, [(b, float(reply[i]), reply[i + 2]) for b, i in plan.spend_slots])
     if plan.header_slots is not None:
         for limit, limit_text, left, reset, i in plan.header_slots:
             headers[limit] = limit_text
@@ -759,6 +905,8 @@ def _headers(plan: _Plan, reply: Any) -> dict[str, str]:
     tightest: dict[str, tuple[_Bucket, float, int]] = {}
     i = 3
     for bucket in plan.buckets:
+        if bucket.kind == "spend":
+            break  # after every rate bucket, done above
         remaining = float(reply[i])
         best = tightest.get(bucket.kind)
         if best is None or remaining / bucket.capacity < best[1] / best[0].capacity:
@@ -772,10 +920,47 @@ def _headers(plan: _Plan, reply: Any) -> dict[str, str]:
     return headers
 
 
+def _budget_headers(headers: dict[str, str], budgets: Sequence[tuple[_Bucket, float, int]]) -> None:
+    """The `x-budget-*` headers of the budget with the smallest share left (amounts in
+    the price table's currency), and each budget's use into the metrics."""
+    tightest = None
+    for bucket, remaining, reset_ms in budgets:
+        metrics.budget_used(bucket.scope, bucket.capacity, remaining, bucket.soft)
+        if tightest is None or remaining / bucket.capacity < tightest[1] / tightest[0].capacity:
+            tightest = (bucket, remaining, reset_ms)
+    if tightest is None:
+        return
+    bucket, remaining, reset_ms = tightest
+    headers["x-budget-limit"] = _amount(bucket.per_minute)
+    headers["x-budget-remaining"] = _amount(max(0, math.floor(remaining)))
+    headers["x-budget-period"] = bucket.scope[2]
+    if reset_ms >= 0 and bucket.period_rate:
+        headers["x-budget-reset"] = duration(reset_ms)
+
+
+def _ends(retry_after_ms: int) -> float:
+    """A budget's wait as a number to compare (never: the longest)."""
+    return math.inf if retry_after_ms < 0 else retry_after_ms
+
+
+def _amount(micros: int) -> str:
+    """Micro-units as an amount of the currency: `1.5`, `0.000001`, `12`."""
+    whole, part = divmod(micros, 1_000_000)
+    return f"{whole}.{part:06d}".rstrip("0").rstrip(".") if part else str(whole)
+
+
 def _decide(plan: _Plan, result: TakeResult) -> Decision:
     headers: dict[str, str] = {}
     tightest: dict[str, tuple[_Bucket, BucketResult]] = {}
+    budgets = [
+        (bucket, outcome.remaining, outcome.reset_ms)
+        for bucket, outcome in zip(plan.buckets, result.buckets, strict=True)
+        if bucket.kind == "spend"
+    ]
+    _budget_headers(headers, budgets)
     for bucket, outcome in zip(plan.buckets, result.buckets, strict=True):
+        if bucket.kind == "spend":
+            continue
         best = tightest.get(bucket.kind)
         if (
             best is None
@@ -799,6 +984,23 @@ def _decide(plan: _Plan, result: TakeResult) -> Decision:
             refused_by="concurrency",
             retry_after_s=1.0,
             limit=plan.max_concurrent,
+        )
+    over_budget = [(b, o) for b, o in refusing if b.kind == "spend"]
+    if over_budget:
+        # Waiting for the rate limits would not help: the budget that ends last names it.
+        ends_ms = [o.retry_after_ms for _, o in over_budget]
+        never = any(ms < 0 for ms in ends_ms)
+        named_budget = max(
+            over_budget, key=lambda r: math.inf if r[1].retry_after_ms < 0 else r[1].retry_after_ms
+        )[0]
+        return Decision(
+            allowed=False,
+            headers=headers,
+            refused_by="spend",
+            retry_after_s=None if never else max(ends_ms) / 1000,
+            never_fits=never,
+            limit=named_budget.per_minute,
+            period=named_budget.scope[2],
         )
     never_fits = any(outcome.retry_after_ms < 0 for _, outcome in refusing)
     wait_ms = max(outcome.retry_after_ms for _, outcome in refusing)

@@ -110,13 +110,15 @@ class RedisBuckets:
         args: Sequence[Any],
         amount_at: Sequence[int],
         member_at: int | None = None,
+        second_at: Sequence[int] = (),
     ) -> PackedCall | None:
-        """A `PackedCall` of take.lua or adjust.lua for calls that differ only in an amount
-        and a lease member, or None where calls are not packed here (a Redis Cluster)."""
+        """A `PackedCall` of take.lua or adjust.lua for calls that differ only in two
+        amounts (tokens, spend) and a lease member, or None where calls are not packed
+        here (a Redis Cluster)."""
         if self._coalescer is None:
             return None
         sha = (self._take if script == "take" else self._adjust).sha
-        return PackedCall(sha, keys, args, amount_at, member_at)
+        return PackedCall(sha, keys, args, amount_at, member_at, second_at)
 
     async def adjust(
         self,

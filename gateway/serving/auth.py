@@ -36,6 +36,11 @@ class Identity:
     # A managed key's name ("" for a key of tenants.yaml).
     key_name: str = ""
 
+    @property
+    def key_budgets(self) -> tuple[Budget, ...]:
+        """The key's own budgets (none for a key of tenants.yaml)."""
+        return () if self.key_budget is None else (self.key_budget,)
+
     def may_use(self, model: str) -> bool:
         if self.key_models is not None and model not in self.key_models:
             return False

@@ -25,6 +25,7 @@ from typing import Any, NoReturn, Protocol
 
 from gateway.admission import DeadlineExceeded, Overloaded, Shed
 from gateway.backends.base import UpstreamError, UpstreamTimeout
+from gateway.config.schema import Price
 from gateway.inference.structured import output_problem
 from gateway.inference.tokens import estimate_request_tokens, estimate_tokens
 from gateway.inference.types import (
@@ -256,13 +257,16 @@ class Conductor:
         used = 0
         answered: set[int] = set()
         dispatcher = self._runtime.dispatcher
+        # What the parts answered so far cost (each priced by the model that served it).
+        spent = 0
 
         async def dispatch(index: int, work: Work) -> tuple[Completion, Served]:
-            nonlocal used
+            nonlocal used, spent
             completion, served = await dispatcher.complete(work)
             if completion.usage.prompt_tokens == 0:
                 completion.usage.prompt_tokens = work.first_call.prompt_estimate
             used += completion.usage.total_tokens
+            spent += admitted.spend(served.route.name, completion.usage)
             answered.add(index)
             return completion, served
 
@@ -275,16 +279,18 @@ class Conductor:
             if client.gone or isinstance(exc, _CUT_BY_TIME):
                 # Left, or cut at its deadline (which the client may choose), while its
                 # parts were with a replica: they are paid for in full.
-                pending = (w for i, w in enumerate(admitted.works) if i not in answered)
+                pending = [w for i, w in enumerate(admitted.works) if i not in answered]
                 used += sum(_unseen_cost(work, whole=True) for work in pending)
-            admitted.settle(used)
+                spent += sum(admitted.unseen_spend(work, whole=True) for work in pending)
+            admitted.settle(used, spent)
             admitted.failed(exc, client, dispatched)
-        admitted.settle(used)
         completions = [completion for completion, _ in results]
         served = [part for _, part in results]
         usage = completions[0].usage
         if len(completions) > 1:
             usage = Usage.sum_of(c.usage for c in completions)
+        # Priced as the ledger prices it: the whole usage at the first part's model.
+        admitted.settle(used, admitted.spend(served[0].route.name, usage))
         admitted.served_by(served, usage)
         model = served[0].route.name
         fmt = plan.parts[0].options.response_format
@@ -319,7 +325,11 @@ class Conductor:
             # Left, or cut at a deadline, while a replica computed its prompt: that prompt
             # is paid for.
             cut = client.gone or isinstance(exc, _CUT_BY_TIME)
-            admitted.settle(sum(_unseen_cost(w, whole=False) for w in admitted.works) if cut else 0)
+            works = admitted.works if cut else []
+            admitted.settle(
+                sum(_unseen_cost(w, whole=False) for w in works),
+                sum(admitted.unseen_spend(w, whole=False) for w in works),
+            )
             admitted.failed(exc, client, dispatched)
         return Stream(admitted, opened)
 
@@ -327,8 +337,17 @@ class Conductor:
         """Take the request's cost from its tenant's limits; its parts made into work."""
         ask = plan.ask
         identity = ask.identity
+        key_budgets = identity.key_budgets
+        budgeted = bool(identity.tenant.budgets or key_budgets)
+        prices = self._runtime.config.gateway.prices.models
         decision = await self._runtime.limiter.admit(
-            identity.name, ask.route.name, plan.cost, plan.deadline
+            identity.name,
+            ask.route.name,
+            plan.cost,
+            plan.deadline,
+            reserve_micros=_most_spend(plan, prices) if budgeted else 0,
+            key_id=identity.key_id,
+            key_budgets=key_budgets,
         )
         if not decision.allowed:
             raise RateLimited(decision)
@@ -339,7 +358,7 @@ class Conductor:
             )
             for part, part_plan in zip(plan.parts, plan.planned, strict=True)
         ]  # fmt: skip
-        return _Admitted(self._runtime, ask.route, works, decision, ask.record)
+        return _Admitted(self._runtime, ask.route, works, decision, ask.record, prices)
 
     def _plan_part(
         self,
@@ -392,15 +411,41 @@ class _Admitted:
     works: list[Work]
     decision: Decision
     record: RequestRecord
+    # The price table: what a request spends.
+    prices: Mapping[str, Price]
 
     @property
     def work(self) -> Work:
         """The first part: the request itself, unless it has several."""
         return self.works[0]
 
-    def settle(self, used_tokens: int) -> None:
+    def settle(self, used_tokens: int, spent_micros: int) -> None:
+        """Settle the tokens used and what they cost (micro-units) in the tenant's limits
+        and budgets; the spend goes into the metrics."""
+        if spent_micros > 0:
+            metrics.labels(metrics.SPEND, self.work.tenant, self.route.name).inc(spent_micros)
         if self.decision.reservation is not None:
-            self.runtime.limiter.settle(self.decision.reservation, used_tokens)
+            self.runtime.limiter.settle(self.decision.reservation, used_tokens, spent_micros)
+
+    def spend(self, model: str, usage: Usage) -> int:
+        """What `usage` costs on `model`, in micro-units (0: the model has no price)."""
+        price = self.prices.get(model)
+        if price is None:
+            return 0
+        return price.cost_micros(
+            usage.prompt_tokens, usage.cached_tokens or 0, usage.completion_tokens
+        )
+
+    def unseen_spend(self, work: Work, *, whole: bool) -> int:
+        """What `_unseen_cost`'s tokens cost: at the first model of the part's chain."""
+        tokens = _unseen_cost(work, whole=whole)
+        if not tokens:
+            return 0
+        price = self.prices.get(work.chain[0].name)
+        if price is None:
+            return 0
+        prompt = work.first_call.prompt_estimate
+        return price.cost_micros(prompt, 0, tokens - prompt)
 
     def headers(self, served: Served) -> dict[str, str]:
         headers = dict(self.decision.headers)
@@ -508,7 +553,11 @@ class Stream:
                 if len(works) == 1
                 else self.usage().total_tokens
             )
-            admitted.runtime.limiter.charge(reservation, used)
+            admitted.runtime.limiter.charge(reservation, used, self._spent)
+
+    def _spent(self) -> int:
+        """What the stream has cost so far, priced as its close prices it."""
+        return self._admitted.spend(self.served.route.name, self.usage())
 
     def usage(self) -> Usage:
         """What every part used so far (prompt tokens estimated until reported)."""
@@ -549,7 +598,7 @@ class Stream:
                 await rest.aclose()
         finally:
             usage = self.usage()
-            admitted.settle(usage.total_tokens)
+            admitted.settle(usage.total_tokens, self._spent())
             admitted.served_by([served for _, _, served in self.opened], usage)
             admitted.record.finish(status)
 
@@ -559,6 +608,24 @@ def omitted_header(types: tuple[str, ...]) -> str:
     shown = ", ".join(types[:MAX_OMITTED_IN_HEADER])
     more = len(types) - MAX_OMITTED_IN_HEADER
     return f"{shown}, and {more} more" if more > 0 else shown
+
+
+def _most_spend(plan: Plan, prices: Mapping[str, Price]) -> int:
+    """The most a request can cost, in micro-units: each part's prompt and its whole
+    `max_tokens` at the dearest model of its chain (a fallback may serve it). Its
+    budgets are reserved this much, so that they are never spent past their amount by
+    requests in flight."""
+    most = 0
+    for part, part_plan in zip(plan.parts, plan.planned, strict=True):
+        prompt = part_plan.call.prompt_estimate
+        completion = part.params.max_tokens
+        costs = [
+            price.cost_micros(prompt, 0, completion)
+            for price in (prices.get(route.name) for route in part_plan.chain)
+            if price is not None
+        ]
+        most += max(costs, default=0)
+    return most
 
 
 def _unseen_cost(work: Work, *, whole: bool) -> int:

@@ -200,6 +200,8 @@ _INVALID_KEY = "Incorrect API key provided. Pass it as `x-api-key: KEY` (or as a
 def error_body(error: APIError) -> dict[str, Any]:
     """Anthropic's error object for `error`."""
     kind = _ERROR_TYPES.get(error.status, "api_error")
+    if error.code == "insufficient_quota":
+        kind = "billing_error"  # Anthropic's word for an account out of credit
     message = _INVALID_KEY if error.code == "invalid_api_key" else error.message
     return {"type": "error", "error": {"type": kind, "message": message}}
 

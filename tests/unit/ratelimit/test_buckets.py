@@ -372,7 +372,8 @@ def test_take_result_retry_after_is_the_longest_wait() -> None:
         (-1, 1, 1),
         (math.inf, 1, 1),
         (math.nan, 1, 1),
-        (1, -1, 1),
+        (1, -0.5, 1),  # -1 and -2 are the periods of spend budgets
+        (1, -3, 1),
         (1, math.nan, 1),
         (1, 1, math.inf),
         (1, 1, math.nan),

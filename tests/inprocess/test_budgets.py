@@ -1,0 +1,94 @@
+"""Budgets behind a running gateway, through the SDKs: a tenant spends its budget until
+the gateway refuses with `insufficient_quota` (`billing_error` on Messages); what Redis
+holds as spent is what the requests cost, as the spend counter and the ledger say."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import anthropic
+import openai
+import pytest
+import yaml
+from redis.asyncio import Redis
+
+from gateway.inference.types import Completion, Usage
+from gateway.observability import metrics
+from tests.inprocess.conftest import started_gateway
+
+# 100 prompt tokens at 3.0 a million and 50 out at 15.0: 1,050 micro-units a request.
+COST = 300 + 750
+AMOUNT = 0.005
+
+
+def priced(config: dict[str, Any]) -> None:
+    config["prices"] = {
+        "currency": "EUR",
+        "models": {
+            name: {"input_per_million": 3.0, "output_per_million": 15.0}
+            for name in ("llm-large", "llm-small")
+        },
+    }
+
+
+def budgeted(tenants: dict[str, Any]) -> None:
+    tenants["tenants"]["acme"]["budgets"] = [{"amount": AMOUNT, "period": "day"}]
+
+
+def spent_counted() -> float:
+    labels = {"tenant": "acme", "model": "llm-large"}
+    return metrics.REGISTRY.get_sample_value("gateway_spend_micros_total", labels) or 0.0
+
+
+async def test_a_tenant_spends_its_budget_through_the_openai_sdk_until_refused(
+    config_for: Callable[..., Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = config_for(edit=priced, edit_tenants=budgeted)
+    counted_before = spent_counted()
+    async with started_gateway(path, monkeypatch) as gw:
+        client = gw.openai()
+        answered = 0
+        remaining = []
+        for _ in range(10):
+            gw.upstream.script("llm-large", Completion("Hi!", Usage(100, 50)))
+            try:
+                raw = await client.chat.completions.with_raw_response.create(
+                    model="llm-large", messages=[{"role": "user", "content": "Hello"}]
+                )
+            except openai.RateLimitError as refused:
+                error = refused
+                break
+            answered += 1
+            remaining.append(float(raw.headers["x-budget-remaining"]))
+        else:
+            pytest.fail("never refused")
+        # Each reserves its prompt and 64 tokens out (~1,000) and settles to 1,050: the
+        # fifth may cost more than the 800 left.
+        assert answered == 4
+        assert error.code == "insufficient_quota"
+        assert error.response.headers["x-should-retry"] == "false"
+        assert 0 < int(error.response.headers["retry-after"]) <= 86_400
+        assert float(error.response.headers["x-budget-remaining"]) == pytest.approx(
+            AMOUNT - 4 * COST / 1e6
+        )
+        assert remaining == sorted(remaining, reverse=True)
+        # On Messages, the same refusal in Anthropic's words.
+        with pytest.raises(anthropic.RateLimitError) as messages_refused:
+            await gw.anthropic().messages.create(
+                model="llm-large", max_tokens=64, messages=[{"role": "user", "content": "Hi"}]
+            )
+        body = messages_refused.value.body
+        assert isinstance(body, dict) and body["error"]["type"] == "billing_error"
+    # Redis holds exactly what the four cost, and so does the counter.
+    gateway_config = yaml.safe_load(path.read_text())
+    redis = Redis.from_url(gateway_config["redis"]["url"])
+    prefix = gateway_config["redis"]["key_prefix"]
+    try:
+        state = await redis.get(f"{prefix}:{{acme}}:spend:day")
+    finally:
+        await redis.aclose()
+    assert state is not None
+    assert AMOUNT * 1e6 - float(state.split()[0]) == 4 * COST
+    assert spent_counted() - counted_before == 4 * COST
