@@ -78,6 +78,13 @@ async def _key(store: KeyStore, key_id: str) -> ManagedKey:
         raise _not_found(key_id) from None
 
 
+async def _changed(runtime: Runtime, action: str, by: str, key: ManagedKey) -> None:
+    """Log the change, and see it here at once (the other gateways within a second)."""
+    _log(action, by, key)
+    if runtime.key_directory is not None:
+        await runtime.key_directory.refresh()
+
+
 def _log(action: str, by: str, key: ManagedKey) -> None:
     log.warning(
         "managed key %s %s (tenant %s) by %s",
@@ -103,7 +110,7 @@ async def create_key(request: Request) -> Response:
     except KeyRequestInvalid as exc:
         raise _invalid(exc) from None
     key, plain = await store.create(tenant, fields)
-    _log("created", admin.name, key)
+    await _changed(runtime, "created", admin.name, key)
     return _json({**key.public(), "key": plain}, status=201)
 
 
@@ -148,20 +155,21 @@ async def update_key(request: Request) -> Response:
         raise _not_found(key.id) from None
     except KeyRevoked:
         raise _revoked(key.id) from None
-    _log("updated", admin.name, key)
+    await _changed(runtime, "updated", admin.name, key)
     return _json(key.public())
 
 
 async def revoke_key(request: Request) -> Response:
     """`DELETE /admin/keys/{id}`: revoked, on every gateway within a second."""
     admin = await admin_identity(request)
-    store = _store(runtime_of(request))
+    runtime = runtime_of(request)
+    store = _store(runtime)
     key = await _key(store, request.path_params["key_id"])
     try:
         key = await store.revoke(key.id)
     except UnknownKey:
         raise _not_found(key.id) from None
-    _log("revoked", admin.name, key)
+    await _changed(runtime, "revoked", admin.name, key)
     return _json(key.public())
 
 
@@ -169,7 +177,8 @@ async def rotate_key(request: Request) -> Response:
     """`POST /admin/keys/{id}/rotate`: a new secret, shown this once; the old one stops
     working."""
     admin = await admin_identity(request)
-    store = _store(runtime_of(request))
+    runtime = runtime_of(request)
+    store = _store(runtime)
     key = await _key(store, request.path_params["key_id"])
     try:
         key, plain = await store.rotate(key.id)
@@ -177,5 +186,5 @@ async def rotate_key(request: Request) -> Response:
         raise _not_found(key.id) from None
     except KeyRevoked:
         raise _revoked(key.id) from None
-    _log("rotated", admin.name, key)
+    await _changed(runtime, "rotated", admin.name, key)
     return _json({**key.public(), "key": plain})
