@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import time
+from typing import Any
+
 import pytest
 
 from gateway.api.errors import client_error
-from gateway.config import Tenant, hash_key
+from gateway.apikeys import ManagedKey
+from gateway.config import Budget, Tenant, hash_key
 from gateway.serving.auth import Authenticator, InvalidApiKey
 
 
@@ -34,3 +38,72 @@ def test_missing_or_unknown_key_is_401(header: str | None) -> None:
 def test_wildcard_allows_every_model() -> None:
     digest = hash_key("k").removeprefix("sha256:")
     assert Authenticator({"t": tenant("*")}, {digest: "t"}).identify("Bearer k").may_use("any")
+
+
+class _Directory:
+    """A KeyDirectory's lookup, over keys given."""
+
+    def __init__(self, *keys: ManagedKey) -> None:
+        self.keys = {key.digest: key for key in keys}
+        self.refreshes = 0
+
+    def lookup(self, digest: str) -> ManagedKey | None:
+        return self.keys.get(digest)
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    async def refresh(self) -> None:
+        self.refreshes += 1
+
+
+def managed(plain: str, tenant: str = "acme", **fields: Any) -> ManagedKey:
+    return ManagedKey(
+        id="key_" + plain[-4:].rjust(16, "0"), tenant=tenant, name="ci",
+        key_hash=hash_key(plain), prefix=plain[:7], last4=plain[-4:],
+        created_at=time.time(), **fields,
+    )  # fmt: skip
+
+
+def test_a_managed_key_is_its_tenant_with_its_own_models_and_budget() -> None:
+    budget = Budget(amount=0.05, period="day")
+    key = managed("sk-managed-1", models=("m1",), budget=budget)
+    directory = _Directory(key)
+    auth = Authenticator({"acme": tenant("m1", "m2")}, {}, directory)  # type: ignore[arg-type]
+    identity = auth.identify("Bearer sk-managed-1")
+    assert (identity.name, identity.key_id, identity.key_name) == ("acme", key.id, "ci")
+    assert identity.key_budget == budget and identity.key_models == frozenset({"m1"})
+    assert identity.may_use("m1") and not identity.may_use("m2")
+    assert auth.identify("Bearer sk-managed-1") is identity  # made once per record
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        managed("sk-managed-2", expires_at=time.time() - 1),
+        managed("sk-managed-2", revoked_at=time.time() - 1),
+        managed("sk-managed-2", tenant="gone"),  # a tenant no longer in tenants.yaml
+    ],
+)
+async def test_expired_revoked_or_orphaned_managed_keys_are_401(key: ManagedKey) -> None:
+    directory = _Directory(key)
+    auth = Authenticator({"acme": tenant("*")}, {}, directory)  # type: ignore[arg-type]
+    with pytest.raises(InvalidApiKey) as caught:
+        auth.identify("Bearer sk-managed-2")
+    assert client_error(caught.value).status == 401
+    with pytest.raises(InvalidApiKey):
+        await auth.authenticate("Bearer sk-managed-2")
+
+
+async def test_an_unknown_key_looks_in_the_store_once_more() -> None:
+    directory = _Directory()
+    auth = Authenticator({"acme": tenant("*")}, {}, directory)  # type: ignore[arg-type]
+    with pytest.raises(InvalidApiKey):
+        await auth.authenticate("Bearer sk-unknown")
+    assert directory.refreshes == 1
+    with pytest.raises(InvalidApiKey):
+        await auth.authenticate("Basic sk-unknown")  # malformed: no look
+    assert directory.refreshes == 1
+    key = managed("sk-managed-3")
+    directory.keys[key.digest] = key
+    assert (await auth.authenticate("Bearer sk-managed-3")).key_id == key.id
