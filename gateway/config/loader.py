@@ -706,6 +706,20 @@ def _tenant_model_problems(source: Source, models: set[str] | None) -> list[Prob
             if model not in models:
                 message = f"limits for model '{model}', which is not defined"
                 problems.append(source.problem(limits_loc, at(limits_loc, message), at_key=True))
+        budgets = _as_list(_as_dict(tenant).get("budgets"))
+        seen: set[tuple[object, object]] = set()
+        for i, budget in enumerate(budgets):
+            budget_loc: Loc = ("tenants", name, "budgets", i)
+            model = _as_dict(budget).get("model")
+            if isinstance(model, str) and model not in models:
+                model_loc: Loc = (*budget_loc, "model")
+                message = f"a budget for model '{model}', which is not defined"
+                problems.append(source.problem(model_loc, at(model_loc, message)))
+            scope = (_as_dict(budget).get("period", "month"), model)
+            if scope in seen:  # one bucket in Redis: two amounts for it would fight
+                message = "a second budget for the same period and model"
+                problems.append(source.problem(budget_loc, at(budget_loc, message)))
+            seen.add(scope)
         outbound = _as_dict(_as_dict(tenant).get("outbound"))
         for model in _as_dict(outbound.get("models")):
             outbound_loc: Loc = ("tenants", name, "outbound", "models", model)

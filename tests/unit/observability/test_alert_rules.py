@@ -44,6 +44,8 @@ ALERT_NAMES = {
     "GatewayConfigVersionDrift",
     "GatewayLedgerBehind",
     "GatewayLedgerRecordsLost",
+    "GatewayBudgetSoftThreshold",
+    "GatewayBudgetExhausted",
 }
 
 
