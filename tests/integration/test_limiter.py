@@ -402,3 +402,55 @@ async def test_a_request_admitted_without_redis_is_charged_to_redis_once(
     finally:
         await limiter.close()
         await inspect.aclose()
+
+
+async def test_spend_made_without_redis_is_charged_to_its_budget_when_redis_is_back(
+    own_redis: OwnRedis,
+) -> None:
+    """In `local` mode a budget goes on from what Redis last reported, and what was spent
+    locally (reserved, then settled to the cost) is owed to Redis and charged to the
+    shared budget when it answers: the outage's spend is reconciled, not lost."""
+    budget = {"amount": 1, "period": "total"}
+    other = {"api_keys": ["sha256:" + "1" * 64], "limits": {"requests_per_minute": 60}}
+    config = TenantsConfig.model_validate(
+        {"tenants": {"t": {"api_keys": [KEY_HASH], "budgets": [budget]}, "other": other}}
+    )
+    limiter = make_limiter(own_redis.url, config)
+    inspect = Redis.from_url(own_redis.url)
+    spend = bucket_key(PREFIX, "t", "spend:total")
+
+    async def spent() -> float:
+        state = await inspect.get(spend)
+        return 0.0 if state is None else 1_000_000 - float(state.split()[0])
+
+    try:
+        first = await limiter.admit("t", "m", 1, reserve_micros=300_000)
+        assert first.reservation is not None
+        limiter.settle(first.reservation, 1, 100_000)
+
+        async def settled() -> bool:
+            return await spent() == 100_000
+
+        await wait_until(settled)
+
+        own_redis.pause()
+        # Another tenant's call finds Redis gone (a call sent to a paused Redis is run
+        # when it resumes: the budget's own take must not be the one that finds out).
+        await limiter.admit("other", "m", 1)
+        during = await limiter.admit("t", "m", 1, reserve_micros=200_000)
+        assert during.allowed and not limiter.redis_up
+        assert during.reservation is not None and during.reservation.local
+        # More than the local budget holds (what Redis last reported left, 700,000): no.
+        refused = await limiter.admit("t", "m", 1, reserve_micros=600_000)
+        assert refused.refused_by == "spend"
+        limiter.settle(during.reservation, 1, 50_000)
+        own_redis.resume()
+
+        async def reconciled() -> bool:
+            return limiter.redis_up and await spent() == 150_000
+
+        await wait_until(reconciled)
+    finally:
+        own_redis.resume()
+        await limiter.close()
+        await inspect.aclose()
