@@ -14,6 +14,7 @@ import pytest
 import yaml
 from redis.asyncio import Redis
 
+from gateway.config import hash_key
 from gateway.inference.types import Completion, Usage
 from gateway.observability import metrics
 from tests.inprocess.conftest import started_gateway
@@ -92,3 +93,49 @@ async def test_a_tenant_spends_its_budget_through_the_openai_sdk_until_refused(
     assert state is not None
     assert AMOUNT * 1e6 - float(state.split()[0]) == 4 * COST
     assert spent_counted() - counted_before == 4 * COST
+
+
+ADMIN_KEY = "sk-test-budget-admin"
+
+
+def budgeted_with_admin(tenants: dict[str, Any]) -> None:
+    tenants["tenants"]["ops"] = {"api_keys": [hash_key(ADMIN_KEY)], "models": [], "admin": True}
+
+
+async def test_a_managed_key_spends_its_own_budget_and_another_key_of_its_tenant_goes_on(
+    config_for: Callable[..., Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`POST /admin/keys` with a small budget: that key is refused with insufficient_quota
+    once it may cost more than is left; the tenant's other key is not."""
+    path = config_for(edit=priced, edit_tenants=budgeted_with_admin)
+    async with started_gateway(path, monkeypatch) as gw:
+        async with gw.http(ADMIN_KEY) as admin:
+            made = await admin.post(
+                "/admin/keys",
+                json={
+                    "tenant": "acme",
+                    "name": "ci-job",
+                    "budget": {"amount": 0.003, "period": "total"},
+                },
+            )
+        assert made.status_code == 201, made.text
+        key = made.json()["key"]
+        answered = 0
+        with pytest.raises(openai.RateLimitError) as refused:
+            for _ in range(10):
+                gw.upstream.script("llm-large", Completion("Hi!", Usage(100, 50)))
+                await gw.openai(key).chat.completions.create(
+                    model="llm-large", messages=[{"role": "user", "content": "Hello"}]
+                )
+                answered += 1
+        # 3,000 micro-units: two requests of 1,050, then the third's ~1,000 at most does
+        # not fit the 900 left; a total budget does not renew.
+        assert answered == 2
+        assert refused.value.code == "insufficient_quota"
+        assert "does not renew" in refused.value.message
+        assert "retry-after" not in refused.value.response.headers
+        gw.upstream.script("llm-large", Completion("Hi!", Usage(100, 50)))
+        other = await gw.openai().chat.completions.create(
+            model="llm-large", messages=[{"role": "user", "content": "Hello"}]
+        )
+        assert other.choices[0].message.content == "Hi!"
