@@ -53,6 +53,9 @@ class RequestRecord:
     # the replica's prefix cache held: for the usage ledger.
     key_id: str = ""
     cached_tokens: int = 0
+    # What it cost in micro-units, each part priced by the model that served it (the
+    # figure charged to its budgets), once the conductor settled it; None: not settled.
+    cost_micros: int | None = None
     started: float = field(default_factory=time.perf_counter)
     _done: bool = False
 

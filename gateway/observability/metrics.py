@@ -261,8 +261,8 @@ BUDGET_SOFT = Gauge(
 )
 SPEND = Counter(
     "gateway_spend_micros_total",
-    "What requests cost, in micro-units of the price table's currency, by tenant and "
-    "the model that served them.",
+    "What requests cost, in micro-units of the price table's currency (each part priced "
+    "by the model that served it), by tenant and the model the request named.",
     ["tenant", "model"],
     registry=REGISTRY,
 )

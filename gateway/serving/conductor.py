@@ -289,8 +289,8 @@ class Conductor:
         usage = completions[0].usage
         if len(completions) > 1:
             usage = Usage.sum_of(c.usage for c in completions)
-        # Priced as the ledger prices it: the whole usage at the first part's model.
-        admitted.settle(used, admitted.spend(served[0].route.name, usage))
+        # Each part priced by the model that served it (a part may have fallen back).
+        admitted.settle(used, spent)
         admitted.served_by(served, usage)
         model = served[0].route.name
         fmt = plan.parts[0].options.response_format
@@ -422,6 +422,7 @@ class _Admitted:
     def settle(self, used_tokens: int, spent_micros: int) -> None:
         """Settle the tokens used and what they cost (micro-units) in the tenant's limits
         and budgets; the spend goes into the metrics."""
+        self.record.cost_micros = spent_micros
         if spent_micros > 0:
             metrics.labels(metrics.SPEND, self.work.tenant, self.route.name).inc(spent_micros)
         if self.decision.reservation is not None:
@@ -556,8 +557,12 @@ class Stream:
             admitted.runtime.limiter.charge(reservation, used, self._spent)
 
     def _spent(self) -> int:
-        """What the stream has cost so far, priced as its close prices it."""
-        return self._admitted.spend(self.served.route.name, self.usage())
+        """What the stream has cost so far: each part's usage at the model serving it."""
+        works = self._admitted.works
+        return sum(
+            self._admitted.spend(served.route.name, meter.usage(work.first_call.prompt_estimate))
+            for meter, work, (_, _, served) in zip(self.meters, works, self.opened, strict=True)
+        )
 
     def usage(self) -> Usage:
         """What every part used so far (prompt tokens estimated until reported)."""

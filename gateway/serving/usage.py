@@ -37,8 +37,8 @@ class UsageLedger:
     def record(self, request: RequestRecord, duration_s: float) -> None:
         """A finished request's usage record, priced by the model that served it."""
         price = self._prices.get(request.served_model) if request.served_model else None
-        cost = 0
-        if price is not None:
+        cost = request.cost_micros or 0
+        if request.cost_micros is None and price is not None:
             cost = price.cost_micros(
                 request.prompt_tokens, request.cached_tokens, request.completion_tokens
             )

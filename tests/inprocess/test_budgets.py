@@ -14,8 +14,9 @@ import pytest
 import yaml
 from redis.asyncio import Redis
 
+from gateway.backends.base import MODEL_FAILED, UpstreamError
 from gateway.config import hash_key
-from gateway.inference.types import Completion, Usage
+from gateway.inference.types import Completion, UpstreamCall, Usage
 from gateway.observability import metrics
 from tests.inprocess.conftest import started_gateway
 
@@ -139,3 +140,59 @@ async def test_a_managed_key_spends_its_own_budget_and_another_key_of_its_tenant
             model="llm-large", messages=[{"role": "user", "content": "Hello"}]
         )
         assert other.choices[0].message.content == "Hi!"
+
+
+def dear_and_cheap(config: dict[str, Any]) -> None:
+    config["prices"] = {
+        "models": {
+            "llm-large": {"input_per_million": 30.0, "output_per_million": 60.0},
+            "llm-small": {"input_per_million": 0.1, "output_per_million": 0.1},
+        }
+    }
+
+
+async def test_each_part_of_a_request_is_charged_at_the_model_that_served_it(
+    config_for: Callable[..., Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two prompts, the first falling back to the cheap model: the budget, the counter and
+    the record are charged each part's own price, not the whole at the first part's
+    (found by the hostile review: 400 micro-units charged for 90,200)."""
+    path = config_for(edit=dear_and_cheap, edit_tenants=budgeted_per_day(1.0))
+    counted_before = spent_counted()
+
+    def large(url: str, call: UpstreamCall) -> Completion:
+        if "AAAA" in call.prompt:
+            raise UpstreamError(MODEL_FAILED)
+        return Completion("x", Usage(1000, 1000))
+
+    async with started_gateway(path, monkeypatch) as gw:
+        gw.upstream.script("llm-large", *[large] * 10)
+        gw.upstream.script("llm-small", Completion("x", Usage(1000, 1000)))
+        async with gw.http() as client:
+            answer = await client.post(
+                "/v1/completions",
+                json={"model": "llm-large", "prompt": ["AAAA", "BBBB"], "max_tokens": 1000},
+            )
+        assert answer.status_code == 200, answer.text
+        assert "llm-large->llm-small" in answer.headers["x-gateway-fallback"]
+    # 1000 in and 1000 out at 30/60 a million (BBBB), and at 0.1/0.1 (AAAA).
+    assert await redis_spend(path, "spend:day", 1_000_000) == 90_000 + 200
+    assert spent_counted() - counted_before == 90_000 + 200
+
+
+def budgeted_per_day(amount: float) -> Callable[[dict[str, Any]], None]:
+    def edit(tenants: dict[str, Any]) -> None:
+        tenants["tenants"]["acme"]["budgets"] = [{"amount": amount, "period": "day"}]
+
+    return edit
+
+
+async def redis_spend(path: Path, name: str, amount_micros: int) -> float:
+    """What the budget `name` of acme has spent, as the gateway's Redis holds it."""
+    config = yaml.safe_load(path.read_bytes())  # noqa: ASYNC240 - a small file, once
+    redis = Redis.from_url(config["redis"]["url"])
+    try:
+        state = await redis.get(f"{config['redis']['key_prefix']}:{{acme}}:{name}")
+    finally:
+        await redis.aclose()
+    return 0.0 if state is None else amount_micros - float(state.split()[0])
