@@ -37,7 +37,8 @@ def iso(seconds: float | None) -> str | None:
 
 @dataclass(frozen=True, slots=True)
 class KeyLimits:
-    """A key's own limits, below its tenant's (stored and shown; enforced by the limiter)."""
+    """A key's own limits, below its tenant's: stored and shown, NOT enforced yet (issue 27
+    leaves them to the limiter; a key's budget is enforced)."""
 
     requests_per_minute: int | None = None
     tokens_per_minute: int | None = None

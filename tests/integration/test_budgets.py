@@ -169,16 +169,18 @@ async def test_four_gateways_at_once_never_spend_past_the_budget_and_the_spend_i
     assert len(settled) > 50  # budget refilled by refunds: many more than 2.0/0.06 got in
 
 
-def _period_function() -> str:
-    """take.lua's calendar code, to call on chosen times."""
-    text = (LUA / "take.lua").read_text()
+def _period_function(script: str) -> str:
+    """A script's calendar code (take.lua and adjust.lua each carry a copy), to call on
+    chosen times."""
+    text = (LUA / script).read_text()
     start = text.index("local DAY_MS")
     end = text.index("local t = redis.call('TIME')")
     return text[start:end]
 
 
-async def test_the_lua_calendar_agrees_with_python_on_days_and_months(url: str) -> None:
-    script = _period_function() + (
+@pytest.mark.parametrize("lua", ["take.lua", "adjust.lua"])
+async def test_the_lua_calendar_agrees_with_python_on_days_and_months(url: str, lua: str) -> None:
+    script = _period_function(lua) + (
         "local out = {}\n"
         "for i, now in ipairs(ARGV) do\n"
         "  local a, b = period_bounds(tonumber(now), -2)\n"
