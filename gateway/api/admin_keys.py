@@ -28,7 +28,7 @@ from gateway.api.endpoints import admin_identity, runtime_of
 from gateway.api.errors import APIError
 from gateway.api.exchange import read_body
 from gateway.apikeys import KeyStore, ManagedKey
-from gateway.apikeys.errors import KeyRequestInvalid, KeyRevoked, UnknownKey
+from gateway.apikeys.errors import KeyChangeConflict, KeyRequestInvalid, KeyRevoked, UnknownKey
 from gateway.apikeys.key_fields import create_fields, update_fields
 from gateway.serving.runtime import Runtime
 
@@ -62,6 +62,13 @@ def _revoked(key_id: str) -> APIError:
     return APIError(
         409, f"The API key {key_id!r} is revoked: it cannot be changed.", code="key_revoked"
     )
+
+
+def _conflict(key_id: str) -> APIError:
+    return APIError(
+        409, f"The API key {key_id!r} was being changed by others at the same time; "
+        "nothing was changed. Send the change again.", code="key_change_conflict",
+    )  # fmt: skip
 
 
 async def _body(request: Request) -> dict[str, Any]:
@@ -109,7 +116,10 @@ async def create_key(request: Request) -> Response:
         )
     except KeyRequestInvalid as exc:
         raise _invalid(exc) from None
-    key, plain = await store.create(tenant, fields)
+    try:
+        key, plain = await store.create(tenant, fields)
+    except KeyChangeConflict as exc:
+        raise _conflict(str(exc)) from None
     await _changed(runtime, "created", admin.name, key)
     return _json({**key.public(), "key": plain}, status=201)
 
@@ -155,6 +165,8 @@ async def update_key(request: Request) -> Response:
         raise _not_found(key.id) from None
     except KeyRevoked:
         raise _revoked(key.id) from None
+    except KeyChangeConflict:
+        raise _conflict(key.id) from None
     await _changed(runtime, "updated", admin.name, key)
     return _json(key.public())
 
@@ -169,6 +181,8 @@ async def revoke_key(request: Request) -> Response:
         key = await store.revoke(key.id)
     except UnknownKey:
         raise _not_found(key.id) from None
+    except KeyChangeConflict:
+        raise _conflict(key.id) from None
     await _changed(runtime, "revoked", admin.name, key)
     return _json(key.public())
 
@@ -186,5 +200,7 @@ async def rotate_key(request: Request) -> Response:
         raise _not_found(key.id) from None
     except KeyRevoked:
         raise _revoked(key.id) from None
+    except KeyChangeConflict:
+        raise _conflict(key.id) from None
     await _changed(runtime, "rotated", admin.name, key)
     return _json({**key.public(), "key": plain})

@@ -18,3 +18,8 @@ class UnknownKey(LookupError):
 
 class KeyRevoked(Exception):
     """The key is revoked: it can be read, not changed or rotated (HTTP 409)."""
+
+
+class KeyChangeConflict(Exception):
+    """Other changes to the same key kept winning the race: nothing was written, and the
+    change can be sent again (HTTP 409)."""

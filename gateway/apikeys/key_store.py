@@ -5,8 +5,11 @@
 - `{prefix}:{keys}:version`: a counter, INCR'd by every change, which every gateway's
   `KeyDirectory` polls (one GET) to know when to load the records again.
 
-The three share one hash tag (`{keys}`): one Redis Cluster slot, so a change is one
-MULTI/EXEC. A record is written before the counter moves, so a gateway that sees the new
+The three share one hash tag (`{keys}`): one Redis Cluster slot, so a change is one Lua
+call (`lua/key_write.lua`). It writes the record only if it is still the one the change
+was made from (compare-and-set), and the caller reads it again and redoes the change if
+not: a PATCH racing a revoke cannot bring the key back, nor one racing a rotate keep the
+old secret. A record is written before the counter moves, so a gateway that sees the new
 version reads the new record.
 """
 
@@ -17,9 +20,8 @@ from collections.abc import Callable
 from dataclasses import replace
 
 import orjson
-from redis.asyncio import RedisCluster
 
-from gateway.apikeys.errors import KeyRevoked, UnknownKey
+from gateway.apikeys.errors import KeyChangeConflict, KeyRevoked, UnknownKey
 from gateway.apikeys.key_fields import KeyFields
 from gateway.apikeys.managed_key import (
     SHOWN_PREFIX,
@@ -29,8 +31,16 @@ from gateway.apikeys.managed_key import (
 )
 from gateway.config import hash_key
 from gateway.storage.redis_client import RedisClient
+from gateway.storage.scripts import read_script
 
 TAG = "{keys}"
+WRITE_LUA = read_script("key_write.lua")
+
+# Times a change is redone after another change to the same key won the race. Changes
+# to one key come from operators, so more than a few at once means something is looping.
+MAX_ATTEMPTS = 8
+
+Change = Callable[[ManagedKey], tuple[ManagedKey, str | None] | None]
 
 
 class KeyStore:
@@ -44,6 +54,7 @@ class KeyStore:
         self.records_key = f"{prefix}:{TAG}:records"
         self.by_hash_key = f"{prefix}:{TAG}:by_hash"
         self.version_key = f"{prefix}:{TAG}:version"
+        self._write_script = redis.register_script(WRITE_LUA)
 
     async def version(self) -> int:
         """The change counter (0 before the first change)."""
@@ -81,7 +92,9 @@ class KeyStore:
             budget=fields.budget,
             limits=fields.limits,
         )
-        await self._write(key, old_digest=None)
+        # A new id is random (collisions are not expected); written only if it is free.
+        if not await self._write(key, expected=None, old_digest=None):
+            raise KeyChangeConflict(key.id)
         return key, plain
 
     async def list(self, tenant: str | None = None) -> list[ManagedKey]:
@@ -94,10 +107,15 @@ class KeyStore:
 
     async def get(self, key_id: str) -> ManagedKey:
         """The key `key_id`; `UnknownKey` if there is none."""
+        return (await self._read(key_id))[0]
+
+    async def _read(self, key_id: str) -> tuple[ManagedKey, bytes]:
+        """(the key, its record as stored: what a change compares against)."""
         value = await self._redis.hget(self.records_key, key_id)
         if value is None:
             raise UnknownKey(key_id)
-        return ManagedKey.from_stored(orjson.loads(value))
+        raw = value.encode() if isinstance(value, str) else bytes(value)
+        return ManagedKey.from_stored(orjson.loads(raw)), raw
 
     async def find(self, digest: str) -> ManagedKey | None:
         """The key whose hex digest is `digest`, if any."""
@@ -111,48 +129,72 @@ class KeyStore:
 
     async def update(self, key_id: str, fields: KeyFields) -> ManagedKey:
         """The key with the fields given in `fields.given` changed."""
-        key = await self._live(key_id)
-        changes: dict[str, object] = {}
-        for name in ("name", "models", "expires_at", "budget", "limits"):
-            if name in fields.given:
-                changes[name] = getattr(fields, name)
-        key = replace(key, **changes, updated_at=self._clock())  # type: ignore[arg-type]
-        await self._write(key, old_digest=None)
-        return key
+        changes: dict[str, object] = {
+            name: getattr(fields, name)
+            for name in ("name", "models", "expires_at", "budget", "limits")
+            if name in fields.given
+        }
+
+        def change(key: ManagedKey) -> tuple[ManagedKey, str | None]:
+            _refuse_revoked(key)
+            return replace(key, **changes, updated_at=self._clock()), None  # type: ignore[arg-type]
+
+        return await self._change(key_id, change)
 
     async def revoke(self, key_id: str) -> ManagedKey:
         """The key revoked (from now on every gateway refuses it); revoking a revoked
         key changes nothing."""
-        key = await self.get(key_id)
-        if key.revoked_at is not None:
-            return key
-        now = self._clock()
-        key = replace(key, revoked_at=now, updated_at=now)
-        await self._write(key, old_digest=None)
-        return key
+
+        def change(key: ManagedKey) -> tuple[ManagedKey, str | None] | None:
+            if key.revoked_at is not None:
+                return None
+            now = self._clock()
+            return replace(key, revoked_at=now, updated_at=now), None
+
+        return await self._change(key_id, change)
 
     async def rotate(self, key_id: str) -> tuple[ManagedKey, str]:
         """A new secret for the key (same id, name, budget...): (the record, the new
         plain key). The old secret stops working."""
-        key = await self._live(key_id)
         plain = new_plain_key()
-        rotated = key.with_secret(plain, self._clock())
-        await self._write(rotated, old_digest=key.digest)
-        return rotated, plain
 
-    async def _live(self, key_id: str) -> ManagedKey:
-        key = await self.get(key_id)
-        if key.revoked_at is not None:
-            raise KeyRevoked(key_id)
-        return key
+        def change(key: ManagedKey) -> tuple[ManagedKey, str | None]:
+            _refuse_revoked(key)
+            return key.with_secret(plain, self._clock()), key.digest
 
-    async def _write(self, key: ManagedKey, old_digest: str | None) -> None:
-        """The record, its hash index, then the counter: one MULTI/EXEC on a server; on
-        a Redis Cluster one pipeline to the slot's node, in that order."""
-        pipe = self._redis.pipeline(transaction=not isinstance(self._redis, RedisCluster))
-        pipe.hset(self.records_key, key.id, orjson.dumps(key.stored()))
-        pipe.hset(self.by_hash_key, key.digest, key.id)
-        if old_digest is not None:
-            pipe.hdel(self.by_hash_key, old_digest)
-        pipe.incr(self.version_key)
-        await pipe.execute()
+        return await self._change(key_id, change), plain
+
+    async def _change(self, key_id: str, change: Change) -> ManagedKey:
+        """Read the key, apply `change` (None: nothing to change; else the new record
+        and a digest to drop from the index) and write it if nobody changed the key
+        meanwhile, else start again from what they wrote."""
+        for _ in range(MAX_ATTEMPTS):
+            key, raw = await self._read(key_id)
+            changed = change(key)
+            if changed is None:
+                return key
+            new, old_digest = changed
+            if await self._write(new, expected=raw, old_digest=old_digest):
+                return new
+        raise KeyChangeConflict(key_id)
+
+    async def _write(self, key: ManagedKey, expected: bytes | None, old_digest: str | None) -> bool:
+        """The record, its hash index, then the counter, in one Lua call, if the record
+        stored is still `expected` (None: there is none). Whether it was written."""
+        written = await self._write_script(
+            keys=[self.records_key, self.by_hash_key, self.version_key],
+            args=[
+                key.id,
+                expected or b"",
+                orjson.dumps(key.stored()),
+                key.digest,
+                old_digest or "",
+            ],
+        )
+        return bool(written)
+
+
+def _refuse_revoked(key: ManagedKey) -> None:
+    """A revoked key stays revoked: it is not changed nor given a new secret."""
+    if key.revoked_at is not None:
+        raise KeyRevoked(key.id)

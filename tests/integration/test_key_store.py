@@ -192,3 +192,29 @@ async def test_redis_down_keeps_the_keys_loaded_last(redis: Redis) -> None:
         await gone.aclose()
     finally:
         await directory.stop()
+
+
+async def test_changes_racing_a_revoke_or_a_rotate_never_undo_it(
+    client: Redis | RedisCluster,
+) -> None:
+    """Two operators at once: a PATCH sent with a DELETE cannot bring the key back, and
+    one sent with a rotate cannot keep the old secret working (each change is made from
+    the record it read, or redone from the one that won)."""
+    store = KeyStore(client, _prefix())
+    rename = KeyFields(name="renamed", given=frozenset({"name"}))
+    for _ in range(20):
+        key, _ = await store.create("acme", KeyFields(name="ci"))
+        outcomes = await asyncio.gather(
+            store.update(key.id, rename), store.revoke(key.id), return_exceptions=True
+        )
+        assert not isinstance(outcomes[1], BaseException)
+        assert isinstance(outcomes[0], KeyRevoked) or outcomes[0].name == "renamed"
+        final = await store.get(key.id)
+        assert final.revoked_at is not None
+
+        key, old = await store.create("acme", KeyFields(name="ci"))
+        _, (rotated, new) = await asyncio.gather(store.update(key.id, rename), store.rotate(key.id))
+        final = await store.get(key.id)
+        assert final.name == "renamed" and final.key_hash == rotated.key_hash
+        assert await store.find(_digest(old)) is None
+        assert await store.find(_digest(new)) == final
