@@ -37,8 +37,8 @@ def iso(seconds: float | None) -> str | None:
 
 @dataclass(frozen=True, slots=True)
 class KeyLimits:
-    """A key's own limits, below its tenant's: stored and shown, NOT enforced yet (issue 27
-    leaves them to the limiter; a key's budget is enforced)."""
+    """A key's own rates, on top of its tenant's: a request takes from both, so the
+    lower of the two caps the key (the limiter's `KeyQuota`)."""
 
     requests_per_minute: int | None = None
     tokens_per_minute: int | None = None

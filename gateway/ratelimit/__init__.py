@@ -15,6 +15,7 @@ from gateway.ratelimit.buckets import (
     bucket_keys,
     monotonic_ms,
 )
+from gateway.ratelimit.key_quota import KeyQuota
 from gateway.ratelimit.redis_store import RedisBuckets
 
 __all__ = [
@@ -23,6 +24,7 @@ __all__ = [
     "BucketResult",
     "BucketSpec",
     "BucketState",
+    "KeyQuota",
     "LeaseResult",
     "LeaseSpec",
     "LocalBuckets",

@@ -50,6 +50,7 @@ from gateway.ratelimit.buckets import (
 from gateway.ratelimit.coalescer import PackedCall
 from gateway.ratelimit.errors import LimiterUnavailable, UnknownTenant
 from gateway.ratelimit.headers import bucket_headers, duration
+from gateway.ratelimit.key_quota import KeyQuota
 from gateway.ratelimit.redis_store import (
     NO_LEASE,
     RELEASE,
@@ -72,7 +73,8 @@ LEASE_RENEW_S = 10.0
 # deadline settles once its last events have reached the client, which may take up to
 # `server.stream_stall_timeout_s` (30 s by default).
 LEASE_AFTER_DEADLINE_S = 60.0
-# Plans kept (tenants x models x keys with budgets), past which they are made again.
+# Plans kept (tenants x models x keys with caps of their own), past which they are made
+# again.
 MAX_PLANS = 65_536
 # Settles and lease releases kept while Redis is unreachable, sent when it is back.
 MAX_UNSENT_SETTLES = 10_000
@@ -173,12 +175,17 @@ class _Plan:
     spend_cost_at: tuple[int, ...] = ()
     spend_change_at: tuple[int, ...] = ()
     spend_slots: tuple[tuple[_Bucket, int], ...] = ()
-    # The key's own budgets it was made with.
-    key_budgets: tuple[Budget, ...] = ()
+    # The key's own caps it was made with.
+    key: KeyQuota | None = None
 
     @property
     def unlimited(self) -> bool:
         return not self.buckets and self.max_concurrent is None
+
+    @property
+    def key_id(self) -> str:
+        """The managed key whose caps it holds ("" for none)."""
+        return "" if self.key is None else self.key.key_id
 
     def costs(self, reserve_tokens: int, reserve_micros: int = 0) -> list[int]:
         """What a request takes from each bucket, in the order of `buckets`."""
@@ -257,22 +264,33 @@ def _budget_buckets(
     return found
 
 
+def _key_buckets(prefix: str, tenant: str, key: KeyQuota) -> list[_Bucket]:
+    """A managed key's own rate buckets (`{prefix}:{tenant}:key:<id>:requests`, ...),
+    their burst their rate per minute."""
+    found = []
+    for kind, per_minute in (
+        ("requests", key.requests_per_minute),
+        ("tokens", key.tokens_per_minute),
+    ):
+        if per_minute is not None:
+            bucket = bucket_key(prefix, tenant, f"key:{key.key_id}:{kind}")
+            found.append(_Bucket(kind, bucket, per_minute, float(per_minute)))  # type: ignore[arg-type]
+    return found
+
+
 def plan_for(
-    prefix: str,
-    name: str,
-    tenant: Tenant,
-    model: str,
-    key_id: str = "",
-    key_budgets: Sequence[Budget] = (),
+    prefix: str, name: str, tenant: Tenant, model: str, key: KeyQuota | None = None
 ) -> _Plan:
     """The buckets and lease of `tenant` calling `model`, with the spend budgets of the
-    tenant and of its key `key_id` (`key_budgets`)."""
+    tenant, and the caps of its managed key (`key`): its rates and its budgets."""
     buckets = _buckets(prefix, name, None, tenant.limits)
     model_limits = tenant.limits.models.get(model)
     if model_limits is not None:
         buckets += _buckets(prefix, name, model, model_limits)
     spend = _budget_buckets(prefix, name, model, tenant.budgets)
-    spend += _budget_buckets(prefix, name, model, key_budgets, key_id)
+    if key is not None:
+        buckets += _key_buckets(prefix, name, key)
+        spend += _budget_buckets(prefix, name, model, key.budgets, key.key_id)
     buckets += spend
     inflight_key = bucket_key(prefix, name, "inflight", None)
     # The store's arguments, as `RedisBuckets.take` would build them from each bucket's
@@ -307,7 +325,7 @@ def plan_for(
         spend_cost_at=tuple(3 + 3 * i for i, b in enumerate(buckets) if b.kind == "spend"),
         spend_change_at=tuple(changes_at[len(token_buckets) :]),
         spend_slots=tuple((b, 3 + 4 * (len(rated) + i)) for i, b in enumerate(spend)),
-        key_budgets=tuple(key_budgets),
+        key=key,
     )
 
 
@@ -388,19 +406,18 @@ class RateLimiter:
         self._seed_local()
         self._plans.clear()
 
-    def _plan(
-        self, tenant: str, model: str, key_id: str = "", key_budgets: Sequence[Budget] = ()
-    ) -> _Plan:
-        if not key_budgets:
-            key_id = ""
+    def _plan(self, tenant: str, model: str, key: KeyQuota | None) -> _Plan:
+        if key is not None and key.empty:
+            key = None
+        key_id = "" if key is None else key.key_id
         plan = self._plans.get((tenant, model, key_id))
-        # A key's budgets may be changed while it is in use (`gateway keys update`).
-        if plan is None or (key_id and tuple(key_budgets) != plan.key_budgets):
+        # A key's caps may be changed while it is in use (`gateway keys update`).
+        if plan is None or (plan.key is not key and plan.key != key):
             config = self._tenants.get(tenant)
             if config is None:
                 # A reload removed the tenant after its key was checked.
                 raise UnknownTenant(tenant)
-            plan = plan_for(self._prefix, tenant, config, model, key_id, key_budgets)
+            plan = plan_for(self._prefix, tenant, config, model, key)
             packers = self._packers(plan)
             if packers is not None:
                 plan = dataclasses.replace(plan, packers=packers)
@@ -461,8 +478,7 @@ class RateLimiter:
         *,
         holds_slot: bool = True,
         reserve_micros: int = 0,
-        key_id: str = "",
-        key_budgets: Sequence[Budget] = (),
+        key: KeyQuota | None = None,
     ) -> Decision:
         """Take what one request needs from every bucket that applies, or refuse.
 
@@ -470,9 +486,10 @@ class RateLimiter:
         is renewed until then. A request that asks for no inference (`holds_slot` false)
         takes no concurrency slot: it counts against the request limit only. Its most
         possible spend (`reserve_micros`) is taken from the tenant's budgets and those of
-        its key (`key_id`, `key_budgets`), on the same call.
+        its managed key (`key`), as one request and its tokens are from the key's own
+        rates, on the same call.
         """
-        plan = self._plan(tenant, model, key_id, key_budgets)
+        plan = self._plan(tenant, model, key)
         if plan.unlimited:
             return Decision(allowed=True)
         lease = None
@@ -491,7 +508,9 @@ class RateLimiter:
                 # Not while Redis is down (a call sent before the outage answering late):
                 # the local buckets are what the debt is measured against.
                 if self._config.on_redis_error is RedisFailureMode.LOCAL and not self._redis_down:
-                    self._reported[(tenant, model, key_id)] = (plan.buckets, reply, monotonic_ms())
+                    self._reported[(tenant, model, plan.key_id)] = (
+                        plan.buckets, reply, monotonic_ms()
+                    )  # fmt: skip
         local = reply is None
         if reply is not None and reply[0] == 1:
             # Allowed by Redis, as nearly every request is: the headers straight from the

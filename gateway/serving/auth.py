@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from gateway.apikeys import KeyDirectory, ManagedKey
 from gateway.config import Budget, Tenant
+from gateway.ratelimit import KeyQuota
 
 
 class InvalidApiKey(Exception):
@@ -29,8 +30,9 @@ class Identity:
     # tenants.yaml the first 12 hex digits of its stored hash (not a secret: tenants.yaml
     # holds the whole hash), for the usage ledger.
     key_id: str = ""
-    # A managed key's own budget (`gateway keys`), beside the tenant's.
-    key_budget: Budget | None = None
+    # A managed key's own caps (`gateway keys`: its budget, its lower rates), beside
+    # the tenant's (None for a key of tenants.yaml, or a managed key without any).
+    key_quota: KeyQuota | None = None
     # A managed key's models, a subset of the tenant's (None: all of the tenant's).
     key_models: frozenset[str] | None = None
     # A managed key's name ("" for a key of tenants.yaml).
@@ -39,7 +41,7 @@ class Identity:
     @property
     def key_budgets(self) -> tuple[Budget, ...]:
         """The key's own budgets (none for a key of tenants.yaml)."""
-        return () if self.key_budget is None else (self.key_budget,)
+        return () if self.key_quota is None else self.key_quota.budgets
 
     def may_use(self, model: str) -> bool:
         if self.key_models is not None and model not in self.key_models:
@@ -114,7 +116,7 @@ class Authenticator:
                 key.tenant,
                 tenant,
                 key.id,
-                key_budget=key.budget,
+                key_quota=_quota(key),
                 key_models=None if key.models is None else frozenset(key.models),
                 key_name=key.name,
             )
@@ -132,3 +134,14 @@ def _digest(authorization: str | None) -> str:
     if scheme.lower() != "bearer" or not key:
         raise InvalidApiKey
     return hashlib.sha256(key.encode()).hexdigest()
+
+
+def _quota(key: ManagedKey) -> KeyQuota | None:
+    """The caps a managed key adds to its tenant's (None: it adds none)."""
+    quota = KeyQuota(
+        key.id,
+        () if key.budget is None else (key.budget,),
+        key.limits.requests_per_minute,
+        key.limits.tokens_per_minute,
+    )
+    return None if quota.empty else quota

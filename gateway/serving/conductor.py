@@ -337,8 +337,7 @@ class Conductor:
         """Take the request's cost from its tenant's limits; its parts made into work."""
         ask = plan.ask
         identity = ask.identity
-        key_budgets = identity.key_budgets
-        budgeted = bool(identity.tenant.budgets or key_budgets)
+        budgeted = bool(identity.tenant.budgets or identity.key_budgets)
         prices = self._runtime.config.gateway.prices.models
         decision = await self._runtime.limiter.admit(
             identity.name,
@@ -346,8 +345,7 @@ class Conductor:
             plan.cost,
             plan.deadline,
             reserve_micros=_most_spend(plan, prices) if budgeted else 0,
-            key_id=identity.key_id,
-            key_budgets=key_budgets,
+            key=identity.key_quota,
         )
         if not decision.allowed:
             raise RateLimited(decision)

@@ -1,5 +1,6 @@
 """`/admin/keys` in the app: a key made through the admin API serves the openai SDK at
-once, is refused (401) once revoked, and every hostile body is a 4xx, never a 5xx."""
+once, is held to its own rate, is refused (401) once revoked, and every hostile body is
+a 4xx, never a 5xx."""
 
 from __future__ import annotations
 
@@ -102,6 +103,33 @@ async def test_a_key_made_by_the_admin_api_serves_until_it_is_revoked(
             assert (await tenant.get("/admin/keys")).status_code == 403
         async with gw.http(None) as nobody:
             assert (await nobody.post("/admin/keys", json={})).status_code == 401
+
+
+async def test_a_keys_own_rate_refuses_that_key_while_its_tenant_goes_on(
+    config_for: Callable[..., Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`limits: {requests_per_minute: 2}` on a key of a tenant without limits: its third
+    request in the minute is a 429 with Retry-After, the tenant's other key goes on."""
+    async with started_gateway(config_for(edit_tenants=with_admin), monkeypatch) as gw:
+        async with gw.http(ADMIN_KEY) as admin:
+            made = await admin.post(
+                "/admin/keys",
+                json={"tenant": "acme", "name": "cron", "limits": {"requests_per_minute": 2}},
+            )
+            assert made.status_code == 201, made.text
+        client = gw.openai(made.json()["key"])
+        ask: dict[str, Any] = {
+            "model": "llm-small", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8,
+        }  # fmt: skip
+        for _ in range(2):
+            await client.chat.completions.create(**ask)
+        with pytest.raises(openai.RateLimitError) as refused:
+            await client.chat.completions.create(**ask)
+        assert refused.value.response.headers["x-ratelimit-limit-requests"] == "2"
+        assert 0 < float(refused.value.response.headers["retry-after"]) <= 30
+        assert refused.value.code == "rate_limit_exceeded"
+        for _ in range(3):
+            await gw.openai(KEYS["acme"]).chat.completions.create(**ask)
 
 
 def _deep(levels: int) -> str:

@@ -1,6 +1,7 @@
 """Spend budgets on a real redis-server: reserved at admission from a request's most
 possible cost, settled to what it cost, on the token buckets' own Lua calls; whole again
-at each UTC day or month by Redis's clock; exact across gateways."""
+at each UTC day or month by Redis's clock; exact across gateways. And a managed key's own
+rates, which narrow its tenant's on the same call."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from redis.asyncio import Redis
 
 from gateway.api.errors import client_error
 from gateway.config import Budget, RateLimitConfig, TenantsConfig
+from gateway.ratelimit import KeyQuota
 from gateway.ratelimit.buckets import bucket_key
 from gateway.ratelimit.limiter import RateLimiter
 from gateway.ratelimit.redis_store import RedisBuckets
@@ -123,17 +125,51 @@ async def test_a_model_budget_caps_that_model_only_and_a_key_budget_that_key_onl
     assert (await limiter.admit("t", "big", 1, reserve_micros=1)).refused_by == "spend"
     assert (await limiter.admit("t", "small", 1, reserve_micros=10_000_000)).allowed
     admitted = await limiter.admit(
-        "t", "small", 1, reserve_micros=20_000, key_id="key_a", key_budgets=key_budget
+        "t", "small", 1, reserve_micros=20_000, key=KeyQuota("key_a", key_budget)
     )
     assert admitted.allowed
     refused = await limiter.admit(
-        "t", "small", 1, reserve_micros=1, key_id="key_a", key_budgets=key_budget
+        "t", "small", 1, reserve_micros=1, key=KeyQuota("key_a", key_budget)
     )
     assert refused.refused_by == "spend"
     other_key = await limiter.admit(
-        "t", "small", 1, reserve_micros=20_000, key_id="key_b", key_budgets=key_budget
+        "t", "small", 1, reserve_micros=20_000, key=KeyQuota("key_b", key_budget)
     )
     assert other_key.allowed
+    await limiter.close()
+
+
+async def test_a_keys_own_rates_cap_that_key_below_its_tenant_and_no_other_key(
+    url: str,
+) -> None:
+    limiter = make_limiter(url, tenants(requests_per_minute=100, tokens_per_minute=100_000))
+    slow = KeyQuota("key_slow", requests_per_minute=2)
+    for _ in range(2):
+        assert (await limiter.admit("t", "m", 10, key=slow)).allowed
+    refused = await limiter.admit("t", "m", 10, key=slow)
+    assert refused.refused_by == "requests" and refused.limit == 2
+    assert refused.retry_after_s is not None and 0 < refused.retry_after_s <= 30
+    assert refused.headers["x-ratelimit-limit-requests"] == "2"
+    # The tenant's other keys, with caps of their own or none, go on.
+    assert (
+        await limiter.admit("t", "m", 10, key=KeyQuota("key_other", requests_per_minute=2))
+    ).allowed
+    assert (await limiter.admit("t", "m", 10)).allowed
+
+    thrifty = KeyQuota("key_thrifty", tokens_per_minute=1_000)
+    assert (await limiter.admit("t", "m", 900, key=thrifty)).allowed
+    refused = await limiter.admit("t", "m", 200, key=thrifty)
+    assert refused.refused_by == "tokens" and refused.limit == 1_000
+    # Larger than the key may ever take at once: waiting will not help.
+    assert (await limiter.admit("t", "m", 5_000, key=thrifty)).never_fits
+    # A key's rate lowered while it is in use (`gateway keys update`) holds at once.
+    for _ in range(3):
+        assert (
+            await limiter.admit("t", "m", 10, key=KeyQuota("key_b", requests_per_minute=50))
+        ).allowed
+    lowered = KeyQuota("key_b", requests_per_minute=1)
+    outcomes = [(await limiter.admit("t", "m", 10, key=lowered)).allowed for _ in range(2)]
+    assert outcomes == [True, False]
     await limiter.close()
 
 

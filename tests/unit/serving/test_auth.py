@@ -9,7 +9,9 @@ import pytest
 
 from gateway.api.errors import client_error
 from gateway.apikeys import ManagedKey
+from gateway.apikeys.managed_key import KeyLimits
 from gateway.config import Budget, Tenant, hash_key
+from gateway.ratelimit import KeyQuota
 from gateway.serving.auth import Authenticator, InvalidApiKey
 
 
@@ -72,9 +74,19 @@ def test_a_managed_key_is_its_tenant_with_its_own_models_and_budget() -> None:
     auth = Authenticator({"acme": tenant("m1", "m2")}, {}, directory)  # type: ignore[arg-type]
     identity = auth.identify("Bearer sk-managed-1")
     assert (identity.name, identity.key_id, identity.key_name) == ("acme", key.id, "ci")
-    assert identity.key_budget == budget and identity.key_models == frozenset({"m1"})
+    assert identity.key_budgets == (budget,) and identity.key_models == frozenset({"m1"})
+    assert identity.key_quota is not None and identity.key_quota.key_id == key.id
     assert identity.may_use("m1") and not identity.may_use("m2")
     assert auth.identify("Bearer sk-managed-1") is identity  # made once per record
+
+
+def test_a_managed_keys_own_rates_go_to_the_limiter_and_a_key_without_caps_adds_none() -> None:
+    capped = managed("sk-managed-3", limits=KeyLimits(requests_per_minute=5))
+    plain = managed("sk-managed-4")
+    auth = Authenticator({"acme": tenant("*")}, {}, _Directory(capped, plain))  # type: ignore[arg-type]
+    quota = auth.identify("Bearer sk-managed-3").key_quota
+    assert quota == KeyQuota(capped.id, (), requests_per_minute=5, tokens_per_minute=None)
+    assert auth.identify("Bearer sk-managed-4").key_quota is None
 
 
 @pytest.mark.parametrize(
