@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import orjson
 
@@ -38,6 +38,16 @@ def estimate_tokens(text: str) -> int:
     return -(-(2 * utf8 - len(text)) // CHARS_PER_TOKEN)
 
 
+def most_tokens(text: str) -> int:
+    """The most tokens `text` can be: one per UTF-8 byte, byte-level BPE's limit (every
+    token stands for at least one byte). What a budget reserves for a prompt, so that
+    no text, however it tokenizes, spends past the reservation (`estimate_tokens` errs
+    high for usual text, but text made to tokenize badly can be 4x its estimate)."""
+    if text.isascii():
+        return len(text)
+    return len(text.encode("utf-8", "surrogatepass"))
+
+
 # What a chat format adds around the messages, in tokens: about 4 per message (role and
 # delimiters) and 3 to prime the reply (OpenAI's published count for its chat models).
 TOKENS_PER_MESSAGE = 4
@@ -47,16 +57,34 @@ TOKENS_PER_REPLY = 3
 def estimate_chat_tokens(messages: Iterable[ChatMessage], tools: tuple[Tool, ...] = ()) -> int:
     """A rough token count of chat messages (with their tool calls) and tool definitions
     as a server's own template renders them."""
+    return _chat_tokens(messages, tools, estimate_tokens, _tools_tokens)
+
+
+def most_chat_tokens(messages: Iterable[ChatMessage], tools: tuple[Tool, ...] = ()) -> int:
+    """`estimate_chat_tokens` with each text at its most (`most_tokens`)."""
+    return _chat_tokens(messages, tools, most_tokens, _most_tools_tokens)
+
+
+def _chat_tokens(
+    messages: Iterable[ChatMessage],
+    tools: tuple[Tool, ...],
+    count: Callable[[str], int],
+    count_tools: Callable[[tuple[Tool, ...]], int],
+) -> int:
     total = TOKENS_PER_REPLY
     for message in messages:
-        total += TOKENS_PER_MESSAGE + estimate_tokens(message.content)
+        total += TOKENS_PER_MESSAGE + count(message.content)
         for call in message.tool_calls:
-            total += estimate_tokens(call.name) + estimate_tokens(call.arguments)
-    return total + (_tools_tokens(tools) if tools else 0)
+            total += count(call.name) + count(call.arguments)
+    return total + (count_tools(tools) if tools else 0)
 
 
 def _count_tools(tools: tuple[Tool, ...]) -> int:
     return sum(estimate_tokens(orjson.dumps(_tool_json(tool)).decode()) for tool in tools)
+
+
+def _count_most_tools(tools: tuple[Tool, ...]) -> int:
+    return sum(len(orjson.dumps(_tool_json(tool))) for tool in tools)
 
 
 def _tool_json(tool: Tool) -> dict[str, object]:
@@ -66,6 +94,7 @@ def _tool_json(tool: Tool) -> dict[str, object]:
 # Counted once per shared tool list: an agent sends the same list every turn
 # (`gateway.api.tool_lists`), and counting 20 schemas cost 10 to 15 us a request.
 _tools_tokens = ObjectMemo("tokens", _count_tools)
+_most_tools_tokens = ObjectMemo("most_tokens", _count_most_tools)
 
 
 def estimate_request_tokens(request: InferenceRequest) -> int:
@@ -75,3 +104,12 @@ def estimate_request_tokens(request: InferenceRequest) -> int:
     if request.kind is RequestKind.EMBEDDING:
         return sum(estimate_tokens(text) for text in request.inputs)
     return estimate_tokens(request.prompt)
+
+
+def most_request_tokens(request: InferenceRequest) -> int:
+    """The most prompt tokens `request` can be, before any template renders it."""
+    if request.kind is RequestKind.CHAT:
+        return most_chat_tokens(request.messages, request.options.tools)
+    if request.kind is RequestKind.EMBEDDING:
+        return sum(most_tokens(text) for text in request.inputs)
+    return most_tokens(request.prompt)

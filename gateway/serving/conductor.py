@@ -27,7 +27,12 @@ from gateway.admission import DeadlineExceeded, Overloaded, Shed
 from gateway.backends.base import UpstreamError, UpstreamTimeout
 from gateway.config.schema import Price
 from gateway.inference.structured import output_problem
-from gateway.inference.tokens import estimate_request_tokens, estimate_tokens
+from gateway.inference.tokens import (
+    estimate_request_tokens,
+    estimate_tokens,
+    most_request_tokens,
+    most_tokens,
+)
 from gateway.inference.types import (
     Completion,
     Delta,
@@ -614,13 +619,15 @@ def omitted_header(types: tuple[str, ...]) -> str:
 
 
 def _most_spend(plan: Plan, prices: Mapping[str, Price]) -> int:
-    """The most a request can cost, in micro-units: each part's prompt and its whole
-    `max_tokens` at the dearest model of its chain (a fallback may serve it). Its
-    budgets are reserved this much, so that they are never spent past their amount by
-    requests in flight."""
+    """The most a request can cost, in micro-units: each part's prompt at a token per
+    byte and its whole `max_tokens`, at the dearest model of its chain (a fallback may
+    serve it). Its budgets are reserved this much, so that they are never spent past
+    their amount by requests in flight."""
     most = 0
     for part, part_plan in zip(plan.parts, plan.planned, strict=True):
-        prompt = part_plan.call.prompt_estimate
+        call = part_plan.call
+        # The template the gateway rendered, or the messages a server will render.
+        prompt = most_tokens(call.prompt) if call.prompt else most_request_tokens(part)
         completion = part.params.max_tokens
         costs = [
             price.cost_micros(prompt, 0, completion)

@@ -196,3 +196,32 @@ async def redis_spend(path: Path, name: str, amount_micros: int) -> float:
     finally:
         await redis.aclose()
     return 0.0 if state is None else amount_micros - float(state.split()[0])
+
+
+@pytest.mark.parametrize(
+    "prompt",
+    [
+        " 1" * 2000,  # digits apart: a token each with most tokenizers, 4x the estimate
+        "\u00e9\u0301" * 1000,  # combining marks: 2 bytes a character, each its own token
+        "\U0001f9ea" * 1000,  # emoji: up to 4 tokens each in byte-level BPE
+    ],
+    ids=["spaced-digits", "combining-marks", "emoji"],
+)
+async def test_a_budget_reserves_what_a_prompt_can_cost_however_it_tokenizes(
+    config_for: Callable[..., Path], monkeypatch: pytest.MonkeyPatch, prompt: str
+) -> None:
+    """A prompt made to tokenize badly (a token per byte, byte-level BPE's most) cannot
+    spend past its reservation: what is reserved at admission covers what the replica
+    reports, so requests in flight never take a budget further than they reserved."""
+    path = config_for(edit=priced, edit_tenants=budgeted_per_day(1.0))
+    worst = len(prompt.encode())
+
+    async with started_gateway(path, monkeypatch) as gw:
+        gw.upstream.script("llm-large", Completion("x", Usage(worst, 10)))
+        raw = await gw.openai().completions.with_raw_response.create(
+            model="llm-large", prompt=prompt, max_tokens=10
+        )
+    reserved = 1_000_000 - float(raw.headers["x-budget-remaining"]) * 1e6
+    cost = worst * 3 + 10 * 15
+    assert reserved >= cost
+    assert await redis_spend(path, "spend:day", 1_000_000) == cost
