@@ -186,7 +186,7 @@ def run_keys_command(args: argparse.Namespace) -> int:
     if command == "list" and not args.json:
         print(_table(answer.get("data", [])))
     else:
-        print(json.dumps(answer, indent=2))
+        print(json.dumps(answer, indent=2, ensure_ascii=False))
     if "key" in answer:
         print("the key is shown this once: keep it now", file=sys.stderr)
     return 0

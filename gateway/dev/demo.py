@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import os
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -46,6 +48,8 @@ NODE_RESTART_ENV = "GATEWAY_DEMO_NODE_RESTART_S"
 NODE_RESTART_S = 20.0
 # The ops listener's port in config/gateway.yaml, set by `--ops-port`.
 OPS_PORT_ENV = "GATEWAY_OPS_PORT"
+# Where the demo's usage ledger lives (config/gateway.yaml reads it); a new directory a run.
+STATE_DIR_ENV = "GATEWAY_STATE_DIR"
 
 
 def _node_name(variable: str) -> str:
@@ -62,7 +66,7 @@ def resolve_config(path: str) -> str | None:
     return None
 
 
-def _examples(port: int, ops_port: int | None) -> str:
+def _examples(port: int, ops_port: int | None, state_dir: str) -> str:
     base = f"http://127.0.0.1:{port}/v1"
     # The interpreter running the demo has the openai package (and Debian has no `python`).
     python = shlex.quote(sys.executable)
@@ -97,17 +101,22 @@ Evaluate the two scripted coding models on the shipped task suite (docs/eval.md)
 Tenants: acme   (key sk-acme-demo, online, models llm-large, llm-small, embed-small,
                  coder-large, coder-small)
          globex (key sk-globex-demo, batch, model llm-small)
-{_ops_line(ops_port)}"""
+{_ops_line(ops_port, state_dir)}"""
 
 
-def _ops_line(ops_port: int | None) -> str:
+def _ops_line(ops_port: int | None, state_dir: str) -> str:
+    ledger = (
+        f"Ledger:   {STATE_DIR_ENV}={shlex.quote(state_dir)} {shlex.quote(sys.executable)} "
+        "-m gateway.cli usage report --config config/gateway.yaml --by tenant,key,model "
+        "--since 1h   (this run's records)\n"
+    )
     if ops_port is None:
-        return ""
+        return ledger
     ops = f"http://127.0.0.1:{ops_port}"
     return (
         f"Metrics:  {ops}/metrics   (the ops listener, no key)\n"
         f"Usage:    curl -s '{ops}/admin/usage?by=tenant,model&since=1h' "
-        "-H 'Authorization: Bearer sk-ops-demo'   (ops: the admin tenant)\n"
+        "-H 'Authorization: Bearer sk-ops-demo'   (ops: the admin tenant)\n" + ledger
     )
 
 
@@ -209,6 +218,11 @@ def run_demo(port: int, config_path: str, ops_port: int | None = None) -> int:
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
 
     env = dict(os.environ)
+    # The usage ledger is this run's, as its Redis is, so that its figures match the
+    # counters and the budgets of this run (GATEWAY_STATE_DIR set: the one given, kept).
+    own_state = STATE_DIR_ENV not in env
+    if own_state:
+        env[STATE_DIR_ENV] = tempfile.mkdtemp(prefix="gateway-demo-")
     children: list[subprocess.Popen[bytes]] = []
     try:
         if redis_server_path() is not None:
@@ -238,7 +252,7 @@ def run_demo(port: int, config_path: str, ops_port: int | None = None) -> int:
         wait_gateway_ready(
             f"http://127.0.0.1:{port}", timeout_s=60, process=gateway, cancel=stopping
         )
-        print(_examples(port, ops_port), flush=True)
+        print(_examples(port, ops_port, env[STATE_DIR_ENV]), flush=True)
 
         restart_s = float(os.environ.get(NODE_RESTART_ENV, NODE_RESTART_S))
         essential = [c for c in children if all(c is not n.process for n in nodes)]
@@ -261,5 +275,7 @@ def run_demo(port: int, config_path: str, ops_port: int | None = None) -> int:
         print("stopping...", flush=True)
         for child in reversed(children):
             stop(child)
+        if own_state:
+            shutil.rmtree(env[STATE_DIR_ENV], ignore_errors=True)
         for sig, handler in previous.items():
             signal.signal(sig, handler)

@@ -1,6 +1,6 @@
 """`gateway demo` as a user runs it: Claude Code's and Codex CLI's default model names are
 served, a node killed with SIGKILL is reported, its replicas are placed on the other node,
-the demo keeps serving, and the node comes back."""
+the demo keeps serving, and the node comes back; its usage ledger is the run's own."""
 
 from __future__ import annotations
 
@@ -85,6 +85,12 @@ def test_the_demo_keeps_serving_when_a_node_dies_and_takes_it_back(tmp_path: Pat
     )
     try:
         wait_gateway_ready(f"http://127.0.0.1:{port}", GUARD_S, demo)
+        # The ledger is this run's (not a file every demo and test shares in /tmp).
+        wait_for(lambda: "Ledger:" in log.read_text(), "the ledger's line")
+        ledger = re.search(r"Ledger: +GATEWAY_STATE_DIR=(\S+) ", log.read_text())
+        assert ledger is not None, log.read_text()
+        state_dir = Path(ledger.group(1))
+        assert state_dir.name.startswith("gateway-demo-") and state_dir.is_dir()
         the_tools_default_names_are_served(port)
         found = re.search(r"node-a: triton-sim \S+ on 127\.0\.0\.1:(\d+)", log.read_text())
         assert found is not None, log.read_text()
@@ -112,5 +118,7 @@ def test_the_demo_keeps_serving_when_a_node_dies_and_takes_it_back(tmp_path: Pat
         for model in ("llm-large", "llm-small"):
             assert answers(client, model)
         assert demo.poll() is None
+        assert (state_dir / "gateway-demo-usage.db").is_file()
     finally:
         stop(demo)
+    assert not state_dir.exists()  # removed with the run it belonged to

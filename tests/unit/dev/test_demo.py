@@ -25,13 +25,13 @@ def test_demo_finds_its_config_from_any_directory(
 
 
 def test_demo_example_runs_with_this_interpreter() -> None:
-    assert f"  {sys.executable} - <<'PY'" in demo._examples(8080, None)
-    assert "  python - " not in demo._examples(8080, None)
+    assert f"  {sys.executable} - <<'PY'" in demo._examples(8080, None, "/tmp/x")
+    assert "  python - " not in demo._examples(8080, None, "/tmp/x")
 
 
 def test_demo_shows_where_the_metrics_are() -> None:
-    assert "http://127.0.0.1:8081/metrics" in demo._examples(8080, 8081)
-    assert "/metrics" not in demo._examples(8080, None)
+    assert "http://127.0.0.1:8081/metrics" in demo._examples(8080, 8081, "/tmp/x")
+    assert "/metrics" not in demo._examples(8080, None, "/tmp/x")
 
 
 def test_demo_refuses_a_broken_config_before_starting_anything(
