@@ -11,7 +11,7 @@ from typing import Annotated
 
 from pydantic import Field, HttpUrl, model_validator
 
-from gateway.config.schema import Int, NonNegativeInt, PositiveInt, Strict
+from gateway.config.schema import Float, Int, NonNegativeInt, PositiveFloat, PositiveInt, Strict
 from gateway.config.source import ConfigError, Problem, Source, read_source
 from gateway.config.validation import validate_source
 from gateway.scheduler.policies.registry import POLICY_NAMES
@@ -36,6 +36,53 @@ class ClusterNode(Strict):
         return str(self.url).rstrip("/")
 
 
+class ScaleTargets(Strict):
+    """What a model's replicas must deliver; the loop adds replicas before they are
+    missed (docs/autoscaling.md)."""
+
+    # The 95th percentile of the time a request waits for a slot, in seconds, as the
+    # queueing model predicts it from the measured demand.
+    queue_wait_p95_s: PositiveFloat = 0.5
+    # The 95th percentile of time to first token the gateways measure: above it, with
+    # requests waiting, one more replica whatever the model predicts (it corrects the
+    # model); None: no such check.
+    ttft_p95_s: PositiveFloat | None = None
+    # The busy share of a model's slots at most, so that a burst finds room.
+    utilization: Annotated[Float, Field(gt=0, le=1)] = 0.75
+
+
+class Autoscale(Strict):
+    """A deployment whose replica count follows its demand, within bounds."""
+
+    min_replicas: NonNegativeInt = 1  # 0: the model may scale to zero when idle
+    max_replicas: PositiveInt
+    # Requests one replica serves at once; default: the model's
+    # `queue.max_in_flight_per_replica` in gateway.yaml, else 1.
+    slots_per_replica: PositiveInt | None = None
+    targets: ScaleTargets = Field(default_factory=ScaleTargets)
+    # Demand must stay low this long before a replica is removed.
+    scale_down_after_s: PositiveFloat = 120.0
+    # A replica runs at least this long before it is removed or reclaimed.
+    min_runtime_s: Annotated[Float, Field(ge=0)] = 60.0
+
+    @model_validator(mode="after")
+    def _bounds(self) -> Autoscale:
+        if self.min_replicas > self.max_replicas:
+            raise ValueError("min_replicas is above max_replicas")
+        return self
+
+
+class Autoscaling(Strict):
+    """The loop itself: how often it decides, and when a gateway's signals are too old."""
+
+    interval_s: PositiveFloat = 10.0
+    # A gateway's demand report older than this is missing: its models are held, never
+    # scaled down on missing data.
+    stale_after_s: PositiveFloat = 30.0
+    # How long a replica being removed may take to finish its requests and streams.
+    drain_timeout_s: PositiveFloat = 120.0
+
+
 class Deployment(Strict):
     """A model and how many replicas of what size it runs."""
 
@@ -51,11 +98,19 @@ class Deployment(Strict):
     tenant: str = ""
     # Higher numbers are placed first and keep their place when capacity runs short.
     priority: Int = 0
+    # Replicas that follow demand; `replicas` is then the count it starts with.
+    autoscale: Autoscale | None = None
 
     @model_validator(mode="after")
     def _one_gpu_when_shared(self) -> Deployment:
         if self.gpu_milli < 1000 and self.gpus != 1:
             raise ValueError("a replica with gpu_milli below 1000 shares one GPU: set gpus: 1")
+        scale = self.autoscale
+        if scale is not None and not scale.min_replicas <= self.replicas <= scale.max_replicas:
+            raise ValueError(
+                f"replicas ({self.replicas}) must be within autoscale's min_replicas and "
+                f"max_replicas ({scale.min_replicas}..{scale.max_replicas})"
+            )
         return self
 
 
@@ -66,6 +121,7 @@ class ClusterConfig(Strict):
     policy: str = "best"
     nodes: list[ClusterNode]
     deployments: list[Deployment] = Field(default_factory=list)
+    autoscaling: Autoscaling = Field(default_factory=Autoscaling)
 
 
 def load_cluster(path: str) -> ClusterConfig:

@@ -1,0 +1,172 @@
+"""How many replicas each autoscaled model should run, decided once an interval.
+
+Pure: no I/O; the caller passes the time. For each deployment with `autoscale` in
+cluster.yaml, from its demand (summed over every gateway: `demand_board`):
+
+- **Estimate.** Arrival rate and service time are smoothed (an exponential moving
+  average, half weight on the last interval); the larger of the smoothed and the last
+  value is used, so a rise counts at once and a dip only once it lasts.
+- **Need.** `queueing_model.replicas_for`: the fewest replicas whose predicted p95 wait
+  and utilization meet the targets, the requests waiting now counted as extra arrivals
+  over one interval; within min_replicas..max_replicas.
+- **Correct.** Measured time to first token above its target while requests wait: one
+  more replica than now, whatever the model says (the model is wrong, or the replicas are
+  slower than measured).
+- **Up at once, down slowly.** More replicas are asked for as soon as they are needed,
+  at most one change per model an interval; fewer only once the need stayed below the
+  current count for `scale_down_after_s`, one replica at a time. A model at zero that
+  sees demand gets its first replica at once, interval or not (its requests are waiting).
+- **Hold on missing data.** A model whose demand is missing or stale keeps its count:
+  never scaled down on missing data.
+
+Which replica goes (the oldest that has run `min_runtime_s`), and whether the fleet has
+room for what is asked (quotas, priorities, best fit), is placement's
+(`gateway.placement.deployment`), not this module's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from gateway.config.cluster_config import Autoscale, Deployment
+from gateway.placement.queueing_model import Demand, replicas_for
+
+# The weight of the last interval in the moving averages.
+SMOOTHING = 0.5
+
+
+@dataclass(frozen=True, slots=True)
+class ScaleDecision:
+    """One model's decision this interval, with what it was made from (for the log)."""
+
+    model: str
+    current: int
+    desired: int
+    # What the queueing model asked for (bounded), before the rules on timing.
+    needed: int
+    # demand, ttft_target_missed, wake_from_zero, quiet, steady, waiting_to_scale_down,
+    # rate_limited, no_fresh_demand.
+    reason: str
+    arrival_rate: float | None = None
+    service_s: float | None = None
+    queued: int = 0
+    ttft_p95_s: float | None = None
+
+    @property
+    def direction(self) -> str:
+        """up, down or none."""
+        if self.desired > self.current:
+            return "up"
+        return "down" if self.desired < self.current else "none"
+
+
+@dataclass(slots=True)
+class _ModelState:
+    arrival_rate: float | None = None
+    service_s: float | None = None
+    low_since: float | None = None
+    changed_at: float | None = None
+
+
+class ReplicaPlanner:
+    """Decides the desired replicas of every autoscaled deployment, interval by interval."""
+
+    def __init__(
+        self, deployments: Sequence[Deployment], slots: Mapping[str, int], interval_s: float
+    ) -> None:
+        self._scaled: dict[str, Autoscale] = {
+            d.model: d.autoscale for d in deployments if d.autoscale is not None
+        }
+        self._slots = {model: max(1, slots.get(model, 1)) for model in self._scaled}
+        self._interval_s = interval_s
+        self._state = {model: _ModelState() for model in self._scaled}
+
+    @property
+    def models(self) -> list[str]:
+        """The models it scales."""
+        return list(self._scaled)
+
+    def decide(
+        self, now: float, current: Mapping[str, int], demand: Mapping[str, Demand | None]
+    ) -> list[ScaleDecision]:
+        """This interval's decision for each scaled model (`current`: its replicas now,
+        as placed; `demand`: its demand, None or absent when missing or stale)."""
+        decisions = []
+        for model, scale in self._scaled.items():
+            decision = self._decide_one(model, scale, now, current.get(model, 0), demand.get(model))
+            if decision.desired != decision.current:
+                self._state[model].changed_at = now
+            decisions.append(decision)
+        return decisions
+
+    def _decide_one(
+        self, model: str, scale: Autoscale, now: float, current: int, seen: Demand | None
+    ) -> ScaleDecision:
+        state = self._state[model]
+        if seen is None:
+            state.low_since = None
+            return ScaleDecision(model, current, current, current, "no_fresh_demand")
+        demand = self._smoothed(state, seen)
+        needed = replicas_for(
+            demand,
+            self._slots[model],
+            scale.targets.queue_wait_p95_s,
+            scale.targets.utilization,
+            backlog_horizon_s=self._interval_s,
+        )
+        needed = min(max(needed, scale.min_replicas), scale.max_replicas)
+        reason = "demand"
+        target = scale.targets.ttft_p95_s
+        late = seen.ttft_p95_s is not None and target is not None and seen.ttft_p95_s > target
+        if late and seen.queued > 0 and needed <= current < scale.max_replicas:
+            needed, reason = current + 1, "ttft_target_missed"
+
+        def decided(desired: int, why: str) -> ScaleDecision:
+            return ScaleDecision(
+                model, current, desired, needed, why, demand.arrival_rate, demand.service_s,
+                seen.queued, seen.ttft_p95_s,
+            )  # fmt: skip
+
+        recently = state.changed_at is not None and now - state.changed_at < self._interval_s
+        if needed > current:
+            state.low_since = None
+            if current == 0:
+                return decided(needed, "wake_from_zero")
+            return decided(current, "rate_limited") if recently else decided(needed, reason)
+        if needed == current:
+            state.low_since = None
+            return decided(current, "steady")
+        if state.low_since is None:
+            state.low_since = now
+        if now - state.low_since < scale.scale_down_after_s:
+            return decided(current, "waiting_to_scale_down")
+        if recently:
+            return decided(current, "rate_limited")
+        return decided(current - 1, "quiet")
+
+    @staticmethod
+    def _smoothed(state: _ModelState, seen: Demand) -> Demand:
+        """`seen` with its rate and service time each the larger of the last value and
+        the moving average (which it updates)."""
+        rate = seen.arrival_rate
+        state.arrival_rate = (
+            rate
+            if state.arrival_rate is None
+            else SMOOTHING * rate + (1 - SMOOTHING) * state.arrival_rate
+        )
+        service = seen.service_s
+        if service > 0:  # none completed this interval: the service time is unknown
+            state.service_s = (
+                service
+                if state.service_s is None
+                else SMOOTHING * service + (1 - SMOOTHING) * state.service_s
+            )
+        known = state.service_s or 0.0
+        return Demand(
+            max(rate, state.arrival_rate),
+            max(service, known),
+            seen.queued,
+            seen.in_flight,
+            seen.ttft_p95_s,
+        )

@@ -1,0 +1,102 @@
+"""The closed loop's decisions, interval by interval: up at once when demand rises, down
+one replica at a time only after demand stayed low, never on missing data, at most one
+change per model an interval, within min and max, and a model at zero woken at once."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+from gateway.config.cluster_config import Deployment
+from gateway.placement.queueing_model import Demand
+from gateway.placement.replica_planner import ReplicaPlanner, ScaleDecision
+
+INTERVAL = 10.0
+
+
+def deployment(model: str = "llm", **autoscale: Any) -> Deployment:
+    scale = {"min_replicas": 1, "max_replicas": 6, "scale_down_after_s": 60, **autoscale}
+    return Deployment.model_validate({"model": model, "replicas": 1, "autoscale": scale})
+
+
+def planner(*deployments: Deployment) -> ReplicaPlanner:
+    return ReplicaPlanner(deployments, {d.model: 4 for d in deployments}, INTERVAL)
+
+
+def one(p: ReplicaPlanner, now: float, current: int, demand: Demand | None) -> ScaleDecision:
+    return p.decide(now, {"llm": current}, {"llm": demand})[0]
+
+
+BUSY = Demand(arrival_rate=8.0, service_s=1.0, queued=20, in_flight=4)
+QUIET = Demand(arrival_rate=0.2, service_s=1.0)
+
+
+def test_a_rise_in_demand_scales_up_at_once_within_max() -> None:
+    p = planner(deployment())
+    decision = one(p, 0.0, 1, BUSY)
+    assert decision.direction == "up" and decision.reason == "demand"
+    assert 3 <= decision.desired <= 6
+    flood = Demand(arrival_rate=1000.0, service_s=1.0, queued=500)
+    assert one(p, 100.0, decision.desired, flood).desired == 6  # max_replicas
+
+
+def test_at_most_one_change_per_model_an_interval() -> None:
+    p = planner(deployment())
+    first = one(p, 0.0, 1, Demand(2.0, 1.0))
+    assert first.direction == "up"
+    surge = one(p, 5.0, first.desired, Demand(1000.0, 1.0, queued=100))
+    assert (surge.direction, surge.reason) == ("none", "rate_limited")
+    assert one(p, 10.0, first.desired, Demand(1000.0, 1.0, queued=100)).direction == "up"
+
+
+def test_quiet_scales_down_only_after_it_lasted_and_one_replica_at_a_time() -> None:
+    p = planner(deployment())
+    now, current = 0.0, 4
+    seen = []
+    while now <= 200:
+        decision = one(p, now, current, QUIET)
+        seen.append((now, decision.reason))
+        current = decision.desired
+        now += INTERVAL
+    downs = [t for t, reason in seen if reason == "quiet"]
+    assert downs[0] >= 60  # scale_down_after_s
+    assert all(b - a >= INTERVAL for a, b in itertools.pairwise(downs))
+    assert current == 1 and len(downs) == 3  # min_replicas, one step at a time
+
+
+def test_a_burst_in_the_quiet_starts_the_wait_again() -> None:
+    p = planner(deployment())
+    for now in (0.0, 10.0, 20.0, 30.0, 40.0):
+        assert one(p, now, 3, QUIET).reason == "waiting_to_scale_down"
+    assert one(p, 50.0, 3, Demand(8.0, 1.0)).reason in ("steady", "demand")
+    assert one(p, 60.0, 3, QUIET).reason == "waiting_to_scale_down"
+
+
+def test_missing_or_stale_demand_holds_the_count() -> None:
+    p = planner(deployment())
+    for now in (0.0, 100.0, 200.0, 300.0):
+        decision = one(p, now, 4, None)
+        assert (decision.desired, decision.reason) == (4, "no_fresh_demand")
+
+
+def test_a_model_at_zero_gets_its_first_replica_at_once() -> None:
+    p = planner(deployment(min_replicas=0, scale_down_after_s=20))
+    current = 1
+    for now in (0.0, 10.0, 20.0, 30.0, 40.0):
+        current = one(p, now, current, Demand(0.0, 1.0)).desired
+    assert current == 0
+    woken = one(p, 41.0, 0, Demand(0.0, 0.0, queued=1))  # one request waits
+    assert (woken.desired, woken.reason) == (1, "wake_from_zero")
+
+
+def test_time_to_first_token_over_its_target_adds_a_replica() -> None:
+    p = planner(deployment(targets={"ttft_p95_s": 1.0, "queue_wait_p95_s": 30}))
+    late = Demand(arrival_rate=1.0, service_s=1.0, queued=3, ttft_p95_s=4.0)
+    decision = one(p, 0.0, 2, late)
+    assert (decision.desired, decision.reason) == (3, "ttft_target_missed")
+
+
+def test_models_are_decided_apart() -> None:
+    p = planner(deployment("a"), deployment("b"))
+    decisions = p.decide(0.0, {"a": 1, "b": 3}, {"a": BUSY, "b": QUIET})
+    assert [(d.model, d.direction) for d in decisions] == [("a", "up"), ("b", "none")]
