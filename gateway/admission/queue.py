@@ -57,6 +57,9 @@ class Slot:
     share: float
     cost_tokens: int
     waited_s: float
+    # When it was granted (the controller's clock): its hold time is the service time
+    # the closed loop sizes replicas by.
+    granted_at: float = 0.0
     actual_tokens: int | None = None
     released: bool = field(default=False, init=False)
 
@@ -70,6 +73,11 @@ class ModelSnapshot:
     capacity: int
     drain_rate: float | None  # completions per second while saturated; None: not measured
     served_tokens: Mapping[str, int]  # actual tokens by tenant, since start
+    # Since start: requests that asked for a slot (refused ones too: demand not met is
+    # demand), slots given back, and the seconds slots were held in all.
+    arrivals: int = 0
+    completions: int = 0
+    busy_s: float = 0.0
 
 
 @dataclass(eq=False, slots=True)
@@ -91,8 +99,11 @@ class _Model:
     """The admission state of one model."""
 
     __slots__ = (
+        "arrivals",
+        "busy_s",
         "capacity",
         "classes",
+        "completions",
         "drain",
         "in_flight",
         "max_queued",
@@ -112,6 +123,9 @@ class _Model:
         self.in_flight = 0
         self.drain = DrainMeter(window)
         self.served: dict[str, int] = {}
+        self.arrivals = 0
+        self.completions = 0
+        self.busy_s = 0.0
 
 
 class AdmissionController:
@@ -186,6 +200,7 @@ class AdmissionController:
         cls = self._index[priority]
         if not share > 0 or cost_tokens < 0:
             raise ValueError(f"share must be > 0, cost_tokens >= 0: {share}, {cost_tokens}")
+        state.arrivals += 1
         if state.queued == 0:
             capacity = state.capacity()
             if state.in_flight < capacity:
@@ -234,6 +249,8 @@ class AdmissionController:
                 slot.tenant, slot.share, actual_tokens - slot.cost_tokens
             )
         now = self._clock()
+        state.completions += 1
+        state.busy_s += now - slot.granted_at
         state.drain.completed(now)
         self._dispatch(state, now)
 
@@ -261,6 +278,9 @@ class AdmissionController:
             capacity=state.capacity(),
             drain_rate=state.drain.rate(self._clock()),
             served_tokens=dict(state.served),
+            arrivals=state.arrivals,
+            completions=state.completions,
+            busy_s=state.busy_s,
         )
 
     # -- internals ------------------------------------------------------------------------
@@ -271,8 +291,9 @@ class AdmissionController:
         """The fast path: a free slot and an empty queue."""
         state.classes[cls].dispatch_now(tenant, share, cost)
         state.in_flight += 1
-        state.drain.saturation(self._clock(), state.in_flight >= capacity)
-        return Slot(state.name, tenant, self.classes[cls], share, cost, 0.0)
+        now = self._clock()
+        state.drain.saturation(now, state.in_flight >= capacity)
+        return Slot(state.name, tenant, self.classes[cls], share, cost, 0.0, now)
 
     async def _queue(
         self,
@@ -338,6 +359,7 @@ class AdmissionController:
                     waiter.share,
                     waiter.cost,
                     now - waiter.arrived,
+                    now,
                 )
                 waiter.future.set_result(slot)
         state.drain.saturation(now, state.in_flight >= capacity)

@@ -728,3 +728,22 @@ def test_every_waiter_ends_and_slots_never_exceed_capacity(
         loop.run_until_complete(run_scenario(steps, max_queued))
     finally:
         loop.close()
+
+
+async def test_the_snapshot_counts_demand_for_the_closed_loop() -> None:
+    """Arrivals (refused ones too), completions, and the seconds slots were held: what
+    the placement leader sizes a model's replicas by."""
+    h = Harness(capacity=1, max_queued=1)
+    first = await h.take()
+    waiting = h.spawn()
+    await asyncio.sleep(0)
+    with pytest.raises(Overloaded):
+        await h.ctrl.acquire(MODEL, "t", priority="online", cost_tokens=1)  # queue full
+    h.clock.advance(1.5)
+    h.ctrl.release(first, 100)  # held 1.5 s; the waiter gets the slot now
+    second = await waiting
+    h.clock.advance(0.5)
+    h.ctrl.release(second, 100)  # held 0.5 s
+    snapshot = h.ctrl.snapshot(MODEL)
+    assert (snapshot.arrivals, snapshot.completions) == (3, 2)
+    assert snapshot.busy_s == pytest.approx(2.0)

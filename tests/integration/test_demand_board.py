@@ -1,0 +1,90 @@
+"""Gateways' demand shared through real Redis (a server, a Cluster, fakeredis): what the
+placement leader sums per model, reports that expire by Redis's clock, and reports it
+cannot read, which count as missing rather than as zero demand."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+from redis.asyncio import Redis, RedisCluster
+
+from gateway.placement.demand_board import (
+    DemandBoard,
+    DemandTracker,
+    GatewayReport,
+    ModelReport,
+)
+from tests.polling import wait_until
+
+_prefixes = itertools.count()
+
+
+def board(client: Redis | RedisCluster, stale_after_s: float = 30.0) -> DemandBoard:
+    return DemandBoard(client, f"demand-test-{next(_prefixes)}", stale_after_s)
+
+
+def report(gateway: str, at: float, **models: ModelReport) -> GatewayReport:
+    return GatewayReport(gateway, at, models)
+
+
+async def test_the_leader_sums_every_gateways_demand_per_model(
+    client: Redis | RedisCluster,
+) -> None:
+    shared = board(client)
+    tracker = DemandTracker()
+    # Gateway clocks far apart: only each one's own differences count.
+    await shared.publish(report("gw-a", 100.0, llm=ModelReport(10, 8, 8.0, 0, 2)))
+    await shared.publish(report("gw-b", 9_000.0, llm=ModelReport(0, 0, 0.0, 1, 0)))
+    first = tracker.update(await shared.read())
+    # First sight: no rate yet, but what waits and runs counts at once.
+    assert (first["llm"].arrival_rate, first["llm"].queued, first["llm"].in_flight) == (0, 1, 2)
+
+    await shared.publish(report("gw-a", 110.0, llm=ModelReport(60, 48, 48.0, 3, 4)))
+    await shared.publish(
+        report("gw-b", 9_005.0, llm=ModelReport(25, 20, 40.0, 2, 1, ttft_p95_s=0.9))
+    )
+    demand = tracker.update(await shared.read())["llm"]
+    assert demand.arrival_rate == pytest.approx(50 / 10 + 25 / 5)
+    # 40 s held by gw-a's 40 completions and 40 s by gw-b's 20: 80 s for 60.
+    assert demand.service_s == pytest.approx(80 / 60)
+    assert (demand.queued, demand.in_flight, demand.ttft_p95_s) == (5, 5, 0.9)
+
+
+async def test_a_report_expires_by_redis_and_its_gateway_is_forgotten(
+    client: Redis | RedisCluster,
+) -> None:
+    shared = board(client, stale_after_s=0.3)
+    await shared.publish(report("gw-a", 1.0, llm=ModelReport(1, 1, 1.0, 0, 0)))
+    assert [r.gateway for r in await shared.read()] == ["gw-a"]
+
+    async def expired() -> bool:
+        return await shared.read() == []
+
+    await wait_until(expired, timeout_s=10)
+    assert await client.smembers(shared.gateways_key) == set()
+    # A gateway that went away takes its demand with it: the model is missing.
+    assert DemandTracker().update(await shared.read()) == {}
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        b"not json",
+        b'{"at": 1}',
+        b'{"at": -1, "models": {}}',
+        b'{"at": 1, "models": {"llm": [1, 2]}}',
+        b'{"at": 1, "models": {"llm": [-1, 0, 0, 0, 0, null]}}',
+        b'{"at": 1, "models": {"llm": [1, 0, 1e999, 0, 0, null]}}',
+        b'{"at": 1, "models": {"llm": [true, 0, 0, 0, 0, null]}}',
+        b'{"at": 1, "models": ["llm"]}',
+    ],
+)
+async def test_a_report_it_cannot_read_is_no_report(
+    client: Redis | RedisCluster, value: bytes
+) -> None:
+    shared = board(client)
+    await shared.publish(report("gw-good", 1.0, llm=ModelReport(1, 1, 1.0, 0, 0)))
+    await client.set(f"{shared.gateways_key.rsplit(':', 1)[0]}:demand:gw-bad", value)
+    await client.sadd(shared.gateways_key, "gw-bad")
+    assert [r.gateway for r in await shared.read()] == ["gw-good"]
