@@ -4,17 +4,20 @@ cannot read, which count as missing rather than as zero demand."""
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 
 import pytest
 from redis.asyncio import Redis, RedisCluster
 
+from gateway.admission import AdmissionController
 from gateway.placement.demand_board import (
     DemandBoard,
     DemandTracker,
     GatewayReport,
     ModelReport,
 )
+from gateway.placement.demand_reporter import DemandReporter
 from tests.polling import wait_until
 
 _prefixes = itertools.count()
@@ -88,3 +91,45 @@ async def test_a_report_it_cannot_read_is_no_report(
     await client.set(f"{shared.gateways_key.rsplit(':', 1)[0]}:demand:gw-bad", value)
     await client.sadd(shared.gateways_key, "gw-bad")
     assert [r.gateway for r in await shared.read()] == ["gw-good"]
+
+
+async def test_two_gateways_admissions_reach_the_leader_as_one_demand(
+    client: Redis | RedisCluster,
+) -> None:
+    """Two gateways' own admission controllers, each reporting on a clock of its own:
+    the tracker sees their arrivals summed and what waits on either."""
+    shared = board(client)
+    clocks = {"a": [0.0], "b": [500.0]}
+    controllers = {}
+    reporters = {}
+    for name in clocks:
+        admission = AdmissionController(("online",))
+        admission.configure_model("llm", 10, lambda: 1)
+        controllers[name] = admission
+        reporters[name] = DemandReporter(
+            shared, admission, ["llm"], 10.0, gateway=f"gw-{name}",
+            clock=lambda name=name: clocks[name][0],
+        )  # fmt: skip
+    tracker = DemandTracker()
+    for reporter in reporters.values():
+        assert await reporter.publish_once()
+    tracker.update(await shared.read())
+
+    held = []
+    for name, count in (("a", 3), ("b", 1)):
+        for _ in range(count):
+            slot = await controllers[name].acquire("llm", "t", priority="online", cost_tokens=1)
+            controllers[name].release(slot, 1)
+        held.append(await controllers[name].acquire("llm", "t", priority="online", cost_tokens=1))
+    waiting = asyncio.create_task(
+        controllers["a"].acquire("llm", "t", priority="online", cost_tokens=1)
+    )
+    await asyncio.sleep(0)
+    for name in clocks:
+        clocks[name][0] += 2.0
+        assert await reporters[name].publish_once()
+    demand = tracker.update(await shared.read())["llm"]
+    # a: 5 arrivals in 2 s, b: 2 in 2 s.
+    assert demand.arrival_rate == pytest.approx(3.5)
+    assert (demand.queued, demand.in_flight) == (1, 2)
+    waiting.cancel()
