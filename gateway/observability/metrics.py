@@ -129,6 +129,19 @@ REPLICAS_UNPLACED = Gauge(
     registry=REGISTRY,
     multiprocess_mode="livemax",
 )
+MODEL_REPLICAS = Gauge(
+    "gateway_model_replicas",
+    "Replicas of an autoscaled model: desired (the closed loop's decision) and placed.",
+    ["model", "state"],
+    registry=REGISTRY,
+    multiprocess_mode="livemax",
+)
+SCALE_EVENTS = Counter(
+    "gateway_scale_events_total",
+    "The closed loop's changes of a model's desired replicas, by direction and reason.",
+    ["model", "direction", "reason"],
+    registry=REGISTRY,
+)
 CONNECTIONS_CLOSED = Counter(
     "gateway_connections_closed_total",
     "Client connections the gateway closed or refused before a request was served, by "

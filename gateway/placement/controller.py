@@ -33,6 +33,8 @@ from gateway.backends.triton_metrics import default_metrics_url
 from gateway.config import BackendKind, GatewayConfig
 from gateway.config.cluster_config import ClusterConfig, ClusterNode, load_cluster
 from gateway.observability import metrics
+from gateway.placement.autoscaler import Autoscaler
+from gateway.placement.demand_board import DemandBoard
 from gateway.placement.deployment import DeploymentPlan, ReplicaPlacement, plan_deployments
 from gateway.placement.leadership import (
     LeaseUnavailable,
@@ -81,8 +83,12 @@ class ClusterPlacement:
         on_change: Callable[[str], None] | None = None,
         lease: PlacementLease | None = None,
         redis: RedisClient | None = None,
+        autoscaler: Autoscaler | None = None,
     ) -> None:
         self.cluster = cluster
+        # The closed loop (cluster.yaml's `autoscale:`), run by the leader.
+        self.autoscaler = autoscaler
+        self._scaler: asyncio.Task[None] | None = None
         self.plan = DeploymentPlan()
         self.down: set[str] = set()
         self._routes = routes
@@ -124,14 +130,20 @@ class ClusterPlacement:
             from gateway.placement.kubernetes_lease import KubernetesLease
 
             lease = KubernetesLease(config.placement, config.redis.key_prefix)
+        cluster = load_cluster(path)
+        autoscaler = None
+        if redis is not None and any(d.autoscale for d in cluster.deployments):
+            board = DemandBoard(redis, config.redis.key_prefix, cluster.autoscaling.stale_after_s)
+            autoscaler = Autoscaler(cluster, board, _slots(cluster, routes))
         return cls(
-            load_cluster(path),
+            cluster,
             routes,
             config.node_probe_interval_s,
             config.node_down_after,
             on_change,
             lease,
             redis,
+            autoscaler,
         )
 
     @property
@@ -154,13 +166,15 @@ class ClusterPlacement:
         else:
             await self._follow()
         self._task = asyncio.create_task(self._watch())
+        if self.autoscaler is not None:
+            self._scaler = asyncio.create_task(self._autoscale(self.autoscaler))
 
     async def stop(self) -> None:
-        for task in (self._task, self._campaigner):
+        for task in (self._task, self._campaigner, self._scaler):
             if task is not None:
                 task.cancel()
                 await asyncio.gather(task, return_exceptions=True)
-        self._task = self._campaigner = None
+        self._task = self._campaigner = self._scaler = None
         if self._lease is not None:
             # Another gateway takes over at once, not a lease's time later.
             with contextlib.suppress(LeaseUnavailable, *REDIS_ERRORS):
@@ -182,6 +196,22 @@ class ClusterPlacement:
                     await self._publish_safely()
             except Exception:  # the watch must go on
                 log.exception("placing the cluster's deployments failed")
+
+    async def _autoscale(self, autoscaler: Autoscaler) -> None:
+        """Every interval, on the leader: the models' desired replicas from their demand,
+        placed at once when one changes."""
+        while True:
+            await asyncio.sleep(autoscaler.interval_s)
+            if not self.leading:
+                continue
+            try:
+                now = asyncio.get_running_loop().time()
+                autoscaler.observe(self.plan, now)
+                if await autoscaler.step(self.plan, now):
+                    await self._replace()
+                    autoscaler.observe(self.plan, now)
+            except Exception:  # the loop must go on
+                log.exception("autoscaling failed")
 
     # --- leadership ---------------------------------------------------------------------
 
@@ -295,7 +325,10 @@ class ClusterPlacement:
         """Plan again around the nodes that are down, apply it, and serve from it."""
         # Isolate first: nothing more goes to a node that is down, whatever happens next.
         self._point_pools(self._without_down_nodes)
-        plan = plan_deployments(self.cluster, down=self.down, keep=self.plan)
+        cluster = (
+            self.cluster if self.autoscaler is None else self.autoscaler.cluster_for(self.cluster)
+        )
+        plan = plan_deployments(cluster, down=self.down, keep=self.plan)
         up = [n.name for n in self.cluster.nodes if n.name not in self.down]
         fence = self._lease.fence if self._lease is not None else None
         try:
@@ -350,6 +383,20 @@ class ClusterPlacement:
             route.pool.set_urls(urls, [default_metrics_url(kind, url) for url in urls])
             if self._on_change is not None:
                 self._on_change(route.name)
+
+
+def _slots(cluster: ClusterConfig, routes: Mapping[str, ModelRoute]) -> dict[str, int]:
+    """Requests one replica of each autoscaled model serves at once: its `autoscale`'s
+    `slots_per_replica`, else its route's `max_in_flight_per_replica`, else 1."""
+    slots = {}
+    for deployment in cluster.deployments:
+        scale = deployment.autoscale
+        if scale is None:
+            continue
+        route = routes.get(deployment.model)
+        per_route = route.config.queue.max_in_flight_per_replica if route is not None else 1
+        slots[deployment.model] = scale.slots_per_replica or per_route
+    return slots
 
 
 def _plan_json(plan: DeploymentPlan, down: set[str], token: int) -> str:

@@ -25,6 +25,7 @@ from gateway.config.loader import compile_pattern, is_pattern, pattern_rank
 from gateway.inference.prompt import PromptTemplate
 from gateway.observability import metrics
 from gateway.placement.controller import ClusterPlacement
+from gateway.placement.demand_reporter import DemandReporter
 from gateway.ratelimit.limiter import RateLimiter
 from gateway.ratelimit.redis_store import RedisBuckets
 from gateway.serving.auth import Authenticator
@@ -244,6 +245,9 @@ class Runtime:
     # of it, polled (`auth` looks keys up there after tenants.yaml's).
     key_store: KeyStore | None = None
     key_directory: KeyDirectory | None = None
+    # This gateway's demand, reported for the placement leader's closed loop (with
+    # autoscaled deployments in cluster.yaml).
+    demand_reporter: DemandReporter | None = None
 
     @classmethod
     def build(cls, config: Config) -> Runtime:
@@ -269,6 +273,15 @@ class Runtime:
             redis=redis,
         )
         discovery = ReplicaDiscovery(routes.values(), on_change=admission.capacity_changed)
+        demand_reporter = None
+        if placement is not None and placement.autoscaler is not None:
+            scaled = [d.model for d in placement.cluster.deployments if d.autoscale]
+            demand_reporter = DemandReporter(
+                placement.autoscaler.board,
+                admission,
+                [model for model in scaled if model in routes],
+                placement.cluster.autoscaling.interval_s,
+            )
         key_store = KeyStore(redis, config.gateway.redis.key_prefix)
         key_directory = KeyDirectory(key_store)
         return cls(
@@ -299,6 +312,7 @@ class Runtime:
             discovery=discovery,
             key_store=key_store,
             key_directory=key_directory,
+            demand_reporter=demand_reporter,
         )
 
     def apply_tenants(self, tenants: TenantsConfig) -> None:
@@ -331,6 +345,8 @@ class Runtime:
             await self.key_directory.start()
         if self.placement is not None:
             await self.placement.start()
+        if self.demand_reporter is not None:
+            self.demand_reporter.start()
         if self.discovery is not None:
             await self.discovery.start()
         ledger = self.config.gateway.ledger
@@ -340,6 +356,8 @@ class Runtime:
         self.health.start()
 
     async def close(self) -> None:
+        if self.demand_reporter is not None:
+            await self.demand_reporter.stop()
         if self.placement is not None:
             await self.placement.stop()
         if self.discovery is not None:

@@ -1,0 +1,130 @@
+"""The closed loop on the placement leader: demand in, desired replicas out.
+
+Each interval the leader reads every gateway's demand (`demand_board`), sums it
+(`DemandTracker`), and asks the `ReplicaPlanner` for each autoscaled model's replicas.
+The counts it settles on replace the deployments' `replicas` in the cluster the leader
+places (`cluster_for`), so every change goes through placement's own rules: priorities,
+best fit, availability before redundancy, and the fleet's size (what does not fit is
+unplaced, and the lower priorities are the ones left out).
+
+A scale-down removes the model's newest replica (placement keeps the lowest indices);
+if that replica has run less than `min_runtime_s`, the change waits (reason
+`min_runtime`), so a replica is never removed young.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import replace
+
+from gateway.config.cluster_config import ClusterConfig
+from gateway.observability import metrics
+from gateway.placement.demand_board import DemandBoard, DemandTracker
+from gateway.placement.deployment import DeploymentPlan
+from gateway.placement.replica_planner import ReplicaPlanner, ScaleDecision
+from gateway.storage.redis_client import REDIS_ERRORS
+
+log = logging.getLogger("gateway.placement")
+
+
+class Autoscaler:
+    """Desired replicas per autoscaled model, decided from the gateways' demand."""
+
+    def __init__(
+        self, cluster: ClusterConfig, board: DemandBoard, slots: Mapping[str, int]
+    ) -> None:
+        self.board = board
+        self._tracker = DemandTracker()
+        self._interval_s = cluster.autoscaling.interval_s
+        self._planner = ReplicaPlanner(cluster.deployments, slots, self._interval_s)
+        self._min_runtime = {
+            d.model: d.autoscale.min_runtime_s
+            for d in cluster.deployments
+            if d.autoscale is not None
+        }
+        self.desired = {d.model: d.replicas for d in cluster.deployments if d.autoscale}
+        # When each replica (model, index) was first seen placed, by the caller's clock.
+        self._placed_at: dict[tuple[str, int], float] = {}
+
+    @property
+    def interval_s(self) -> float:
+        """How often `step` is to be called."""
+        return self._interval_s
+
+    def cluster_for(self, cluster: ClusterConfig) -> ClusterConfig:
+        """`cluster` with each autoscaled deployment's replicas at the desired count."""
+        deployments = [
+            d.model_copy(update={"replicas": self.desired[d.model]})
+            if d.model in self.desired
+            else d
+            for d in cluster.deployments
+        ]
+        return cluster.model_copy(update={"deployments": deployments})
+
+    def observe(self, plan: DeploymentPlan, now: float) -> None:
+        """Note which replicas are placed (and since when), and the placed counts."""
+        placed = {(p.model, p.index) for p in plan.placements}
+        for replica in placed - set(self._placed_at):
+            self._placed_at[replica] = now
+        for replica in set(self._placed_at) - placed:
+            del self._placed_at[replica]
+        for model, desired in self.desired.items():
+            count = sum(1 for m, _ in placed if m == model)
+            metrics.labels(metrics.MODEL_REPLICAS, model, "desired").set(desired)
+            metrics.labels(metrics.MODEL_REPLICAS, model, "placed").set(count)
+
+    async def step(self, plan: DeploymentPlan, now: float) -> list[ScaleDecision]:
+        """One interval: the decisions that change a desired count (applied to
+        `desired`). Redis unreachable: no demand, so every model holds."""
+        try:
+            reports = await self.board.read()
+        except REDIS_ERRORS as exc:
+            log.warning("demand unreadable (Redis: %s): replicas held", exc)
+            reports = []
+        demand = self._tracker.update(reports)
+        placed = {model: len(plan.nodes_of(model)) for model in self.desired}
+        # The planner counts from what is desired, not placed: a replica that fits
+        # nowhere is still wanted, and asked for again when room appears.
+        changes = []
+        for decision in self._planner.decide(now, self.desired, demand):
+            if decision.direction == "down" and self._too_young(decision.model, now):
+                decision = _held(decision, "min_runtime")
+            _log(decision, placed.get(decision.model, 0))
+            if decision.direction != "none":
+                self.desired[decision.model] = decision.desired
+                metrics.labels(
+                    metrics.SCALE_EVENTS, decision.model, decision.direction, decision.reason
+                ).inc()
+                changes.append(decision)
+        return changes
+
+    def _too_young(self, model: str, now: float) -> bool:
+        """Whether the replica a scale-down would remove (the newest) is too young."""
+        newest = self.desired[model] - 1
+        since = self._placed_at.get((model, newest))
+        return since is not None and now - since < self._min_runtime[model]
+
+
+def _held(decision: ScaleDecision, reason: str) -> ScaleDecision:
+    return replace(decision, desired=decision.current, reason=reason)
+
+
+def _log(decision: ScaleDecision, placed: int) -> None:
+    """Each decision with its inputs: a change at warning, the rest at debug."""
+    level = logging.WARNING if decision.direction != "none" else logging.DEBUG
+    log.log(
+        level,
+        "autoscale %s: %d -> %d (%s; placed %d, needed %d, %.2f req/s, %.3f s each, "
+        "%d queued, ttft p95 %s)",
+        decision.model, decision.current, decision.desired, decision.reason, placed,
+        decision.needed, decision.arrival_rate or 0.0, decision.service_s or 0.0,
+        decision.queued, decision.ttft_p95_s,
+        extra={"fields": {
+            "event": "autoscale", "model": decision.model, "current": decision.current,
+            "desired": decision.desired, "reason": decision.reason, "placed": placed,
+            "needed": decision.needed, "arrival_rate": decision.arrival_rate,
+            "service_s": decision.service_s, "queued": decision.queued,
+            "ttft_p95_s": decision.ttft_p95_s,
+        }},
+    )  # fmt: skip

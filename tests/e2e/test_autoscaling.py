@@ -1,0 +1,135 @@
+"""The closed loop on real Triton servers: a burst on a model raises its desired
+replicas and a second node loads it, with no request failing; quiet lowers them again
+and the node unloads it."""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+
+import pytest
+import yaml
+from openai import OpenAI, OpenAIError
+
+from gateway.dev.sim.server import TritonSim
+from tests.e2e.conftest import two_sims
+from tests.e2e.stack import KEYS, Gateway, model, start_gateway
+
+# A hang guard for each wait, far above what the loop needs.
+GUARD_S = 90.0
+
+
+@pytest.fixture(scope="module")
+def nodes() -> Iterator[tuple[TritonSim, TritonSim]]:
+    with two_sims("llm-small=40", "llm-small=40") as pair:  # 40 ms a token
+        yield pair
+
+
+@pytest.fixture(scope="module")
+def scaled(
+    nodes: tuple[TritonSim, TritonSim], redis_url: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Gateway]:
+    a, b = nodes
+    tmp = tmp_path_factory.mktemp("autoscale")
+    cluster = {
+        "nodes": [
+            {"name": "node-a", "url": a.http_url, "gpus": 1},
+            {"name": "node-b", "url": b.http_url, "gpus": 1},
+        ],
+        "deployments": [
+            {
+                "model": "llm-small",
+                "replicas": 1,
+                "autoscale": {
+                    "min_replicas": 1,
+                    "max_replicas": 2,
+                    "targets": {"queue_wait_p95_s": 0.2},
+                    "scale_down_after_s": 3,
+                    "min_runtime_s": 0,
+                },
+            }
+        ],
+        "autoscaling": {"interval_s": 0.5, "stale_after_s": 5},
+    }
+    (tmp / "cluster.yaml").write_text(yaml.safe_dump(cluster))
+    placed_model = model("triton_http", [], queue={"max_in_flight_per_replica": 2})
+    del placed_model["replicas"]  # the cluster says where it runs
+    gateway = start_gateway(
+        tmp,
+        {"llm-small": placed_model},
+        redis_url,
+        gateway={"cluster_file": "cluster.yaml", "node_probe_interval_s": 0.3},
+    )
+    yield gateway
+    gateway.process.terminate()
+    gateway.process.wait(15)
+
+
+def ready(sim: TritonSim) -> bool:
+    try:
+        with urllib.request.urlopen(f"{sim.http_url}/v2/models/llm-small/ready", timeout=2) as r:
+            return r.status == 200
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+def replicas(gateway: Gateway, state: str) -> float | None:
+    with urllib.request.urlopen(f"{gateway.ops_url}/metrics", timeout=5) as response:
+        text = response.read().decode()
+    found = re.search(rf'gateway_model_replicas\{{model="llm-small",state="{state}"\}} (\S+)', text)
+    return None if found is None else float(found.group(1))
+
+
+def wait_for(check: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + GUARD_S
+    while not check():
+        assert time.monotonic() < deadline, f"still not so after {GUARD_S} s: {what}"
+        time.sleep(0.2)
+
+
+def test_a_burst_adds_a_replica_without_losing_a_request_and_quiet_removes_it(
+    scaled: Gateway, nodes: tuple[TritonSim, TritonSim]
+) -> None:
+    a, b = nodes
+    wait_for(lambda: replicas(scaled, "placed") == 1, "one replica placed")
+    assert [ready(a), ready(b)].count(True) == 1
+
+    stop = threading.Event()
+    answered: list[str] = []
+    failed: list[str] = []
+
+    def client() -> None:
+        openai = OpenAI(base_url=scaled.base_url, api_key=KEYS["acme"], max_retries=0, timeout=30)
+        while not stop.is_set():
+            try:
+                reply = openai.chat.completions.create(
+                    model="llm-small", messages=[{"role": "user", "content": "hi"}], max_tokens=16
+                )
+                answered.append(reply.model)
+            except OpenAIError as exc:
+                failed.append(repr(exc))
+
+    burst = [threading.Thread(target=client) for _ in range(8)]
+    for thread in burst:
+        thread.start()
+    try:
+        wait_for(lambda: ready(a) and ready(b), "llm-small loaded on both nodes")
+        wait_for(lambda: replicas(scaled, "placed") == 2, "two replicas placed")
+        assert replicas(scaled, "desired") == 2
+        # Both nodes serve it now.
+        time.sleep(1.0)
+    finally:
+        stop.set()
+        for thread in burst:
+            thread.join(30)
+    assert failed == [] and len(answered) > 8
+    assert "autoscale llm-small: 1 -> 2 (demand" in scaled.log
+
+    # Quiet: after scale_down_after_s, one replica again, and the other node unloads it.
+    wait_for(lambda: replicas(scaled, "desired") == 1, "desired back to one")
+    wait_for(lambda: [ready(a), ready(b)].count(True) == 1, "one node unloads it")
+    assert "autoscale llm-small: 2 -> 1 (quiet" in scaled.log
