@@ -83,10 +83,24 @@ for i = 1, n do
   local cap, rate, delta = tonumber(ARGV[a]), tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
   local level, ts = cap, now
   local state = redis.call('GET', KEYS[i])
+  local amount = cap
   if state then
     local sp = string.find(state, ' ', 1, true)
     level = tonumber(string.sub(state, 1, sp - 1))
-    ts = tonumber(string.sub(state, sp + 1))
+    local sp2 = string.find(state, ' ', sp + 1, true)
+    if sp2 then  -- a budget's state also holds the amount its level was counted from
+      ts = tonumber(string.sub(state, sp + 1, sp2 - 1))
+      amount = tonumber(string.sub(state, sp2 + 1))
+    else
+      ts = tonumber(string.sub(state, sp + 1))
+    end
+  end
+  local budget = rate <= 0
+  if budget then
+    -- A budget whose amount changed keeps what was spent: raised, the difference is
+    -- there to spend; lowered below what was spent, it is in debt. (A rate bucket's
+    -- level carries over as it is, and refills.)
+    level = level + (cap - amount)
   end
   local ends_in = nil
   if rate < 0 then  -- a budget (take.lua): whole again in each new period
@@ -104,6 +118,7 @@ for i = 1, n do
   level = math.min(cap, math.min(cap, level + elapsed * rate) - delta)
   local reset = wait_ms(level, cap, rate)
   state = fmt(level) .. ' ' .. fmt(ts)
+  if budget then state = state .. ' ' .. fmt(cap) end
   if ends_in then
     redis.call('SET', KEYS[i], state, 'PX', fmt(math.ceil(ends_in) + MARGIN_MS))
   elseif reset < 0 then

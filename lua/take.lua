@@ -1,6 +1,7 @@
 -- take.lua: check and take from every token bucket of one request at once, all or nothing.
 --
--- KEYS[1..n]  the bucket keys (strings "level ts_ms", written by this script and adjust.lua)
+-- KEYS[1..n]  the bucket keys (strings "level ts_ms", written by this script and adjust.lua;
+--             a budget's "level ts_ms amount": the amount its level was counted from)
 -- KEYS[n+1]   optional: the tenant's concurrency lease ZSET (member -> expiry ms)
 -- ARGV[1]     n, the number of buckets (it tells whether KEYS[n+1] is a lease key)
 -- ARGV[3i-1], ARGV[3i], ARGV[3i+1]   bucket i: capacity, refill per ms, cost (cost >= 0);
@@ -86,7 +87,7 @@ local now = tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
 local n = tonumber(ARGV[1])
 
 local caps, rates, costs, levels, stamps = {}, {}, {}, {}, {}
-local holds = {}
+local holds, budgets = {}, {}
 -- A budget's ms to the end of its period (nil: not a budget).
 local ends = {}
 local ok = true
@@ -95,10 +96,24 @@ for i = 1, n do
   local cap, rate, cost = tonumber(ARGV[a]), tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
   local level, ts = cap, now  -- a missing (expired) bucket is full
   local state = redis.call('GET', KEYS[i])
+  local amount = cap
   if state then
     local sp = string.find(state, ' ', 1, true)
     level = tonumber(string.sub(state, 1, sp - 1))
-    ts = tonumber(string.sub(state, sp + 1))
+    local sp2 = string.find(state, ' ', sp + 1, true)
+    if sp2 then  -- a budget's state also holds the amount its level was counted from
+      ts = tonumber(string.sub(state, sp + 1, sp2 - 1))
+      amount = tonumber(string.sub(state, sp2 + 1))
+    else
+      ts = tonumber(string.sub(state, sp + 1))
+    end
+  end
+  local budget = rate <= 0
+  if budget then
+    -- A budget whose amount changed keeps what was spent: raised, the difference is
+    -- there to spend; lowered below what was spent, it is in debt. (A rate bucket's
+    -- level carries over as it is, and refills.)
+    level = level + (cap - amount)
   end
   if rate < 0 then
     local start, stop = period_bounds(now, rate)
@@ -115,6 +130,7 @@ for i = 1, n do
   end
   level = math.min(cap, level + elapsed * rate)
   caps[i], rates[i], costs[i], levels[i], stamps[i] = cap, rate, cost, level, ts
+  budgets[i] = budget
   holds[i] = cost <= cap and level >= cost
   if not holds[i] then ok = false end
 end
@@ -160,6 +176,7 @@ for i = 1, n do
   end
   -- Refused calls store the refilled level too, so retry_after_ms is exact from this state.
   local state = fmt(level) .. ' ' .. fmt(stamps[i])
+  if budgets[i] then state = state .. ' ' .. fmt(caps[i]) end
   if ends_in then
     redis.call('SET', KEYS[i], state, 'PX', fmt(math.ceil(ends_in) + MARGIN_MS))
   elseif reset < 0 then

@@ -222,7 +222,8 @@ class LocalBuckets:
 
     def __init__(self, sweep_every: int = 4096) -> None:
         # key -> (level, ts_ms, expires_at_ms)
-        self._buckets: dict[str, tuple[float, float, float]] = {}
+        # key -> (level, ts_ms, expires_at_ms, the capacity the level was counted from)
+        self._buckets: dict[str, tuple[float, float, float, float]] = {}
         # key -> (member -> expiry ms, key expires_at_ms)
         self._leases: dict[str, tuple[dict[str, float], float]] = {}
         self._sweep_every = sweep_every
@@ -265,7 +266,7 @@ class LocalBuckets:
             else:
                 retry = wait_ms(level, cost, rate)
             reset = wait_ms(level, cap, rate)
-            self._store(b.key, level, ts, now, reset)
+            self._store(b.key, level, ts, now, reset, cap)
             results.append(BucketResult(has, level, retry, reset))
         return TakeResult(ok, results, lease_result, now)
 
@@ -275,7 +276,7 @@ class LocalBuckets:
         """Set the bucket at `key` to `level` at `now_ms`: the state another store (Redis)
         last reported, so that these buckets carry on from it rather than from full."""
         level = min(capacity, max(0.0, level))
-        self._store(key, level, now_ms, now_ms, wait_ms(level, capacity, refill_per_ms))
+        self._store(key, level, now_ms, now_ms, wait_ms(level, capacity, refill_per_ms), capacity)
 
     def adjust(
         self,
@@ -297,7 +298,7 @@ class LocalBuckets:
             cap, rate = float(b.capacity), float(b.refill_per_ms)
             level, ts = self._refill(b.key, cap, rate, now)
             level = min(cap, level - float(b.cost))
-            self._store(b.key, level, ts, now, wait_ms(level, cap, rate))
+            self._store(b.key, level, ts, now, wait_ms(level, cap, rate), cap)
             remaining.append(level)
 
         held = False
@@ -345,6 +346,9 @@ class LocalBuckets:
             level, ts = cap, now  # a missing (expired) bucket is full
         else:
             level, ts = entry[0], entry[1]
+            if rate <= 0:
+                # A budget whose amount changed keeps what was spent (as take.lua).
+                level += cap - entry[3]
         elapsed = now - ts
         if elapsed < 0:
             elapsed = 0.0  # the clock went back: no refill until it passes ts again
@@ -354,9 +358,11 @@ class LocalBuckets:
             return min(cap, level), ts
         return min(cap, level + elapsed * rate), ts
 
-    def _store(self, key: str, level: float, ts: float, now: float, reset: int) -> None:
+    def _store(
+        self, key: str, level: float, ts: float, now: float, reset: int, capacity: float
+    ) -> None:
         expires = math.inf if reset < 0 else now + reset + EXPIRE_MARGIN_MS
-        self._buckets[key] = (level, ts, expires)
+        self._buckets[key] = (level, ts, expires, capacity)
         self._writes += 1
         if self._writes % self._sweep_every == 0:
             self.sweep(now)

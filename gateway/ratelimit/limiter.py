@@ -406,7 +406,7 @@ class RateLimiter:
         self._seed_local()
         self._plans.clear()
 
-    def _plan(self, tenant: str, model: str, key: KeyQuota | None) -> _Plan:
+    def _plan(self, tenant: str, model: str, key: KeyQuota | None = None) -> _Plan:
         if key is not None and key.empty:
             key = None
         key_id = "" if key is None else key.key_id

@@ -139,6 +139,42 @@ async def test_a_model_budget_caps_that_model_only_and_a_key_budget_that_key_onl
     await limiter.close()
 
 
+@pytest.mark.parametrize("period", ["day", "total"])
+async def test_a_budget_changed_in_use_keeps_what_was_spent(url: str, period: str) -> None:
+    """Raised, the difference is there to spend at once; lowered below what was spent,
+    nothing more is served (found by both reviews: the old level was kept instead, so a
+    raised budget stayed refused and a lowered one could be spent past)."""
+    limiter = make_limiter(url, tenants({"amount": 0.01, "period": period}))
+    spend = (await limiter.admit("t", "m", 1, reserve_micros=9_000)).reservation
+    assert spend is not None
+    limiter.settle(spend, 1, spent_micros=9_000)
+    await limiter.close()
+    assert (await limiter_after_reload(url, 0.05, period)).allowed  # 41,000 left of 50,000
+    lowered = await limiter_after_reload(url, 0.005, period, reserve_micros=1)
+    assert lowered.refused_by == "spend"
+    assert float(lowered.headers["x-budget-remaining"]) == 0  # 4,000 in debt, shown as 0
+    # A key's budget changed through PATCH: the same.
+    key = make_limiter(url, tenants())
+    small = KeyQuota("key_c", (Budget(amount=0.001, period=period),))
+    assert (await key.admit("t", "m", 1, reserve_micros=1_000, key=small)).allowed
+    assert (await key.admit("t", "m", 1, reserve_micros=1, key=small)).refused_by == "spend"
+    raised = KeyQuota("key_c", (Budget(amount=0.002, period=period),))
+    assert (await key.admit("t", "m", 1, reserve_micros=1_000, key=raised)).allowed
+    assert (await key.admit("t", "m", 1, reserve_micros=1, key=raised)).refused_by == "spend"
+    await key.close()
+
+
+async def limiter_after_reload(
+    url: str, amount: float, period: str, reserve_micros: int = 40_000
+) -> Any:
+    limiter = make_limiter(url, tenants({"amount": 0.01, "period": period}))
+    limiter.update_tenants(tenants({"amount": amount, "period": period}))
+    try:
+        return await limiter.admit("t", "m", 1, reserve_micros=reserve_micros)
+    finally:
+        await limiter.close()
+
+
 async def test_a_keys_own_rates_cap_that_key_below_its_tenant_and_no_other_key(
     url: str,
 ) -> None:
