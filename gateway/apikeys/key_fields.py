@@ -18,6 +18,8 @@ from gateway.config.schema import BudgetPeriod
 
 MAX_NAME = 128
 MAX_MODELS = 256
+# 10000-01-01T00:00:00Z: later times cannot be written in ISO 8601 (nor by datetime).
+LAST_EXPIRY = 253_402_300_800.0
 # Far above any real limit; below where an integer would stop being one in JSON tools.
 MAX_LIMIT = 10**12
 MAX_AMOUNT = 10.0**12
@@ -165,8 +167,11 @@ def _budget(
     if "amount" not in value:
         raise KeyRequestInvalid("`budget.amount` is required.", "budget.amount")
     amount = _number(value["amount"], "budget.amount")
-    if amount <= 0:
-        raise KeyRequestInvalid("`budget.amount` must be greater than 0.", "budget.amount")
+    if amount < 0.000001:
+        # Spend is counted in micro-units: a smaller budget would be none at all.
+        raise KeyRequestInvalid(
+            "`budget.amount` must be at least 0.000001 (one micro-unit).", "budget.amount"
+        )
     if amount > MAX_AMOUNT:
         raise KeyRequestInvalid("`budget.amount` is too large.", "budget.amount")
     period = value.get("period", "month")
@@ -227,6 +232,8 @@ def _expiry(value: Any, now: float) -> float | None:
         ) from None
     if moment <= now:
         raise KeyRequestInvalid("`expires_at` is in the past.", "expires_at")
+    if moment >= LAST_EXPIRY:
+        raise KeyRequestInvalid("`expires_at` is past the year 9999.", "expires_at")
     return moment
 
 

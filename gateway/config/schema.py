@@ -602,9 +602,10 @@ class Budget(Strict):
     """A cap on spend, in the price table's currency, for a period: a UTC day, a UTC
     month, or for ever (`total`); on every model, or on one (`model`). Past `soft` (a
     share of `amount`) an alert fires; at `amount` requests are refused (HTTP 429,
-    `insufficient_quota`)."""
+    `insufficient_quota`). Without a `period`, a month."""
 
-    amount: PositiveFloat
+    # At least one micro-unit (what spend is counted in), at most a trillion.
+    amount: Annotated[Float, Field(ge=0.000001, le=1e12)]
     period: BudgetPeriod = "month"
     model: str | None = None
     soft: Annotated[float, Field(gt=0, le=1)] = 0.8

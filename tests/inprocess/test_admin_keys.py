@@ -157,6 +157,11 @@ HOSTILE: list[tuple[str, Any]] = [
     ("expired", {**GOOD, "expires_at": "2001-01-01T00:00:00Z"}),
     ("expiry not a time", {**GOOD, "expires_at": "tomorrow"}),
     ("expiry a list", {**GOOD, "expires_at": [1]}),
+    # Found by the hostile review: written, then a 500, and every list a 500 after.
+    ("expiry past year 9999", {**GOOD, "expires_at": 1e20}),
+    ("expiry in year 10000", {**GOOD, "expires_at": "9999-12-31T23:59:59-12:00"}),
+    # Found by the hostile review: taken, then every request of the key a 500.
+    ("budget under a micro-unit", {**GOOD, "budget": {"amount": 1e-9, "period": "day"}}),
     ("negative limit", {**GOOD, "limits": {"requests_per_minute": -5}}),
     ("unknown field", {**GOOD, "owner": "me"}),
     ("not an object", [GOOD]),
@@ -172,6 +177,9 @@ async def test_hostile_bodies_are_refused_with_a_4xx(
             answer = await admin.post("/admin/keys", json=body)
             assert answer.status_code == 400, (label, answer.text)
             assert answer.json()["error"]["type"] == "invalid_request_error", label
+        # Nothing refused was written: the list still answers, and holds none of them.
+        listed = await admin.get("/admin/keys")
+        assert listed.status_code == 200 and listed.json()["data"] == []
         raw = {
             "deep": f'{{"tenant": "acme", "name": "ci", "models": {_deep(5000)}}}',
             "not json": "{tenant",

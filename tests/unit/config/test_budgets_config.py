@@ -27,7 +27,11 @@ def test_budgets_load_in_micro_units() -> None:
 @pytest.mark.parametrize(
     ("budget", "why"),
     [
-        ("{amount: -1, period: day}", "amount: Input should be greater than 0"),
+        ("{amount: -1, period: day}", "amount: Input should be greater than or equal to 0.000001"),
+        (
+            "{amount: 0.0000001, period: day}",
+            "amount: Input should be greater than or equal to 0.000001",
+        ),
         ('{amount: "ten", period: day}', "amount: Input should be a valid number"),
         ("{amount: 1, period: week}", "period: Input should be 'day', 'month' or 'total'"),
         ("{amount: 1, soft: 1.5}", "soft: Input should be less than or equal to 1"),
