@@ -40,6 +40,9 @@ class KeyFields:
     budget: Budget | None = None
     limits: KeyLimits = field(default_factory=KeyLimits)
     given: frozenset[str] = frozenset()
+    # Which of `limits`' fields were given: an update changes those and keeps the rest
+    # (`limits: null` clears both).
+    limits_given: frozenset[str] = frozenset()
 
 
 def create_fields(
@@ -98,6 +101,7 @@ def _fields(
         budget=budget,
         limits=_limits(data.get("limits")),
         given=frozenset(data),
+        limits_given=_limits_given(data.get("limits")),
     )
 
 
@@ -235,6 +239,15 @@ def _expiry(value: Any, now: float) -> float | None:
     if moment >= LAST_EXPIRY:
         raise KeyRequestInvalid("`expires_at` is past the year 9999.", "expires_at")
     return moment
+
+
+def _limits_given(value: Any) -> frozenset[str]:
+    if isinstance(value, dict):
+        return frozenset(value)
+    return frozenset(LIMIT_FIELDS)  # null: both cleared
+
+
+LIMIT_FIELDS = ("requests_per_minute", "tokens_per_minute")
 
 
 def _limits(value: Any) -> KeyLimits:

@@ -128,15 +128,20 @@ class KeyStore:
             return None
 
     async def update(self, key_id: str, fields: KeyFields) -> ManagedKey:
-        """The key with the fields given in `fields.given` changed."""
+        """The key with the fields given in `fields.given` changed (of its limits, those
+        in `fields.limits_given`)."""
         changes: dict[str, object] = {
             name: getattr(fields, name)
-            for name in ("name", "models", "expires_at", "budget", "limits")
+            for name in ("name", "models", "expires_at", "budget")
             if name in fields.given
         }
 
         def change(key: ManagedKey) -> tuple[ManagedKey, str | None]:
             _refuse_revoked(key)
+            if "limits" in fields.given:
+                # Only the limits given change: `--tpm` alone keeps the key's rpm.
+                given = {n: getattr(fields.limits, n) for n in fields.limits_given}
+                changes["limits"] = replace(key.limits, **given)
             return replace(key, **changes, updated_at=self._clock()), None  # type: ignore[arg-type]
 
         return await self._change(key_id, change)

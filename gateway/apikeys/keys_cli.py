@@ -104,8 +104,13 @@ def _fields(args: argparse.Namespace) -> dict[str, Any]:
         body["expires_at"] = args.expires
     if getattr(args, "no_expiry", False):
         body["expires_at"] = None
-    if args.rpm is not None or args.tpm is not None:
-        body["limits"] = {"requests_per_minute": args.rpm, "tokens_per_minute": args.tpm}
+    limits = {
+        name: value
+        for name, value in (("requests_per_minute", args.rpm), ("tokens_per_minute", args.tpm))
+        if value is not None
+    }
+    if limits:
+        body["limits"] = limits  # an update changes these and keeps the other
     return body
 
 

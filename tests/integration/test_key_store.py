@@ -16,6 +16,7 @@ from redis.asyncio import Redis, RedisCluster
 from gateway.apikeys import KeyDirectory, KeyStore
 from gateway.apikeys.errors import KeyRevoked, UnknownKey
 from gateway.apikeys.key_fields import KeyFields
+from gateway.apikeys.managed_key import KeyLimits
 from gateway.config import Budget, Tenant, hash_key
 from gateway.serving.auth import Authenticator, InvalidApiKey
 from gateway.storage.redis_client import EMBEDDED_URL
@@ -218,3 +219,21 @@ async def test_changes_racing_a_revoke_or_a_rotate_never_undo_it(
         assert final.name == "renamed" and final.key_hash == rotated.key_hash
         assert await store.find(_digest(old)) is None
         assert await store.find(_digest(new)) == final
+
+
+async def test_changing_one_limit_keeps_the_other(client: Redis | RedisCluster) -> None:
+    """`gateway keys update --tpm N` alone keeps the key's rpm (found by the hostile
+    review: it cleared it, and the key was looser than before); null clears both."""
+    store = KeyStore(client, _prefix())
+    key, _ = await store.create("acme", KeyFields(name="ci", limits=KeyLimits(2, 100_000)))
+    tpm = KeyFields(
+        limits=KeyLimits(None, 50_000),
+        given=frozenset({"limits"}),
+        limits_given=frozenset({"tokens_per_minute"}),
+    )
+    assert (await store.update(key.id, tpm)).limits == KeyLimits(2, 50_000)
+    cleared = KeyFields(
+        given=frozenset({"limits"}),
+        limits_given=frozenset({"requests_per_minute", "tokens_per_minute"}),
+    )
+    assert (await store.update(key.id, cleared)).limits == KeyLimits()

@@ -43,7 +43,7 @@ def test_commands_call_the_admin_api(
         "http://127.0.0.1:8081", "sk-admin", "POST", "/admin/keys",
         {"tenant": "acme", "name": "ci", "models": ["llm-small"],
          "budget": {"amount": 0.05, "period": "day"}, "expires_at": "2027-01-01",
-         "limits": {"requests_per_minute": 10, "tokens_per_minute": None}},
+         "limits": {"requests_per_minute": 10}},
     )  # fmt: skip
     assert "sk-secret" in capsys.readouterr().out
     assert main(["keys", "--url", "http://gw:9", "list", "--tenant", "acme"]) == 0
