@@ -89,7 +89,7 @@ async def _changed(runtime: Runtime, action: str, by: str, key: ManagedKey) -> N
     """Log the change, and see it here at once (the other gateways within a second)."""
     _log(action, by, key)
     if runtime.key_directory is not None:
-        await runtime.key_directory.refresh()
+        await runtime.key_directory.refresh_from_now()
 
 
 def _log(action: str, by: str, key: ManagedKey) -> None:

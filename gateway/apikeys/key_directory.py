@@ -62,6 +62,15 @@ class KeyDirectory:
         # Shielded: a caller that gives up (its client left) does not cancel the others'.
         await asyncio.shield(task)
 
+    async def refresh_from_now(self) -> None:
+        """Load what the store holds now: a look already in flight may have read before
+        a change just made (here, or on another gateway an instant ago), so one more
+        starts after it; callers meanwhile share it, as they share `refresh`'s."""
+        task = self._refreshing
+        if task is not None and not task.done():
+            await asyncio.shield(task)
+        await self.refresh()
+
     async def _refresh(self) -> None:
         self.lookups += 1
         try:

@@ -45,11 +45,14 @@ from gateway.placement.leadership import (
 from gateway.placement.triton_repository import RepositoryError, apply_plan
 from gateway.storage.redis_client import REDIS_ERRORS, RedisClient
 from gateway.storage.scripts import read_script
+from gateway.upstream.pool import Replica
 from gateway.upstream.route import ModelRoute
 
 log = logging.getLogger("gateway.placement")
 
 PROBE_TIMEOUT_S = 1.0
+# How often a drain looks at the requests still on a replica that leaves.
+DRAIN_POLL_S = 0.1
 _NOT_PUBLISHED: tuple[type[BaseException], ...] = (LostLeadership, *REDIS_ERRORS)
 PUBLISH_LUA = read_script("lease_publish.lua")
 
@@ -322,7 +325,10 @@ class ClusterPlacement:
         return changed
 
     async def _replace(self) -> None:
-        """Plan again around the nodes that are down, apply it, and serve from it."""
+        """Plan again (around the nodes that are down, at the desired counts), and move
+        to it without losing a request: new replicas are loaded before they take
+        traffic; replicas that go stop taking new requests here and on the other
+        gateways (the published plan), drain, and only then are unloaded."""
         # Isolate first: nothing more goes to a node that is down, whatever happens next.
         self._point_pools(self._without_down_nodes)
         cluster = (
@@ -332,7 +338,12 @@ class ClusterPlacement:
         up = [n.name for n in self.cluster.nodes if n.name not in self.down]
         fence = self._lease.fence if self._lease is not None else None
         try:
-            actions = await apply_plan(self.cluster, plan, nodes=up, fence=fence)
+            actions = await apply_plan(self.cluster, plan, nodes=up, fence=fence, unloads=False)
+            leaving = self._leaving(plan)
+            await self._serve_from(plan)
+            if leaving:
+                await self._drain(leaving)
+            actions += await apply_plan(self.cluster, plan, nodes=up, fence=fence, loads=False)
         except LostLeadership as exc:
             log.warning("placement stopped: %s", exc)
             return
@@ -342,6 +353,26 @@ class ClusterPlacement:
         self._taking_over = False
         for action in actions:
             log.info("placement: %s", action)
+        for deployment in self.cluster.deployments:
+            unplaced = plan.unplaced.get(deployment.model, 0)
+            metrics.labels(metrics.REPLICAS_UNPLACED, deployment.model).set(unplaced)
+
+    def _leaving(self, plan: DeploymentPlan) -> list[Replica]:
+        """The replicas (of nodes up) that serve a model now and will not in `plan`:
+        the objects themselves, as requests in flight count on them after they leave
+        their pool."""
+        leaving = []
+        for model in dict.fromkeys(d.model for d in self.cluster.deployments):
+            route = self._routes.get(model)
+            if route is None:
+                continue
+            gone = set(self.plan.nodes_of(model)) - set(plan.nodes_of(model)) - self.down
+            urls = {self._node_url(name, route) for name in gone}
+            leaving += [r for r in route.pool.replicas if r.url in urls]
+        return leaving
+
+    async def _serve_from(self, plan: DeploymentPlan) -> None:
+        """Take `plan` as the placement: log a change, point the pools, publish."""
         if plan.placements != self.plan.placements or plan.unplaced != self.plan.unplaced:
             # A change is worth a warning only when something could not be placed.
             log.log(
@@ -351,11 +382,25 @@ class ClusterPlacement:
                 ", ".join(f"{m} x{n}" for m, n in sorted(plan.unplaced.items())) or "none",
             )
         self.plan = plan
-        for deployment in self.cluster.deployments:
-            unplaced = plan.unplaced.get(deployment.model, 0)
-            metrics.labels(metrics.REPLICAS_UNPLACED, deployment.model).set(unplaced)
         self._point_pools(lambda route, _: self._plan_urls(route))
         await self._publish_safely()
+
+    async def _drain(self, leaving: list[Replica]) -> None:
+        """Wait until no request of this gateway is on a replica that leaves, and the
+        other gateways have had the time to follow the published plan (two of their
+        polls), up to `autoscaling.drain_timeout_s`."""
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        timeout = self.cluster.autoscaling.drain_timeout_s
+        followed = started + 2 * self._interval_s
+        while loop.time() - started < timeout:
+            if sum(r.outstanding for r in leaving) == 0 and loop.time() >= followed:
+                return
+            await asyncio.sleep(DRAIN_POLL_S)
+        log.warning(
+            "drain: %d requests still on replicas that leave after %.0f s; unloading",
+            sum(r.outstanding for r in leaving), timeout,
+        )  # fmt: skip
 
     def _node_url(self, name: str, route: ModelRoute) -> str:
         return replica_url(self._nodes[name], route.config.backend)

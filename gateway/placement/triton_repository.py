@@ -56,13 +56,17 @@ async def apply_plan(
     plan: DeploymentPlan,
     nodes: Iterable[str] | None = None,
     fence: Callable[[], Awaitable[None]] | None = None,
+    *,
+    loads: bool = True,
+    unloads: bool = True,
 ) -> list[Action]:
     """Make each node's Triton serve what `plan` places on it; the calls made, in order.
 
     Every load, on every node, comes before any unload, so a model that moves is served
     somewhere throughout. `nodes` limits the work to some nodes (the others may be down).
     `fence` runs before every load and unload: it raises when this gateway may no longer
-    act (gateway.placement.leadership), and the calls stop there.
+    act (gateway.placement.leadership), and the calls stop there. `loads` or `unloads`
+    false leaves those calls out (a caller that drains replicas between the two).
     """
     deployed = {d.model for d in cluster.deployments}
     wanted = set(nodes) if nodes is not None else {n.name for n in cluster.nodes}
@@ -70,13 +74,13 @@ async def apply_plan(
     actions: list[Action] = []
     async with aiohttp.ClientSession(timeout=_TIMEOUT) as session:
         present = {name: await loaded_models(session, url) for name, url in urls.items()}
-        for name, url in urls.items():
+        for name, url in urls.items() if loads else ():
             for model in sorted(plan.models_on(name) - present[name]):
                 if fence is not None:
                     await fence()
                 await _call(session, url, "load", model)
                 actions.append(Action(name, "load", model))
-        for name, url in urls.items():
+        for name, url in urls.items() if unloads else ():
             for model in sorted((present[name] & deployed) - plan.models_on(name)):
                 if fence is not None:
                     await fence()

@@ -94,7 +94,8 @@ class Authenticator:
         directory = self._directory
         if directory is None or directory.lookup(digest) is not None:
             raise InvalidApiKey  # no store, or a key known and refused (revoked, expired)
-        await directory.refresh()
+        # A key made an instant ago: a look that started before it was made would miss it.
+        await directory.refresh_from_now()
         identity = self._managed_identity(digest)
         if identity is None:
             raise InvalidApiKey

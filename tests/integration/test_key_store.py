@@ -13,7 +13,7 @@ import pytest
 from fakeredis import FakeAsyncRedis
 from redis.asyncio import Redis, RedisCluster
 
-from gateway.apikeys import KeyDirectory, KeyStore
+from gateway.apikeys import KeyDirectory, KeyStore, ManagedKey
 from gateway.apikeys.errors import KeyRevoked, UnknownKey
 from gateway.apikeys.key_fields import KeyFields
 from gateway.apikeys.managed_key import KeyLimits
@@ -237,3 +237,43 @@ async def test_changing_one_limit_keeps_the_other(client: Redis | RedisCluster) 
         limits_given=frozenset({"requests_per_minute", "tokens_per_minute"}),
     )
     assert (await store.update(key.id, cleared)).limits == KeyLimits()
+
+
+class GatedStore(KeyStore):
+    """A store whose loads wait at a gate after reading, as a slow Redis would."""
+
+    gate: asyncio.Event
+
+    async def load(self) -> tuple[int, dict[str, ManagedKey]]:
+        found = await super().load()
+        await self.gate.wait()
+        return found
+
+
+async def test_a_change_made_while_a_look_is_in_flight_is_seen_at_once(redis: Redis) -> None:
+    """The look in flight read before the revoke; the gateway that revoked must not go on
+    serving the key from it (found by the hostile review: 7 requests served on a revoked
+    key for 0.1 s after DELETE answered)."""
+    prefix = _prefix()
+    here = KeyStore(redis, prefix)
+    key, plain = await here.create("acme", KeyFields(name="ci"))
+    gated = GatedStore(redis, prefix)
+    gated.gate = asyncio.Event()
+    gated.gate.set()
+    directory = KeyDirectory(gated, interval_s=3600)
+    await directory.start()
+    try:
+        await here.update(key.id, KeyFields(name="ci-2", given=frozenset({"name"})))
+        gated.gate.clear()
+        stale = asyncio.create_task(directory.refresh())  # reads, then waits at the gate
+        await asyncio.sleep(0.05)
+        await here.revoke(key.id)
+        seen = asyncio.create_task(directory.refresh_from_now())
+        await asyncio.sleep(0.05)
+        gated.gate.set()
+        await stale
+        await seen
+        found = directory.lookup(_digest(plain))
+        assert found is not None and found.revoked_at is not None
+    finally:
+        await directory.stop()

@@ -55,7 +55,7 @@ class _Directory:
     def __len__(self) -> int:
         return len(self.keys)
 
-    async def refresh(self) -> None:
+    async def refresh_from_now(self) -> None:
         self.refreshes += 1
 
 
