@@ -35,7 +35,12 @@ def add_usage_arguments(parser: argparse.ArgumentParser) -> None:
     commands = parser.add_subparsers(dest="usage_command", required=True)
     report = commands.add_parser("report", help="usage and cost by tenant, key, model")
     report.add_argument("--config", required=True, help="gateway.yaml (its ledger and prices)")
-    report.add_argument("--by", default="tenant", help="groups: tenant,key,model,endpoint")
+    report.add_argument(
+        "--by",
+        default="tenant",
+        help="groups: tenant, key, model (the model that served; refused requests have "
+        "none), requested (the model asked), endpoint",
+    )
     report.add_argument("--since", default="24h", help="ISO time or a duration back (24h)")
     report.add_argument("--until", default=None, help="ISO time or a duration back (now)")
     report.add_argument("--csv", action="store_true", help="CSV instead of a table")

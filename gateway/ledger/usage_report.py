@@ -17,7 +17,14 @@ from dataclasses import dataclass
 TABLE = "usage_ledger"
 
 # A report's group name and the column it groups by ("model" is the model that served).
-GROUPS = {"tenant": "tenant", "key": "key_id", "model": "model_served", "endpoint": "endpoint"}
+# `model` is the model that served (refused requests: none); `requested`, the model asked.
+GROUPS = {
+    "tenant": "tenant",
+    "key": "key_id",
+    "model": "model_served",
+    "requested": "model_requested",
+    "endpoint": "endpoint",
+}
 # What each report row sums, in its order, after the group columns.
 MEASURES = (
     "requests",

@@ -425,7 +425,16 @@ class _Admitted:
     def settle(self, used_tokens: int, spent_micros: int) -> None:
         """Settle the tokens used and what they cost (micro-units) in the tenant's limits
         and budgets; the spend goes into the metrics."""
-        self.record.cost_micros = spent_micros
+        record = self.record
+        record.cost_micros = spent_micros
+        if used_tokens > 0 and not record.served_model:
+            # Cut before any answer was seen (the client left, or its deadline passed):
+            # the record says what it is charged for, at the model it is charged at, so
+            # that the ledger's figures by model add up as the counters' do.
+            prompt = sum(w.first_call.prompt_estimate for w in self.works if w.admissions)
+            record.served_model = self.work.chain[0].name
+            record.prompt_tokens = prompt
+            record.completion_tokens = max(0, used_tokens - prompt)
         if spent_micros > 0:
             metrics.labels(metrics.SPEND, self.work.tenant, self.route.name).inc(spent_micros)
         if self.decision.reservation is not None:

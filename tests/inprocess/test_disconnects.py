@@ -10,6 +10,7 @@ from typing import Any
 import orjson
 import pytest
 
+from gateway.observability.access import RequestRecord, set_usage_sink
 from tests.inprocess.conftest import KEYS, started_gateway
 from tests.polling import wait_until
 
@@ -95,3 +96,38 @@ async def test_a_client_that_leaves_while_its_admission_is_out_gives_its_slot_ba
         # One at a time: the next request gets the slot once the release (sent in the
         # background) has reached Redis, not after the lease's 30 s.
         await wait_until(served, timeout_s=10)
+
+
+def priced(config: dict[str, Any]) -> None:
+    config["prices"] = {
+        "currency": "EUR",
+        "models": {"llm-large": {"input_per_million": 3.0, "output_per_million": 15.0}},
+    }
+
+
+async def test_a_whole_answer_the_client_left_is_recorded_at_the_model_it_is_charged_at(
+    config_for: Callable[..., Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A client that leaves while the replica computes a whole answer is charged its
+    prompt and `max_tokens`; its usage record says so, at that model (found by the
+    hostile review: the record had no model and no tokens, only a cost)."""
+    records: list[RequestRecord] = []
+    async with started_gateway(config_for(edit=priced), monkeypatch) as gw:
+        set_usage_sink(lambda record, _duration: records.append(record))
+        route = gw.app.app.state.runtime.routes["llm-large"]  # type: ignore[attr-defined]
+        leaves = asyncio.Event()
+
+        async def computing(url: str, upstream_call: Any) -> Any:
+            leaves.set()
+            await asyncio.sleep(30)  # cancelled when the client leaves
+
+        monkeypatch.setattr(route.backend, "complete", computing)
+        body = orjson.dumps({**CHAT, "max_tokens": 100})
+        try:
+            assert await call(gw.app, body, leaves) == 499
+        finally:
+            set_usage_sink(None)
+    [record] = records
+    assert (record.status, record.served_model) == (499, "llm-large")
+    assert record.completion_tokens == 100 and record.prompt_tokens > 0
+    assert record.cost_micros == record.prompt_tokens * 3 + 100 * 15
