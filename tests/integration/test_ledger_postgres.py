@@ -24,7 +24,10 @@ from tests.polling import wait_until
 from tests.unit.ledger.usage_samples import T0, expected_report, sample
 
 SERVER = os.environ.get("LEDGER_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432")
-GROUPINGS = [(), ("tenant",), ("tenant", "key", "model"), ("endpoint", "model"), ("key",)]
+GROUPINGS = [
+    (), ("tenant",), ("tenant", "key", "model"), ("endpoint", "model"), ("key",),
+    ("requested", "model"),
+]  # fmt: skip
 
 
 async def _admin() -> asyncpg.Connection:

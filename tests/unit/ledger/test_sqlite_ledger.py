@@ -13,7 +13,10 @@ from gateway.ledger.sqlite_ledger import SqliteLedger
 from gateway.ledger.usage_report import ReportQuery
 from tests.unit.ledger.usage_samples import T0, expected_report, sample
 
-GROUPINGS = [(), ("tenant",), ("tenant", "key", "model"), ("endpoint", "model"), ("key",)]
+GROUPINGS = [
+    (), ("tenant",), ("tenant", "key", "model"), ("endpoint", "model"), ("key",),
+    ("requested", "model"),
+]  # fmt: skip
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ def sample(i: int, prefix: str = "", **fields: object) -> UsageRecord:
         tenant=("acme", "globex", "initech")[i % 3],
         key_id=("k1", "k2")[i % 2],
         endpoint=("chat", "responses")[i % 2],
-        model_requested="coder",
+        model_requested=("coder", "chat")[i % 5 == 4],
         model_served=("llama-8b", "llama-70b")[i % 2],
         prompt_tokens=100 + i,
         cached_tokens=i % 10,
@@ -41,7 +41,10 @@ def expected_report(
     records: list[UsageRecord], since: float, until: float, by: tuple[str, ...]
 ) -> list[dict[str, object]]:
     """The report computed in Python, to compare with what each store answers."""
-    columns = {"tenant": "tenant", "key": "key_id", "model": "model_served", "endpoint": "endpoint"}
+    columns = {
+        "tenant": "tenant", "key": "key_id", "model": "model_served",
+        "requested": "model_requested", "endpoint": "endpoint",
+    }  # fmt: skip
     groups: dict[tuple[object, ...], list[UsageRecord]] = {}
     for record in records:
         if since <= record.ts < until:
