@@ -180,8 +180,9 @@ def rate_limited(decision: Decision) -> APIError:
         return over_budget(decision, headers)
     kind = "tokens" if decision.refused_by == "tokens" else "requests"
     if decision.never_fits:
+        whose = "this API key's" if decision.of_key else "your"
         message = (
-            "This request needs more tokens than your token limit can ever hold; "
+            f"This request needs more tokens than {whose} token limit can ever hold; "
             "lower max_tokens or shorten the prompt."
         )
         headers["x-should-retry"] = "false"  # the openai SDK honours this
@@ -193,8 +194,9 @@ def rate_limited(decision: Decision) -> APIError:
     else:
         # The SDKs show the message, not the headers: it says the limit and the wait.
         wait = max(1, math.ceil(decision.retry_after_s or 0))
+        whose = "this API key" if decision.of_key else "your organization"
         message = (
-            f"Rate limit reached: {decision.limit} {kind} per minute for your organization; "
+            f"Rate limit reached: {decision.limit} {kind} per minute for {whose}; "
             f"retry in {wait} s."
         )
     reason = {"tokens": "rate_tokens", "concurrency": "concurrency"}.get(
@@ -224,8 +226,14 @@ def over_budget(decision: Decision, headers: dict[str, str]) -> APIError:
         f"You exceeded your current quota: this request may cost more than is left of "
         f"your {period} budget ({left} of {limit} left)."
     )
-    if decision.retry_after_s is None:
+    if decision.period == "total":
         message += " It does not renew: ask your operator to raise it."
+    elif decision.retry_after_s is None:
+        # More than the whole budget: waiting for the next period would not help.
+        message += (
+            " This request may cost more than the whole budget: lower max_tokens or "
+            "shorten the prompt."
+        )
     else:
         message += " It renews at the start of the next period; a smaller max_tokens may fit now."
     # The SDKs retry a 429 within seconds: no use before the period ends.

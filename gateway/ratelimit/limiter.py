@@ -112,6 +112,8 @@ class _Bucket:
     # (tenant, key id or "", period, model or "").
     soft: float = 1.0
     scope: tuple[str, str, str, str] = ("", "", "", "")
+    # A managed key's own bucket (its `limits`), not its tenant's.
+    of_key: bool = False
 
     @property
     def refill_per_ms(self) -> float:
@@ -232,6 +234,8 @@ class Decision:
     limit: int | None = None
     # The budget that refused (spend): its period.
     period: str | None = None
+    # The limit that refused is the API key's own (its `limits`), not its tenant's.
+    of_key: bool = False
     reservation: Reservation | None = None
 
 
@@ -274,7 +278,7 @@ def _key_buckets(prefix: str, tenant: str, key: KeyQuota) -> list[_Bucket]:
     ):
         if per_minute is not None:
             bucket = bucket_key(prefix, tenant, f"key:{key.key_id}:{kind}")
-            found.append(_Bucket(kind, bucket, per_minute, float(per_minute)))  # type: ignore[arg-type]
+            found.append(_Bucket(kind, bucket, per_minute, float(per_minute), of_key=True))  # type: ignore[arg-type]
     return found
 
 
@@ -1035,4 +1039,5 @@ def _decide(plan: _Plan, result: TakeResult) -> Decision:
         retry_after_s=None if never_fits else wait_ms / 1000,
         never_fits=never_fits,
         limit=named.per_minute,
+        of_key=named.of_key,
     )

@@ -128,6 +128,7 @@ async def test_a_keys_own_rate_refuses_that_key_while_its_tenant_goes_on(
         assert refused.value.response.headers["x-ratelimit-limit-requests"] == "2"
         assert 0 < float(refused.value.response.headers["retry-after"]) <= 30
         assert refused.value.code == "rate_limit_exceeded"
+        assert "2 requests per minute for this API key" in refused.value.message
         for _ in range(3):
             await gw.openai(KEYS["acme"]).chat.completions.create(**ask)
 

@@ -76,12 +76,14 @@ async def test_a_tenant_spends_its_budget_through_the_openai_sdk_until_refused(
             AMOUNT - 4 * COST / 1e6
         )
         assert remaining == sorted(remaining, reverse=True)
-        # On Messages, the same refusal in Anthropic's words.
-        with pytest.raises(anthropic.RateLimitError) as messages_refused:
+        # On Messages, the same refusal in Anthropic's words: 402 billing_error, which
+        # its SDK does not retry.
+        with pytest.raises(anthropic.APIStatusError) as messages_refused:
             await gw.anthropic().messages.create(
                 model="llm-large", max_tokens=64, messages=[{"role": "user", "content": "Hi"}]
             )
         body = messages_refused.value.body
+        assert messages_refused.value.status_code == 402
         assert isinstance(body, dict) and body["error"]["type"] == "billing_error"
     # Redis holds exactly what the four cost, and so does the counter.
     gateway_config = yaml.safe_load(path.read_text())

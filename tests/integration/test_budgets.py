@@ -104,6 +104,18 @@ async def test_a_request_that_may_cost_more_than_is_left_is_refused_with_insuffi
     await limiter.close()
 
 
+async def test_a_request_dearer_than_a_whole_daily_budget_is_told_so(url: str) -> None:
+    """Not "it does not renew" (a daily budget does): waiting would not help this request,
+    a smaller one would (found by the new-user review)."""
+    limiter = make_limiter(url, tenants({"amount": 0.00005, "period": "day"}))
+    refused = await limiter.admit("t", "m", 1, reserve_micros=80)
+    assert refused.refused_by == "spend" and refused.retry_after_s is None
+    error = client_error(RateLimited(refused))
+    assert "more than the whole budget" in error.message
+    assert "does not renew" not in error.message
+    await limiter.close()
+
+
 async def test_a_total_budget_never_renews_and_says_so(url: str) -> None:
     limiter = make_limiter(url, tenants({"amount": 0.001, "period": "total"}))
     assert (await limiter.admit("t", "m", 1, reserve_micros=1000)).allowed

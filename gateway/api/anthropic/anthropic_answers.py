@@ -209,6 +209,10 @@ def error_body(error: APIError) -> dict[str, Any]:
 def error_response(error: APIError) -> Response:
     """An error as Anthropic answers it, with its rate-limit headers and `request-id`."""
     error.headers.update(anthropic_headers(error.headers))
+    if error.code == "insufficient_quota":
+        # Anthropic answers `billing_error` with 402 (OpenAI: 429): its SDK raises an
+        # APIStatusError and does not retry it.
+        error.status = 402
     return error.response(error_body(error))
 
 
