@@ -30,6 +30,7 @@ from gateway.api.exchange import read_body
 from gateway.apikeys import KeyStore, ManagedKey
 from gateway.apikeys.errors import KeyChangeConflict, KeyRequestInvalid, KeyRevoked, UnknownKey
 from gateway.apikeys.key_fields import create_fields, update_fields
+from gateway.serving.auth import Identity
 from gateway.serving.runtime import Runtime
 
 log = logging.getLogger("gateway.keys")
@@ -85,6 +86,11 @@ async def _key(store: KeyStore, key_id: str) -> ManagedKey:
         raise _not_found(key_id) from None
 
 
+def _who(admin: Identity) -> str:
+    """The admin tenant and the key that acted (its id: no secret)."""
+    return f"{admin.name} ({admin.key_id})" if admin.key_id else admin.name
+
+
 async def _changed(runtime: Runtime, action: str, by: str, key: ManagedKey) -> None:
     """Log the change, and see it here at once (the other gateways within a second)."""
     _log(action, by, key)
@@ -120,7 +126,7 @@ async def create_key(request: Request) -> Response:
         key, plain = await store.create(tenant, fields)
     except KeyChangeConflict as exc:
         raise _conflict(str(exc)) from None
-    await _changed(runtime, "created", admin.name, key)
+    await _changed(runtime, "created", _who(admin), key)
     return _json({**key.public(), "key": plain}, status=201)
 
 
@@ -167,7 +173,7 @@ async def update_key(request: Request) -> Response:
         raise _revoked(key.id) from None
     except KeyChangeConflict:
         raise _conflict(key.id) from None
-    await _changed(runtime, "updated", admin.name, key)
+    await _changed(runtime, "updated", _who(admin), key)
     return _json(key.public())
 
 
@@ -183,7 +189,7 @@ async def revoke_key(request: Request) -> Response:
         raise _not_found(key.id) from None
     except KeyChangeConflict:
         raise _conflict(key.id) from None
-    await _changed(runtime, "revoked", admin.name, key)
+    await _changed(runtime, "revoked", _who(admin), key)
     return _json(key.public())
 
 
@@ -202,5 +208,5 @@ async def rotate_key(request: Request) -> Response:
         raise _revoked(key.id) from None
     except KeyChangeConflict:
         raise _conflict(key.id) from None
-    await _changed(runtime, "rotated", admin.name, key)
+    await _changed(runtime, "rotated", _who(admin), key)
     return _json({**key.public(), "key": plain})

@@ -27,6 +27,7 @@ from urllib.parse import quote
 
 ADMIN_KEY_ENV = "GATEWAY_ADMIN_KEY"
 DEFAULT_URL = "http://127.0.0.1:8081"
+URL_ENV = "GATEWAY_ADMIN_URL"
 TIMEOUT_S = 10.0
 
 
@@ -51,12 +52,20 @@ def _models(text: str) -> list[str]:
 
 
 def add_keys_arguments(parser: argparse.ArgumentParser) -> None:
-    """The `keys` command's subcommands."""
-    parser.add_argument("--url", default=DEFAULT_URL, help="the gateway's ops listener")
-    parser.add_argument(
-        "--admin-key", default=None, help=f"an admin tenant's key (default: ${ADMIN_KEY_ENV})"
-    )
+    """The `keys` command's subcommands. `--url` and `--admin-key` go before or after
+    the subcommand."""
+    _connection_arguments(parser, DEFAULT_URL)
     commands = parser.add_subparsers(dest="keys_command", required=True)
+    # After the subcommand too (`gateway keys create ... --url URL`): there they default
+    # to nothing given, so that one given before stays.
+    original = commands.add_parser
+
+    def add_parser(name: str, **kwargs: Any) -> argparse.ArgumentParser:
+        command = original(name, **kwargs)
+        _connection_arguments(command, argparse.SUPPRESS)
+        return command
+
+    commands.add_parser = add_parser  # type: ignore[method-assign]
 
     create = commands.add_parser("create", help="a new key (printed once)")
     create.add_argument("--tenant", required=True)
@@ -82,12 +91,34 @@ def add_keys_arguments(parser: argparse.ArgumentParser) -> None:
     parser.set_defaults(run=run_keys_command)
 
 
+def _connection_arguments(parser: argparse.ArgumentParser, url_default: str) -> None:
+    parser.add_argument(
+        "--url",
+        default=os.environ.get(URL_ENV, url_default) if url_default != argparse.SUPPRESS
+        else argparse.SUPPRESS,
+        help=f"the gateway's ops listener (default: ${URL_ENV}, else {DEFAULT_URL})",
+    )  # fmt: skip
+    parser.add_argument(
+        "--admin-key",
+        default=None if url_default != argparse.SUPPRESS else argparse.SUPPRESS,
+        help=f"an admin tenant's key (default: ${ADMIN_KEY_ENV})",
+    )
+
+
 def _field_arguments(command: argparse.ArgumentParser) -> None:
-    command.add_argument("--models", type=_models, help="comma-separated (default: all)")
-    command.add_argument("--budget", type=parse_budget, help="AMOUNT/PERIOD[/MODEL]")
+    command.add_argument(
+        "--models", type=_models, help="comma-separated (create: default all; update: unchanged)"
+    )
+    command.add_argument(
+        "--budget", type=parse_budget, help="AMOUNT[/day|month|total[/MODEL]] (default: a month)"
+    )
     command.add_argument("--expires", help="ISO 8601 time or date (UTC unless it says)")
-    command.add_argument("--rpm", type=int, help="requests per minute (below the tenant's)")
-    command.add_argument("--tpm", type=int, help="tokens per minute (below the tenant's)")
+    command.add_argument(
+        "--rpm", type=int, help="the key's own requests per minute (its tenant's still apply)"
+    )
+    command.add_argument(
+        "--tpm", type=int, help="the key's own tokens per minute (its tenant's still apply)"
+    )
 
 
 def _fields(args: argparse.Namespace) -> dict[str, Any]:

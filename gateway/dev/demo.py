@@ -116,7 +116,9 @@ def _ops_line(ops_port: int | None, state_dir: str) -> str:
     return (
         f"Metrics:  {ops}/metrics   (the ops listener, no key)\n"
         f"Usage:    curl -s '{ops}/admin/usage?by=tenant,model&since=1h' "
-        "-H 'Authorization: Bearer sk-ops-demo'   (ops: the admin tenant)\n" + ledger
+        "-H 'Authorization: Bearer sk-ops-demo'   (ops: the admin tenant)\n"
+        f"Keys:     GATEWAY_ADMIN_KEY=sk-ops-demo {shlex.quote(sys.executable)} -m gateway.cli "
+        f"keys --url {ops} create --tenant acme --name dev --budget 0.01/day\n" + ledger
     )
 
 

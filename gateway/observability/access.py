@@ -89,6 +89,8 @@ class RequestRecord:
                 "request_id": self.request_id,
                 "endpoint": self.endpoint,
                 "tenant": self.tenant,
+                # Which key: a managed key's id, or a file key's hash prefix (no secret).
+                "key_id": self.key_id or None,
                 "model": self.model,
                 # The two values a client chooses, redacted here; the rest are the
                 # gateway's own (configured names, ids, numbers), which `scrubbed` tells

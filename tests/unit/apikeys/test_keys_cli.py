@@ -71,3 +71,23 @@ def test_an_error_answer_is_exit_1(
     assert "HTTP 400: bad name" in capsys.readouterr().err
     monkeypatch.delenv(keys_cli.ADMIN_KEY_ENV, raising=False)
     assert main(["keys", "get", "key_1"]) == 2
+
+
+def test_the_url_goes_before_or_after_the_subcommand_or_in_the_environment(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Found by the new-user review: `gateway keys create ... --url URL` was refused."""
+    urls: list[str] = []
+
+    def request(url: str, key: str, method: str, path: str, body: Any = None) -> Any:
+        urls.append(url)
+        return 200, {"object": "list", "data": []}
+
+    monkeypatch.setattr(keys_cli, "request", request)
+    monkeypatch.setenv(keys_cli.ADMIN_KEY_ENV, "sk-admin")
+    assert main(["keys", "list", "--url", "http://after:1"]) == 0
+    assert main(["keys", "--url", "http://before:2", "list"]) == 0
+    monkeypatch.setenv(keys_cli.URL_ENV, "http://env:3")
+    assert main(["keys", "list"]) == 0
+    assert main(["keys", "list", "--url", "http://given:4"]) == 0
+    assert urls == ["http://after:1", "http://before:2", "http://env:3", "http://given:4"]
