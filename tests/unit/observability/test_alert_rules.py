@@ -46,6 +46,8 @@ ALERT_NAMES = {
     "GatewayLedgerRecordsLost",
     "GatewayBudgetSoftThreshold",
     "GatewayBudgetExhausted",
+    "GatewayModelBelowDesiredReplicas",
+    "GatewayAutoscaleFlapping",
 }
 
 
