@@ -92,6 +92,9 @@ class ClusterPlacement:
         # The closed loop (cluster.yaml's `autoscale:`), run by the leader.
         self.autoscaler = autoscaler
         self._scaler: asyncio.Task[None] | None = None
+        # One move at a time: the watch (a node lost) and the loop (demand) both place,
+        # and a move may wait for a drain.
+        self._moving = asyncio.Lock()
         self.plan = DeploymentPlan()
         self.down: set[str] = set()
         self._routes = routes
@@ -329,8 +332,13 @@ class ClusterPlacement:
         to it without losing a request: new replicas are loaded before they take
         traffic; replicas that go stop taking new requests here and on the other
         gateways (the published plan), drain, and only then are unloaded."""
-        # Isolate first: nothing more goes to a node that is down, whatever happens next.
+        # Isolate first, even while another move drains: nothing more goes to a node
+        # that is down, whatever happens next.
         self._point_pools(self._without_down_nodes)
+        async with self._moving:
+            await self._move()
+
+    async def _move(self) -> None:
         cluster = (
             self.cluster if self.autoscaler is None else self.autoscaler.cluster_for(self.cluster)
         )
