@@ -4,7 +4,7 @@
 docs/admission-algorithm.md for the algorithm and its fairness bound.
 """
 
-from gateway.admission.errors import DeadlineExceeded, Overloaded, Shed
+from gateway.admission.errors import DeadlineExceeded, Overloaded, ReplicaStarting, Shed
 from gateway.admission.queue import AdmissionController, ModelSnapshot, Slot
 
 __all__ = [
@@ -12,6 +12,7 @@ __all__ = [
     "DeadlineExceeded",
     "ModelSnapshot",
     "Overloaded",
+    "ReplicaStarting",
     "Shed",
     "Slot",
 ]

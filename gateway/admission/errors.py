@@ -30,6 +30,15 @@ class Shed(Overloaded):
         )
 
 
+class ReplicaStarting(Overloaded):
+    """The model has no replica (it scaled to zero) and none was ready by the request's
+    deadline: its first one is being started."""
+
+    def __init__(self, model: str, priority: str, retry_after_s: float) -> None:
+        super().__init__(model, priority, retry_after_s)
+        self.args = (f"{model} has no replica yet; retry after {retry_after_s:.3g} s",)
+
+
 class DeadlineExceeded(Exception):
     """The request's deadline passed while it was still queued (or before it could queue)."""
 

@@ -8,7 +8,7 @@ import logging
 import math
 from typing import TYPE_CHECKING
 
-from gateway.admission import Overloaded, Shed
+from gateway.admission import Overloaded, ReplicaStarting, Shed
 from gateway.backends.base import UpstreamError, UpstreamRejected, UpstreamTimeout
 from gateway.ratelimit.errors import LimiterUnavailable, UnknownTenant
 from gateway.serving.auth import InvalidApiKey
@@ -348,6 +348,16 @@ def client_error(exc: Exception) -> APIError:
 
 def dispatch_error(model: str, exc: Exception) -> APIError:
     """What the client is told when the dispatcher could not serve its request on `model`."""
+    if isinstance(exc, ReplicaStarting):
+        return APIError(
+            503,
+            f"`{model}` has no replica running yet (it scaled to zero when idle); its first "
+            "one is starting: retry after the indicated time.",
+            type="server_error",
+            code="model_starting",
+            retry_after_s=exc.retry_after_s,
+            reason="model_starting",
+        )
     if isinstance(exc, Shed):
         return overloaded(model, exc.retry_after_s, shed=True)
     if isinstance(exc, Overloaded):

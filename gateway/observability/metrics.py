@@ -84,7 +84,8 @@ REQUESTS = Counter(
 REFUSALS = Counter(
     "gateway_refusals_total",
     "Requests refused, by tenant, model and reason (rate_requests, rate_tokens, "
-    "concurrency, budget, limiter_unavailable, queue_full, shed, deadline, no_replica).",
+    "concurrency, budget, limiter_unavailable, queue_full, shed, deadline, no_replica, "
+    "model_starting).",
     ["tenant", "model", "reason"],
     registry=REGISTRY,
 )

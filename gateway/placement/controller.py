@@ -153,6 +153,15 @@ class ClusterPlacement:
         )
 
     @property
+    def scales_to_zero(self) -> set[str]:
+        """The models the closed loop may leave without a replica (min_replicas 0)."""
+        return {
+            d.model
+            for d in self.cluster.deployments
+            if d.autoscale is not None and d.autoscale.min_replicas == 0
+        }
+
+    @property
     def leading(self) -> bool:
         """Whether this gateway places (alone, or as the elected leader)."""
         return self._lease is None or self._lease.held

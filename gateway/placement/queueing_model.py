@@ -16,6 +16,10 @@ from dataclasses import dataclass
 
 # Never more servers than this in the sums below (a guard; real fleets are far smaller).
 MAX_SERVERS = 100_000
+# Below this many requests a second (one in about 17 minutes), with nothing waiting or
+# running, a model is idle: a moving average that only halves each interval would
+# otherwise never let it reach zero replicas.
+IDLE_RATE = 0.001
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,9 +73,9 @@ def replicas_for(
     """The fewest replicas (of `slots` each) whose predicted p95 wait is within
     `wait_p95_s` and whose slots are at most `utilization` busy. Requests queued now
     count as extra arrivals spread over `backlog_horizon_s`, so a backlog is cleared
-    within it. 0 when there is no demand at all."""
+    within it. 0 when the model is idle (`IDLE_RATE`)."""
     rate = demand.arrival_rate + demand.queued / backlog_horizon_s
-    if rate <= 0 and demand.in_flight == 0:
+    if rate < IDLE_RATE and demand.in_flight == 0:
         return 0
     if demand.service_s <= 0:
         return 1

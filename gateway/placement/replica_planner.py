@@ -5,7 +5,8 @@ cluster.yaml, from its demand (summed over every gateway: `demand_board`):
 
 - **Estimate.** Arrival rate and service time are smoothed (an exponential moving
   average, half weight on the last interval); the larger of the smoothed and the last
-  value is used, so a rise counts at once and a dip only once it lasts.
+  value is used, so a rise counts at once and a dip only once it lasts; an interval with
+  no request at all (none arriving, waiting or running) leaves no demand behind.
 - **Need.** `queueing_model.replicas_for`: the fewest replicas whose predicted p95 wait
   and utilization meet the targets, the requests waiting now counted as extra arrivals
   over one interval; within min_replicas..max_replicas.
@@ -150,9 +151,10 @@ class ReplicaPlanner:
         """`seen` with its rate and service time each the larger of the last value and
         the moving average (which it updates)."""
         rate = seen.arrival_rate
+        idle = rate == 0 and seen.queued == 0 and seen.in_flight == 0
         state.arrival_rate = (
             rate
-            if state.arrival_rate is None
+            if state.arrival_rate is None or idle  # an idle interval: no demand left
             else SMOOTHING * rate + (1 - SMOOTHING) * state.arrival_rate
         )
         service = seen.service_s

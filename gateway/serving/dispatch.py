@@ -29,7 +29,13 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
 
-from gateway.admission import AdmissionController, DeadlineExceeded, Overloaded, Slot
+from gateway.admission import (
+    AdmissionController,
+    DeadlineExceeded,
+    Overloaded,
+    ReplicaStarting,
+    Slot,
+)
 from gateway.backends.base import UpstreamError, UpstreamRejected, UpstreamTimeout
 from gateway.config import FallbackReason
 from gateway.inference.types import Completion, Delta, InferenceRequest, UpstreamCall, UsageMeter
@@ -38,6 +44,10 @@ from gateway.upstream import failover
 from gateway.upstream.failover import NoReplicaLeft, Timeout
 from gateway.upstream.route import ModelRoute
 from gateway.upstream.tool_calls import parser_for, read_completion, read_stream
+
+# What a client is told to wait when a model scaled to zero has no replica by its
+# deadline: about a load of a model and a loop interval.
+STARTING_RETRY_S = 10.0
 
 
 class DeadlineMissed(Exception):
@@ -235,6 +245,9 @@ class Dispatcher:
                 deadline=work.deadline,
             )
         except DeadlineExceeded:
+            if not route.pool.replicas:
+                # Scaled to zero: its first replica is on its way (docs/autoscaling.md).
+                raise ReplicaStarting(route.name, work.priority, STARTING_RETRY_S) from None
             raise DeadlineMissed(f"still queued for {route.name} at the deadline") from None
         except Overloaded:
             if self._may_fall_back(work, index, FallbackReason.QUEUE_FULL, fallbacks):

@@ -74,7 +74,7 @@ def _route(name: str, model: ModelConfig) -> ModelRoute:
     )
 
 
-def _capacity(route: ModelRoute) -> Callable[[], int]:
+def _capacity(route: ModelRoute, waits_for_replica: bool = False) -> Callable[[], int]:
     """Requests the model may have upstream at once: a share per replica in use.
 
     In use: healthy and in service with the outlier detector (`max_in_flight_per_replica`
@@ -84,12 +84,18 @@ def _capacity(route: ModelRoute) -> Callable[[], int]:
     a replica's share, so requests go on to fail fast with a 503 (or to that one) rather
     than wait in the queue for their deadline; a replica busy with other clients'
     requests still takes one at a time.
+
+    `waits_for_replica` (a model that may scale to zero): with no replica at all, 0, so
+    that its requests queue for its first replica, which the closed loop places as soon
+    as it sees them waiting (up to their deadline: then 503 `model_starting`).
     """
     per_replica = route.config.queue.max_in_flight_per_replica
     replicas = route.pool.replicas
     state = route.resilience.outlier.state
 
     def capacity() -> int:
+        if waits_for_replica and not replicas:
+            return 0
         total = 0
         in_use = False
         for replica in replicas:
@@ -262,9 +268,6 @@ class Runtime:
             config.gateway.redis.key_prefix,
         )
         admission = AdmissionController(config.gateway.admission.classes)
-        for route in routes.values():
-            admission.configure_model(route.name, route.config.queue.max_queued, _capacity(route))
-            _follow_ejections(route, admission)
         placement = ClusterPlacement.load(
             config.gateway,
             config.gateway_path,
@@ -272,6 +275,11 @@ class Runtime:
             on_change=admission.capacity_changed,
             redis=redis,
         )
+        to_zero = set() if placement is None else placement.scales_to_zero
+        for route in routes.values():
+            capacity = _capacity(route, waits_for_replica=route.name in to_zero)
+            admission.configure_model(route.name, route.config.queue.max_queued, capacity)
+            _follow_ejections(route, admission)
         discovery = ReplicaDiscovery(routes.values(), on_change=admission.capacity_changed)
         demand_reporter = None
         if placement is not None and placement.autoscaler is not None:

@@ -1,6 +1,7 @@
 """The closed loop on real Triton servers: a burst on a model raises its desired
 replicas and a second node loads it, with no request failing; when demand falls to a
-trickle the replica drains and is unloaded, again with no request failing."""
+trickle the replica drains and is unloaded, again with no request failing; an idle
+model scales to zero, and its next request waits for its first replica."""
 
 from __future__ import annotations
 
@@ -10,13 +11,14 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 import yaml
-from openai import OpenAI, OpenAIError
+from openai import APIStatusError, OpenAI, OpenAIError
 
 from gateway.dev.sim.server import TritonSim
-from tests.e2e.conftest import two_sims
+from tests.e2e.conftest import start_sim, two_sims
 from tests.e2e.stack import KEYS, Gateway, model, start_gateway
 
 # A hang guard for each wait, far above what the loop needs.
@@ -143,3 +145,74 @@ def test_a_burst_adds_a_replica_without_losing_a_request_and_quiet_removes_it(
             thread.join(30)
     assert failed == [] and len(answered) > served_before
     assert "autoscale llm-small: 2 -> 1 (quiet" in scaled.log
+
+
+@pytest.fixture(scope="module")
+def idle_node() -> Iterator[TritonSim]:
+    sim = start_sim("llm-small=40")
+    try:
+        yield sim
+    finally:
+        sim.stop()
+
+
+@pytest.fixture(scope="module")
+def to_zero(
+    idle_node: TritonSim, redis_url: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Gateway]:
+    tmp = tmp_path_factory.mktemp("to-zero")
+    cluster = {
+        "nodes": [{"name": "node-a", "url": idle_node.http_url, "gpus": 1}],
+        "deployments": [
+            {
+                "model": "llm-small",
+                "replicas": 1,
+                "autoscale": {
+                    "min_replicas": 0,
+                    "max_replicas": 1,
+                    "scale_down_after_s": 2,
+                    "min_runtime_s": 0,
+                },
+            }
+        ],
+        "autoscaling": {"interval_s": 0.5, "stale_after_s": 5},
+    }
+    (tmp / "cluster.yaml").write_text(yaml.safe_dump(cluster))
+    placed_model = model("triton_http", [])
+    del placed_model["replicas"]
+    gateway = start_gateway(
+        tmp,
+        {"llm-small": placed_model},
+        redis_url,
+        gateway={"cluster_file": "cluster.yaml", "node_probe_interval_s": 0.3},
+    )
+    yield gateway
+    gateway.process.terminate()
+    gateway.process.wait(15)
+
+
+def test_an_idle_model_scales_to_zero_and_its_next_request_waits_for_its_first_replica(
+    to_zero: Gateway, idle_node: TritonSim
+) -> None:
+    wait_for(lambda: replicas(to_zero, "desired") == 0, "scaled to zero")
+    wait_for(lambda: not ready(idle_node), "the node unloads it")
+    client = OpenAI(base_url=to_zero.base_url, api_key=KEYS["acme"], max_retries=0, timeout=60)
+    hi: Any = [{"role": "user", "content": "hi"}]
+    # A deadline shorter than a load: 503 model_starting with Retry-After, and the
+    # request woke the model all the same.
+    with pytest.raises(APIStatusError) as starting:
+        client.chat.completions.create(
+            model="llm-small", messages=hi, max_tokens=4,
+            extra_headers={"x-request-timeout": "0.3"},
+        )  # fmt: skip
+    assert starting.value.status_code == 503
+    assert starting.value.code == "model_starting"
+    assert int(starting.value.response.headers["retry-after"]) >= 1
+    wait_for(lambda: ready(idle_node), "its first replica loaded")
+    assert "autoscale llm-small: 0 -> 1 (wake_from_zero" in to_zero.log
+
+    # At zero again, a request with time to wait is answered once the replica is up.
+    wait_for(lambda: replicas(to_zero, "desired") == 0, "scaled to zero again")
+    wait_for(lambda: not ready(idle_node), "unloaded again")
+    reply = client.chat.completions.create(model="llm-small", messages=hi, max_tokens=4)
+    assert reply.model == "llm-small"

@@ -45,6 +45,8 @@ def test_replicas_grow_with_demand_and_a_backlog_adds_to_it() -> None:
 
 def test_no_demand_needs_no_replica_but_running_requests_keep_theirs() -> None:
     assert replicas_for(Demand(0.0, 1.0), 4, 0.5, 0.75, 10) == 0
+    # A moving average that halves each interval after the last request: idle too.
+    assert replicas_for(Demand(0.0004, 1.0), 4, 0.5, 0.75, 10) == 0
     assert replicas_for(Demand(0.0, 1.0, in_flight=9), 4, 0.5, 0.75, 10) == 3
     # Requests whose service time is not known yet still need a replica.
     assert replicas_for(Demand(1.0, 0.0), 4, 0.5, 0.75, 10) == 1

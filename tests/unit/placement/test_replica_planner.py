@@ -81,8 +81,8 @@ def test_missing_or_stale_demand_holds_the_count() -> None:
 
 def test_a_model_at_zero_gets_its_first_replica_at_once() -> None:
     p = planner(deployment(min_replicas=0, scale_down_after_s=20))
-    current = 1
-    for now in (0.0, 10.0, 20.0, 30.0, 40.0):
+    current = one(p, 0.0, 1, Demand(5.0, 1.0)).desired  # busy once: its average decays
+    for now in (10.0, 20.0, 30.0, 40.0, 50.0, 60.0, 70.0, 80.0, 90.0, 100.0, 110.0, 120.0):
         current = one(p, now, current, Demand(0.0, 1.0)).desired
     assert current == 0
     woken = one(p, 41.0, 0, Demand(0.0, 0.0, queued=1))  # one request waits
