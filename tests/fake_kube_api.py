@@ -1,7 +1,9 @@
 """A stand-in for the Kubernetes API server, for what cannot run here (no kube-apiserver
 can be installed on these machines): Leases (coordination.k8s.io/v1) with the API
-server's optimistic concurrency, enough for the gateway's Lease leader election, and
-EndpointSlices (discovery.k8s.io/v1) listed by label, which a test sets.
+server's optimistic concurrency, enough for the gateway's Lease leader election,
+EndpointSlices (discovery.k8s.io/v1) listed by label, which a test sets, and the `scale`
+subresource of Deployments (apps/v1), read and merge-patched, whose `status.replicas`
+follows `spec.replicas` at once (no pods start here: a test reads what was asked).
 
 It keeps what the real one guarantees and the election relies on: a create of an
 existing object is a 409 AlreadyExists, a replace must carry the `resourceVersion` it
@@ -26,6 +28,7 @@ from aiohttp import web
 LEASES = "/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
 SLICES = "/apis/discovery.k8s.io/v1/namespaces/{namespace}/endpointslices"
 SERVICE_LABEL = "kubernetes.io/service-name"
+SCALE = "/apis/apps/v1/namespaces/{namespace}/deployments/{name}/scale"
 
 
 def _status(code: int, reason: str, message: str) -> web.Response:
@@ -43,6 +46,9 @@ class FakeApi:
         # EndpointSlices by (namespace, Service name), as the EndpointSlice controller
         # would keep them.
         self.slices: dict[tuple[str, str], list[dict[str, Any]]] = {}
+        # Deployments' replicas by (namespace, name), and every scale patch received.
+        self.deployments: dict[tuple[str, str], int] = {}
+        self.scale_patches: list[tuple[str, int]] = []
 
     def set_endpoints(
         self, namespace: str, service: str, port_name: str, endpoints: list[tuple[str, int, bool]]
@@ -68,7 +74,33 @@ class FakeApi:
         app.router.add_get(LEASES + "/{name}", self.read)
         app.router.add_put(LEASES + "/{name}", self.replace)
         app.router.add_get(SLICES, self.list_slices)
+        app.router.add_get(SCALE, self.read_scale)
+        app.router.add_patch(SCALE, self.patch_scale)
         return app
+
+    def _scale(self, namespace: str, name: str) -> dict[str, Any]:
+        replicas = self.deployments[namespace, name]
+        return {"apiVersion": "autoscaling/v1", "kind": "Scale",
+                "metadata": {"name": name, "namespace": namespace,
+                             "resourceVersion": str(next(self._versions))},
+                "spec": {"replicas": replicas}, "status": {"replicas": replicas}}  # fmt: skip
+
+    async def read_scale(self, request: web.Request) -> web.Response:
+        key = (request.match_info["namespace"], request.match_info["name"])
+        if key not in self.deployments:
+            return _status(404, "NotFound", f'deployments.apps "{key[1]}" not found')
+        return web.json_response(self._scale(*key))
+
+    async def patch_scale(self, request: web.Request) -> web.Response:
+        key = (request.match_info["namespace"], request.match_info["name"])
+        if key not in self.deployments:
+            return _status(404, "NotFound", f'deployments.apps "{key[1]}" not found')
+        if request.content_type != "application/merge-patch+json":
+            return _status(415, "UnsupportedMediaType", f"{request.content_type} not served here")
+        replicas = (await request.json())["spec"]["replicas"]
+        self.deployments[key] = replicas
+        self.scale_patches.append((key[1], replicas))
+        return web.json_response(self._scale(*key))
 
     async def list_slices(self, request: web.Request) -> web.Response:
         selector = request.query.get("labelSelector", "")

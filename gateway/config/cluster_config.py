@@ -72,6 +72,16 @@ class Autoscale(Strict):
         return self
 
 
+class KubernetesScaling(Strict):
+    """Models whose replicas are a Kubernetes Deployment's pods: the loop sets the
+    Deployment's scale (its `scale` subresource) instead of loading them on nodes."""
+
+    # model -> the name of its Triton Deployment.
+    deployments: dict[str, str]
+    namespace: str | None = None  # default: the pod's own
+    kubeconfig: str | None = None  # default: in-cluster, else $KUBECONFIG
+
+
 class Autoscaling(Strict):
     """The loop itself: how often it decides, and when a gateway's signals are too old."""
 
@@ -81,6 +91,7 @@ class Autoscaling(Strict):
     stale_after_s: PositiveFloat = 30.0
     # How long a replica being removed may take to finish its requests and streams.
     drain_timeout_s: PositiveFloat = 120.0
+    kubernetes: KubernetesScaling | None = None
 
 
 class Deployment(Strict):

@@ -22,6 +22,7 @@ from gateway.config.cluster_config import ClusterConfig
 from gateway.observability import metrics
 from gateway.placement.demand_board import DemandBoard, DemandTracker
 from gateway.placement.deployment import DeploymentPlan
+from gateway.placement.kubernetes_scale import SCALE_ERRORS, DeploymentScaler
 from gateway.placement.replica_planner import ReplicaPlanner, ScaleDecision
 from gateway.storage.redis_client import REDIS_ERRORS
 
@@ -32,9 +33,15 @@ class Autoscaler:
     """Desired replicas per autoscaled model, decided from the gateways' demand."""
 
     def __init__(
-        self, cluster: ClusterConfig, board: DemandBoard, slots: Mapping[str, int]
+        self,
+        cluster: ClusterConfig,
+        board: DemandBoard,
+        slots: Mapping[str, int],
+        scaler: DeploymentScaler | None = None,
     ) -> None:
         self.board = board
+        # The models whose replicas are a Kubernetes Deployment's pods (None: none).
+        self.scaler = scaler
         self._tracker = DemandTracker()
         self._interval_s = cluster.autoscaling.interval_s
         self._planner = ReplicaPlanner(cluster.deployments, slots, self._interval_s)
@@ -53,12 +60,14 @@ class Autoscaler:
         return self._interval_s
 
     def cluster_for(self, cluster: ClusterConfig) -> ClusterConfig:
-        """`cluster` with each autoscaled deployment's replicas at the desired count."""
+        """`cluster` with each autoscaled deployment's replicas at the desired count (the
+        ones Kubernetes runs are not placed on the nodes)."""
         deployments = [
             d.model_copy(update={"replicas": self.desired[d.model]})
             if d.model in self.desired
             else d
             for d in cluster.deployments
+            if self.scaler is None or not self.scaler.manages(d.model)
         ]
         return cluster.model_copy(update={"deployments": deployments})
 
@@ -70,9 +79,34 @@ class Autoscaler:
         for replica in set(self._placed_at) - placed:
             del self._placed_at[replica]
         for model, desired in self.desired.items():
-            count = sum(1 for m, _ in placed if m == model)
             metrics.labels(metrics.MODEL_REPLICAS, model, "desired").set(desired)
-            metrics.labels(metrics.MODEL_REPLICAS, model, "placed").set(count)
+            if self.scaler is None or not self.scaler.manages(model):
+                count = sum(1 for m, _ in placed if m == model)
+                metrics.labels(metrics.MODEL_REPLICAS, model, "placed").set(count)
+
+    async def act(self, changes: list[ScaleDecision]) -> bool:
+        """Set the scale of the changed models that Kubernetes runs (and read what it
+        runs of each); whether any other changed, for placement on the nodes to do."""
+        if self.scaler is None:
+            return bool(changes)
+        scaler = self.scaler
+        for change in changes:
+            if scaler.manages(change.model):
+                try:
+                    await scaler.set_replicas(change.model, change.desired)
+                except SCALE_ERRORS as exc:
+                    log.warning(
+                        "autoscale %s: scale not set (%s); next interval", change.model, exc
+                    )
+                    self.desired[change.model] = change.current  # decided again next time
+        for model in self.desired:
+            if scaler.manages(model):
+                try:
+                    running = await scaler.replicas(model)
+                except SCALE_ERRORS:
+                    continue
+                metrics.labels(metrics.MODEL_REPLICAS, model, "placed").set(running)
+        return any(not scaler.manages(c.model) for c in changes)
 
     async def step(self, plan: DeploymentPlan, now: float) -> list[ScaleDecision]:
         """One interval: the decisions that change a desired count (applied to

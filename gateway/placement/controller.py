@@ -36,6 +36,7 @@ from gateway.observability import metrics
 from gateway.placement.autoscaler import Autoscaler
 from gateway.placement.demand_board import DemandBoard
 from gateway.placement.deployment import DeploymentPlan, ReplicaPlacement, plan_deployments
+from gateway.placement.kubernetes_scale import DeploymentScaler
 from gateway.placement.leadership import (
     LeaseUnavailable,
     LostLeadership,
@@ -140,7 +141,9 @@ class ClusterPlacement:
         autoscaler = None
         if redis is not None and any(d.autoscale for d in cluster.deployments):
             board = DemandBoard(redis, config.redis.key_prefix, cluster.autoscaling.stale_after_s)
-            autoscaler = Autoscaler(cluster, board, _slots(cluster, routes))
+            kubernetes = cluster.autoscaling.kubernetes
+            scaler = None if kubernetes is None else DeploymentScaler(kubernetes)
+            autoscaler = Autoscaler(cluster, board, _slots(cluster, routes), scaler)
         return cls(
             cluster,
             routes,
@@ -190,6 +193,8 @@ class ClusterPlacement:
                 task.cancel()
                 await asyncio.gather(task, return_exceptions=True)
         self._task = self._campaigner = self._scaler = None
+        if self.autoscaler is not None and self.autoscaler.scaler is not None:
+            await self.autoscaler.scaler.close()
         if self._lease is not None:
             # Another gateway takes over at once, not a lease's time later.
             with contextlib.suppress(LeaseUnavailable, *REDIS_ERRORS):
@@ -222,7 +227,8 @@ class ClusterPlacement:
             try:
                 now = asyncio.get_running_loop().time()
                 autoscaler.observe(self.plan, now)
-                if await autoscaler.step(self.plan, now):
+                changes = await autoscaler.step(self.plan, now)
+                if await autoscaler.act(changes):
                     await self._replace()
                     autoscaler.observe(self.plan, now)
             except Exception:  # the loop must go on

@@ -581,7 +581,10 @@ def test_kubernetes_api_access_component(with_api_access: list[Manifest]) -> Non
     binding = one(objects, "RoleBinding", "gateway")
     granted = {(group, resource) for rule in role["rules"] for group in rule["apiGroups"]
                for resource in rule["resources"]}  # fmt: skip
-    assert granted == {("discovery.k8s.io", "endpointslices"), ("coordination.k8s.io", "leases")}
+    assert granted == {
+        ("discovery.k8s.io", "endpointslices"), ("coordination.k8s.io", "leases"),
+        ("apps", "deployments/scale"),  # the closed loop's replicas of a Deployment
+    }  # fmt: skip
     assert binding["roleRef"]["name"] == role["metadata"]["name"]
     assert binding["subjects"] == [
         {"kind": "ServiceAccount", "name": "gateway", "namespace": account["metadata"]["namespace"]}

@@ -1,0 +1,84 @@
+"""The closed loop acting on Kubernetes: a model's Triton Deployment scaled through its
+`scale` subresource, against the stand-in API server (tests/fake_kube_api.py: no
+kube-apiserver runs here), from demand shared through real Redis."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from redis.asyncio import Redis
+
+from gateway.config.cluster_config import ClusterConfig
+from gateway.dev.processes import free_port
+from gateway.observability import metrics
+from gateway.placement.autoscaler import Autoscaler
+from gateway.placement.demand_board import DemandBoard, GatewayReport, ModelReport
+from gateway.placement.deployment import DeploymentPlan
+from gateway.placement.kubernetes_scale import DeploymentScaler
+from tests import ports
+from tests.fake_kube_api import FakeApi, kubeconfig, serving
+
+_prefixes = itertools.count()
+
+
+@pytest.fixture
+async def api(tmp_path: Path) -> AsyncIterator[tuple[FakeApi, str]]:
+    port = free_port(start=ports.DNS_SERVERS, end=ports.DNS_SERVERS + 500)
+    async with serving(port) as fake:
+        yield fake, str(kubeconfig(tmp_path / "kubeconfig", port))
+
+
+def cluster(config: str) -> ClusterConfig:
+    return ClusterConfig.model_validate({
+        "nodes": [{"name": "node-a", "url": "http://127.0.0.1:9", "gpus": 1}],
+        "deployments": [
+            {"model": "llm", "replicas": 1, "autoscale": {"max_replicas": 4}},
+            {"model": "other", "replicas": 1},
+        ],
+        "autoscaling": {"interval_s": 1, "kubernetes": {
+            "deployments": {"llm": "triton-llm"}, "namespace": "gw", "kubeconfig": config,
+        }},
+    })  # fmt: skip
+
+
+def placed(model: str) -> float | None:
+    labels = {"model": model, "state": "placed"}
+    return metrics.REGISTRY.get_sample_value("gateway_model_replicas", labels)
+
+
+async def test_demand_scales_the_models_deployment_and_not_the_nodes(
+    api: tuple[FakeApi, str], redis_url: str
+) -> None:
+    fake, config = api
+    fake.deployments["gw", "triton-llm"] = 1
+    settings = cluster(config)
+    assert settings.autoscaling.kubernetes is not None
+    redis = Redis.from_url(redis_url)
+    board = DemandBoard(redis, f"k8s-scale-{next(_prefixes)}", 30)
+    scaler = DeploymentScaler(settings.autoscaling.kubernetes)
+    autoscaler = Autoscaler(settings, board, {"llm": 4}, scaler)
+    try:
+        # The nodes are not asked to run the model Kubernetes runs.
+        assert [d.model for d in autoscaler.cluster_for(settings).deployments] == ["other"]
+        await board.publish(GatewayReport("gw-1", 0.0, {"llm": ModelReport(0, 0, 0.0, 0, 0)}))
+        await autoscaler.step(DeploymentPlan(), 0.0)
+        busy = ModelReport(200, 190, 190.0, 30, 8)  # 20 requests/s of 1 s each
+        await board.publish(GatewayReport("gw-1", 10.0, {"llm": busy}))
+        changes = await autoscaler.step(DeploymentPlan(), 10.0)
+        assert [(c.model, c.direction) for c in changes] == [("llm", "up")]
+        assert await autoscaler.act(changes) is False  # nothing for the nodes to do
+        assert fake.scale_patches == [("triton-llm", 4)]  # max_replicas
+        assert fake.deployments["gw", "triton-llm"] == 4
+        assert placed("llm") == 4.0
+
+        # The API refuses (here: the Deployment is gone): the change is not taken as
+        # made, so the next interval decides it again.
+        del fake.deployments["gw", "triton-llm"]
+        assert await autoscaler.act(changes) is False
+        assert autoscaler.desired["llm"] == 1
+    finally:
+        await scaler.close()
+        await redis.aclose()
