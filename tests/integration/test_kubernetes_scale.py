@@ -16,7 +16,7 @@ from gateway.dev.processes import free_port
 from gateway.observability import metrics
 from gateway.placement.autoscaler import Autoscaler
 from gateway.placement.demand_board import DemandBoard, GatewayReport, ModelReport
-from gateway.placement.deployment import DeploymentPlan
+from gateway.placement.deployment import DeploymentPlan, ReplicaPlacement
 from gateway.placement.kubernetes_scale import DeploymentScaler
 from tests import ports
 from tests.fake_kube_api import FakeApi, kubeconfig, serving
@@ -81,4 +81,30 @@ async def test_demand_scales_the_models_deployment_and_not_the_nodes(
         assert autoscaler.desired["llm"] == 1
     finally:
         await scaler.close()
+        await redis.aclose()
+
+
+async def test_a_replica_younger_than_min_runtime_is_not_removed(redis_url: str) -> None:
+    """Demand stayed low past scale_down_after_s, but the replica a scale-down would
+    remove has run less than min_runtime_s: the change waits (reason min_runtime)."""
+    settings = ClusterConfig.model_validate({
+        "nodes": [{"name": "node-a", "url": "http://127.0.0.1:9", "gpus": 2}],
+        "deployments": [{"model": "llm", "replicas": 2, "autoscale": {
+            "max_replicas": 2, "scale_down_after_s": 10, "min_runtime_s": 1000,
+        }}],
+        "autoscaling": {"interval_s": 1},
+    })  # fmt: skip
+    redis = Redis.from_url(redis_url)
+    board = DemandBoard(redis, f"k8s-scale-{next(_prefixes)}", 30)
+    autoscaler = Autoscaler(settings, board, {"llm": 4})
+    plan = DeploymentPlan([ReplicaPlacement("llm", i, "node-a", (i,)) for i in range(2)])
+    try:
+        autoscaler.observe(plan, 0.0)  # both replicas placed at t=0
+        decisions = []
+        for now in range(0, 60, 5):
+            idle = GatewayReport("gw-1", float(now), {"llm": ModelReport(0, 0, 0.0, 0, 0)})
+            await board.publish(idle)
+            decisions += await autoscaler.step(plan, float(now))
+        assert decisions == [] and autoscaler.desired["llm"] == 2
+    finally:
         await redis.aclose()
