@@ -1,6 +1,7 @@
 """The closed loop acting on Kubernetes: a model's Triton Deployment scaled through its
 `scale` subresource, against the stand-in API server (tests/fake_kube_api.py: no
-kube-apiserver runs here), from demand shared through real Redis."""
+kube-apiserver runs here), from demand shared through real Redis; and the Autoscaler's
+own rule on placed replicas: none is removed before its minimum runtime."""
 
 from __future__ import annotations
 
