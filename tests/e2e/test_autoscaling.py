@@ -1,5 +1,6 @@
 """The closed loop on real Triton servers: a burst on a model raises its desired
-replicas and a second node loads it, with no request failing; when demand falls to a
+replicas and a second node loads it, with no request failing, and a third the fleet has
+no room for is wanted and reported unplaced; when demand falls to a
 trickle the replica drains and is unloaded, again with no request failing; an idle
 model scales to zero, and its next request waits for its first replica."""
 
@@ -48,8 +49,9 @@ def scaled(
                 "replicas": 1,
                 "autoscale": {
                     "min_replicas": 1,
-                    "max_replicas": 2,
-                    # Loose: a trickle needs one replica, a burst of 7 clients two.
+                    # One more than the two 1-GPU nodes hold: demand the fleet cannot meet.
+                    "max_replicas": 3,
+                    # Loose: a trickle needs one replica, a burst of 7 clients more.
                     "targets": {"queue_wait_p95_s": 2.0},
                     "scale_down_after_s": 3,
                     "min_runtime_s": 0,
@@ -80,9 +82,13 @@ def ready(sim: TritonSim) -> bool:
         return False
 
 
-def replicas(gateway: Gateway, state: str) -> float | None:
+def exposition(gateway: Gateway) -> str:
     with urllib.request.urlopen(f"{gateway.ops_url}/metrics", timeout=5) as response:
-        text = response.read().decode()
+        return response.read().decode()
+
+
+def replicas(gateway: Gateway, state: str) -> float | None:
+    text = exposition(gateway)
     found = re.search(rf'gateway_model_replicas\{{model="llm-small",state="{state}"\}} (\S+)', text)
     return None if found is None else float(found.group(1))
 
@@ -124,13 +130,16 @@ def test_a_burst_adds_a_replica_without_losing_a_request_and_quiet_removes_it(
     try:
         wait_for(lambda: ready(a) and ready(b), "llm-small loaded on both nodes")
         wait_for(lambda: replicas(scaled, "placed") == 2, "two replicas placed")
-        assert replicas(scaled, "desired") == 2
+        # More than the fleet holds: the third is wanted, unplaced, and says so.
+        wait_for(lambda: replicas(scaled, "desired") == 3, "a third replica wanted")
+        assert replicas(scaled, "placed") == 2
+        assert 'gateway_replicas_unplaced{model="llm-small"} 1.0' in exposition(scaled)
         time.sleep(1.0)  # both nodes serve it now
         stop.set()
         for thread in burst:
             thread.join(30)
         assert failed == [] and len(answered) > 8
-        assert "autoscale llm-small: 1 -> 2 (demand" in scaled.log
+        assert re.search(r"autoscale llm-small: 1 -> [23] \(demand", scaled.log)
 
         # A trickle: after scale_down_after_s, one replica again; the other node's
         # requests drain first, and the node unloads it; the trickle never fails.
@@ -145,6 +154,7 @@ def test_a_burst_adds_a_replica_without_losing_a_request_and_quiet_removes_it(
             thread.join(30)
     assert failed == [] and len(answered) > served_before
     assert "autoscale llm-small: 2 -> 1 (quiet" in scaled.log
+    assert 'gateway_replicas_unplaced{model="llm-small"} 0.0' in exposition(scaled)
 
 
 @pytest.fixture(scope="module")
