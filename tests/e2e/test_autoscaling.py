@@ -12,6 +12,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -60,8 +61,15 @@ def scaled(
         ],
         "autoscaling": {"interval_s": 0.5, "stale_after_s": 5},
     }
+    yield from placed_gateway(tmp, cluster, redis_url, queue={"max_in_flight_per_replica": 2})
+
+
+def placed_gateway(
+    tmp: Path, cluster: dict[str, Any], redis_url: str, **model_settings: Any
+) -> Iterator[Gateway]:
+    """A gateway serving llm-small where `cluster` (written into `tmp`) places it."""
     (tmp / "cluster.yaml").write_text(yaml.safe_dump(cluster))
-    placed_model = model("triton_http", [], queue={"max_in_flight_per_replica": 2})
+    placed_model = model("triton_http", [], **model_settings)
     del placed_model["replicas"]  # the cluster says where it runs
     gateway = start_gateway(
         tmp,
@@ -187,18 +195,7 @@ def to_zero(
         ],
         "autoscaling": {"interval_s": 0.5, "stale_after_s": 5},
     }
-    (tmp / "cluster.yaml").write_text(yaml.safe_dump(cluster))
-    placed_model = model("triton_http", [])
-    del placed_model["replicas"]
-    gateway = start_gateway(
-        tmp,
-        {"llm-small": placed_model},
-        redis_url,
-        gateway={"cluster_file": "cluster.yaml", "node_probe_interval_s": 0.3},
-    )
-    yield gateway
-    gateway.process.terminate()
-    gateway.process.wait(15)
+    yield from placed_gateway(tmp, cluster, redis_url)
 
 
 def test_an_idle_model_scales_to_zero_and_its_next_request_waits_for_its_first_replica(
