@@ -176,6 +176,12 @@ def _simulate_queue(args: argparse.Namespace) -> int:
     return run_queue_command(args)
 
 
+def _simulate_autoscale(args: argparse.Namespace) -> int:
+    from gateway.placement.autoscale_cli import run_autoscale_command
+
+    return run_autoscale_command(args)
+
+
 def _simulate_trace(args: argparse.Namespace) -> int:
     from gateway.scheduler.experiments.queue_cli import run_trace_command
 
@@ -296,6 +302,13 @@ def parser() -> argparse.ArgumentParser:
     trace = experiments.add_parser("trace", help="derive a job trace from the openb pod list")
     add_trace_arguments(trace)
     trace.set_defaults(run=_simulate_trace)
+    from gateway.placement.autoscale_cli import add_autoscale_arguments
+
+    autoscale = experiments.add_parser(
+        "autoscale", help="static placement against the closed loop on a shifting trace"
+    )
+    add_autoscale_arguments(autoscale)
+    autoscale.set_defaults(run=_simulate_autoscale)
     return top
 
 

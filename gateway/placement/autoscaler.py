@@ -9,7 +9,8 @@ unplaced, and the lower priorities are the ones left out).
 
 A scale-down removes the model's newest replica (placement keeps the lowest indices);
 if that replica has run less than `min_runtime_s`, the change waits (reason
-`min_runtime`), so a replica is never removed young.
+`min_runtime`), so a replica is never removed young; nor is it reclaimed by placement for
+a higher priority (`protected`).
 """
 
 from __future__ import annotations
@@ -21,9 +22,11 @@ from dataclasses import replace
 from gateway.config.cluster_config import ClusterConfig
 from gateway.observability import metrics
 from gateway.placement.demand_board import DemandBoard, DemandTracker
-from gateway.placement.deployment import DeploymentPlan
+from gateway.placement.deployment import DeploymentPlan, replica_pod
 from gateway.placement.kubernetes_scale import SCALE_ERRORS, DeploymentScaler
+from gateway.placement.queueing_model import Demand
 from gateway.placement.replica_planner import ReplicaPlanner, ScaleDecision
+from gateway.scheduler.cluster import GPU_MILLI
 from gateway.storage.redis_client import REDIS_ERRORS
 
 log = logging.getLogger("gateway.placement")
@@ -35,10 +38,11 @@ class Autoscaler:
     def __init__(
         self,
         cluster: ClusterConfig,
-        board: DemandBoard,
+        board: DemandBoard | None,
         slots: Mapping[str, int],
         scaler: DeploymentScaler | None = None,
     ) -> None:
+        # Where the gateways' demand is read (None: the caller passes it to `decide`).
         self.board = board
         # The models whose replicas are a Kubernetes Deployment's pods (None: none).
         self.scaler = scaler
@@ -51,6 +55,16 @@ class Autoscaler:
             if d.autoscale is not None
         }
         self.desired = {d.model: d.replicas for d in cluster.deployments if d.autoscale}
+        # The fleet's GPU less what the deployments without `autoscale` hold: the room
+        # the scaled models share (None: Kubernetes runs them, the fleet is its).
+        fixed = sum(
+            replica_pod(d, 0).requested_milli * d.replicas
+            for d in cluster.deployments
+            if d.autoscale is None
+        )
+        self._room_milli: int | None = (
+            sum(n.gpus for n in cluster.nodes) * GPU_MILLI - fixed if scaler is None else None
+        )
         # When each replica (model, index) was first seen placed, by the caller's clock.
         self._placed_at: dict[tuple[str, int], float] = {}
 
@@ -109,19 +123,29 @@ class Autoscaler:
         return any(not scaler.manages(c.model) for c in changes)
 
     async def step(self, plan: DeploymentPlan, now: float) -> list[ScaleDecision]:
-        """One interval: the decisions that change a desired count (applied to
-        `desired`). Redis unreachable: no demand, so every model holds."""
+        """One interval: every gateway's demand read and `decide`d on. Redis
+        unreachable: no demand, so every model holds."""
         try:
-            reports = await self.board.read()
+            reports = [] if self.board is None else await self.board.read()
         except REDIS_ERRORS as exc:
             log.warning("demand unreadable (Redis: %s): replicas held", exc)
             reports = []
-        demand = self._tracker.update(reports)
+        return self.decide(plan, now, self._tracker.update(reports))
+
+    def decide(
+        self, plan: DeploymentPlan, now: float, demand: Mapping[str, Demand | None]
+    ) -> list[ScaleDecision]:
+        """The decisions that change a desired count (applied to `desired`), from each
+        model's demand (None: missing or stale). Pure but for the metrics and the log:
+        `gateway simulate autoscale` runs it on a trace."""
         placed = {model: len(plan.nodes_of(model)) for model in self.desired}
         # The planner counts from what is desired, not placed: a replica that fits
         # nowhere is still wanted, and asked for again when room appears.
         changes = []
-        for decision in self._planner.decide(now, self.desired, demand):
+        decisions = self._planner.decide(
+            now, self.desired, demand, plan.unplaced, room_milli=self._room_milli
+        )
+        for decision in decisions:
             if decision.direction == "down" and self._too_young(decision.model, now):
                 decision = _held(decision, "min_runtime")
             _log(decision, placed.get(decision.model, 0))
@@ -132,6 +156,15 @@ class Autoscaler:
                 ).inc()
                 changes.append(decision)
         return changes
+
+    def protected(self, now: float) -> set[tuple[str, int]]:
+        """The replicas (model, index) younger than their model's `min_runtime_s`: placement
+        may not reclaim them for another model."""
+        return {
+            (model, index)
+            for (model, index), since in self._placed_at.items()
+            if now - since < self._min_runtime.get(model, 0.0)
+        }
 
     def _too_young(self, model: str, now: float) -> bool:
         """Whether the replica a scale-down would remove (the newest) is too young."""

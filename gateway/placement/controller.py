@@ -228,7 +228,9 @@ class ClusterPlacement:
                 now = asyncio.get_running_loop().time()
                 autoscaler.observe(self.plan, now)
                 changes = await autoscaler.step(self.plan, now)
-                if await autoscaler.act(changes):
+                # A change, or a replica still waiting for room (a minimum runtime may
+                # have passed since): place again.
+                if await autoscaler.act(changes) or self.plan.unplaced:
                     await self._replace()
                     autoscaler.observe(self.plan, now)
             except Exception:  # the loop must go on
@@ -357,7 +359,12 @@ class ClusterPlacement:
         cluster = (
             self.cluster if self.autoscaler is None else self.autoscaler.cluster_for(self.cluster)
         )
-        plan = plan_deployments(cluster, down=self.down, keep=self.plan)
+        protected = (
+            set()
+            if self.autoscaler is None
+            else self.autoscaler.protected(asyncio.get_running_loop().time())
+        )
+        plan = plan_deployments(cluster, down=self.down, keep=self.plan, protected=protected)
         up = [n.name for n in self.cluster.nodes if n.name not in self.down]
         fence = self._lease.fence if self._lease is not None else None
         try:

@@ -10,6 +10,13 @@ Replicas of one model go to different nodes while some node that fits has none o
 so one node failing takes down as few replicas of a model as it can. When nodes go
 down, `plan_deployments(..., keep=previous)` keeps every replica on a healthy node where
 it is and places only the lost ones, where capacity allows.
+
+Reclaiming: a replica of a higher priority that fits nowhere takes the place of a kept
+replica of a lower priority, if that deployment keeps its `autoscale.min_replicas` (a
+deployment without `autoscale` keeps all its replicas) and the replica is not
+`protected` (younger than its minimum runtime: the caller knows ages, placement does
+not). The reclaimed replica is unplaced: wanted still, and placed again when room
+returns.
 """
 
 from __future__ import annotations
@@ -68,11 +75,14 @@ def plan_deployments(
     cluster: ClusterConfig,
     down: Collection[str] = (),
     keep: DeploymentPlan | None = None,
+    protected: Collection[tuple[str, int]] = (),
 ) -> DeploymentPlan:
     """Place every replica of every deployment on the nodes not in `down`.
 
     With `keep`, its replicas on nodes still up stay where they are; the rest of the
-    replicas (those that were on a node now down, or never placed) are placed anew.
+    replicas (those that were on a node now down, or never placed) are placed anew,
+    reclaiming lower priorities' replicas (not the `protected` ones) when they fit
+    nowhere else.
     """
     nodes = [
         Node(n.name, n.gpus, n.gpu_model, n.cpu_milli, n.memory_mib, domain=n.domain)
@@ -122,6 +132,8 @@ def plan_deployments(
         pod = replica_pod(deployment, index)
         placement = _spread(policy, pod, nodes, plan.nodes_of(deployment.model))
         if placement is None:
+            placement = _reclaim(state, policy, pod, deployment, plan, by_model, serving, protected)
+        if placement is None:
             # Its other replicas are the same size: they fit nowhere either.
             missing = 1 + len(pending[deployment.model])
             pending[deployment.model] = []
@@ -134,6 +146,53 @@ def plan_deployments(
         plan.placements.append(ReplicaPlacement(deployment.model, index, host, placement.gpus))
     plan.placements.sort(key=lambda p: (p.model, p.index))
     return plan
+
+
+def _reclaim(
+    state: Cluster,
+    policy: Policy,
+    pod: Pod,
+    taker: Deployment,
+    plan: DeploymentPlan,
+    by_model: dict[str, Deployment],
+    serving: Counter[str],
+    protected: Collection[tuple[str, int]],
+) -> Placement | None:
+    """Make room for `pod` (of `taker`) by taking the place of one lower-priority
+    replica that may go (the lowest priority first, its newest replica first); where
+    `pod` goes then, or None when no such replica frees enough."""
+    index_of = {node.name: i for i, node in enumerate(state.nodes)}
+    victims = sorted(
+        (
+            p
+            for p in plan.placements
+            if by_model[p.model].priority < taker.priority
+            and serving[p.model] > _minimum(by_model[p.model])
+            and (p.model, p.index) not in protected
+        ),
+        key=lambda p: (by_model[p.model].priority, -p.index),
+    )
+    for victim in victims:
+        victim_pod = replica_pod(by_model[victim.model], victim.index)
+        where = Placement(index_of[victim.node], victim.gpus)
+        state.unplace(victim_pod, where)
+        policy.released(victim_pod, where)
+        placement = policy.choose(pod)
+        if placement is None:
+            state.place(victim_pod, where)
+            policy.placed(victim_pod, where)
+            continue
+        plan.placements.remove(victim)
+        serving[victim.model] -= 1
+        plan.unplaced[victim.model] = plan.unplaced.get(victim.model, 0) + 1
+        return placement
+    return None
+
+
+def _minimum(deployment: Deployment) -> int:
+    """The replicas a deployment keeps whatever others want."""
+    scale = deployment.autoscale
+    return deployment.replicas if scale is None else scale.min_replicas
 
 
 def _spread(policy: Policy, pod: Pod, nodes: list[Node], hosts: list[str]) -> Placement | None:

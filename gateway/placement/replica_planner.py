@@ -15,7 +15,10 @@ cluster.yaml, from its demand (summed over every gateway: `demand_board`):
   slower than measured).
 - **Up at once, down slowly.** More replicas are asked for as soon as they are needed,
   at most one change per model an interval; fewer only once the need stayed below the
-  current count for `scale_down_after_s`, one replica at a time. A model at zero that
+  current count for `scale_down_after_s`, one replica at a time; but while GPUs are
+  short (a replica waits for room, or the models want more than the fleet has) a
+  model gives back all it does not need at once (`lent_back`): an idle share is lent,
+  and returned within an interval when it is wanted. A model at zero that
   sees demand gets its first replica at once, interval or not (its requests are waiting).
 - **Hold on missing data.** A model whose demand is missing or stale keeps its count:
   never scaled down on missing data.
@@ -28,9 +31,10 @@ room for what is asked (quotas, priorities, best fit), is placement's
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from gateway.config.cluster_config import Autoscale, Deployment
+from gateway.placement.deployment import replica_pod
 from gateway.placement.queueing_model import Demand, replicas_for
 
 # The weight of the last interval in the moving averages.
@@ -46,8 +50,9 @@ class ScaleDecision:
     desired: int
     # What the queueing model asked for (bounded), before the rules on timing.
     needed: int
-    # demand, ttft_target_missed, wake_from_zero, quiet, steady, waiting_to_scale_down,
-    # rate_limited, no_fresh_demand.
+    # demand, ttft_target_missed, wake_from_zero, quiet, lent_back, steady,
+    # waiting_to_scale_down, rate_limited, no_fresh_demand (and the autoscaler's
+    # min_runtime).
     reason: str
     arrival_rate: float | None = None
     service_s: float | None = None
@@ -67,6 +72,7 @@ class _ModelState:
     arrival_rate: float | None = None
     service_s: float | None = None
     low_since: float | None = None
+    needed_now: int = 0
     changed_at: float | None = None
 
 
@@ -80,6 +86,10 @@ class ReplicaPlanner:
             d.model: d.autoscale for d in deployments if d.autoscale is not None
         }
         self._slots = {model: max(1, slots.get(model, 1)) for model in self._scaled}
+        # What one replica of each takes of a GPU, in thousandths.
+        self._size_milli = {
+            d.model: replica_pod(d, 0).requested_milli for d in deployments if d.autoscale
+        }
         self._interval_s = interval_s
         self._state = {model: _ModelState() for model in self._scaled}
 
@@ -89,26 +99,62 @@ class ReplicaPlanner:
         return list(self._scaled)
 
     def decide(
-        self, now: float, current: Mapping[str, int], demand: Mapping[str, Demand | None]
+        self,
+        now: float,
+        current: Mapping[str, int],
+        demand: Mapping[str, Demand | None],
+        unplaced: Mapping[str, int] | None = None,
+        room_milli: int | None = None,
     ) -> list[ScaleDecision]:
-        """This interval's decision for each scaled model (`current`: its replicas now,
-        as placed; `demand`: its demand, None or absent when missing or stale)."""
+        """This interval's decision for each scaled model (`current`: its replicas
+        wanted now; `demand`: its demand, None or absent when missing or stale). Models
+        with more replicas than they need give them back at once (`lent_back`) when GPUs
+        are short: some replica waits for room (`unplaced`: per model), or what the
+        models want now is more than `room_milli` (thousandths of a GPU for the scaled
+        models). A model with replicas of its own waiting lends nothing."""
+        waiting = {model for model, count in (unplaced or {}).items() if count > 0}
+        contended = bool(waiting)
+        needs = {
+            model: self._need(model, scale, current.get(model, 0), demand.get(model))
+            for model, scale in self._scaled.items()
+        }
+        if room_milli is not None:
+            wanted = sum(
+                max(need.needed, need.current) * self._size_milli[model]
+                for model, need in needs.items()
+            )
+            contended = contended or wanted > room_milli
         decisions = []
-        for model, scale in self._scaled.items():
-            decision = self._decide_one(model, scale, now, current.get(model, 0), demand.get(model))
+        for model, need in needs.items():
+            lends = contended and model not in waiting
+            decision = self._timed(need, self._scaled[model], now, lends, contended)
             if decision.desired != decision.current:
                 self._state[model].changed_at = now
             decisions.append(decision)
         return decisions
 
-    def _decide_one(
-        self, model: str, scale: Autoscale, now: float, current: int, seen: Demand | None
+    def _need(
+        self, model: str, scale: Autoscale, current: int, seen: Demand | None
     ) -> ScaleDecision:
+        """What the demand asks for, before the rules on timing (`desired` = current)."""
         state = self._state[model]
         if seen is None:
-            state.low_since = None
             return ScaleDecision(model, current, current, current, "no_fresh_demand")
         demand = self._smoothed(state, seen)
+        needed = self._replicas_for(demand, scale, model)
+        # What the last interval alone needs: what a model keeps when GPUs are short.
+        state.needed_now = self._replicas_for(seen, scale, model)
+        reason = "demand"
+        target = scale.targets.ttft_p95_s
+        late = seen.ttft_p95_s is not None and target is not None and seen.ttft_p95_s > target
+        if late and seen.queued > 0 and needed <= current < scale.max_replicas:
+            needed, reason = current + 1, "ttft_target_missed"
+        return ScaleDecision(
+            model, current, current, needed, reason, demand.arrival_rate, demand.service_s,
+            seen.queued, seen.ttft_p95_s,
+        )  # fmt: skip
+
+    def _replicas_for(self, demand: Demand, scale: Autoscale, model: str) -> int:
         needed = replicas_for(
             demand,
             self._slots[model],
@@ -116,35 +162,48 @@ class ReplicaPlanner:
             scale.targets.utilization,
             backlog_horizon_s=self._interval_s,
         )
-        needed = min(max(needed, scale.min_replicas), scale.max_replicas)
-        reason = "demand"
-        target = scale.targets.ttft_p95_s
-        late = seen.ttft_p95_s is not None and target is not None and seen.ttft_p95_s > target
-        if late and seen.queued > 0 and needed <= current < scale.max_replicas:
-            needed, reason = current + 1, "ttft_target_missed"
+        return min(max(needed, scale.min_replicas), scale.max_replicas)
+
+    def _timed(
+        self, need: ScaleDecision, scale: Autoscale, now: float, lends: bool, short: bool
+    ) -> ScaleDecision:
+        """`need` under the rules on timing: up at once, down slowly (or at once to what
+        the last interval needs when it `lends`: GPUs are short), one change an interval."""
+        state = self._state[need.model]
+        current, needed = need.current, need.needed
+        if need.reason == "no_fresh_demand":
+            state.low_since = None
+            return need
 
         def decided(desired: int, why: str) -> ScaleDecision:
-            return ScaleDecision(
-                model, current, desired, needed, why, demand.arrival_rate, demand.service_s,
-                seen.queued, seen.ttft_p95_s,
-            )  # fmt: skip
+            return replace(need, desired=desired, reason=why)
 
         recently = state.changed_at is not None and now - state.changed_at < self._interval_s
         if needed > current:
             state.low_since = None
             if current == 0:
                 return decided(needed, "wake_from_zero")
-            return decided(current, "rate_limited") if recently else decided(needed, reason)
+            if short and need.queued == 0:
+                # GPUs are short: a replica is taken from another model only for requests
+                # that wait, not for headroom the queueing model would like.
+                return decided(current, "fleet_full")
+            return decided(current, "rate_limited") if recently else decided(needed, need.reason)
+        if lends and state.needed_now < needed:
+            # Wanted elsewhere: judged on the last interval, not on a slow average.
+            needed = state.needed_now
         if needed == current:
             state.low_since = None
             return decided(current, "steady")
         if state.low_since is None:
             state.low_since = now
-        if now - state.low_since < scale.scale_down_after_s:
+        quiet = now - state.low_since >= scale.scale_down_after_s
+        if not quiet and not lends:
             return decided(current, "waiting_to_scale_down")
         if recently:
             return decided(current, "rate_limited")
-        return decided(current - 1, "quiet")
+        if quiet:
+            return decided(current - 1, "quiet")
+        return replace(need, desired=needed, needed=needed, reason="lent_back")
 
     @staticmethod
     def _smoothed(state: _ModelState, seen: Demand) -> Demand:

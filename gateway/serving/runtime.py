@@ -282,10 +282,15 @@ class Runtime:
             _follow_ejections(route, admission)
         discovery = ReplicaDiscovery(routes.values(), on_change=admission.capacity_changed)
         demand_reporter = None
-        if placement is not None and placement.autoscaler is not None:
+        board = (
+            None
+            if placement is None or placement.autoscaler is None
+            else placement.autoscaler.board
+        )
+        if placement is not None and board is not None:
             scaled = [d.model for d in placement.cluster.deployments if d.autoscale]
             demand_reporter = DemandReporter(
-                placement.autoscaler.board,
+                board,
                 admission,
                 [model for model in scaled if model in routes],
                 placement.cluster.autoscaling.interval_s,

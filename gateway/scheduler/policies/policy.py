@@ -27,3 +27,9 @@ class Policy:
 
     def placed(self, pod: Pod, placement: Placement) -> None:
         """Called after the cluster took `placement`; refreshes per-node caches."""
+
+    def released(self, pod: Pod, placement: Placement) -> None:
+        """Called after the cluster took `placement` of `pod` back; by default the same
+        cache refresh as `placed` (policies that hold more, such as a node reserved for
+        a large job, override it)."""
+        self.placed(pod, placement)

@@ -124,3 +124,53 @@ def test_when_not_every_model_fits_the_higher_priority_ones_keep_a_replica() -> 
     )
     assert where(plan) == {"high": ["a"]}
     assert plan.unplaced == {"low": 1, "high": 1}
+
+
+def scaled(model: str, replicas: int, priority: int, min_replicas: int = 1) -> dict[str, Any]:
+    autoscale = {"min_replicas": min_replicas, "max_replicas": 4}
+    return {"model": model, "replicas": replicas, "priority": priority, "autoscale": autoscale}
+
+
+def test_a_higher_priority_reclaims_a_lower_priority_replica_above_its_minimum() -> None:
+    fleet = {"a": 1, "b": 1, "c": 1, "d": 1}
+    before = plan_deployments(cluster(fleet, scaled("chat", 2, 10), scaled("batch", 2, 0)))
+    grown = cluster(fleet, scaled("chat", 3, 10), scaled("batch", 2, 0))
+    after = plan_deployments(grown, keep=before)
+    assert len(after.nodes_of("chat")) == 3
+    assert len(after.nodes_of("batch")) == 1
+    assert after.unplaced == {"batch": 1}  # still wanted: placed again when room returns
+    # The batch replica that stayed is where it was: only the reclaimed one moved.
+    assert set(after.nodes_of("batch")) <= set(before.nodes_of("batch"))
+
+
+def test_nothing_is_reclaimed_below_a_minimum_from_a_young_replica_or_for_a_lower_priority() -> (
+    None
+):
+    fleet = {"a": 1, "b": 1}
+    before = plan_deployments(cluster(fleet, scaled("chat", 1, 10), scaled("batch", 1, 0)))
+    # At its minimum (1): batch keeps it.
+    at_minimum = plan_deployments(
+        cluster(fleet, scaled("chat", 2, 10), scaled("batch", 1, 0)), keep=before
+    )
+    assert where(at_minimum) == where(before) and at_minimum.unplaced == {"chat": 1}
+    # Above its minimum (0) but protected (younger than its minimum runtime).
+    young = plan_deployments(
+        cluster(fleet, scaled("chat", 2, 10), scaled("batch", 1, 0, min_replicas=0)),
+        keep=before,
+        protected={("batch", 0)},
+    )
+    assert where(young) == where(before) and young.unplaced == {"chat": 1}
+    # A lower priority never takes from a higher one.
+    lower = plan_deployments(
+        cluster(fleet, scaled("chat", 1, 10, min_replicas=0), scaled("batch", 2, 0)),
+        keep=before,
+    )
+    assert where(lower) == where(before) and lower.unplaced == {"batch": 1}
+
+
+def test_a_deployment_without_autoscale_is_never_reclaimed() -> None:
+    fleet = {"a": 1}
+    fixed = {"model": "batch", "replicas": 1, "priority": 0}
+    before = plan_deployments(cluster(fleet, fixed))
+    after = plan_deployments(cluster(fleet, fixed, scaled("chat", 1, 10)), keep=before)
+    assert where(after) == {"batch": ["a"]} and after.unplaced == {"chat": 1}

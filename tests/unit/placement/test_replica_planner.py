@@ -100,3 +100,33 @@ def test_models_are_decided_apart() -> None:
     p = planner(deployment("a"), deployment("b"))
     decisions = p.decide(0.0, {"a": 1, "b": 3}, {"a": BUSY, "b": QUIET})
     assert [(d.model, d.direction) for d in decisions] == [("a", "up"), ("b", "none")]
+
+
+def test_while_gpus_are_short_a_surplus_is_lent_back_at_once_and_headroom_waits() -> None:
+    lender, taker = deployment("lender"), deployment("taker")
+    p = ReplicaPlanner([lender, taker], {"lender": 4, "taker": 4}, INTERVAL)
+    # Each is at 2 replicas of 4 slots; the fleet has room for 4 replicas in all.
+    room = 4 * 1000
+    steady = Demand(arrival_rate=3.0, service_s=1.0)
+    calm = p.decide(0.0, {"lender": 2, "taker": 2}, {"lender": steady, "taker": steady}, None, room)
+    assert [d.direction for d in calm] == ["none", "none"]
+    # Demand moves: the taker has requests waiting, the lender needs one replica.
+    moved = {"lender": Demand(0.2, 1.0), "taker": Demand(12.0, 1.0, queued=30, in_flight=8)}
+    lent, took = p.decide(INTERVAL, {"lender": 2, "taker": 2}, moved, None, room)
+    assert (took.direction, took.reason) == ("up", "demand")
+    # Not after scale_down_after_s (60 s): now, because what they want exceeds the room.
+    assert (lent.desired, lent.reason) == (1, "lent_back")
+    # A replica the taker's queueing model would like as headroom, with nothing waiting,
+    # is not taken from another model while the fleet is full.
+    headroom = {"lender": steady, "taker": Demand(3.5, 1.0)}
+    held = p.decide(100.0, {"lender": 2, "taker": 2}, headroom, None, room)
+    assert held[1].reason == "fleet_full" and held[1].desired == 2
+
+
+def test_a_model_whose_own_replicas_wait_for_room_lends_nothing() -> None:
+    a, b = deployment("a"), deployment("b")
+    p = ReplicaPlanner([a, b], {"a": 4, "b": 4}, INTERVAL)
+    low = Demand(0.2, 1.0)
+    # a wants 3 of which one is unplaced; its demand fell, yet it is not a lender.
+    decisions = p.decide(0.0, {"a": 3, "b": 1}, {"a": low, "b": low}, {"a": 1})
+    assert decisions[0].reason == "waiting_to_scale_down"

@@ -1,0 +1,307 @@
+"""`gateway simulate autoscale`: the closed loop tried offline on a trace of arrivals.
+
+The same code decides as on the leader: the `Autoscaler`'s `decide` (the queueing
+model, the timing rules, minimum runtimes) and placement's `plan_deployments`
+(priorities, best fit, reclaiming). What stands in for the fleet is small and stated:
+
+- A model's capacity is `slots_per_replica` requests at once per node that runs a ready
+  replica of it (the gateway's admission does exactly this: one endpoint per node).
+- A request holds its slot for its model's `service_s` and has its first token
+  `prefill_s` after it gets one; it waits in a FIFO queue for at most `max_wait_s`, and
+  is refused then (the gateway's queue timeout).
+- A replica placed is ready `load_s` later (Triton's load); a replica removed takes no
+  new request at once and holds its GPU for one more `service_s` (its drain).
+- Each interval the loop sees what the gateways would report: arrivals, busy seconds and
+  completions of the interval, requests waiting and running, the TTFT p95.
+
+Static placement is the same run with each deployment's `replicas` fixed. Pure: no I/O,
+no clock; `run_policy` returns the figures and a timeline (for the chart).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import random
+from collections import deque
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from gateway.config.cluster_config import ClusterConfig
+from gateway.placement.autoscaler import Autoscaler
+from gateway.placement.deployment import DeploymentPlan, plan_deployments
+from gateway.placement.queueing_model import Demand
+
+# The simulation's step, seconds: fine against a service time of a second.
+STEP_S = 0.01
+
+
+@dataclass(frozen=True, slots=True)
+class Phase:
+    """A stretch of the trace: requests a second per model, Poisson arrivals."""
+
+    name: str
+    seconds: float
+    rates: Mapping[str, float]
+
+
+@dataclass(frozen=True, slots=True)
+class ModelProfile:
+    """How one model's requests behave (as measured on the demo's replicas)."""
+
+    service_s: float  # the slot is held this long
+    prefill_s: float  # the first token comes this long after the slot
+    ttft_target_s: float  # the SLO: a request is within it when its TTFT is at most this
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    """Phases of demand over models, with a seed: the same arrivals for every policy."""
+
+    phases: Sequence[Phase]
+    profiles: Mapping[str, ModelProfile]
+    seed: int = 0
+
+    @property
+    def seconds(self) -> float:
+        """The trace's length."""
+        return sum(phase.seconds for phase in self.phases)
+
+    def arrivals(self) -> list[tuple[float, str]]:
+        """Every request as (seconds from the start, model), in time order."""
+        rng = random.Random(self.seed)
+        arrivals = []
+        start = 0.0
+        for phase in self.phases:
+            for model, rate in sorted(phase.rates.items()):
+                t = start
+                while rate > 0:
+                    t += rng.expovariate(rate)
+                    if t >= start + phase.seconds:
+                        break
+                    arrivals.append((t, model))
+            start += phase.seconds
+        arrivals.sort()
+        return arrivals
+
+
+# Two models of two tenants on a fleet of four 1-GPU nodes: demand moves from one model
+# to the other, a spike on the lower priority, then quiet (loadtest/autoscale_cluster.yaml).
+SHIFTING = Workload(
+    phases=(
+        Phase("even", 60, {"llm-small": 3.0, "llm-large": 3.0}),
+        Phase("large rises", 90, {"llm-small": 1.0, "llm-large": 9.0}),
+        Phase("small spikes", 90, {"llm-small": 8.0, "llm-large": 1.0}),
+        Phase("quiet", 60, {"llm-small": 0.3, "llm-large": 0.3}),
+    ),
+    profiles={
+        "llm-large": ModelProfile(service_s=1.0, prefill_s=0.1, ttft_target_s=1.0),
+        "llm-small": ModelProfile(service_s=1.0, prefill_s=0.1, ttft_target_s=1.0),
+    },
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    """The fleet at the end of one interval."""
+
+    t: float
+    demand: dict[str, float]  # arrivals a second over the interval, per model
+    replicas: dict[str, int]  # ready, per model
+    gpus: float  # held (ready, loading or draining)
+
+
+@dataclass(slots=True)
+class PolicyResult:
+    """One policy's figures on the trace."""
+
+    policy: str
+    requests: int = 0
+    within_slo: int = 0
+    refused: int = 0
+    gpu_seconds: float = 0.0
+    replica_changes: int = 0
+    lost: int = 0  # requests on a replica when it was unloaded (the drain makes it 0)
+    seconds: float = 0.0
+    timeline: list[Sample] = field(default_factory=list)  # one per interval
+
+    @property
+    def slo_attainment(self) -> float:
+        """The share of requests whose first token came within the model's target."""
+        return self.within_slo / self.requests if self.requests else 1.0
+
+    @property
+    def goodput(self) -> float:
+        """Requests within their SLO a second."""
+        return self.within_slo / self.seconds if self.seconds else 0.0
+
+    def row(self) -> dict[str, object]:
+        """The figures, for a table or JSON."""
+        return {
+            "policy": self.policy,
+            "requests": self.requests,
+            "slo_attainment": round(self.slo_attainment, 4),
+            "goodput_rps": round(self.goodput, 2),
+            "refused": self.refused,
+            "fallbacks": 0,
+            "gpu_seconds": round(self.gpu_seconds, 1),
+            "replica_changes": self.replica_changes,
+            "lost": self.lost,
+        }
+
+
+@dataclass(slots=True)
+class _Model:
+    profile: ModelProfile
+    slots: int
+    waiting: deque[float] = field(default_factory=deque)  # arrival times
+    running: list[float] = field(default_factory=list)  # heap of finish times
+    arrived: int = 0  # this interval
+    busy_s: float = 0.0
+    completed: int = 0
+    ttfts: list[float] = field(default_factory=list)
+
+
+class _Fleet:
+    """Replicas placed, ready, or draining, and the GPU they hold."""
+
+    def __init__(self, cluster: ClusterConfig, load_s: float) -> None:
+        self._gpus = {
+            d.model: (d.gpus if d.gpu_milli >= 1000 else d.gpu_milli / 1000)
+            for d in cluster.deployments
+        }
+        self._load_s = load_s
+        self.ready_at: dict[tuple[str, int, str], float] = {}
+        self.draining: dict[tuple[str, int, str], float] = {}  # holds its GPU until then
+        self.changes = 0
+
+    def start(self, plan: DeploymentPlan) -> None:
+        """The first placement: ready from the start, not counted as a change."""
+        self.ready_at = {(p.model, p.index, p.node): 0.0 for p in plan.placements}
+
+    def move_to(self, plan: DeploymentPlan, now: float, service_s: Mapping[str, float]) -> None:
+        placed = {(p.model, p.index, p.node) for p in plan.placements}
+        for replica in placed - set(self.ready_at):
+            self.ready_at[replica] = now + self._load_s
+            self.changes += 1
+        for replica in set(self.ready_at) - placed:
+            del self.ready_at[replica]
+            self.draining[replica] = now + service_s.get(replica[0], 0.0)
+            self.changes += 1
+
+    def ready_nodes(self, model: str, now: float) -> int:
+        return len({n for (m, _, n), at in self.ready_at.items() if m == model and at <= now})
+
+    def gpus_held(self, now: float) -> float:
+        for replica in [r for r, until in self.draining.items() if until <= now]:
+            del self.draining[replica]
+        held = list(self.ready_at) + list(self.draining)
+        return sum(self._gpus.get(model, 1) for model, _, _ in held)
+
+
+def run_policy(
+    cluster: ClusterConfig,
+    workload: Workload,
+    loop: bool,
+    load_s: float = 2.0,
+    max_wait_s: float = 10.0,
+) -> PolicyResult:
+    """Replay `workload` on `cluster`: with the closed loop (`loop`), or with each
+    deployment's replicas fixed at its `replicas` (static)."""
+    result = PolicyResult("closed loop" if loop else "static")
+    slots = {
+        d.model: (d.autoscale.slots_per_replica if d.autoscale else None) or 1
+        for d in cluster.deployments
+    }
+    if not loop:
+        cluster = cluster.model_copy(
+            update={
+                "deployments": [
+                    d.model_copy(update={"autoscale": None}) for d in cluster.deployments
+                ]
+            }
+        )
+    models = {
+        name: _Model(profile, slots.get(name, 1)) for name, profile in workload.profiles.items()
+    }
+    service = {name: p.service_s for name, p in workload.profiles.items()}
+    autoscaler = Autoscaler(cluster, None, slots) if loop else None
+    plan = plan_deployments(cluster)
+    fleet = _Fleet(cluster, load_s)
+    fleet.start(plan)
+    interval = cluster.autoscaling.interval_s
+    arrivals = deque(workload.arrivals())
+    end = workload.seconds
+    steps = math.ceil(end / STEP_S)
+    next_tick = interval
+    for step in range(1, steps + 1):
+        now = step * STEP_S
+        while arrivals and arrivals[0][0] <= now:
+            _, name = arrivals.popleft()
+            models[name].waiting.append(now)
+            models[name].arrived += 1
+            result.requests += 1
+        for name, model in models.items():
+            _serve(model, now, fleet.ready_nodes(name, now), max_wait_s, result)
+        result.gpu_seconds += fleet.gpus_held(now) * STEP_S
+        if now + 1e-9 >= next_tick:
+            next_tick += interval
+            result.timeline.append(_snapshot(now, models, fleet, interval))
+            if autoscaler is not None:
+                demand = {name: _demand(model, interval) for name, model in models.items()}
+                autoscaler.observe(plan, now)
+                # A change, or a replica still waiting for room: place again.
+                if autoscaler.decide(plan, now, demand) or plan.unplaced:
+                    plan = plan_deployments(
+                        autoscaler.cluster_for(cluster),
+                        keep=plan,
+                        protected=autoscaler.protected(now),
+                    )
+                    fleet.move_to(plan, now, service)
+                    autoscaler.observe(plan, now)
+            for model in models.values():
+                model.arrived, model.busy_s, model.completed = 0, 0.0, 0
+                model.ttfts.clear()
+    result.seconds = end
+    result.replica_changes = fleet.changes
+    return result
+
+
+def _serve(model: _Model, now: float, nodes: int, max_wait_s: float, result: PolicyResult) -> None:
+    """Finish what is done, refuse what waited too long, start what fits."""
+    while model.running and model.running[0] <= now:
+        heapq.heappop(model.running)
+        model.completed += 1
+        model.busy_s += model.profile.service_s
+    while model.waiting and now - model.waiting[0] > max_wait_s:
+        model.waiting.popleft()
+        result.refused += 1
+    while model.waiting and len(model.running) < nodes * model.slots:
+        arrived = model.waiting.popleft()
+        heapq.heappush(model.running, now + model.profile.service_s)
+        ttft = now - arrived + model.profile.prefill_s
+        model.ttfts.append(ttft)
+        if ttft <= model.profile.ttft_target_s:
+            result.within_slo += 1
+
+
+def _demand(model: _Model, interval: float) -> Demand:
+    """What the gateways would report of this interval."""
+    ttfts = sorted(model.ttfts)
+    p95 = ttfts[min(len(ttfts) - 1, int(0.95 * len(ttfts)))] if ttfts else None
+    return Demand(
+        arrival_rate=model.arrived / interval,
+        service_s=model.busy_s / model.completed if model.completed else 0.0,
+        queued=len(model.waiting),
+        in_flight=len(model.running),
+        ttft_p95_s=p95,
+    )
+
+
+def _snapshot(now: float, models: Mapping[str, _Model], fleet: _Fleet, interval: float) -> Sample:
+    return Sample(
+        round(now, 2),
+        {name: model.arrived / interval for name, model in models.items()},
+        {name: fleet.ready_nodes(name, now) for name in models},
+        fleet.gpus_held(now),
+    )

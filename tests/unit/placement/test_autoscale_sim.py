@@ -1,0 +1,71 @@
+"""`gateway simulate autoscale`: the loop's own decisions and placement, replayed on the
+shifting trace of the benchmark's fleet, against static placement on the same arrivals."""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from gateway.cli import main
+from gateway.config.cluster_config import load_cluster
+from gateway.placement.autoscale_sim import SHIFTING, run_policy
+
+FLEET = Path(__file__).parents[3] / "loadtest" / "autoscale_cluster.yaml"
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_the_loop_meets_the_slo_where_static_placement_does_not_on_no_more_gpu(
+    seed: int, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.ERROR)
+    cluster = load_cluster(str(FLEET))
+    workload = replace(SHIFTING, seed=seed)
+    static = run_policy(cluster, workload, loop=False)
+    loop = run_policy(cluster, workload, loop=True)
+    assert static.requests == loop.requests == len(workload.arrivals())
+    assert static.slo_attainment < 0.80
+    assert loop.slo_attainment >= 0.95
+    assert loop.gpu_seconds <= static.gpu_seconds
+    assert loop.refused == 0 and loop.lost == 0
+    assert static.replica_changes == 0
+    # Replicas follow the two shifts and the quiet, and do not flap in between.
+    assert 4 <= loop.replica_changes <= 12
+
+
+def test_replicas_follow_demand_from_one_model_to_the_other(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.ERROR)
+    loop = run_policy(load_cluster(str(FLEET)), SHIFTING, loop=True)
+    by_time = {round(s.t): s.replicas for s in loop.timeline}
+    assert by_time[30] == {"llm-large": 2, "llm-small": 2}  # even
+    assert by_time[120]["llm-large"] == 3  # large's rise, on small's replica
+    assert by_time[210]["llm-small"] == 3  # small's spike, on large's
+    assert by_time[300] == {"llm-large": 1, "llm-small": 1}  # quiet: the minimums
+
+
+def test_the_command_prints_both_policies_and_writes_the_chart(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    chart = tmp_path / "replicas.png"
+    assert (
+        main(["simulate", "autoscale", "--cluster", str(FLEET), "--json", "--plot", str(chart)])
+        == 0
+    )
+    rows = json.loads(capsys.readouterr().out)
+    assert [r["policy"] for r in rows] == ["static", "closed loop"]
+    assert rows[1]["timeline"][0]["replicas"] == {"llm-large": 2, "llm-small": 2}
+    assert chart.read_bytes().startswith(b"\x89PNG")
+
+
+def test_a_bad_cluster_file_is_refused_at_its_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = tmp_path / "cluster.yaml"
+    bad.write_text("nodes: []\ndeployments:\n  - model: x\n    replicas: -1\n")
+    assert main(["simulate", "autoscale", "--cluster", str(bad)]) == 2
+    assert f"{bad}:4" in capsys.readouterr().out
