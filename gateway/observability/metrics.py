@@ -132,10 +132,18 @@ REPLICAS_UNPLACED = Gauge(
 )
 MODEL_REPLICAS = Gauge(
     "gateway_model_replicas",
-    "Replicas of an autoscaled model: desired (the closed loop's decision) and placed.",
+    "Replicas of an autoscaled model: desired (the closed loop's decision) and ready "
+    "(loaded and taking requests; on Kubernetes, the pods its Deployment runs).",
     ["model", "state"],
     registry=REGISTRY,
     multiprocess_mode="livemax",
+)
+SCALE_UP_SECONDS = Histogram(
+    "gateway_scale_up_seconds",
+    "From the closed loop's decision to add replicas of a model to their being ready.",
+    ["model"],
+    buckets=(1, 2, 5, 10, 20, 30, 60, 120, 300, 600),
+    registry=REGISTRY,
 )
 SCALE_EVENTS = Counter(
     "gateway_scale_events_total",

@@ -1,4 +1,8 @@
-"""`gateway simulate autoscale`: static placement against the closed loop on one trace."""
+"""`gateway simulate autoscale`: static placement against the closed loop on one trace.
+
+Imports nothing heavy at the top: `gateway --help` builds every sub-command's options,
+and the simulation's modules create the gateway's metrics (files, in multiprocess mode).
+"""
 
 from __future__ import annotations
 
@@ -8,9 +12,15 @@ import logging
 from collections.abc import Sequence
 from dataclasses import asdict, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from gateway.config.cluster_config import check_cluster
-from gateway.placement.autoscale_sim import SHIFTING, PolicyResult, run_policy
+if TYPE_CHECKING:
+    from gateway.placement.autoscale_sim import PolicyResult
+
+# The benchmark's fleet, in the source tree.
+DEFAULT_FLEET = (
+    Path(__file__).resolve().parents[2] / "loadtest" / "autoscale-config" / "cluster.yaml"
+)
 
 COLUMNS = (
     "policy",
@@ -28,7 +38,7 @@ def add_autoscale_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of `simulate autoscale`."""
     parser.add_argument(
         "--cluster",
-        default="loadtest/autoscale_cluster.yaml",
+        default=str(DEFAULT_FLEET),
         help="cluster.yaml with `autoscale:` deployments (default: the benchmark's fleet)",
     )
     parser.add_argument("--seed", type=int, default=0, help="the arrivals' seed (default 0)")
@@ -41,6 +51,9 @@ def add_autoscale_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run_autoscale_command(args: argparse.Namespace) -> int:
     """Replay the shifting workload under both policies; print the table."""
+    from gateway.config.cluster_config import check_cluster
+    from gateway.placement.autoscale_sim import SHIFTING, run_policy
+
     cluster, _, problems = check_cluster(args.cluster)
     if cluster is None:
         for problem in problems:

@@ -86,7 +86,7 @@ class Workload:
 
 
 # Two models of two tenants on a fleet of four 1-GPU nodes: demand moves from one model
-# to the other, a spike on the lower priority, then quiet (loadtest/autoscale_cluster.yaml).
+# to the other, a spike on the lower priority, then quiet (loadtest/autoscale-config/cluster.yaml).
 SHIFTING = Workload(
     phases=(
         Phase("even", 60, {"llm-small": 3.0, "llm-large": 3.0}),

@@ -15,6 +15,7 @@ a higher priority (`protected`).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Mapping
 from dataclasses import replace
@@ -65,6 +66,8 @@ class Autoscaler:
         self._room_milli: int | None = (
             sum(n.gpus for n in cluster.nodes) * GPU_MILLI - fixed if scaler is None else None
         )
+        # When a model was last asked to grow and has not yet got all it asked for.
+        self._growing_since: dict[str, float] = {}
         # When each replica (model, index) was first seen placed, by the caller's clock.
         self._placed_at: dict[tuple[str, int], float] = {}
 
@@ -86,7 +89,8 @@ class Autoscaler:
         return cluster.model_copy(update={"deployments": deployments})
 
     def observe(self, plan: DeploymentPlan, now: float) -> None:
-        """Note which replicas are placed (and since when), and the placed counts."""
+        """Note which replicas are placed (and since when), and the ready counts: the
+        leader's plan holds only replicas it has loaded."""
         placed = {(p.model, p.index) for p in plan.placements}
         for replica in placed - set(self._placed_at):
             self._placed_at[replica] = now
@@ -96,7 +100,8 @@ class Autoscaler:
             metrics.labels(metrics.MODEL_REPLICAS, model, "desired").set(desired)
             if self.scaler is None or not self.scaler.manages(model):
                 count = sum(1 for m, _ in placed if m == model)
-                metrics.labels(metrics.MODEL_REPLICAS, model, "placed").set(count)
+                metrics.labels(metrics.MODEL_REPLICAS, model, "ready").set(count)
+                self._note_ready(model, count, now)
 
     async def act(self, changes: list[ScaleDecision]) -> bool:
         """Set the scale of the changed models that Kubernetes runs (and read what it
@@ -119,7 +124,8 @@ class Autoscaler:
                     running = await scaler.replicas(model)
                 except SCALE_ERRORS:
                     continue
-                metrics.labels(metrics.MODEL_REPLICAS, model, "placed").set(running)
+                metrics.labels(metrics.MODEL_REPLICAS, model, "ready").set(running)
+                self._note_ready(model, running, asyncio.get_running_loop().time())
         return any(not scaler.manages(c.model) for c in changes)
 
     async def step(self, plan: DeploymentPlan, now: float) -> list[ScaleDecision]:
@@ -149,6 +155,10 @@ class Autoscaler:
             if decision.direction == "down" and self._too_young(decision.model, now):
                 decision = _held(decision, "min_runtime")
             _log(decision, placed.get(decision.model, 0))
+            if decision.direction == "up":
+                self._growing_since.setdefault(decision.model, now)
+            elif decision.direction == "down":
+                self._growing_since.pop(decision.model, None)
             if decision.direction != "none":
                 self.desired[decision.model] = decision.desired
                 metrics.labels(
@@ -156,6 +166,13 @@ class Autoscaler:
                 ).inc()
                 changes.append(decision)
         return changes
+
+    def _note_ready(self, model: str, ready: int, now: float) -> None:
+        """Time the scale-up of `model` once its replicas are all ready."""
+        since = self._growing_since.get(model)
+        if since is not None and ready >= self.desired[model]:
+            metrics.labels(metrics.SCALE_UP_SECONDS, model).observe(now - since)
+            del self._growing_since[model]
 
     def protected(self, now: float) -> set[tuple[str, int]]:
         """The replicas (model, index) younger than their model's `min_runtime_s`: placement

@@ -112,7 +112,7 @@ def test_a_burst_adds_a_replica_without_losing_a_request_and_quiet_removes_it(
     scaled: Gateway, nodes: tuple[TritonSim, TritonSim]
 ) -> None:
     a, b = nodes
-    wait_for(lambda: replicas(scaled, "placed") == 1, "one replica placed")
+    wait_for(lambda: replicas(scaled, "ready") == 1, "one replica placed")
     assert [ready(a), ready(b)].count(True) == 1
 
     stop = threading.Event()
@@ -137,10 +137,10 @@ def test_a_burst_adds_a_replica_without_losing_a_request_and_quiet_removes_it(
         thread.start()
     try:
         wait_for(lambda: ready(a) and ready(b), "llm-small loaded on both nodes")
-        wait_for(lambda: replicas(scaled, "placed") == 2, "two replicas placed")
+        wait_for(lambda: replicas(scaled, "ready") == 2, "two replicas placed")
         # More than the fleet holds: the third is wanted, unplaced, and says so.
         wait_for(lambda: replicas(scaled, "desired") == 3, "a third replica wanted")
-        assert replicas(scaled, "placed") == 2
+        assert replicas(scaled, "ready") == 2
         assert 'gateway_replicas_unplaced{model="llm-small"} 1.0' in exposition(scaled)
         time.sleep(1.0)  # both nodes serve it now
         stop.set()

@@ -46,7 +46,7 @@ def cluster(config: str) -> ClusterConfig:
 
 
 def placed(model: str) -> float | None:
-    labels = {"model": model, "state": "placed"}
+    labels = {"model": model, "state": "ready"}
     return metrics.REGISTRY.get_sample_value("gateway_model_replicas", labels)
 
 

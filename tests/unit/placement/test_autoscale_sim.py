@@ -14,7 +14,7 @@ from gateway.cli import main
 from gateway.config.cluster_config import load_cluster
 from gateway.placement.autoscale_sim import SHIFTING, run_policy
 
-FLEET = Path(__file__).parents[3] / "loadtest" / "autoscale_cluster.yaml"
+FLEET = Path(__file__).parents[3] / "loadtest" / "autoscale-config" / "cluster.yaml"
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
