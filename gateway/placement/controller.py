@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import json
 import logging
 import os
@@ -54,6 +55,8 @@ log = logging.getLogger("gateway.placement")
 PROBE_TIMEOUT_S = 1.0
 # How often a drain looks at the requests still on a replica that leaves.
 DRAIN_POLL_S = 0.1
+# How often a drain reads the other gateways' reports (a Redis read each).
+DRAIN_READ_S = 0.5
 _NOT_PUBLISHED: tuple[type[BaseException], ...] = (LostLeadership, *REDIS_ERRORS)
 PUBLISH_LUA = read_script("lease_publish.lua")
 
@@ -113,6 +116,9 @@ class ClusterPlacement:
         self._last_token = 0  # the token this gateway last led under
         self._campaigner: asyncio.Task[None] | None = None
         self._taking_over = False  # just elected: place (from the published plan) at once
+        # This gateway's id on the demand board (set by the runtime that reports): a
+        # drain waits for the others' requests, not for its own stale report.
+        self.gateway_id = ""
         # Deployed but not served through the gateway: placed and loaded all the same.
         self.unrouted = sorted({d.model for d in cluster.deployments} - set(routes))
 
@@ -387,18 +393,18 @@ class ClusterPlacement:
             unplaced = plan.unplaced.get(deployment.model, 0)
             metrics.labels(metrics.REPLICAS_UNPLACED, deployment.model).set(unplaced)
 
-    def _leaving(self, plan: DeploymentPlan) -> list[Replica]:
-        """The replicas (of nodes up) that serve a model now and will not in `plan`:
-        the objects themselves, as requests in flight count on them after they leave
-        their pool."""
-        leaving = []
+    def _leaving(self, plan: DeploymentPlan) -> list[tuple[str, Replica]]:
+        """The replicas (of nodes up) that serve a model now and will not in `plan`,
+        with their model: the objects themselves, as requests in flight count on them
+        after they leave their pool."""
+        leaving: list[tuple[str, Replica]] = []
         for model in dict.fromkeys(d.model for d in self.cluster.deployments):
             route = self._routes.get(model)
             if route is None:
                 continue
             gone = set(self.plan.nodes_of(model)) - set(plan.nodes_of(model)) - self.down
             urls = {self._node_url(name, route) for name in gone}
-            leaving += [r for r in route.pool.replicas if r.url in urls]
+            leaving += [(model, r) for r in route.pool.replicas if r.url in urls]
         return leaving
 
     async def _serve_from(self, plan: DeploymentPlan) -> None:
@@ -415,22 +421,62 @@ class ClusterPlacement:
         self._point_pools(lambda route, _: self._plan_urls(route))
         await self._publish_safely()
 
-    async def _drain(self, leaving: list[Replica]) -> None:
-        """Wait until no request of this gateway is on a replica that leaves, and the
-        other gateways have had the time to follow the published plan (two of their
-        polls), up to `autoscaling.drain_timeout_s`."""
+    async def _drain(self, leaving: list[tuple[str, Replica]]) -> None:
+        """Wait until no request is on a replica that leaves, up to
+        `autoscaling.drain_timeout_s`: none of this gateway's, and none of the other
+        gateways' (each fresh report on the demand board serves from this placement and
+        has nothing left on them); and at least two probe intervals, the time the
+        others take to follow the published plan when they do not report."""
         loop = asyncio.get_running_loop()
         started = loop.time()
         timeout = self.cluster.autoscaling.drain_timeout_s
         followed = started + 2 * self._interval_s
+        digest = placement_digest(self.plan)
+        urls = {(model, r.url) for model, r in leaving}
+        others_done, read_at = False, 0.0
         while loop.time() - started < timeout:
-            if sum(r.outstanding for r in leaving) == 0 and loop.time() >= followed:
-                return
+            mine = sum(r.outstanding for _, r in leaving)
+            if mine == 0 and loop.time() >= followed:
+                if not others_done and loop.time() - read_at >= DRAIN_READ_S:
+                    read_at = loop.time()
+                    others_done = await self.others_drained(digest, urls)
+                if others_done:
+                    return
             await asyncio.sleep(DRAIN_POLL_S)
         log.warning(
-            "drain: %d requests still on replicas that leave after %.0f s; unloading",
-            sum(r.outstanding for r in leaving), timeout,
+            "drain: requests still on replicas that leave after %.0f s (%d of this "
+            "gateway's); unloading", timeout, sum(r.outstanding for _, r in leaving),
         )  # fmt: skip
+
+    async def others_drained(self, digest: str, urls: set[tuple[str, str]]) -> bool:
+        """Whether every other gateway that reports serves from placement `digest` and
+        has no request left on `urls` ((model, replica URL)). Without reports (no loop,
+        or Redis unreadable), the probe intervals waited are all there is to go by."""
+        board = None if self.autoscaler is None else self.autoscaler.board
+        if board is None:
+            return True
+        try:
+            reports = await board.read()
+        except REDIS_ERRORS:
+            return True
+        for report in reports:
+            if report.gateway == self.gateway_id:
+                continue
+            if report.plan != digest:
+                return False
+            if any(report.draining.get(model, {}).get(url, 0) for model, url in urls):
+                return False
+        return True
+
+    def moves(self) -> tuple[str, dict[str, dict[str, int]]]:
+        """For this gateway's demand report: the placement it serves from, and its
+        requests still on replicas that placement took out (model -> URL -> count)."""
+        draining = {}
+        for model, route in self._routes.items():
+            left = route.pool.draining()
+            if left:
+                draining[model] = left
+        return placement_digest(self.plan), draining
 
     def _node_url(self, name: str, route: ModelRoute) -> str:
         return replica_url(self._nodes[name], route.config.backend)
@@ -472,6 +518,13 @@ def _slots(cluster: ClusterConfig, routes: Mapping[str, ModelRoute]) -> dict[str
         per_route = route.config.queue.max_in_flight_per_replica if route is not None else 1
         slots[deployment.model] = scale.slots_per_replica or per_route
     return slots
+
+
+def placement_digest(plan: DeploymentPlan) -> str:
+    """A short name of where every replica runs: two gateways that serve from the same
+    placement have the same."""
+    where = sorted((p.model, p.index, p.node) for p in plan.placements)
+    return hashlib.sha256(json.dumps(where).encode()).hexdigest()[:16]
 
 
 def _plan_json(plan: DeploymentPlan, down: set[str], token: int) -> str:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import orjson
 
@@ -56,11 +56,15 @@ class ModelReport:
 
 @dataclass(frozen=True, slots=True)
 class GatewayReport:
-    """One gateway's report: when (its own monotonic clock) and its models."""
+    """One gateway's report: when (its own monotonic clock) and its models; and, for a
+    move's drain, the placement it serves from (`placement_digest`) and its requests
+    still on replicas that placement took out (model -> replica URL -> requests)."""
 
     gateway: str
     at: float
     models: Mapping[str, ModelReport]
+    plan: str = ""
+    draining: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
 
 
 class DemandBoard:
@@ -80,6 +84,8 @@ class DemandBoard:
         body = orjson.dumps({
             "at": report.at,
             "models": {name: m.to_json() for name, m in report.models.items()},
+            "plan": report.plan,
+            "draining": report.draining,
         })  # fmt: skip
         pipe = self._redis.pipeline(transaction=False)
         pipe.set(self._key(report.gateway), body, px=self._ttl_ms)
@@ -157,7 +163,12 @@ def _parsed(gateway: str, value: bytes | str) -> GatewayReport | None:
     try:
         data = orjson.loads(value)
         models = {str(name): ModelReport.from_json(m) for name, m in data["models"].items()}
-        return GatewayReport(gateway, _seconds(data["at"]), models)
+        draining = {
+            str(model): {str(url): _count(n) for url, n in urls.items()}
+            for model, urls in data.get("draining", {}).items()
+        }
+        plan = str(data.get("plan", ""))
+        return GatewayReport(gateway, _seconds(data["at"]), models, plan, draining)
     except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError):
         return None  # a report this version cannot read is no report
 

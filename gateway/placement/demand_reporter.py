@@ -85,6 +85,7 @@ class DemandReporter:
         gateway: str | None = None,
         clock: Callable[[], float] = time.monotonic,
         ttft: TtftWindow | None = None,
+        moves: Callable[[], tuple[str, dict[str, dict[str, int]]]] | None = None,
     ) -> None:
         self._board = board
         self._admission = admission
@@ -93,6 +94,8 @@ class DemandReporter:
         self.gateway = gateway or gateway_id()
         self._clock = clock
         self._ttft = ttft or TtftWindow()
+        # The placement this gateway serves from, and its requests on replicas that left.
+        self._moves = moves
         self._task: asyncio.Task[None] | None = None
         self._failing = False
 
@@ -106,7 +109,8 @@ class DemandReporter:
                 seen.arrivals, seen.completions, seen.busy_s, sum(seen.queued.values()),
                 seen.in_flight, ttft.get(model),
             )  # fmt: skip
-        return GatewayReport(self.gateway, self._clock(), models)
+        plan, draining = ("", {}) if self._moves is None else self._moves()
+        return GatewayReport(self.gateway, self._clock(), models, plan, draining)
 
     async def publish_once(self) -> bool:
         """Publish a report now; whether Redis took it."""

@@ -294,7 +294,9 @@ class Runtime:
                 admission,
                 [model for model in scaled if model in routes],
                 placement.cluster.autoscaling.interval_s,
+                moves=placement.moves,
             )
+            placement.gateway_id = demand_reporter.gateway
         key_store = KeyStore(redis, config.gateway.redis.key_prefix)
         key_directory = KeyDirectory(key_store)
         return cls(

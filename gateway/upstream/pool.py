@@ -114,6 +114,8 @@ class ReplicaPool:
         ring_points: int = 100,
     ) -> None:
         self.replicas = [Replica(url) for url in urls]
+        # Replicas a new placement took out while requests were still on them.
+        self._leaving: list[Replica] = []
         for replica, metrics_url in zip(self.replicas, metrics_urls, strict=False):
             replica.metrics_url = metrics_url
         self.load_factor = load_factor
@@ -196,16 +198,24 @@ class ReplicaPool:
         """Serve from `urls` from now on (a new placement). Replicas that stay keep their
         counts (and their keys on the ring); the list is changed in place, as others
         hold it."""
-        current = {r.url: r for r in self.replicas}
+        current = {r.url: r for r in self._leaving} | {r.url: r for r in self.replicas}
         replicas = []
         for index, url in enumerate(urls):
             replica = current.get(url) or Replica(url)
             if replica.url not in current and index < len(metrics_urls):
                 replica.metrics_url = metrics_urls[index]
             replicas.append(replica)
+        kept = set(urls)
+        self._leaving = [r for r in current.values() if r.url not in kept and r.outstanding]
         self.replicas[:] = replicas
         if tuple(urls) != self._ring.urls:
             self._ring = HashRing(urls, self._ring_points)
+
+    def draining(self) -> dict[str, int]:
+        """The replicas taken out of the pool with this gateway's requests still on them,
+        by URL: what a move waits for before it unloads them."""
+        self._leaving = [r for r in self._leaving if r.outstanding]
+        return {r.url: r.outstanding for r in self._leaving}
 
     def mark_checked(self, replica: Replica, healthy: bool) -> None:
         """Record the result of an active health check."""

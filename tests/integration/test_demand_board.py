@@ -11,6 +11,9 @@ import pytest
 from redis.asyncio import Redis, RedisCluster
 
 from gateway.admission import AdmissionController
+from gateway.config.cluster_config import ClusterConfig
+from gateway.placement.autoscaler import Autoscaler
+from gateway.placement.controller import ClusterPlacement, placement_digest
 from gateway.placement.demand_board import (
     DemandBoard,
     DemandTracker,
@@ -133,3 +136,39 @@ async def test_two_gateways_admissions_reach_the_leader_as_one_demand(
     assert demand.arrival_rate == pytest.approx(3.5)
     assert (demand.queued, demand.in_flight) == (1, 2)
     waiting.cancel()
+
+
+async def test_a_move_waits_for_every_other_gateway_to_follow_and_drain(
+    client: Redis | RedisCluster,
+) -> None:
+    """The leader unloads a leaving replica only once each other gateway's fresh report
+    serves from the new placement and has no request left on that replica."""
+    cluster = ClusterConfig.model_validate(
+        {
+            "nodes": [{"name": "n1", "url": "http://127.0.0.1:1", "gpus": 1}],
+            "deployments": [
+                {"model": "llm", "replicas": 1, "autoscale": {"min_replicas": 0, "max_replicas": 1}}
+            ],
+        }
+    )
+    shared = board(client)
+    placement = ClusterPlacement(
+        cluster, {}, 1.0, 3, autoscaler=Autoscaler(cluster, shared, {"llm": 1})
+    )
+    placement.gateway_id = "leader"
+    digest = placement_digest(placement.plan)
+    leaving = {("llm", "http://127.0.0.1:1")}
+    busy = ModelReport(0, 0, 0.0, 0, 0)
+
+    async def others(plan: str, on_leaving: int) -> bool:
+        draining = {"llm": {"http://127.0.0.1:1": on_leaving}} if on_leaving else {}
+        await shared.publish(GatewayReport("gw-b", 1.0, {"llm": busy}, plan, draining))
+        return await placement.others_drained(digest, leaving)
+
+    assert await placement.others_drained(digest, leaving)  # nobody else reports
+    assert not await others("an-older-placement", 0)  # has not followed yet
+    assert not await others(digest, 2)  # followed; two streams still on the replica
+    assert await others(digest, 0)
+    # The leader's own report (stale by an interval) is not waited for.
+    await shared.publish(GatewayReport("leader", 1.0, {"llm": busy}, "old", {}))
+    assert await placement.others_drained(digest, leaving)

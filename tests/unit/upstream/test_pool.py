@@ -79,3 +79,20 @@ def test_pick_leaves_out_replicas_at_their_cap() -> None:
     assert pool.pick() is a
     b.outstanding = 1
     assert pool.pick(max_in_flight=2) is b
+
+
+def test_a_replica_taken_out_with_requests_on_it_is_draining_until_they_end() -> None:
+    pool = ReplicaPool(["http://a", "http://b"])
+    leaving = next(r for r in pool.replicas if r.url == "http://b")
+    with pool.lease(leaving):
+        pool.set_urls(["http://a"])
+        assert [r.url for r in pool.replicas] == ["http://a"]
+        assert pool.draining() == {"http://b": 1}
+    assert pool.draining() == {}
+    # Put back while a request is still on it: the same replica, its count kept.
+    again = next(r for r in [*pool.replicas] if r.url == "http://a")
+    with pool.lease(again):
+        pool.set_urls(["http://b"])
+        pool.set_urls(["http://a", "http://b"])
+        assert next(r for r in pool.replicas if r.url == "http://a").outstanding == 1
+        assert pool.draining() == {}
