@@ -45,6 +45,7 @@ from gateway.placement.leadership import (
     RedisLease,
 )
 from gateway.placement.triton_repository import RepositoryError, apply_plan
+from gateway.placement.warm_up import warm_up
 from gateway.storage.redis_client import REDIS_ERRORS, RedisClient
 from gateway.storage.scripts import read_script
 from gateway.upstream.pool import Replica
@@ -55,6 +56,8 @@ log = logging.getLogger("gateway.placement")
 PROBE_TIMEOUT_S = 1.0
 # How often a drain looks at the requests still on a replica that leaves.
 DRAIN_POLL_S = 0.1
+# The longest a new replica's warm-up request may take before it is served anyway.
+WARM_UP_S = 30.0
 # How often a drain reads the other gateways' reports (a Redis read each).
 DRAIN_READ_S = 0.5
 _NOT_PUBLISHED: tuple[type[BaseException], ...] = (LostLeadership, *REDIS_ERRORS)
@@ -352,9 +355,10 @@ class ClusterPlacement:
 
     async def _replace(self) -> None:
         """Plan again (around the nodes that are down, at the desired counts), and move
-        to it without losing a request: new replicas are loaded before they take
-        traffic; replicas that go stop taking new requests here and on the other
-        gateways (the published plan), drain, and only then are unloaded."""
+        to it without losing a request: new replicas are loaded and answer a warm-up
+        request before they take traffic; replicas that go stop taking new requests here
+        and on the other gateways (the published plan), drain, and only then are
+        unloaded."""
         # Isolate first, even while another move drains: nothing more goes to a node
         # that is down, whatever happens next.
         self._point_pools(self._without_down_nodes)
@@ -375,6 +379,7 @@ class ClusterPlacement:
         fence = self._lease.fence if self._lease is not None else None
         try:
             actions = await apply_plan(self.cluster, plan, nodes=up, fence=fence, unloads=False)
+            await self._warm_up(plan)
             leaving = self._leaving(plan)
             await self._serve_from(plan)
             if leaving:
@@ -406,6 +411,17 @@ class ClusterPlacement:
             urls = {self._node_url(name, route) for name in gone}
             leaving += [(model, r) for r in route.pool.replicas if r.url in urls]
         return leaving
+
+    async def _warm_up(self, plan: DeploymentPlan) -> None:
+        """Send each replica that `plan` adds its first request, before it takes traffic."""
+        arriving = []
+        for model in dict.fromkeys(d.model for d in self.cluster.deployments):
+            route = self._routes.get(model)
+            if route is None:
+                continue
+            new = set(plan.nodes_of(model)) - set(self.plan.nodes_of(model)) - self.down
+            arriving += [warm_up(route, self._node_url(name, route), WARM_UP_S) for name in new]
+        await asyncio.gather(*arriving)
 
     async def _serve_from(self, plan: DeploymentPlan) -> None:
         """Take `plan` as the placement: log a change, point the pools, publish."""
