@@ -174,6 +174,16 @@ class Autoscaler:
             metrics.labels(metrics.SCALE_UP_SECONDS, model).observe(now - since)
             del self._growing_since[model]
 
+    def behind(self, plan: DeploymentPlan) -> bool:
+        """Whether `plan` (what is loaded) holds a count other than desired of some model
+        placed on the nodes, and not for want of room: a load that failed, tried again
+        each interval."""
+        return any(
+            len(plan.nodes_of(model)) + plan.unplaced.get(model, 0) != desired
+            for model, desired in self.desired.items()
+            if self.scaler is None or not self.scaler.manages(model)
+        )
+
     def protected(self, now: float) -> set[tuple[str, int]]:
         """The replicas (model, index) younger than their model's `min_runtime_s`: placement
         may not reclaim them for another model."""

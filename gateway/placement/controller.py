@@ -44,11 +44,10 @@ from gateway.placement.leadership import (
     PlacementLease,
     RedisLease,
 )
-from gateway.placement.triton_repository import RepositoryError, apply_plan
+from gateway.placement.triton_repository import RepositoryError, apply_plan, unloads_for
 from gateway.placement.warm_up import warm_up
 from gateway.storage.redis_client import REDIS_ERRORS, RedisClient
 from gateway.storage.scripts import read_script
-from gateway.upstream.pool import Replica
 from gateway.upstream.route import ModelRoute
 
 log = logging.getLogger("gateway.placement")
@@ -237,9 +236,10 @@ class ClusterPlacement:
                 now = asyncio.get_running_loop().time()
                 autoscaler.observe(self.plan, now)
                 changes = await autoscaler.step(self.plan, now)
-                # A change, or a replica still waiting for room (a minimum runtime may
-                # have passed since): place again.
-                if await autoscaler.act(changes) or self.plan.unplaced:
+                # A change, a replica still waiting for room (a minimum runtime may have
+                # passed since), or one whose load failed: place again.
+                changed = await autoscaler.act(changes)
+                if changed or self.plan.unplaced or autoscaler.behind(self.plan):
                     await self._replace()
                     autoscaler.observe(self.plan, now)
             except Exception:  # the loop must go on
@@ -380,10 +380,9 @@ class ClusterPlacement:
         try:
             actions = await apply_plan(self.cluster, plan, nodes=up, fence=fence, unloads=False)
             await self._warm_up(plan)
-            leaving = self._leaving(plan)
             await self._serve_from(plan)
-            if leaving:
-                await self._drain(leaving)
+            if await unloads_for(self.cluster, plan, nodes=up):
+                await self._drain()
             actions += await apply_plan(self.cluster, plan, nodes=up, fence=fence, loads=False)
         except LostLeadership as exc:
             log.warning("placement stopped: %s", exc)
@@ -397,20 +396,6 @@ class ClusterPlacement:
         for deployment in self.cluster.deployments:
             unplaced = plan.unplaced.get(deployment.model, 0)
             metrics.labels(metrics.REPLICAS_UNPLACED, deployment.model).set(unplaced)
-
-    def _leaving(self, plan: DeploymentPlan) -> list[tuple[str, Replica]]:
-        """The replicas (of nodes up) that serve a model now and will not in `plan`,
-        with their model: the objects themselves, as requests in flight count on them
-        after they leave their pool."""
-        leaving: list[tuple[str, Replica]] = []
-        for model in dict.fromkeys(d.model for d in self.cluster.deployments):
-            route = self._routes.get(model)
-            if route is None:
-                continue
-            gone = set(self.plan.nodes_of(model)) - set(plan.nodes_of(model)) - self.down
-            urls = {self._node_url(name, route) for name in gone}
-            leaving += [(model, r) for r in route.pool.replicas if r.url in urls]
-        return leaving
 
     async def _warm_up(self, plan: DeploymentPlan) -> None:
         """Send each replica that `plan` adds its first request, before it takes traffic."""
@@ -437,36 +422,48 @@ class ClusterPlacement:
         self._point_pools(lambda route, _: self._plan_urls(route))
         await self._publish_safely()
 
-    async def _drain(self, leaving: list[tuple[str, Replica]]) -> None:
-        """Wait until no request is on a replica that leaves, up to
-        `autoscaling.drain_timeout_s`: none of this gateway's, and none of the other
-        gateways' (each fresh report on the demand board serves from this placement and
-        has nothing left on them); and at least two probe intervals, the time the
-        others take to follow the published plan when they do not report."""
+    async def _drain(self) -> None:
+        """Wait until no request is left on a replica the placement took out (on a node
+        up), up to `autoscaling.drain_timeout_s`: none of this gateway's, and none of
+        the other gateways' (each fresh report on the demand board serves from this
+        placement and has none left); and at least two probe intervals, the time the
+        others take to follow the published plan when they do not report. A new leader
+        drains this way what the last one left loaded, too."""
         loop = asyncio.get_running_loop()
         started = loop.time()
         timeout = self.cluster.autoscaling.drain_timeout_s
         followed = started + 2 * self._interval_s
         digest = placement_digest(self.plan)
-        urls = {(model, r.url) for model, r in leaving}
         others_done, read_at = False, 0.0
         while loop.time() - started < timeout:
-            mine = sum(r.outstanding for _, r in leaving)
+            mine = self._left_on_leaving(self.moves()[1])
             if mine == 0 and loop.time() >= followed:
                 if not others_done and loop.time() - read_at >= DRAIN_READ_S:
                     read_at = loop.time()
-                    others_done = await self.others_drained(digest, urls)
+                    others_done = await self.others_drained(digest)
                 if others_done:
                     return
             await asyncio.sleep(DRAIN_POLL_S)
         log.warning(
             "drain: requests still on replicas that leave after %.0f s (%d of this "
-            "gateway's); unloading", timeout, sum(r.outstanding for _, r in leaving),
+            "gateway's); unloading", timeout, self._left_on_leaving(self.moves()[1]),
         )  # fmt: skip
 
-    async def others_drained(self, digest: str, urls: set[tuple[str, str]]) -> bool:
+    def _left_on_leaving(self, draining: Mapping[str, Mapping[str, int]]) -> int:
+        """Requests in `draining` (model -> URL -> count) on replicas that the current
+        placement does not serve, on nodes up (a node down unloads nothing)."""
+        left = 0
+        for model, urls in draining.items():
+            route = self._routes.get(model)
+            if route is None:
+                continue
+            keep = set(self._plan_urls(route)) | {self._node_url(n, route) for n in self.down}
+            left += sum(count for url, count in urls.items() if url not in keep)
+        return left
+
+    async def others_drained(self, digest: str) -> bool:
         """Whether every other gateway that reports serves from placement `digest` and
-        has no request left on `urls` ((model, replica URL)). Without reports (no loop,
+        has no request left on a replica it does not serve. Without reports (no loop,
         or Redis unreadable), the probe intervals waited are all there is to go by."""
         board = None if self.autoscaler is None else self.autoscaler.board
         if board is None:
@@ -478,9 +475,7 @@ class ClusterPlacement:
         for report in reports:
             if report.gateway == self.gateway_id:
                 continue
-            if report.plan != digest:
-                return False
-            if any(report.draining.get(model, {}).get(url, 0) for model, url in urls):
+            if report.plan != digest or self._left_on_leaving(report.draining):
                 return False
         return True
 

@@ -107,27 +107,35 @@ class ReplicaPlanner:
         room_milli: int | None = None,
     ) -> list[ScaleDecision]:
         """This interval's decision for each scaled model (`current`: its replicas
-        wanted now; `demand`: its demand, None or absent when missing or stale). Models
-        with more replicas than they need give them back at once (`lent_back`) when GPUs
-        are short: some replica waits for room (`unplaced`: per model), or what the
-        models want now is more than `room_milli` (thousandths of a GPU for the scaled
-        models). A model with replicas of its own waiting lends nothing."""
-        waiting = {model for model, count in (unplaced or {}).items() if count > 0}
-        contended = bool(waiting)
+        wanted now; `demand`: its demand, None or absent when missing or stale;
+        `unplaced`: per model, replicas waiting for room; `room_milli`: the GPU the
+        scaled models share, in thousandths). When what they want does not fit, a
+        replica wanted only as headroom (no request waits) is not asked for
+        (`fleet_full`); when even what waiting requests claim does not fit, or a replica
+        waits for room, models with more than they need give it back at once
+        (`lent_back`). A model with replicas of its own waiting lends nothing."""
         needs = {
             model: self._need(model, scale, current.get(model, 0), demand.get(model))
             for model, scale in self._scaled.items()
         }
+        waiting = {model for model, count in (unplaced or {}).items() if count > 0}
+        # Short: what the models want does not fit, so a replica wanted as headroom
+        # waits. Contended: even what requests that wait claim does not fit (or some
+        # replica waits for room already), so the models with a surplus lend it.
+        short = contended = bool(waiting)
         if room_milli is not None:
-            wanted = sum(
-                max(need.needed, need.current) * self._size_milli[model]
-                for model, need in needs.items()
+            size = self._size_milli
+            wanted = sum(max(n.needed, n.current) * size[m] for m, n in needs.items())
+            claimed = sum(
+                (n.needed if n.needed > n.current and n.queued else n.current) * size[m]
+                for m, n in needs.items()
             )
-            contended = contended or wanted > room_milli
+            short = short or wanted > room_milli
+            contended = contended or claimed > room_milli
         decisions = []
         for model, need in needs.items():
             lends = contended and model not in waiting
-            decision = self._timed(need, self._scaled[model], now, lends, contended)
+            decision = self._timed(need, self._scaled[model], now, lends, short)
             if decision.desired != decision.current:
                 self._state[model].changed_at = now
             decisions.append(decision)

@@ -51,6 +51,22 @@ async def _call(session: aiohttp.ClientSession, url: str, verb: str, model: str)
             raise RepositoryError(f"{url}: {verb} {model}: HTTP {response.status} {detail}")
 
 
+async def unloads_for(
+    cluster: ClusterConfig, plan: DeploymentPlan, nodes: Iterable[str] | None = None
+) -> list[Action]:
+    """The unloads `apply_plan` would make now (models loaded where `plan` has none)."""
+    deployed = {d.model for d in cluster.deployments}
+    wanted = set(nodes) if nodes is not None else {n.name for n in cluster.nodes}
+    unloads = []
+    async with aiohttp.ClientSession(timeout=_TIMEOUT) as session:
+        for node in cluster.nodes:
+            if node.name in wanted:
+                present = await loaded_models(session, node.base_url)
+                for model in sorted((present & deployed) - plan.models_on(node.name)):
+                    unloads.append(Action(node.name, "unload", model))
+    return unloads
+
+
 async def apply_plan(
     cluster: ClusterConfig,
     plan: DeploymentPlan,

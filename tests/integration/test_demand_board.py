@@ -11,6 +11,7 @@ import pytest
 from redis.asyncio import Redis, RedisCluster
 
 from gateway.admission import AdmissionController
+from gateway.config import ModelConfig
 from gateway.config.cluster_config import ClusterConfig
 from gateway.placement.autoscaler import Autoscaler
 from gateway.placement.controller import ClusterPlacement, placement_digest
@@ -21,6 +22,7 @@ from gateway.placement.demand_board import (
     ModelReport,
 )
 from gateway.placement.demand_reporter import DemandReporter
+from gateway.serving.runtime import _route
 from tests.polling import wait_until
 
 _prefixes = itertools.count()
@@ -142,7 +144,8 @@ async def test_a_move_waits_for_every_other_gateway_to_follow_and_drain(
     client: Redis | RedisCluster,
 ) -> None:
     """The leader unloads a leaving replica only once each other gateway's fresh report
-    serves from the new placement and has no request left on that replica."""
+    serves from the new placement and has no request left on a replica it took out
+    (here the placement serves llm nowhere: any replica of it is leaving)."""
     cluster = ClusterConfig.model_validate(
         {
             "nodes": [{"name": "n1", "url": "http://127.0.0.1:1", "gpus": 1}],
@@ -152,23 +155,23 @@ async def test_a_move_waits_for_every_other_gateway_to_follow_and_drain(
         }
     )
     shared = board(client)
+    route = _route("llm", ModelConfig.model_validate({"backend": "triton_http", "replicas": []}))
     placement = ClusterPlacement(
-        cluster, {}, 1.0, 3, autoscaler=Autoscaler(cluster, shared, {"llm": 1})
+        cluster, {"llm": route}, 1.0, 3, autoscaler=Autoscaler(cluster, shared, {"llm": 1})
     )
     placement.gateway_id = "leader"
     digest = placement_digest(placement.plan)
-    leaving = {("llm", "http://127.0.0.1:1")}
     busy = ModelReport(0, 0, 0.0, 0, 0)
 
     async def others(plan: str, on_leaving: int) -> bool:
         draining = {"llm": {"http://127.0.0.1:1": on_leaving}} if on_leaving else {}
         await shared.publish(GatewayReport("gw-b", 1.0, {"llm": busy}, plan, draining))
-        return await placement.others_drained(digest, leaving)
+        return await placement.others_drained(digest)
 
-    assert await placement.others_drained(digest, leaving)  # nobody else reports
+    assert await placement.others_drained(digest)  # nobody else reports
     assert not await others("an-older-placement", 0)  # has not followed yet
     assert not await others(digest, 2)  # followed; two streams still on the replica
     assert await others(digest, 0)
     # The leader's own report (stale by an interval) is not waited for.
     await shared.publish(GatewayReport("leader", 1.0, {"llm": busy}, "old", {}))
-    assert await placement.others_drained(digest, leaving)
+    assert await placement.others_drained(digest)
