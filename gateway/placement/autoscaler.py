@@ -174,6 +174,13 @@ class Autoscaler:
             metrics.labels(metrics.SCALE_UP_SECONDS, model).observe(now - since)
             del self._growing_since[model]
 
+    def adopt(self, plan: DeploymentPlan) -> None:
+        """Take a published placement's counts as desired (a new leader goes on where
+        the last one stopped, not from cluster.yaml's `replicas`)."""
+        for model in self.desired:
+            if self.scaler is None or not self.scaler.manages(model):
+                self.desired[model] = len(plan.nodes_of(model)) + plan.unplaced.get(model, 0)
+
     def behind(self, plan: DeploymentPlan) -> bool:
         """Whether `plan` (what is loaded) holds a count other than desired of some model
         placed on the nodes, and not for want of room: a load that failed, tried again

@@ -318,6 +318,8 @@ class ClusterPlacement:
         published = await self._published()
         if published is not None:
             self.plan, _ = published
+            if self.autoscaler is not None:
+                self.autoscaler.adopt(self.plan)
 
     async def _follow(self) -> None:
         """Serve from the leader's published placement."""

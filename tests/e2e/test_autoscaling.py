@@ -67,7 +67,9 @@ def scaled(
 def placed_gateway(
     tmp: Path, cluster: dict[str, Any], redis_url: str, **model_settings: Any
 ) -> Iterator[Gateway]:
-    """A gateway serving llm-small where `cluster` (written into `tmp`) places it."""
+    """A gateway serving llm-small where `cluster` (written into `tmp`) places it, with
+    a Redis key prefix of its own: gateways that share one share one fleet (its demand
+    board and placement), and these are separate fleets."""
     (tmp / "cluster.yaml").write_text(yaml.safe_dump(cluster))
     placed_model = model("triton_http", [], **model_settings)
     del placed_model["replicas"]  # the cluster says where it runs
@@ -75,7 +77,11 @@ def placed_gateway(
         tmp,
         {"llm-small": placed_model},
         redis_url,
-        gateway={"cluster_file": "cluster.yaml", "node_probe_interval_s": 0.3},
+        gateway={
+            "redis": {"url": redis_url, "key_prefix": f"autoscaling-{tmp.name}"},
+            "cluster_file": "cluster.yaml",
+            "node_probe_interval_s": 0.3,
+        },
     )
     yield gateway
     gateway.process.terminate()

@@ -6,6 +6,7 @@ for by the old leader and then by the new one, and finish; nothing is lost."""
 
 from __future__ import annotations
 
+import itertools
 import signal
 import threading
 import time
@@ -18,12 +19,18 @@ import pytest
 import yaml
 from openai import OpenAI, OpenAIError
 
+from gateway.config import ModelConfig
+from gateway.dev.sim.model_template import natural_length
 from gateway.dev.sim.server import TritonSim
+from gateway.inference.types import ChatMessage, InferenceRequest, RequestKind, SamplingParams
+from gateway.serving.runtime import _route
 from tests.e2e.conftest import two_sims
 from tests.e2e.stack import KEYS, Gateway, default_tenants, model, start_gateway, tenant
 from tests.e2e.test_autoscaling import exposition, ready, replicas, wait_for
 
 HI: Any = [{"role": "user", "content": "hi"}]
+# acme and globex, and ops: an admin (its key, sk-test-ops, may call /admin/reload).
+TENANTS = default_tenants(["llm-small"]) | {"ops": tenant("ops", ["*"], admin=True)}
 
 
 def scaled_cluster(a: TritonSim, b: TritonSim, **autoscale: Any) -> dict[str, Any]:
@@ -61,6 +68,7 @@ def gateway_on(
         tmp,
         {"llm-small": placed},
         redis_url,
+        tenants=TENANTS,
         gateway={
             "redis": {"url": redis_url, "key_prefix": prefix},
             "cluster_file": "cluster.yaml",
@@ -114,7 +122,7 @@ def test_a_replica_that_never_loads_is_tried_each_interval_and_the_model_served_
         wait_for(lambda: replicas(gateway, "desired") == 2, "a second replica wanted")
         wait_for(lambda: gateway.log.count("applying the placement failed") >= 2, "retried")
         assert replicas(gateway, "ready") == 1  # desired above ready: the alert's signal
-        assert "load llm-small: HTTP 400" in gateway.log
+        assert "load llm-small: HTTP 500" in gateway.log  # Triton: not in its repository
     finally:
         stop.set()
         for thread in burst:
@@ -123,12 +131,30 @@ def test_a_replica_that_never_loads_is_tried_each_interval_and_the_model_served_
     assert ready(a) and not ready(b)
 
 
-def stream(gateway: Gateway, max_tokens: int, outcome: dict[str, Any]) -> None:
+def longest_seeds(count: int) -> list[int]:
+    """Seeds for which the simulator's answer to HI is its longest (64 tokens): it ends
+    an answer at a length drawn from the prompt and the seed."""
+    config = model("triton_http", [])
+    route = _route("llm-small", ModelConfig.model_validate(config))
+    seeds = []
+    for seed in itertools.count():
+        request = InferenceRequest(
+            RequestKind.CHAT, "llm-small", SamplingParams(max_tokens=400, seed=seed),
+            messages=(ChatMessage("user", "hi"),),
+        )  # fmt: skip
+        if natural_length(route.upstream_call(request).prompt.encode(), seed) == 64:
+            seeds.append(seed)
+            if len(seeds) == count:
+                return seeds
+    raise AssertionError("unreachable")
+
+
+def stream(gateway: Gateway, seed: int, outcome: dict[str, Any]) -> None:
     """One long stream; its finish reason (or its error) in `outcome`."""
     openai = OpenAI(base_url=gateway.base_url, api_key=KEYS["acme"], max_retries=0, timeout=90)
     try:
         chunks = openai.chat.completions.create(
-            model="llm-small", messages=HI, max_tokens=max_tokens, stream=True
+            model="llm-small", messages=HI, max_tokens=400, seed=seed, stream=True
         )
         for chunk in chunks:
             if chunk.choices and chunk.choices[0].finish_reason:
@@ -141,7 +167,8 @@ def test_the_leader_killed_during_a_drain_is_replaced_and_no_stream_is_lost(
     redis_url: str, tmp_path: Path
 ) -> None:
     elected = {"placement": {"leader_election": "redis", "lease_ttl_s": 3}}
-    with two_sims("llm-small=40", "llm-small=40") as (a, b):
+    # 250 ms a token: a 64-token answer streams for 16 s.
+    with two_sims("llm-small=250", "llm-small=250") as (a, b):
         # Two replicas from the start, and eight seconds of quiet before one goes: time
         # for the second gateway to start and its streams to begin.
         cluster = scaled_cluster(a, b, scale_down_after_s=8)
@@ -157,7 +184,8 @@ def test_the_leader_killed_during_a_drain_is_replaced_and_no_stream_is_lost(
             # node, so one is on whichever replica the quiet removes.
             outcomes: list[dict[str, Any]] = [{}, {}]
             streams = [
-                threading.Thread(target=stream, args=(second, 400, outcome)) for outcome in outcomes
+                threading.Thread(target=stream, args=(second, seed, outcome))
+                for seed, outcome in zip(longest_seeds(2), outcomes, strict=True)
             ]
             for thread in streams:
                 thread.start()
@@ -166,9 +194,13 @@ def test_the_leader_killed_during_a_drain_is_replaced_and_no_stream_is_lost(
             assert ready(a) and ready(b)  # the follower's stream is waited for
 
             # A config change in the middle of the move: the leader takes a new tenant.
-            tenants = default_tenants(["llm-small"]) | {"initech": tenant("initech", ["*"])}
+            tenants = TENANTS | {"initech": tenant("initech", ["*"])}
             (first.config_dir / "tenants.yaml").write_text(yaml.safe_dump({"tenants": tenants}))
-            reload = urllib.request.Request(f"{first.ops_url}/admin/reload", method="POST")
+            reload = urllib.request.Request(
+                f"{first.ops_url}/admin/reload",
+                method="POST",
+                headers={"Authorization": "Bearer sk-test-ops"},
+            )
             with urllib.request.urlopen(reload, timeout=10) as response:
                 assert response.status == 200
             assert ready(a) and ready(b)
@@ -178,9 +210,11 @@ def test_the_leader_killed_during_a_drain_is_replaced_and_no_stream_is_lost(
             wait_for(lambda: "placement leader:" in second.log, "the second gateway takes over")
             for thread in streams:
                 thread.join(60)
-            assert [o.get("finish") for o in outcomes] == ["length", "length"], outcomes
-            # The new leader drained what the old one left loaded, then unloaded it.
+            assert [o.get("finish") for o in outcomes] == ["stop", "stop"], outcomes
+            # The new leader went on from the published placement (one replica), drained
+            # what the old one left loaded, then unloaded it.
             wait_for(lambda: [ready(a), ready(b)].count(True) == 1, "the new leader unloads it")
+            assert "autoscale llm-small: 2 -> 1" not in second.log
             assert replicas(second, "ready") == 1
             assert 'gateway_replicas_unplaced{model="llm-small"} 0.0' in exposition(second)
         finally:
