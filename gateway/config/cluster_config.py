@@ -82,6 +82,12 @@ class KubernetesScaling(Strict):
     kubeconfig: str | None = None  # default: in-cluster, else $KUBECONFIG
 
 
+class TenantQuota(Strict):
+    """What one tenant's deployments may hold of the fleet."""
+
+    max_gpus: PositiveFloat  # GPUs in all (a replica of gpu_milli 500 counts half)
+
+
 class Autoscaling(Strict):
     """The loop itself: how often it decides, and when a gateway's signals are too old."""
 
@@ -91,6 +97,8 @@ class Autoscaling(Strict):
     stale_after_s: PositiveFloat = 30.0
     # How long a replica being removed may take to finish its requests and streams.
     drain_timeout_s: PositiveFloat = 120.0
+    # Per tenant (a deployment's `tenant`): the loop grows its models only within this.
+    quotas: dict[str, TenantQuota] = Field(default_factory=dict)
     kubernetes: KubernetesScaling | None = None
 
 

@@ -63,6 +63,21 @@ class Autoscaler:
             for d in cluster.deployments
             if d.autoscale is None
         )
+        # Quotas per tenant, in thousandths of a GPU, and what the loop needs to apply them.
+        self._quotas = {
+            tenant: round(quota.max_gpus * GPU_MILLI)
+            for tenant, quota in cluster.autoscaling.quotas.items()
+        }
+        self._tenant = {d.model: d.tenant for d in cluster.deployments}
+        self._priority = {d.model: d.priority for d in cluster.deployments}
+        self._size = {d.model: replica_pod(d, 0).requested_milli for d in cluster.deployments}
+        self._fixed_by_tenant: dict[str, int] = {}
+        for d in cluster.deployments:
+            if d.autoscale is None:
+                fixed_milli = self._size[d.model] * d.replicas
+                self._fixed_by_tenant[d.tenant] = (
+                    self._fixed_by_tenant.get(d.tenant, 0) + fixed_milli
+                )
         self._room_milli: int | None = (
             sum(n.gpus for n in cluster.nodes) * GPU_MILLI - fixed if scaler is None else None
         )
@@ -148,8 +163,8 @@ class Autoscaler:
         # The planner counts from what is desired, not placed: a replica that fits
         # nowhere is still wanted, and asked for again when room appears.
         changes = []
-        decisions = self._planner.decide(
-            now, self.desired, demand, plan.unplaced, room_milli=self._room_milli
+        decisions = self._within_quotas(
+            self._planner.decide(now, self.desired, demand, plan.unplaced, self._room_milli)
         )
         for decision in decisions:
             if decision.direction == "down" and self._too_young(decision.model, now):
@@ -173,6 +188,35 @@ class Autoscaler:
         if since is not None and ready >= self.desired[model]:
             metrics.labels(metrics.SCALE_UP_SECONDS, model).observe(now - since)
             del self._growing_since[model]
+
+    def _within_quotas(self, decisions: list[ScaleDecision]) -> list[ScaleDecision]:
+        """`decisions` with the rises of each tenant's models cut to its quota (reason
+        `quota`), the higher priorities served first; nothing above a quota is asked."""
+        if not self._quotas:
+            return decisions
+        held: dict[str, int] = dict(self._fixed_by_tenant)
+        for decision in decisions:
+            tenant = self._tenant[decision.model]
+            held[tenant] = held.get(tenant, 0) + decision.current * self._size[decision.model]
+        decided = {}
+        rising = sorted(
+            (d for d in decisions if d.direction == "up"),
+            key=lambda d: -self._priority[d.model],
+        )
+        for decision in rising:
+            tenant = self._tenant[decision.model]
+            quota = self._quotas.get(tenant)
+            if quota is None:
+                continue
+            size = self._size[decision.model]
+            room = max(0, quota - held.get(tenant, 0))
+            granted = min(decision.desired - decision.current, room // size)
+            held[tenant] = held.get(tenant, 0) + granted * size
+            if granted < decision.desired - decision.current:
+                decided[decision.model] = replace(
+                    decision, desired=decision.current + granted, reason="quota"
+                )
+        return [decided.get(d.model, d) for d in decisions]
 
     def adopt(self, plan: DeploymentPlan) -> None:
         """Take a published placement's counts as desired (a new leader goes on where

@@ -50,9 +50,9 @@ class ScaleDecision:
     desired: int
     # What the queueing model asked for (bounded), before the rules on timing.
     needed: int
-    # demand, ttft_target_missed, wake_from_zero, quiet, lent_back, steady,
+    # demand, ttft_target_missed, wake_from_zero, quiet, lent_back, steady, fleet_full,
     # waiting_to_scale_down, rate_limited, no_fresh_demand (and the autoscaler's
-    # min_runtime).
+    # min_runtime and quota).
     reason: str
     arrival_rate: float | None = None
     service_s: float | None = None

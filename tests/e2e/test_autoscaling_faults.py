@@ -7,6 +7,7 @@ for by the old leader and then by the new one, and finish; nothing is lost."""
 from __future__ import annotations
 
 import itertools
+import re
 import signal
 import threading
 import time
@@ -221,3 +222,67 @@ def test_the_leader_killed_during_a_drain_is_replaced_and_no_stream_is_lost(
             if second is not None:
                 stopped(second)
             stopped(first)
+
+
+def test_a_node_lost_during_a_drain_ends_the_drain_and_nothing_else_fails(
+    redis_url: str, tmp_path: Path
+) -> None:
+    with two_sims("llm-small=250", "llm-small=250") as (a, b):
+        cluster = scaled_cluster(a, b, scale_down_after_s=3)
+        cluster["deployments"][0]["replicas"] = 2
+        gateway = gateway_on(tmp_path, cluster, redis_url, "faults-node-lost")
+        try:
+            wait_for(lambda: ready(a) and ready(b), "both replicas loaded")
+            # A 16 s stream on each node, and a trickle of short requests beside them.
+            outcomes: list[dict[str, Any]] = [{}, {}]
+            streams = [
+                threading.Thread(target=stream, args=(gateway, seed, outcome))
+                for seed, outcome in zip(longest_seeds(2), outcomes, strict=True)
+            ]
+            for thread in streams:
+                thread.start()
+            stop = threading.Event()
+            answered: list[str] = []
+            failed: list[str] = []
+
+            def trickle() -> None:
+                openai = OpenAI(
+                    base_url=gateway.base_url, api_key=KEYS["acme"], max_retries=0, timeout=30
+                )
+                while not stop.is_set():
+                    try:
+                        reply = openai.chat.completions.create(
+                            model="llm-small", messages=HI, max_tokens=2
+                        )
+                        answered.append(reply.model)
+                    except OpenAIError as exc:
+                        failed.append(repr(exc))
+
+            client = threading.Thread(target=trickle)
+            client.start()
+            wait_for(lambda: "autoscale llm-small: 2 -> 1 (quiet" in gateway.log, "scale-down")
+            alone = re.compile(r"placement: llm-small#0@(node-[ab]); unplaced")
+            wait_for(lambda: alone.search(gateway.log) is not None, "the new placement")
+            found = alone.search(gateway.log)
+            assert found is not None
+            leaving, lost = (b, "node-b") if found.group(1) == "node-a" else (a, "node-a")
+            time.sleep(1.0)
+            assert ready(a) and ready(b)  # draining: a stream is on the leaving node
+            served_before_the_loss = len(answered)
+            leaving.kill()  # the node that drains dies: its stream dies with it
+            wait_for(lambda: f"node {lost} is down" in gateway.log, "the node is down")
+            time.sleep(2.0)
+            stop.set()
+            client.join(30)
+            for thread in streams:
+                thread.join(60)
+            # The stream on the node that stayed finished; the one on the dead node did not.
+            assert sorted(str(o.get("finish")) for o in outcomes) == ["None", "stop"], outcomes
+            # Every short request was served: after the scale-down none went to the node
+            # that died, and the node's loss did not make the move fail anything else.
+            assert failed == [] and len(answered) > served_before_the_loss
+            # The drain stopped waiting for a dead node's requests: no drain timeout.
+            assert "drain: requests still on replicas that leave" not in gateway.log
+            assert replicas(gateway, "ready") == 1 and replicas(gateway, "desired") == 1
+        finally:
+            stopped(gateway)
