@@ -110,7 +110,8 @@ class Autoscaler:
         for replica in placed - set(self._placed_at):
             self._placed_at[replica] = now
         for replica in set(self._placed_at) - placed:
-            del self._placed_at[replica]
+            if not self._on_kubernetes(replica[0]):  # those are aged from the decision
+                del self._placed_at[replica]
         for model, desired in self.desired.items():
             metrics.labels(metrics.MODEL_REPLICAS, model, "desired").set(desired)
             if self.scaler is None or not self.scaler.manages(model):
@@ -172,6 +173,10 @@ class Autoscaler:
             _log(decision, placed.get(decision.model, 0))
             if decision.direction == "up":
                 self._growing_since.setdefault(decision.model, now)
+                if self._on_kubernetes(decision.model):
+                    # Its pods' ages are not read: a pod is as old as the ask for it.
+                    for index in range(decision.current, decision.desired):
+                        self._placed_at[(decision.model, index)] = now
             elif decision.direction == "down":
                 self._growing_since.pop(decision.model, None)
             if decision.direction != "none":
@@ -188,6 +193,9 @@ class Autoscaler:
         if since is not None and ready >= self.desired[model]:
             metrics.labels(metrics.SCALE_UP_SECONDS, model).observe(now - since)
             del self._growing_since[model]
+
+    def _on_kubernetes(self, model: str) -> bool:
+        return self.scaler is not None and self.scaler.manages(model)
 
     def _within_quotas(self, decisions: list[ScaleDecision]) -> list[ScaleDecision]:
         """`decisions` with the rises of each tenant's models cut to its quota (reason

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from redis.asyncio import Redis
 
-from gateway.config.cluster_config import ClusterConfig
+from gateway.config.cluster_config import Autoscale, ClusterConfig
 from gateway.dev.processes import free_port
 from gateway.observability import metrics
 from gateway.placement.autoscaler import Autoscaler
@@ -108,4 +108,42 @@ async def test_a_replica_younger_than_min_runtime_is_not_removed(redis_url: str)
             decisions += await autoscaler.step(plan, float(now))
         assert decisions == [] and autoscaler.desired["llm"] == 2
     finally:
+        await redis.aclose()
+
+
+async def test_on_kubernetes_a_pod_younger_than_min_runtime_is_not_scaled_away(
+    api: tuple[FakeApi, str], redis_url: str
+) -> None:
+    """A pod's age is counted from the loop's ask for it (its start is not read): the
+    Deployment is not scaled down before the newest pod could have run min_runtime_s."""
+    fake, config = api
+    fake.deployments["gw", "triton-llm"] = 1
+    base = cluster(config)
+    quick = {"max_replicas": 4, "scale_down_after_s": 5, "min_runtime_s": 100}
+    llm = base.deployments[0].model_copy(update={"autoscale": Autoscale(**quick)})
+    settings = base.model_copy(update={"deployments": [llm, *base.deployments[1:]]})
+    assert settings.autoscaling.kubernetes is not None
+    redis = Redis.from_url(redis_url)
+    board = DemandBoard(redis, f"k8s-scale-{next(_prefixes)}", 300)
+    scaler = DeploymentScaler(settings.autoscaling.kubernetes)
+    autoscaler = Autoscaler(settings, board, {"llm": 4}, scaler)
+    idle = ModelReport(200, 200, 200.0, 0, 0)
+    try:
+        await board.publish(GatewayReport("gw-1", 0.0, {"llm": ModelReport(0, 0, 0.0, 0, 0)}))
+        await autoscaler.step(DeploymentPlan(), 0.0)
+        await board.publish(
+            GatewayReport("gw-1", 10.0, {"llm": ModelReport(200, 190, 190.0, 30, 8)})
+        )
+        await autoscaler.act(await autoscaler.step(DeploymentPlan(), 10.0))
+        assert fake.deployments["gw", "triton-llm"] == 4
+        held = []
+        for now in range(20, 110, 10):  # quiet, past scale_down_after_s: the pods are young
+            await board.publish(GatewayReport("gw-1", float(now), {"llm": idle}))
+            held += await autoscaler.step(DeploymentPlan(), float(now))
+        assert held == [] and fake.deployments["gw", "triton-llm"] == 4
+        await board.publish(GatewayReport("gw-1", 120.0, {"llm": idle}))
+        changes = await autoscaler.step(DeploymentPlan(), 120.0)
+        assert [(c.direction, c.reason) for c in changes] == [("down", "quiet")]
+    finally:
+        await scaler.close()
         await redis.aclose()
