@@ -59,11 +59,16 @@ def scaled_cluster(a: TritonSim, b: TritonSim, **autoscale: Any) -> dict[str, An
 
 
 def gateway_on(
-    tmp: Path, cluster: dict[str, Any], redis_url: str, prefix: str, **settings: Any
+    tmp: Path,
+    cluster: dict[str, Any],
+    redis_url: str,
+    prefix: str,
+    slots: int = 2,
+    **settings: Any,
 ) -> Gateway:
     tmp.mkdir(parents=True, exist_ok=True)
     (tmp / "cluster.yaml").write_text(yaml.safe_dump(cluster))
-    placed = model("triton_http", [], queue={"max_in_flight_per_replica": 2})
+    placed = model("triton_http", [], queue={"max_in_flight_per_replica": slots})
     del placed["replicas"]
     return start_gateway(
         tmp,
@@ -230,7 +235,9 @@ def test_a_node_lost_during_a_drain_ends_the_drain_and_nothing_else_fails(
     with two_sims("llm-small=250", "llm-small=250") as (a, b):
         cluster = scaled_cluster(a, b, scale_down_after_s=3)
         cluster["deployments"][0]["replicas"] = 2
-        gateway = gateway_on(tmp_path, cluster, redis_url, "faults-node-lost")
+        # Four requests at once per replica: the two streams and the trickle fit on one,
+        # so quiet removes a replica while the streams still run.
+        gateway = gateway_on(tmp_path, cluster, redis_url, "faults-node-lost", slots=4)
         try:
             wait_for(lambda: ready(a) and ready(b), "both replicas loaded")
             # A 16 s stream on each node, and a trickle of short requests beside them.
