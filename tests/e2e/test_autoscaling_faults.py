@@ -235,16 +235,17 @@ def test_a_node_lost_during_a_drain_ends_the_drain_and_nothing_else_fails(
     with two_sims("llm-small=250", "llm-small=250") as (a, b):
         cluster = scaled_cluster(a, b, scale_down_after_s=3)
         cluster["deployments"][0]["replicas"] = 2
-        # Four requests at once per replica: the two streams and the trickle fit on one,
+        # Six requests at once per replica: the four streams and the trickle fit on one,
         # so quiet removes a replica while the streams still run.
-        gateway = gateway_on(tmp_path, cluster, redis_url, "faults-node-lost", slots=4)
+        gateway = gateway_on(tmp_path, cluster, redis_url, "faults-node-lost", slots=6)
         try:
             wait_for(lambda: ready(a) and ready(b), "both replicas loaded")
-            # A 16 s stream on each node, and a trickle of short requests beside them.
-            outcomes: list[dict[str, Any]] = [{}, {}]
+            # Four 16 s streams (least load spreads them over both nodes), and a trickle
+            # of short requests beside them.
+            outcomes: list[dict[str, Any]] = [{}, {}, {}, {}]
             streams = [
                 threading.Thread(target=stream, args=(gateway, seed, outcome))
-                for seed, outcome in zip(longest_seeds(2), outcomes, strict=True)
+                for seed, outcome in zip(longest_seeds(4), outcomes, strict=True)
             ]
             for thread in streams:
                 thread.start()
@@ -274,7 +275,7 @@ def test_a_node_lost_during_a_drain_ends_the_drain_and_nothing_else_fails(
             assert found is not None
             leaving, lost = (b, "node-b") if found.group(1) == "node-a" else (a, "node-a")
             time.sleep(1.0)
-            assert ready(a) and ready(b)  # draining: a stream is on the leaving node
+            assert ready(a) and ready(b)  # draining: streams are on the leaving node
             served_before_the_loss = len(answered)
             leaving.kill()  # the node that drains dies: its stream dies with it
             wait_for(lambda: f"node {lost} is down" in gateway.log, "the node is down")
@@ -283,8 +284,10 @@ def test_a_node_lost_during_a_drain_ends_the_drain_and_nothing_else_fails(
             client.join(30)
             for thread in streams:
                 thread.join(60)
-            # The stream on the node that stayed finished; the one on the dead node did not.
-            assert sorted(str(o.get("finish")) for o in outcomes) == ["None", "stop"], outcomes
+            # The streams on the node that stayed finished; those on the dead node did not.
+            finished = [o.get("finish") for o in outcomes]
+            assert finished.count("stop") >= 1 and finished.count(None) >= 1, outcomes
+            assert set(finished) <= {"stop", None}, outcomes
             # Every short request was served: after the scale-down none went to the node
             # that died, and the node's loss did not make the move fail anything else.
             assert failed == [] and len(answered) > served_before_the_loss
