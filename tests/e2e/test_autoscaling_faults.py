@@ -84,6 +84,25 @@ def gateway_on(
     )
 
 
+def keep_asking(
+    gateway: Gateway,
+    max_tokens: int,
+    stop: threading.Event,
+    answered: list[str],
+    failed: list[str],
+) -> None:
+    """Chat requests one after another until `stop`: each answer's model, or error."""
+    openai = OpenAI(base_url=gateway.base_url, api_key=KEYS["acme"], max_retries=0, timeout=30)
+    while not stop.is_set():
+        try:
+            reply = openai.chat.completions.create(
+                model="llm-small", messages=HI, max_tokens=max_tokens
+            )
+            answered.append(reply.model)
+        except OpenAIError as exc:
+            failed.append(repr(exc))
+
+
 def stopped(gateway: Gateway) -> None:
     if gateway.process.poll() is None:
         gateway.process.terminate()
@@ -110,18 +129,10 @@ def test_a_replica_that_never_loads_is_tried_each_interval_and_the_model_served_
     answered: list[str] = []
     failed: list[str] = []
 
-    def client() -> None:
-        openai = OpenAI(base_url=gateway.base_url, api_key=KEYS["acme"], max_retries=0, timeout=30)
-        while not stop.is_set():
-            try:
-                reply = openai.chat.completions.create(
-                    model="llm-small", messages=HI, max_tokens=16
-                )
-                answered.append(reply.model)
-            except OpenAIError as exc:
-                failed.append(repr(exc))
-
-    burst = [threading.Thread(target=client) for _ in range(6)]
+    burst = [
+        threading.Thread(target=keep_asking, args=(gateway, 16, stop, answered, failed))
+        for _ in range(6)
+    ]
     for thread in burst:
         thread.start()
     try:
@@ -253,20 +264,7 @@ def test_a_node_lost_during_a_drain_ends_the_drain_and_nothing_else_fails(
             answered: list[str] = []
             failed: list[str] = []
 
-            def trickle() -> None:
-                openai = OpenAI(
-                    base_url=gateway.base_url, api_key=KEYS["acme"], max_retries=0, timeout=30
-                )
-                while not stop.is_set():
-                    try:
-                        reply = openai.chat.completions.create(
-                            model="llm-small", messages=HI, max_tokens=2
-                        )
-                        answered.append(reply.model)
-                    except OpenAIError as exc:
-                        failed.append(repr(exc))
-
-            client = threading.Thread(target=trickle)
+            client = threading.Thread(target=keep_asking, args=(gateway, 2, stop, answered, failed))
             client.start()
             wait_for(lambda: "autoscale llm-small: 2 -> 1 (quiet" in gateway.log, "scale-down")
             alone = re.compile(r"placement: llm-small#0@(node-[ab]); unplaced")
