@@ -29,8 +29,9 @@ from dataclasses import dataclass, field
 
 from gateway.config.cluster_config import ClusterConfig
 from gateway.placement.autoscaler import Autoscaler
-from gateway.placement.deployment import DeploymentPlan, plan_deployments
+from gateway.placement.deployment import DeploymentPlan, plan_deployments, replica_pod
 from gateway.placement.queueing_model import Demand
+from gateway.scheduler.cluster import GPU_MILLI
 
 # The simulation's step, seconds: fine against a service time of a second.
 STEP_S = 0.01
@@ -167,8 +168,7 @@ class _Fleet:
 
     def __init__(self, cluster: ClusterConfig, load_s: float) -> None:
         self._gpus = {
-            d.model: (d.gpus if d.gpu_milli >= 1000 else d.gpu_milli / 1000)
-            for d in cluster.deployments
+            d.model: replica_pod(d, 0).requested_milli / GPU_MILLI for d in cluster.deployments
         }
         self._load_s = load_s
         self.ready_at: dict[tuple[str, int, str], float] = {}
