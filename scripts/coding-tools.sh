@@ -22,6 +22,11 @@ python=${GATEWAY_TOOLS_PYTHON:-python3}
   || { echo "coding-tools: $python with venv is needed (apt-get install python3-venv)" >&2; exit 1; }
 cache=${GATEWAY_TOOLS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gateway-coding-tools}
 dir="$cache/$(printf '%s\n' "${TOOLS[@]}" "$AIDER" | sha256sum | cut -c1-12)"
+# One install at a time: scripts/test.sh starts one in the background while the checks
+# run, and the tests' own call waits for it here rather than installing beside it.
+mkdir -p "$cache"
+exec 9>"$cache/.lock"
+flock 9
 if [ ! -f "$dir/.installed" ]; then
   rm -rf "$dir"  # a half-done install starts over
   mkdir -p "$dir/bin"

@@ -4,6 +4,11 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 source scripts/bootstrap.sh
+# The whole suite runs the pinned coding tools: their download (network-bound) starts now,
+# beside the checks and the first tests, and their fixture waits for it (coding-tools.sh).
+if [ $# -eq 0 ]; then
+  scripts/coding-tools.sh >/dev/null 2>&1 &
+fi
 
 .venv/bin/ruff check gateway tests loadtest deploy
 .venv/bin/ruff format --check gateway tests loadtest deploy
