@@ -146,6 +146,10 @@ class Limits:
     # All its processes together, with the files in its tmpfs, where a cgroup can hold
     # them (the caller is root); and each process's address space, everywhere.
     memory_bytes: int = 1 << 30
+    # Each process's address space, where it differs from `memory_bytes`: a JavaScript
+    # runtime (a coding tool) reserves far more than it uses, and is bounded by the
+    # cgroup's `memory_bytes` instead.
+    address_space_bytes: int | None = None
     # In the sandbox, all together. Without a cgroup its memory is bounded only by
     # processes x memory_bytes: kept low for that bound to mean something.
     processes: int = 16
@@ -312,7 +316,8 @@ def _total_memory(limits: Limits, *, contained: bool) -> int:
     """What `Outcome.total_memory_bytes` says: all the run could take from the host."""
     if contained:
         return limits.memory_bytes
-    return limits.processes * limits.memory_bytes + limits.disk_bytes + limits.file_bytes
+    per_process = limits.address_space_bytes or limits.memory_bytes
+    return limits.processes * per_process + limits.disk_bytes + limits.file_bytes
 
 
 def _wait(process: subprocess.Popen[bytes], wall_s: float, group: _Group | None) -> str | None:
@@ -449,7 +454,7 @@ def _prlimit(limits: Limits) -> list[str]:
     return [
         "--",
         _PRLIMIT,
-        f"--as={limits.memory_bytes}",
+        f"--as={limits.address_space_bytes or limits.memory_bytes}",
         f"--fsize={limits.file_bytes}",
         f"--nofile={limits.open_files}",
         f"--nproc={limits.processes}",
