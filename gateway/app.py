@@ -93,6 +93,7 @@ def build_app(config: Config) -> ASGIApp:
         api_routes += [
             Route("/admin/reload", endpoints.reload_tenants, methods=["POST"]),
             Route("/admin/usage", endpoints.usage_report, methods=["GET"]),
+            Route("/admin/usage/requests", endpoints.usage_requests, methods=["GET"]),
             *_key_routes(),
             Route("/metrics", endpoints.metrics_for_admins, methods=["GET"]),
         ]
@@ -105,6 +106,7 @@ def build_app(config: Config) -> ASGIApp:
         Route("/metrics", endpoints.metrics_endpoint, methods=["GET"]),
         Route("/admin/reload", endpoints.reload_tenants, methods=["POST"]),
         Route("/admin/usage", endpoints.usage_report, methods=["GET"]),
+        Route("/admin/usage/requests", endpoints.usage_requests, methods=["GET"]),
         *_key_routes(),
         *probes,
     ]

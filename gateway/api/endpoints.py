@@ -18,7 +18,9 @@ from gateway.api.errors import APIError, model_not_found
 from gateway.api.openapi import openapi_document
 from gateway.config import ModelConfig
 from gateway.ledger.usage_cli import point_in_time
+from gateway.ledger.usage_records import COLUMNS
 from gateway.ledger.usage_report import ReportQuery, parse_group_by, render_csv, report_columns
+from gateway.ledger.usage_requests import RequestsQuery
 from gateway.observability import metrics
 from gateway.serving.auth import Identity
 from gateway.serving.conductor import Conductor
@@ -131,6 +133,35 @@ async def usage_report(request: Request) -> Response:
         "group_by": list(query.group_by),
         "columns": columns,
         "rows": rows,
+    }
+    return Response(orjson.dumps(body), media_type="application/json")
+
+
+async def usage_requests(request: Request) -> Response:
+    """`GET /admin/usage/requests?key=ID&since=24h&until=...&limit=1000`: one key's
+    requests, each as the ledger recorded it, oldest first (admin tenants only). A
+    caller pages on with `since` set to the last record's `ts` (records at that time
+    come again, known by their `request_id`)."""
+    await admin_identity(request)
+    runtime = runtime_of(request)
+    if runtime.usage is None:
+        raise APIError(404, "This gateway keeps no usage ledger (`ledger:` in gateway.yaml).")
+    params = request.query_params
+    now = time.time()
+    try:
+        query = RequestsQuery(
+            params.get("key", ""),
+            point_in_time(params.get("since", "24h"), now),
+            point_in_time(params["until"], now) if "until" in params else now,
+            int(params.get("limit", "1000")),
+        )
+    except ValueError as exc:
+        raise APIError(400, f"Bad usage query: {exc}", code="invalid_value") from None
+    records = await runtime.usage.writer.store.requests(query)
+    body = {
+        "object": "list",
+        "key": query.key_id,
+        "data": [dict(zip(COLUMNS, record.row(), strict=True)) for record in records],
     }
     return Response(orjson.dumps(body), media_type="application/json")
 

@@ -8,6 +8,7 @@ from typing import Protocol
 from gateway.config.ledger_config import POSTGRES_SCHEMES, SQLITE_SCHEME
 from gateway.ledger.usage_records import UsageRecord
 from gateway.ledger.usage_report import ReportQuery, ReportRow
+from gateway.ledger.usage_requests import RequestsQuery
 
 
 class LedgerStore(Protocol):
@@ -21,6 +22,10 @@ class LedgerStore(Protocol):
 
     async def query(self, query: ReportQuery) -> list[ReportRow]:
         """The usage report's rows (`usage_report.report_columns`)."""
+        ...
+
+    async def requests(self, query: RequestsQuery) -> list[UsageRecord]:
+        """One key's records (`usage_requests`), oldest first."""
         ...
 
     async def close(self) -> None:

@@ -19,8 +19,10 @@ from typing import Any, Literal
 
 import asyncpg  # type: ignore[import-untyped]  # asyncpg ships no types
 
-from gateway.ledger.usage_records import COLUMNS, Row, UsageRecord, clean_row
+from gateway.ledger import usage_requests
+from gateway.ledger.usage_records import COLUMNS, Row, UsageRecord, clean_row, from_row
 from gateway.ledger.usage_report import TABLE, ReportQuery, ReportRow, as_rows, postgres_sql
+from gateway.ledger.usage_requests import RequestsQuery
 
 InsertMethod = Literal["unnest", "executemany", "copy"]
 
@@ -40,6 +42,7 @@ TYPES = (
     "double precision",
     "bigint",
     "text",
+    "double precision",
 )
 SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS {TABLE} (
@@ -56,9 +59,13 @@ CREATE TABLE IF NOT EXISTS {TABLE} (
     cost_micros bigint NOT NULL,
     latency_ms double precision NOT NULL,
     status bigint NOT NULL,
-    fallback text NOT NULL
+    fallback text NOT NULL,
+    ttft_ms double precision
 );
+-- A table made before `ttft_ms` was recorded gets the column (its old rows: NULL).
+ALTER TABLE {TABLE} ADD COLUMN IF NOT EXISTS ttft_ms double precision;
 CREATE INDEX IF NOT EXISTS {TABLE}_ts ON {TABLE} (ts);
+CREATE INDEX IF NOT EXISTS {TABLE}_key_ts ON {TABLE} (key_id, ts);
 """
 # Two gateways starting together would race on CREATE TABLE IF NOT EXISTS (a unique
 # violation in the catalogue): the schema is made under a transaction-scoped lock.
@@ -177,6 +184,13 @@ class PostgresLedger:
         sql, args = postgres_sql(query)
         rows: list[Any] = await pool.fetch(sql, *args)
         return as_rows(query, (tuple(row.values()) for row in rows))
+
+    async def requests(self, query: RequestsQuery) -> list[UsageRecord]:
+        """One key's records, oldest first."""
+        pool = await self._ready_pool()
+        sql, args = usage_requests.postgres_sql(query)
+        rows: list[Any] = await pool.fetch(sql, *args)
+        return [from_row(tuple(row.values())) for row in rows]
 
     async def count(self) -> int:
         """How many records the table holds."""

@@ -15,8 +15,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TypeVar
 
-from gateway.ledger.usage_records import COLUMNS, UsageRecord, clean_row
+from gateway.ledger import usage_requests
+from gateway.ledger.usage_records import COLUMNS, UsageRecord, clean_row, from_row
 from gateway.ledger.usage_report import TABLE, ReportQuery, ReportRow, as_rows, sqlite_sql
+from gateway.ledger.usage_requests import RequestsQuery
 
 T = TypeVar("T")
 
@@ -35,10 +37,14 @@ CREATE TABLE IF NOT EXISTS {TABLE} (
     cost_micros INTEGER NOT NULL,
     latency_ms REAL NOT NULL,
     status INTEGER NOT NULL,
-    fallback TEXT NOT NULL
+    fallback TEXT NOT NULL,
+    ttft_ms REAL
 );
 CREATE INDEX IF NOT EXISTS {TABLE}_ts ON {TABLE} (ts);
+CREATE INDEX IF NOT EXISTS {TABLE}_key_ts ON {TABLE} (key_id, ts);
 """
+# A file made before `ttft_ms` was recorded gets the column (its old rows: NULL).
+ADD_TTFT = f"ALTER TABLE {TABLE} ADD COLUMN ttft_ms REAL"
 INSERT = (
     f"INSERT OR IGNORE INTO {TABLE} ({', '.join(COLUMNS)}) "
     f"VALUES ({', '.join('?' for _ in COLUMNS)})"
@@ -70,6 +76,9 @@ class SqliteLedger:
                 # WAL with NORMAL loses at most the last commits on a power cut, never the
                 # file; a full sync per batch would cost a disk flush each time.
                 connection.execute("PRAGMA synchronous=NORMAL")
+                columns = {row[1] for row in connection.execute(f"PRAGMA table_info({TABLE})")}
+                if columns and "ttft_ms" not in columns:
+                    connection.execute(ADD_TTFT)
                 connection.executescript(SCHEMA)
             except BaseException:
                 connection.close()
@@ -102,6 +111,12 @@ class SqliteLedger:
         sql, args = sqlite_sql(query)
         rows = await self._call(lambda connection: connection.execute(sql, args).fetchall())
         return as_rows(query, rows)
+
+    async def requests(self, query: RequestsQuery) -> list[UsageRecord]:
+        """One key's records, oldest first."""
+        sql, args = usage_requests.sqlite_sql(query)
+        rows = await self._call(lambda connection: connection.execute(sql, args).fetchall())
+        return [from_row(row) for row in rows]
 
     async def count(self) -> int:
         """How many records the file holds."""

@@ -21,9 +21,12 @@ COLUMNS = (
     "latency_ms",
     "status",
     "fallback",
+    "ttft_ms",
 )
+# A spool line written before `ttft_ms` was recorded has the columns before it.
+_EARLIER_COLUMNS = len(COLUMNS) - 1
 
-Row = tuple[float, str, str, str, str, str, str, int, int, int, int, float, int, str]
+Row = tuple[float, str, str, str, str, str, str, int, int, int, int, float, int, str, float | None]
 
 
 @dataclass(slots=True)
@@ -34,6 +37,8 @@ class UsageRecord:
     ledger's key (a record replayed twice is stored once). `cost_micros` is in millionths
     of the price table's currency, an integer so that sums are exact. `key_id` and
     `fallback` are "" when there is no key or no fallback (the model that stood in).
+    `ttft_ms` is a stream's time to its first token, None when it had none (refused,
+    failed before one, not streamed).
     """
 
     ts: float
@@ -50,6 +55,7 @@ class UsageRecord:
     latency_ms: float
     status: int
     fallback: str = ""
+    ttft_ms: float | None = None
 
     def row(self) -> Row:
         """The record's values in `COLUMNS` order."""
@@ -68,6 +74,7 @@ class UsageRecord:
             self.latency_ms,
             self.status,
             self.fallback,
+            self.ttft_ms,
         )
 
 
@@ -95,10 +102,12 @@ def from_row(values: list[Any] | tuple[Any, ...]) -> UsageRecord:
     Raises `ValueError` when there are not as many values as columns, or one is of the
     wrong type: a spool line cut short by a crash is refused, not half read.
     """
+    if len(values) == _EARLIER_COLUMNS:
+        values = (*values, None)
     if len(values) != len(COLUMNS):
         raise ValueError(f"a usage record has {len(COLUMNS)} values, not {len(values)}")
     (ts, request_id, tenant, key_id, endpoint, requested, served) = values[:7]
-    (prompt, cached, completion, cost, latency, status, fallback) = values[7:]
+    (prompt, cached, completion, cost, latency, status, fallback, ttft) = values[7:]
     for text in (request_id, tenant, key_id, endpoint, requested, served, fallback):
         if not isinstance(text, str):
             raise ValueError(f"a usage record's text field is {type(text).__name__}")
@@ -107,6 +116,8 @@ def from_row(values: list[Any] | tuple[Any, ...]) -> UsageRecord:
             raise ValueError(f"a usage record's count is {type(number).__name__}")
     if not isinstance(ts, int | float) or not isinstance(latency, int | float):
         raise ValueError("a usage record's time or latency is not a number")
+    if ttft is not None and (not isinstance(ttft, int | float) or isinstance(ttft, bool)):
+        raise ValueError("a usage record's time to first token is not a number")
     return UsageRecord(
         float(ts),
         request_id,
@@ -122,4 +133,5 @@ def from_row(values: list[Any] | tuple[Any, ...]) -> UsageRecord:
         float(latency),
         status,
         fallback,
+        None if ttft is None else float(ttft),
     )

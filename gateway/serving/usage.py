@@ -58,6 +58,7 @@ class UsageLedger:
                 latency_ms=duration_s * 1000,
                 status=request.status,
                 fallback="; ".join(request.fallbacks),
+                ttft_ms=None if request.ttft_s is None else request.ttft_s * 1000,
             )
         )
 

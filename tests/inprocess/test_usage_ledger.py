@@ -134,3 +134,52 @@ async def test_the_admin_api_reports_usage_to_admins_only(
     assert answer.headers["content-type"].startswith("text/csv")
     assert "llm-large,1,1000,400,200,4920," in answer.text
     assert bad.status_code == 400 and "colour" in bad.json()["error"]["message"]
+
+
+async def test_one_keys_requests_are_listed_to_admins_as_recorded(
+    config_for: Callable[..., Path], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    path = config_for(edit=with_ledger(tmp_path), edit_tenants=with_admin)
+    async with started_gateway(path, monkeypatch) as gw:
+        for _ in range(2):
+            gw.upstream.script("llm-large", Completion("Hi!", Usage(1000, 200, cached_tokens=400)))
+        async with gw.http() as client:
+            streamed = {**CHAT, "stream": True}
+            answers = [await client.post("/v1/chat/completions", json=b) for b in (streamed, CHAT)]
+            refused = await client.post("/v1/chat/completions", json={**CHAT, "max_tokens": -1})
+            denied = await client.get("/admin/usage/requests", params={"key": "any"})
+        async with gw.http(ADMIN_KEY) as admin:
+
+            async def keys() -> list[dict[str, Any]]:
+                answer = await admin.get("/admin/usage", params={"by": "tenant,key"})
+                return [row for row in answer.json()["rows"] if row["tenant"] == "acme"]
+
+            await wait_until(lambda: _async_true(keys))
+            [row] = await keys()
+            listed = await admin.get("/admin/usage/requests", params={"key": row["key"]})
+            page = await admin.get(
+                "/admin/usage/requests", params={"key": row["key"], "limit": "1"}
+            )
+            bad = [
+                await admin.get("/admin/usage/requests", params=params)
+                for params in ({}, {"key": row["key"], "limit": "0"}, {"key": "k", "limit": "x"})
+            ]
+    assert denied.status_code == 403
+    records = listed.json()["data"]
+    # Oldest first, each as recorded: its id, tokens, status, and a time to first token
+    # when it had one (a stream; an answer sent whole has no first token of its own).
+    assert [r["request_id"] for r in records] == [
+        *(a.headers["x-request-id"] for a in answers),
+        refused.headers["x-request-id"],
+    ]
+    assert [r["status"] for r in records] == [200, 200, 400]
+    assert [(r["prompt_tokens"], r["cached_tokens"]) for r in records[:2]] == [(1000, 400)] * 2
+    assert records[0]["ttft_ms"] >= 0
+    assert records[1]["ttft_ms"] is None and records[2]["ttft_ms"] is None
+    assert [r["request_id"] for r in page.json()["data"]] == [records[0]["request_id"]]
+    assert [answer.status_code for answer in bad] == [400, 400, 400]
+    assert KEYS["acme"] not in listed.text
+
+
+async def _async_true(probe: Callable[[], Any]) -> bool:
+    return bool(await probe())

@@ -19,6 +19,7 @@ from gateway.ledger.ledger_writer import LedgerWriter
 from gateway.ledger.postgres_ledger import InsertMethod, PostgresLedger
 from gateway.ledger.sqlite_ledger import SqliteLedger
 from gateway.ledger.usage_report import ReportQuery
+from gateway.ledger.usage_requests import RequestsQuery
 from loadtest.ledger_cost import TcpOutage
 from tests.polling import wait_until
 from tests.unit.ledger.usage_samples import T0, expected_report, sample
@@ -163,6 +164,7 @@ async def test_a_record_is_stored_as_made(database: Database) -> None:
         "latency_ms": 3.0,
         "status": 200,
         "fallback": "llama-8b",
+        "ttft_ms": 30.0,
     }
 
 
@@ -184,6 +186,58 @@ async def test_the_report_groups_and_sums_as_sqlite_does(
     finally:
         await postgres.close()
         await sqlite.close()
+
+
+async def test_one_keys_requests_come_as_sqlite_gives_them(
+    database: Database, tmp_path: Path
+) -> None:
+    records = [sample(i, ts=T0 + i + 0.25) for i in range(120)]
+    query = RequestsQuery("k1", T0 + 30, T0 + 90, limit=7)
+    postgres = PostgresLedger(f"{SERVER}/{database.name}")
+    sqlite = SqliteLedger(tmp_path / "usage.db")
+    try:
+        await postgres.write(records)
+        await sqlite.write(records)
+        listed = await postgres.requests(query)
+        assert listed == await sqlite.requests(query)
+    finally:
+        await postgres.close()
+        await sqlite.close()
+    assert [record.request_id for record in listed] == [f"r-{i}" for i in range(30, 44, 2)]
+    assert listed[1] == records[32]
+
+
+async def test_a_table_from_before_the_time_to_first_token_gets_the_column(
+    database: Database,
+) -> None:
+    connection = await asyncpg.connect(f"{SERVER}/{database.name}")
+    try:
+        await connection.execute(
+            "CREATE TABLE usage_ledger (request_id text PRIMARY KEY, ts timestamptz NOT NULL,"
+            " tenant text NOT NULL, key_id text NOT NULL, endpoint text NOT NULL,"
+            " model_requested text NOT NULL, model_served text NOT NULL,"
+            " prompt_tokens bigint NOT NULL, cached_tokens bigint NOT NULL,"
+            " completion_tokens bigint NOT NULL, cost_micros bigint NOT NULL,"
+            " latency_ms double precision NOT NULL, status bigint NOT NULL,"
+            " fallback text NOT NULL)"
+        )
+        await connection.execute(
+            "INSERT INTO usage_ledger VALUES ('r-1', to_timestamp($1), 'acme', 'k2', 'chat',"
+            " 'coder', 'llama-8b', 1, 0, 1, 1, 1.0, 200, '')",
+            T0 + 1,
+        )
+    finally:
+        await connection.close()
+    store = PostgresLedger(f"{SERVER}/{database.name}")
+    try:
+        await store.write([sample(3)])
+        listed = await store.requests(RequestsQuery("k2", T0, T0 + 10))
+    finally:
+        await store.close()
+    assert [(record.request_id, record.ttft_ms) for record in listed] == [
+        ("r-1", None),
+        ("r-3", 30.0),
+    ]
 
 
 async def test_an_outage_under_load_loses_nothing_and_slows_no_record(

@@ -10,7 +10,9 @@ import pytest
 
 from gateway.ledger.ledger_store import open_store
 from gateway.ledger.sqlite_ledger import SqliteLedger
+from gateway.ledger.usage_records import COLUMNS
 from gateway.ledger.usage_report import ReportQuery
+from gateway.ledger.usage_requests import RequestsQuery
 from tests.unit.ledger.usage_samples import T0, expected_report, sample
 
 GROUPINGS = [
@@ -53,6 +55,7 @@ async def test_the_file_is_in_wal_mode_with_its_record_intact(store: SqliteLedge
         7.0,
         503,
         "llama-8b",
+        None,
     )
 
 
@@ -81,6 +84,38 @@ async def test_an_empty_range_reports_zero_totals(store: SqliteLedger) -> None:
     assert row["requests"] == 0 and row["cost_micros"] == 0
     assert row["latency_p50_ms"] is None
     assert await store.query(ReportQuery(T0 + 100, T0 + 200, ("tenant",))) == []
+
+
+async def test_one_keys_requests_come_oldest_first_within_the_range(
+    store: SqliteLedger,
+) -> None:
+    await store.write([sample(i) for i in range(100)])
+    listed = await store.requests(RequestsQuery("k2", T0 + 10, T0 + 40, limit=5))
+    # k2 holds the odd records: 11, 13, 15... the first five of the range, in order.
+    assert [record.request_id for record in listed] == ["r-11", "r-13", "r-15", "r-17", "r-19"]
+    assert listed[0] == sample(11)
+    assert await store.requests(RequestsQuery("nobody's", T0, T0 + 100)) == []
+
+
+async def test_a_file_from_before_the_time_to_first_token_gets_the_column(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "old.db"
+    columns = [name for name in COLUMNS if name != "ttft_ms"]
+    with sqlite3.connect(path) as connection:
+        connection.execute(f"CREATE TABLE usage_ledger ({', '.join(columns)})")
+        old = sample(1).row()[:-1]
+        connection.execute(f"INSERT INTO usage_ledger VALUES ({', '.join('?' * len(old))})", old)
+    store = SqliteLedger(path)
+    try:
+        await store.write([sample(3)])
+        listed = await store.requests(RequestsQuery("k2", T0, T0 + 10))
+    finally:
+        await store.close()
+    assert [(record.request_id, record.ttft_ms) for record in listed] == [
+        ("r-1", None),
+        ("r-3", 30.0),
+    ]
 
 
 def test_a_url_names_its_store(tmp_path: Path) -> None:

@@ -19,7 +19,8 @@ def test_a_row_makes_the_same_record_again() -> None:
 @pytest.mark.parametrize(
     "change",
     [
-        lambda row: row[:-1],  # cut short
+        lambda row: row[:-2],  # cut short
+        lambda row: [*row[:-1], "12"],  # text for the time to first token
         lambda row: [*row[:2], 7, *row[3:]],  # a number for the tenant
         lambda row: [*row[:7], "100", *row[8:]],  # text for a count
         lambda row: [*row[:7], True, *row[8:]],  # a boolean is not a count
@@ -30,6 +31,13 @@ def test_a_malformed_row_is_refused(change: object) -> None:
     row = list(sample(1).row())
     with pytest.raises(ValueError):
         from_row(change(row))  # type: ignore[operator]
+
+
+def test_a_spool_line_from_before_the_time_to_first_token_reads_without_it() -> None:
+    record = sample(4)
+    earlier = list(record.row())[:-1]
+    assert from_row(earlier).ttft_ms is None
+    assert from_row(earlier).cost_micros == record.cost_micros
 
 
 def test_a_record_has_slots() -> None:

@@ -26,6 +26,7 @@ def sample(i: int, prefix: str = "", **fields: object) -> UsageRecord:
         latency_ms=float(i % 40),
         status=200 if i % 7 else 503,
         fallback="",
+        ttft_ms=float(i % 13) * 10 if i % 7 else None,
     )
     for name, value in fields.items():
         setattr(record, name, value)
