@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import json
 import shlex
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -99,6 +99,10 @@ def codex(base_url: str, key: str, model: str | None) -> ToolConfig:
     )
 
 
+# Claude Code's tools in a run of `gateway eval`: reading, editing, its shell.
+CLAUDE_TOOLS = "Read,Edit,Write,Bash,Glob,Grep"
+
+
 def claude(base_url: str, key: str, model: str | None) -> ToolConfig:
     """Claude Code: the Messages API at the gateway's root."""
     chosen = {} if model is None else {"ANTHROPIC_MODEL": model}
@@ -118,6 +122,14 @@ def claude(base_url: str, key: str, model: str | None) -> ToolConfig:
     )
 
 
+# aider without a terminal: no git, every question answered yes, nothing fetched or sent
+# but the model's requests.
+AIDER_FLAGS = (
+    "--no-git --yes-always --no-show-model-warnings --no-check-update --no-analytics "
+    "--no-show-release-notes"
+)
+
+
 def aider(base_url: str, key: str, model: str | None) -> ToolConfig:
     """aider: chat completions through its OpenAI-compatible provider."""
     model = _named(model, "aider")
@@ -125,8 +137,7 @@ def aider(base_url: str, key: str, model: str | None) -> ToolConfig:
         "aider",
         env={"OPENAI_API_BASE": base_url.rstrip("/") + "/v1", "OPENAI_API_KEY": key},
         run=(
-            f"aider --model {shlex.quote('openai/' + model)} --no-git --yes-always "
-            "--no-show-model-warnings --no-check-update --no-analytics --no-show-release-notes "
+            f"aider --model {shlex.quote('openai/' + model)} {AIDER_FLAGS} "
             '--message "write hello.py that prints hi" hello.py'
         ),
     )
@@ -173,6 +184,29 @@ TOOLS: dict[str, Callable[[str, str, str | None], ToolConfig]] = {
     "aider": aider,
     "opencode": opencode,
 }
+
+
+def batch_command(
+    tool: str, instruction: str, model: str | None, files: Sequence[str] = ()
+) -> list[str]:
+    """The command that runs `tool` once on `instruction`, without a terminal and with
+    no one to approve its steps, in a sandbox of the caller's (`gateway eval run
+    --tool`): there the tool's own sandbox is off and every edit and command allowed,
+    for the caller's sandbox is what holds it. `files` are the project's files, for
+    aider, which edits only the files it is given."""
+    if tool == "codex":
+        # Codex's sandbox needs namespaces of its own, which the caller's does not lend.
+        return ["codex", "exec", "--skip-git-repo-check",
+                "--dangerously-bypass-approvals-and-sandbox", instruction]  # fmt: skip
+    if tool == "claude":
+        return ["claude", "-p", instruction, "--allowedTools", CLAUDE_TOOLS]
+    if tool == "aider":
+        chosen = "openai/" + _named(model, "aider")
+        return ["aider", "--model", chosen, *shlex.split(AIDER_FLAGS), "--message", instruction,
+                *files]  # fmt: skip
+    if tool == "opencode":
+        return ["opencode", "run", instruction]
+    raise ValueError(f"unknown tool {tool!r}: one of {', '.join(TOOLS)}")
 
 
 def config_for(tool: str, base_url: str, key: str, model: str | None) -> ToolConfig:

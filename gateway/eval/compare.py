@@ -26,11 +26,15 @@ class NotComparable(Exception):
         self.differences = differences
 
 
-def compare(a: Path, b: Path) -> str:
+def compare(a: Path, b: Path, *, other_tool_versions: bool = False) -> str:
     """The figures of runs `a` and `b` side by side, per candidate, with the change from
-    a to b, as Markdown. NotComparable (each difference named) when they do not compare."""
+    a to b, as Markdown. NotComparable (each difference named) when they do not compare:
+    also when a coding tool of both runs is not the same version in both, unless
+    `other_tool_versions` (the difference is then shown above the figures)."""
     ma, mb = records.read_manifest(a), records.read_manifest(b)
     found = manifest.differences(ma, mb)
+    if not other_tool_versions:
+        found += manifest.tool_version_differences(ma, mb)
     if found:
         raise NotComparable(found)
     fa = scoring.figures(records.read_attempts(a), ma)
@@ -85,6 +89,9 @@ def _allowed_differences(ma: dict[str, Any], mb: dict[str, Any]) -> list[str]:
         if name not in cb or name not in ca:
             found.append(f"candidate {name}: only in run {'A' if name in ca else 'B'}")
             continue
+        tool_a, tool_b = (ca[name] or {}).get("tool_version"), (cb[name] or {}).get("tool_version")
+        if tool_a != tool_b:
+            found.append(f"candidate {name}: tool version {tool_a} (A), {tool_b} (B)")
         version_a = (ca[name] or {}).get("config_version")
         version_b = (cb[name] or {}).get("config_version")
         if version_a != version_b:

@@ -8,13 +8,20 @@ import dataclasses
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from gateway.config.schema import OutboundPolicy
+
+if TYPE_CHECKING:
+    from gateway.eval.tool_runner import ToolSettings
 
 DEFAULT_SUITE = "evals/suites/gateway-python"
 DEFAULT_PROFILES = "evals/profiles"
 DEFAULT_REVIEWS = "evals/reviews"
 KEY_ENV = "GATEWAY_EVAL_KEY"
+ADMIN_KEY_ENV = "GATEWAY_EVAL_ADMIN_KEY"
+TOOLS_BIN_ENV = "GATEWAY_TOOLS_BIN"
+TOOL_NAMES = ("codex", "claude", "aider", "opencode")
 
 
 def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
@@ -56,6 +63,20 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
                      help="with --external: mask (default), block or off")  # fmt: skip
     run.add_argument("--internal-domain", action="append", default=[], dest="internal_domains",
                      help="with --external: an internal host-name suffix (repeat)")  # fmt: skip
+    tools = run.add_argument_group(
+        "coding tools", "run each --model by each real tool, attributed by the gateway"
+    )
+    tools.add_argument("--tool", action="append", dest="tools", choices=TOOL_NAMES,
+                       help="a coding tool to run on each model; repeat for several")  # fmt: skip
+    tools.add_argument("--tools-bin", default=os.environ.get(TOOLS_BIN_ENV),
+                       help=f"the tools' commands (default: ${TOOLS_BIN_ENV}; "
+                       "scripts/coding-tools.sh prints one)")  # fmt: skip
+    tools.add_argument("--tenant", help="the tenant whose keys the tools' runs get")
+    tools.add_argument("--admin-url", help="the gateway's admin API (its ops listener's URL)")
+    tools.add_argument("--admin-key", default=os.environ.get(ADMIN_KEY_ENV),
+                       help=f"an admin tenant's key (default: ${ADMIN_KEY_ENV})")  # fmt: skip
+    tools.add_argument("--tool-timeout", type=float, default=600.0,
+                       help="seconds one run of a tool may take (default 600)")  # fmt: skip
     run.set_defaults(run=_run)
 
     report = sub.add_parser("report", help="Markdown report and charts of a run directory")
@@ -69,6 +90,11 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
     compare = sub.add_parser("compare", help="two runs side by side, if they are comparable")
     compare.add_argument("first")
     compare.add_argument("second")
+    compare.add_argument(
+        "--other-tool-versions",
+        action="store_true",
+        help="compare though a coding tool's version differs between the runs",
+    )
     compare.set_defaults(run=_compare)
 
     check = sub.add_parser("check-suite", help="check that every task of a suite can judge answers")
@@ -102,6 +128,11 @@ def _run(args: argparse.Namespace) -> int:
     if unknown:
         print(f"eval run: no such tasks in {suite.name}: {', '.join(unknown)}", file=sys.stderr)
         return 2
+    try:
+        tools = _tool_settings(args)
+    except ValueError as exc:
+        print(f"eval run: {exc}", file=sys.stderr)
+        return 2
     settings = RunSettings(
         endpoint=Endpoint(args.endpoint, key, api=args.api, max_retries=args.max_retries),
         candidates=tuple(dict.fromkeys(args.models)),
@@ -116,6 +147,8 @@ def _run(args: argparse.Namespace) -> int:
         sanitizer=Sanitizer(OutboundPolicy(args.outbound), tuple(args.internal_domains))
         if args.external
         else None,
+        tools=tools,
+        admin=(args.admin_url, args.admin_key) if tools is not None else None,
     )
     try:
         attempts = asyncio.run(run(settings, Path(args.out)))
@@ -129,6 +162,29 @@ def _run(args: argparse.Namespace) -> int:
     passed = sum(a.passed for a in attempts)
     print(f"{passed} of {len(attempts)} attempts passed; results in {args.out}", file=sys.stderr)
     return 0
+
+
+def _tool_settings(args: argparse.Namespace) -> ToolSettings | None:
+    """The `--tool` options, checked; None without `--tool`."""
+    from gateway.eval.tool_runner import TOOL_LIMITS, ToolSettings
+
+    if not args.tools:
+        return None
+    missing = [
+        flag
+        for flag, value in (("--tools-bin", args.tools_bin), ("--tenant", args.tenant),
+                            ("--admin-url", args.admin_url), ("--admin-key", args.admin_key))
+        if not value
+    ]  # fmt: skip
+    if missing:
+        raise ValueError(f"--tool needs {', '.join(missing)}")
+    if args.tool_timeout <= 0:
+        raise ValueError("--tool-timeout must be above 0")
+    bin_dir = Path(args.tools_bin).resolve()
+    if not bin_dir.is_dir():
+        raise ValueError(f"--tools-bin {args.tools_bin}: not a directory")
+    limits = dataclasses.replace(TOOL_LIMITS, wall_s=args.tool_timeout)
+    return ToolSettings(tuple(dict.fromkeys(args.tools)), bin_dir, args.tenant, limits)
 
 
 def _report(args: argparse.Namespace) -> int:
@@ -149,7 +205,8 @@ def _compare(args: argparse.Namespace) -> int:
     from gateway.eval.compare import NotComparable, compare
 
     try:
-        print(compare(Path(args.first), Path(args.second)))
+        print(compare(Path(args.first), Path(args.second),
+                      other_tool_versions=args.other_tool_versions))  # fmt: skip
     except NotComparable as exc:
         print(f"eval compare: {exc}", file=sys.stderr)
         return 1

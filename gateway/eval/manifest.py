@@ -110,6 +110,18 @@ def differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
     return sorted(found)
 
 
+def tool_version_differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
+    """Each candidate of both runs whose coding tool is not the same version in both:
+    the tool brings its own prompts and loop, so its figures are the version's."""
+    ca, cb = a.get("candidates") or {}, b.get("candidates") or {}
+    found = []
+    for name in sorted(ca.keys() & cb.keys()):
+        va, vb = (ca[name] or {}).get("tool_version"), (cb[name] or {}).get("tool_version")
+        if va != vb:
+            found.append(f"candidate {name}: tool version {va!r} != {vb!r}")
+    return found
+
+
 def _task_differences(a: dict[str, str], b: dict[str, str]) -> list[str]:
     found = [f"task {t}: only in the first run" for t in sorted(a.keys() - b.keys())]
     found += [f"task {t}: only in the second run" for t in sorted(b.keys() - a.keys())]

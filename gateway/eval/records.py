@@ -36,6 +36,21 @@ class Requests:
 
 
 @dataclass(slots=True)
+class Call:
+    """One model call a coding tool made, as the gateway's usage ledger recorded it."""
+
+    endpoint: str
+    model_served: str
+    status: int
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    completion_tokens: int = 0
+    latency_ms: float = 0.0
+    ttft_ms: float | None = None
+    fallback: str = ""
+
+
+@dataclass(slots=True)
 class Attempt:
     """One attempt of one candidate at one task."""
 
@@ -62,6 +77,14 @@ class Attempt:
     error: str | None = None  # the last upstream error message, if any
     seed: int | None = None
     fallback: str | None = None  # x-gateway-fallback, when the gateway fell back
+    # A coding tool's attempt (`--tool`): the tool, the model it was given, its exit
+    # status, and each of its model calls from the gateway's records; `candidate` is
+    # then "tool/model", `total_s` the time to the tool's exit, `ttft_s` its first call's.
+    tool: str | None = None
+    model: str | None = None
+    tool_exit: int | None = None
+    cached_tokens: int = 0
+    calls: list[Call] = field(default_factory=list)
 
     @property
     def key(self) -> tuple[str, str, int]:
@@ -74,6 +97,7 @@ class Attempt:
     def from_dict(cls, data: dict[str, Any]) -> Attempt:
         values = dict(data)
         values["requests"] = Requests(**values.get("requests", {}))
+        values["calls"] = [Call(**call) for call in values.get("calls", [])]
         return cls(**values)
 
 

@@ -30,8 +30,10 @@ from gateway.eval.client import Endpoint, Reply, Sampling, ask
 from gateway.eval.pricing import Prices
 from gateway.eval.prompt_template import Template
 from gateway.eval.records import Attempt
+from gateway.eval.run_keys import Admin, AdminError
 from gateway.eval.sanitizing import THROUGH_GATEWAY, Blocked, Sanitizer
 from gateway.eval.suite import Suite, Task
+from gateway.eval.tool_runner import ToolSettings, candidate_name, tool_attempt, tool_versions
 
 # Tests of one attempt: generous for a small project, short enough for a loop to cost little.
 TEST_LIMITS = sandbox.Limits(wall_s=60.0)
@@ -57,6 +59,22 @@ class RunSettings:
     limits: sandbox.Limits = TEST_LIMITS
     prices: Prices = field(default_factory=Prices)
     sanitizer: Sanitizer | None = None  # set for an external endpoint
+    # With `--tool`: each candidate model is run by each tool, attributed through the
+    # gateway's admin API (`tool_runner.py`); None: the models are asked directly.
+    tools: ToolSettings | None = None
+    admin: tuple[str, str] | None = None  # the admin API's URL and an admin's key
+
+
+def pairs(settings: RunSettings) -> dict[str, tuple[str | None, str]]:
+    """Each candidate's name in the records, and its (tool, model): the models alone,
+    or every tool on every model."""
+    if settings.tools is None:
+        return {model: (None, model) for model in settings.candidates}
+    return {
+        candidate_name(tool, model): (tool, model)
+        for tool in settings.tools.tools
+        for model in settings.candidates
+    }
 
 
 class Progress:
@@ -92,9 +110,16 @@ async def run(settings: RunSettings, out: Path, progress_out: TextIO = sys.stder
     # use this machine and not the endpoint, by its cores.
     limits = _Limits(asyncio.Semaphore(settings.concurrency), asyncio.Semaphore(_cores()))
     async with aiohttp.ClientSession() as session:
-        candidates = {
+        models = {
             name: await _describe(session, settings.endpoint, name) for name in settings.candidates
         }
+        admin, versions = await _tools_ready(session, settings)
+        candidates = {
+            name: models[model] if tool is None else {
+                "tool": tool, "tool_version": versions.get(tool), "model": model, **models[model]
+            }
+            for name, (tool, model) in pairs(settings).items()
+        }  # fmt: skip
         record = _manifest(settings, candidates, out)
         # A resumed run keeps the verdicts its manifest recorded on the same task digests.
         verified = {
@@ -109,7 +134,7 @@ async def run(settings: RunSettings, out: Path, progress_out: TextIO = sys.stder
         done = {attempt.key for attempt in earlier}
         jobs = [
             (candidate, task, index)
-            for candidate in settings.candidates
+            for candidate in pairs(settings)
             for task in selected(settings)
             for index in range(settings.attempts)
             if (candidate, task.id, index) not in done
@@ -118,15 +143,41 @@ async def run(settings: RunSettings, out: Path, progress_out: TextIO = sys.stder
         log = records.AttemptLog(out)
 
         async def one(candidate: str, task: Task, index: int) -> None:
-            attempt = await _attempt(
-                session, settings, limits, candidate, task, index, verified[task.id]
-            )
+            tool, model = pairs(settings)[candidate]
+            if tool is None or verified[task.id] is not None:
+                attempt = await _attempt(
+                    session, settings, limits, candidate, task, index, verified[task.id]
+                )
+            else:
+                assert settings.tools is not None and admin is not None
+                async with limits.requests:
+                    attempt = await tool_attempt(
+                        admin, settings.endpoint.base_url, settings.tools, settings.prices,
+                        settings.limits, versions.get(tool), tool, model, task, index,
+                    )  # fmt: skip
             log.append(attempt)
             progress.attempt(attempt)
 
         await asyncio.gather(*(one(*job) for job in jobs))
     records.write_manifest(out, manifest.finished(record))
     return records.read_attempts(out)
+
+
+async def _tools_ready(
+    session: aiohttp.ClientSession, settings: RunSettings
+) -> tuple[Admin | None, dict[str, str | None]]:
+    """For a run of tools: the admin API, checked (RunRefused when it cannot attribute
+    the runs' calls), and each tool's version (None: not installed)."""
+    if settings.tools is None:
+        return None, {}
+    if settings.admin is None:
+        raise RunRefused("a run of tools needs the gateway's admin API (--admin-url, --admin-key)")
+    admin = Admin(session, *settings.admin)
+    try:
+        await admin.check()
+    except AdminError as exc:
+        raise RunRefused(f"the runs' calls cannot be attributed: {exc}") from None
+    return admin, await asyncio.to_thread(tool_versions, settings.tools)
 
 
 def _manifest(
@@ -152,6 +203,7 @@ def _manifest(
     problems = manifest.differences(earlier, fresh)
     missing = sorted(set(fresh["candidates"]) ^ set(earlier.get("candidates", {})))
     problems += [f"candidate {name}: not in both runs" for name in missing]
+    problems += manifest.tool_version_differences(earlier, fresh)
     if earlier.get("prices") != fresh["prices"]:
         problems.append("prices: not the prices the run began with")
     if problems:
@@ -171,7 +223,10 @@ def selected(settings: RunSettings) -> tuple[Task, ...]:
 
 def settings_record(settings: RunSettings) -> dict[str, Any]:
     """The settings that make two runs comparable, as the manifest records them."""
+    tools = settings.tools
+    modes = {} if tools is None else {"tool_sandbox": tools.limits, "tool_tenant": tools.tenant}
     return manifest.settings_of(
+        **modes,
         tasks=sorted(settings.tasks) or "all",
         sampling=settings.sampling,
         attempts=settings.attempts,
