@@ -73,12 +73,16 @@ def replicas_for(
     """The fewest replicas (of `slots` each) whose predicted p95 wait is within
     `wait_p95_s` and whose slots are at most `utilization` busy. Requests queued now
     count as extra arrivals spread over `backlog_horizon_s`, so a backlog is cleared
-    within it. 0 when the model is idle (`IDLE_RATE`)."""
+    within it. Never fewer than the requests running and waiting now fill, so that a
+    busy model is not shrunk under them. 0 when the model is idle (`IDLE_RATE`)."""
     rate = demand.arrival_rate + demand.queued / backlog_horizon_s
     if rate < IDLE_RATE and demand.in_flight == 0:
         return 0
+    holding = max(math.ceil((demand.in_flight + demand.queued) / slots), 1)
     if demand.service_s <= 0:
-        return 1
+        # None finished yet (long streams): the service time is unknown, but the
+        # requests there now need their slots.
+        return holding
     offered = rate * demand.service_s
     # The slots that load needs at the target utilization; the requests running now
     # need theirs too.

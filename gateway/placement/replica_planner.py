@@ -150,8 +150,11 @@ class ReplicaPlanner:
             return ScaleDecision(model, current, current, current, "no_fresh_demand")
         demand = self._smoothed(state, seen)
         needed = self._replicas_for(demand, scale, model)
-        # What the last interval alone needs: what a model keeps when GPUs are short.
-        state.needed_now = self._replicas_for(seen, scale, model)
+        # What the last interval alone needs: what a model keeps when GPUs are short. Its
+        # service time is the one known so far when none finished in the interval.
+        state.needed_now = self._replicas_for(
+            replace(seen, service_s=seen.service_s or demand.service_s), scale, model
+        )
         reason = "demand"
         target = scale.targets.ttft_p95_s
         late = seen.ttft_p95_s is not None and target is not None and seen.ttft_p95_s > target

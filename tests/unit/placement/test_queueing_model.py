@@ -48,5 +48,8 @@ def test_no_demand_needs_no_replica_but_running_requests_keep_theirs() -> None:
     # A moving average that halves each interval after the last request: idle too.
     assert replicas_for(Demand(0.0004, 1.0), 4, 0.5, 0.75, 10) == 0
     assert replicas_for(Demand(0.0, 1.0, in_flight=9), 4, 0.5, 0.75, 10) == 3
-    # Requests whose service time is not known yet still need a replica.
+    # Requests whose service time is not known yet still need a replica...
     assert replicas_for(Demand(1.0, 0.0), 4, 0.5, 0.75, 10) == 1
+    # ...and when none finished yet (long streams), the slots of those running and
+    # waiting: 9 running and 4 waiting fill four replicas of four.
+    assert replicas_for(Demand(1.0, 0.0, queued=4, in_flight=9), 4, 0.5, 0.75, 10) == 4

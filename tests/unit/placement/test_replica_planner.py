@@ -123,6 +123,24 @@ def test_while_gpus_are_short_a_surplus_is_lent_back_at_once_and_headroom_waits(
     assert held[1].reason == "fleet_full" and held[1].desired == 2
 
 
+def test_a_lender_keeps_the_replicas_its_running_streams_hold() -> None:
+    lender, taker = deployment("lender"), deployment("taker")
+    p = ReplicaPlanner([lender, taker], {"lender": 4, "taker": 4}, INTERVAL)
+    room = 4 * 1000
+    steady = Demand(arrival_rate=3.0, service_s=1.0)
+    p.decide(0.0, {"lender": 2, "taker": 2}, {"lender": steady, "taker": steady}, None, room)
+    # The lender's 7 streams run on, none finished this interval (no service time seen),
+    # while the taker's requests wait: it gives back nothing its streams hold.
+    streaming = Demand(0.1, 0.0, in_flight=7)
+    moved = {"lender": streaming, "taker": Demand(12.0, 1.0, queued=30, in_flight=8)}
+    lent, _ = p.decide(INTERVAL, {"lender": 2, "taker": 2}, moved, None, room)
+    assert lent.desired == 2
+    # With no service time ever seen, the same: its streams' slots are kept.
+    fresh = ReplicaPlanner([lender, taker], {"lender": 4, "taker": 4}, INTERVAL)
+    lent, _ = fresh.decide(0.0, {"lender": 2, "taker": 2}, moved, None, room)
+    assert lent.desired == 2
+
+
 def test_a_model_whose_own_replicas_wait_for_room_lends_nothing() -> None:
     a, b = deployment("a"), deployment("b")
     p = ReplicaPlanner([a, b], {"a": 4, "b": 4}, INTERVAL)
