@@ -16,6 +16,20 @@ Each recording also says what `gateway eval` must find (`expect`), which the tes
 check exactly. The model matches a recording by the task's instruction in the prompt:
 the harness sends ordinary prompts and knows nothing of this.
 
+The same models answer the real coding tools (`gateway eval run --tool`), each in the
+tool's own way, as the script's `tools` section says per model, tool and task:
+
+- `right`: the reference solution written by the tool's shell (Codex CLI's
+  `exec_command`, Claude Code's `Bash`, opencode's `bash`: one heredoc per file), or
+  as whole files in aider's edit format; then, once the tool's result is in the
+  prompt, a last word;
+- `wrong`: the same calls writing the snapshot's own files back (the tests fail);
+- `loop`: a harmless command (`ls`) called again on every turn, never a last word:
+  the tool runs until the evaluation stops it.
+
+A tool's recordings match on a string only its prompts hold (its tool names), and come
+before the direct answers, which match on the instruction alone.
+
     python -m gateway.dev.replay            # rewrite evals/replay/<model>.json
     python -m gateway.dev.replay --check    # fail if they are not what the script makes
 """
@@ -26,6 +40,7 @@ import argparse
 import difflib
 import json
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +55,20 @@ SLOW_FIRST_TOKEN_S = 4.0
 REFUSAL = "I'm sorry, but I can't help with changing this code."
 UNMATCHED = "I have no recorded answer for this prompt."
 _PASSING = ("right", "right-diff", "slow")
+DONE = "I made the change; the tests should pass now."
+# Where a heredoc ends: a line no file of the suite holds.
+HEREDOC_END = "GATEWAY_EVAL_EOF"
+# Per tool, the strings its prompts hold (a tool call's name in its tool list) and how
+# it is told to write files. Codex with a model it knows calls a JavaScript `exec`
+# tool in place of exec_command; opencode names its session by a call of its own
+# first; aider calls no tools. The order is the match order.
+TOOL_MARKERS: dict[str, list[tuple[str, str]]] = {
+    "codex": [('"functions__exec"', "codex-js"), ('"exec_command"', "codex")],
+    "claude": [('"Write"', "claude")],
+    "opencode": [("You are opencode", "opencode")],
+    "aider": [("*file listing*", "aider")],
+}
+TITLE_MARKER = "You are a title generator"
 
 
 def recordings(script: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -52,8 +81,88 @@ def recordings(script: dict[str, Any]) -> dict[str, dict[str, Any]]:
         if unknown:
             raise ValueError(f"{SCRIPT}: {model}: no such tasks in the suite: {unknown}")
         entries = [_recording(task, kinds.get(task.id, plan["default"])) for task in suite.tasks]
-        files[model] = {"suite": suite.name, "recordings": entries, "unmatched": UNMATCHED}
+        tool_plans = (script.get("tools") or {}).get(model) or {}
+        tools = [_tool_recordings(suite.tasks, tool, tool_plans[tool]) for tool in TOOL_MARKERS]
+        files[model] = {
+            "suite": suite.name,
+            "recordings": [entry for tool in tools for entry in tool] + entries,
+            "unmatched": UNMATCHED,
+        }
     return files
+
+
+def _tool_recordings(
+    tasks: Sequence[Task], tool: str, plan: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """A tool's recordings for every task: per task, its last word (once a tool result is
+    in the prompt; none for `loop`) before its first turn."""
+    kinds = plan.get("tasks") or {}
+    unknown = sorted(set(kinds) - {task.id for task in tasks})
+    if unknown:
+        raise ValueError(f"{SCRIPT}: {tool}: no such tasks in the suite: {unknown}")
+    entries: list[dict[str, Any]] = []
+    if tool == "opencode":
+        entries.append({"tool": tool, "task": "title", "match": TITLE_MARKER, "answer": "A change"})
+    for task in tasks:
+        kind = kinds.get(task.id, plan["default"])
+        for marker, dialect in TOOL_MARKERS[tool]:
+            common = {
+                "tool": tool,
+                "task": task.id,
+                "kind": kind,
+                "expect": _expected(kind),
+                "match": task.instruction,
+            }
+            if kind != "loop" and dialect != "aider":
+                last_word = {"match_all": [marker, "<tool_response>"], "answer": DONE}
+                entries.append({**common, **last_word})
+            first = {"match_all": [marker], "answer": _tool_answer(task, kind, dialect)}
+            entries.append({**common, **first})
+    return entries
+
+
+def _expected(kind: str) -> str:
+    if kind not in ("right", "wrong", "loop"):
+        raise ValueError(f"{SCRIPT}: unknown tool answer kind {kind!r}")
+    return "pass" if kind == "right" else "fail"
+
+
+def _tool_answer(task: Task, kind: str, dialect: str) -> str:
+    """The first turn's answer: the files written the tool's way."""
+    snapshot = dict(task.snapshot)
+    files = {
+        path: (task.solution_directory / path).read_text()
+        if kind == "right"
+        else snapshot.get(path, "")
+        for path in task.expected_files
+    }
+    if dialect == "aider":
+        return "\n".join(f"{path}\n```\n{text.rstrip()}\n```\n" for path, text in files.items())
+    script = "ls" if kind == "loop" else _heredocs(files)
+    if dialect == "codex-js":
+        return _tool_call(
+            "functions__exec",
+            {"input": f"await tools.exec_command({{cmd: {json.dumps(script)}}});"},
+        )
+    if dialect == "codex":
+        return _tool_call("exec_command", {"cmd": script})
+    name = "Bash" if dialect == "claude" else "bash"
+    return _tool_call(name, {"command": script, "description": "Write the changed files"})
+
+
+def _heredocs(files: dict[str, str]) -> str:
+    """A shell script that writes each file whole (its directory made first)."""
+    lines = []
+    for path, text in files.items():
+        folder = str(Path(path).parent)
+        if folder != ".":
+            lines.append(f"mkdir -p '{folder}'")
+        lines.append(f"cat > '{path}' <<'{HEREDOC_END}'\n{text.rstrip(chr(10))}\n{HEREDOC_END}")
+    return "\n".join(lines) + "\n"
+
+
+def _tool_call(name: str, arguments: dict[str, Any]) -> str:
+    return f"<tool_call>\n{json.dumps({'name': name, 'arguments': arguments})}\n</tool_call>"
 
 
 def _recording(task: Task, kind: str) -> dict[str, Any]:
