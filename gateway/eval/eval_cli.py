@@ -78,6 +78,10 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
     tools.add_argument("--tool-timeout", type=float, default=600.0,
                        help="seconds one run of a tool may take (default 600)")  # fmt: skip
     run.set_defaults(run=_run)
+    tools.add_argument(
+        "--run-rpm", type=int, default=120,
+        help="requests a minute one run's key may make (default 120; 0: the tenant's alone)",
+    )  # fmt: skip
 
     report = sub.add_parser("report", help="Markdown report and charts of a run directory")
     report.add_argument("directory")
@@ -111,7 +115,7 @@ def _run(args: argparse.Namespace) -> int:
     from gateway.eval.suite import SuiteError, load_suite
 
     key = sys.stdin.readline().strip() if args.key == "-" else args.key or os.environ.get(KEY_ENV)
-    if not key:
+    if not key and not args.tools:  # the tools' runs each get a key of their own
         print(f"eval run: no API key: give --key or set {KEY_ENV}", file=sys.stderr)
         return 2
     if args.attempts < 1 or args.concurrency < 1:
@@ -134,7 +138,7 @@ def _run(args: argparse.Namespace) -> int:
         print(f"eval run: {exc}", file=sys.stderr)
         return 2
     settings = RunSettings(
-        endpoint=Endpoint(args.endpoint, key, api=args.api, max_retries=args.max_retries),
+        endpoint=Endpoint(args.endpoint, key or "", api=args.api, max_retries=args.max_retries),
         candidates=tuple(dict.fromkeys(args.models)),
         suite=suite,
         tasks=tuple(args.tasks or ()),
@@ -180,11 +184,14 @@ def _tool_settings(args: argparse.Namespace) -> ToolSettings | None:
         raise ValueError(f"--tool needs {', '.join(missing)}")
     if args.tool_timeout <= 0:
         raise ValueError("--tool-timeout must be above 0")
+    if args.run_rpm < 0:
+        raise ValueError("--run-rpm must be 0 (no cap) or more")
     bin_dir = Path(args.tools_bin).resolve()
     if not bin_dir.is_dir():
         raise ValueError(f"--tools-bin {args.tools_bin}: not a directory")
     limits = dataclasses.replace(TOOL_LIMITS, wall_s=args.tool_timeout)
-    return ToolSettings(tuple(dict.fromkeys(args.tools)), bin_dir, args.tenant, limits)
+    rpm = args.run_rpm or None
+    return ToolSettings(tuple(dict.fromkeys(args.tools)), bin_dir, args.tenant, limits, rpm)
 
 
 def _report(args: argparse.Namespace) -> int:

@@ -53,14 +53,24 @@ class Admin:
         or the gateway keeps no usage ledger."""
         await self._call("GET", "/admin/usage/requests", params={"key": "-", "limit": "1"})
 
-    async def create_key(self, tenant: str, name: str, model: str, expires_in_s: float) -> RunKey:
-        """A key of `tenant` for `model` alone, expiring `expires_in_s` from now."""
-        body = {
+    async def create_key(
+        self,
+        tenant: str,
+        name: str,
+        model: str,
+        expires_in_s: float,
+        requests_per_minute: int | None = None,
+    ) -> RunKey:
+        """A key of `tenant` for `model` alone, expiring `expires_in_s` from now, capped
+        at `requests_per_minute` of its own (None: its tenant's limits alone)."""
+        body: dict[str, Any] = {
             "tenant": tenant,
             "name": name,
             "models": [model],
             "expires_at": time.time() + expires_in_s,
         }
+        if requests_per_minute is not None:
+            body["limits"] = {"requests_per_minute": requests_per_minute}
         data = await self._call("POST", "/admin/keys", json=body)
         return RunKey(str(data["id"]), str(data["key"]))
 

@@ -33,7 +33,13 @@ from gateway.eval.records import Attempt
 from gateway.eval.run_keys import Admin, AdminError
 from gateway.eval.sanitizing import THROUGH_GATEWAY, Blocked, Sanitizer
 from gateway.eval.suite import Suite, Task
-from gateway.eval.tool_runner import ToolSettings, candidate_name, tool_attempt, tool_versions
+from gateway.eval.tool_runner import (
+    ToolSettings,
+    candidate_name,
+    tool_attempt,
+    tool_config_record,
+    tool_versions,
+)
 
 # Tests of one attempt: generous for a small project, short enough for a loop to cost little.
 TEST_LIMITS = sandbox.Limits(wall_s=60.0)
@@ -110,13 +116,15 @@ async def run(settings: RunSettings, out: Path, progress_out: TextIO = sys.stder
     # use this machine and not the endpoint, by its cores.
     limits = _Limits(asyncio.Semaphore(settings.concurrency), asyncio.Semaphore(_cores()))
     async with aiohttp.ClientSession() as session:
-        models = {
-            name: await _describe(session, settings.endpoint, name) for name in settings.candidates
-        }
         admin, versions = await _tools_ready(session, settings)
+        models = {
+            name: await _describe(session, settings.endpoint, name, admin, settings.tools)
+            for name in settings.candidates
+        }
         candidates = {
             name: models[model] if tool is None else {
-                "tool": tool, "tool_version": versions.get(tool), "model": model, **models[model]
+                "tool": tool, "tool_version": versions.get(tool), "model": model,
+                "tool_config": tool_config_record(tool, model), **models[model],
             }
             for name, (tool, model) in pairs(settings).items()
         }  # fmt: skip
@@ -224,7 +232,15 @@ def selected(settings: RunSettings) -> tuple[Task, ...]:
 def settings_record(settings: RunSettings) -> dict[str, Any]:
     """The settings that make two runs comparable, as the manifest records them."""
     tools = settings.tools
-    modes = {} if tools is None else {"tool_sandbox": tools.limits, "tool_tenant": tools.tenant}
+    modes = (
+        {}
+        if tools is None
+        else {
+            "tool_sandbox": tools.limits,
+            "tool_tenant": tools.tenant,
+            "tool_run_requests_per_minute": tools.requests_per_minute,
+        }
+    )
     return manifest.settings_of(
         **modes,
         tasks=sorted(settings.tasks) or "all",
@@ -262,13 +278,33 @@ async def _verify(
 
 
 async def _describe(
-    session: aiohttp.ClientSession, endpoint: Endpoint, model: str
+    session: aiohttp.ClientSession,
+    endpoint: Endpoint,
+    model: str,
+    admin: Admin | None = None,
+    tools: ToolSettings | None = None,
 ) -> dict[str, Any]:
     """What the endpoint says of a model (`GET /models/{model}`): this gateway adds its
-    config version for the model. Empty when the endpoint says nothing."""
-    url = f"{endpoint.base_url.rstrip('/')}/models/{model}"
+    config version for the model. Empty when the endpoint says nothing. A run of tools
+    asks with a short-lived key of the tools' tenant, as its runs will."""
+    if admin is None or tools is None:
+        return await _described(session, endpoint.base_url, endpoint.key, model)
     try:
-        async with session.get(url, headers={"Authorization": f"Bearer {endpoint.key}"},
+        key = await admin.create_key(tools.tenant, "gateway eval: model check", model, 120.0)
+    except AdminError as exc:
+        return {"listed": False, "problem": str(exc)}
+    try:
+        return await _described(session, endpoint.base_url, key.secret, model)
+    finally:
+        await admin.revoke(key.id)
+
+
+async def _described(
+    session: aiohttp.ClientSession, base_url: str, key: str, model: str
+) -> dict[str, Any]:
+    url = f"{base_url.rstrip('/')}/models/{model}"
+    try:
+        async with session.get(url, headers={"Authorization": f"Bearer {key}"},
                                timeout=aiohttp.ClientTimeout(total=10)) as response:  # fmt: skip
             if response.status != 200:
                 return {"listed": False, "status": response.status}

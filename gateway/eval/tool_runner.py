@@ -33,7 +33,7 @@ from gateway.eval.pricing import Prices
 from gateway.eval.records import Attempt, Call
 from gateway.eval.run_keys import Admin
 from gateway.eval.suite import Task
-from gateway.eval.tool_sandbox import HOME, TOOL_LIMITS, GatewayBridge, run_tool
+from gateway.eval.tool_sandbox import HOME, INSIDE_HOST, TOOL_LIMITS, GatewayBridge, run_tool
 
 __all__ = ["TOOL_LIMITS", "ToolSettings", "candidate_name", "tool_attempt", "tool_versions"]
 
@@ -53,11 +53,29 @@ class ToolSettings:
     tools_bin: Path
     tenant: str  # whose keys the runs get
     limits: sandbox.Limits = TOOL_LIMITS
+    # Each run's key's own cap (None: the tenant's limits alone): a tool that loops is
+    # refused past it, and cannot take the tenant's whole budget from the other runs.
+    requests_per_minute: int | None = 120
 
 
 def candidate_name(tool: str, model: str) -> str:
     """The candidate a (tool, model) pair is in the records and the report."""
     return f"{tool}/{model}"
+
+
+# What stands for the gateway's URL and a run's key in the recorded configuration.
+_URL_SHOWN, _KEY_SHOWN = f"http://{INSIDE_HOST}", "<the run's key>"
+
+
+def tool_config_record(tool: str, model: str) -> dict[str, Any]:
+    """The tool's configuration as every run of it gets it (the manifest's record): its
+    files, environment and command, with the run's key shown as a placeholder."""
+    config = config_for(tool, _URL_SHOWN, _KEY_SHOWN, model)
+    return {
+        "files": dict(config.files),
+        "env": dict(config.env),
+        "command": batch_command(tool, "<the task's instruction>", model, ["<the task's files>"]),
+    }
 
 
 def tool_versions(settings: ToolSettings) -> dict[str, str | None]:
@@ -107,8 +125,9 @@ async def tool_attempt(
         return attempt
     name = f"gateway eval: {attempt.candidate} {task.id} #{index}"
     key = await admin.create_key(
-        settings.tenant, name[:128], model, settings.limits.wall_s + KEY_GRACE_S
-    )
+        settings.tenant, name[:128], model, settings.limits.wall_s + KEY_GRACE_S,
+        settings.requests_per_minute,
+    )  # fmt: skip
     started, clock = time.time(), time.monotonic()
     try:
         with judge.working_copy(task) as project:
