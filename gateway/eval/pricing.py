@@ -5,9 +5,12 @@ A prices file (YAML), or a gateway.yaml, whose `prices:` table has the same shap
     currency: USD
     manual_correction: 20.0    # what fixing a failed task by hand costs
     models:
-      coder-large: {input_per_million: 3.0, output_per_million: 15.0}
+      coder-large: {input_per_million: 3.0, output_per_million: 15.0,
+                    cached_input_per_million: 0.3}   # optional: cached prompt tokens
 
-Every attempt's tokens are priced, retries included. The cost per completed task (the
+Every attempt's tokens are priced, retries included; prompt tokens the server had cached
+(a coding tool's calls share most of their prompt) at `cached_input_per_million` when
+given, else as any other. The cost per completed task (the
 report's unit cost) adds `manual_correction` for each attempt that did not pass: that
 task was completed by a person.
 """
@@ -25,6 +28,7 @@ from gateway.eval.yaml_files import load_yaml
 class Price:
     input_per_million: float
     output_per_million: float
+    cached_input_per_million: float | None = None  # None: as any prompt token
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,11 +39,20 @@ class Prices:
     manual_correction: float = 0.0
     models: dict[str, Price] = field(default_factory=dict)
 
-    def cost(self, model: str, tokens_in: int, tokens_out: int) -> float | None:
+    def cost(self, model: str, tokens_in: int, tokens_out: int, cached: int = 0) -> float | None:
+        """What `tokens_in` prompt tokens (`cached` of them cached) and `tokens_out`
+        completion tokens of `model` cost; None without a price for it."""
         price = self.models.get(model)
         if price is None:
             return None
-        return (tokens_in * price.input_per_million + tokens_out * price.output_per_million) / 1e6
+        cached_price = price.input_per_million
+        if price.cached_input_per_million is not None:
+            cached_price = price.cached_input_per_million
+        return (
+            (tokens_in - cached) * price.input_per_million
+            + cached * cached_price
+            + tokens_out * price.output_per_million
+        ) / 1e6
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -53,9 +66,14 @@ class Prices:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Prices:
         models = {
-            str(name): Price(float(p["input_per_million"]), float(p["output_per_million"]))
+            str(name): Price(
+                float(p["input_per_million"]),
+                float(p["output_per_million"]),
+                None if p.get("cached_input_per_million") is None
+                else float(p["cached_input_per_million"]),
+            )
             for name, p in (data.get("models") or {}).items()
-        }
+        }  # fmt: skip
         return cls(
             str(data.get("currency", "USD")), float(data.get("manual_correction", 0.0)), models
         )

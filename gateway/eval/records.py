@@ -78,9 +78,11 @@ class Attempt:
     seed: int | None = None
     fallback: str | None = None  # x-gateway-fallback, when the gateway fell back
     # A coding tool's attempt (`--tool`): the tool, the model it was given, its exit
-    # status, and each of its model calls from the gateway's records; `candidate` is
-    # then "tool/model", `total_s` the time to the tool's exit, `ttft_s` its first call's.
+    # status, the id of the key its calls carried, and each of its model calls from the
+    # gateway's records under that key; `candidate` is then "tool/model", `total_s` the
+    # time to the tool's exit, `ttft_s` its first call's.
     tool: str | None = None
+    key_id: str | None = None
     model: str | None = None
     tool_exit: int | None = None
     cached_tokens: int = 0

@@ -128,6 +128,7 @@ async def tool_attempt(
         settings.tenant, name[:128], model, settings.limits.wall_s + KEY_GRACE_S,
         settings.requests_per_minute,
     )  # fmt: skip
+    attempt.key_id = key.id
     started, clock = time.time(), time.monotonic()
     try:
         with judge.working_copy(task) as project:
@@ -207,7 +208,12 @@ def take_calls(
     attempt.tokens_out = sum(call.completion_tokens for call in calls)
     attempt.cached_tokens = sum(call.cached_tokens for call in calls)
     costs = [
-        prices.cost(call.model_served or model, call.prompt_tokens, call.completion_tokens)
+        prices.cost(
+            call.model_served or model,
+            call.prompt_tokens,
+            call.completion_tokens,
+            call.cached_tokens,
+        )
         for call in calls
     ]
     priced = [cost for cost in costs if cost is not None]

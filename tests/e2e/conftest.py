@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -118,3 +119,17 @@ def two_sims_and_gateway(
         if second is not None:
             second.stop()
         first.stop()
+
+
+@pytest.fixture(scope="session")
+def tools_bin() -> Path:
+    """The pinned coding tools' commands (installed once, then from the cache)."""
+    run = subprocess.run(
+        [str(Path(__file__).resolve().parents[2] / "scripts" / "coding-tools.sh")],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    return Path(run.stdout.strip())

@@ -65,20 +65,6 @@ LEFT_OUT = re.compile(r"(?:tools left out for model .*?|blocks dropped from the 
 
 
 @pytest.fixture(scope="module")
-def tools_bin() -> Path:
-    """The pinned tools' commands (installed once, then from the cache)."""
-    run = subprocess.run(
-        [str(ROOT / "scripts" / "coding-tools.sh")],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    assert run.returncode == 0, run.stderr[-3000:]
-    return Path(run.stdout.strip())
-
-
-@pytest.fixture(scope="module")
 def agent_sim() -> Iterator[TritonSim]:
     sim = start_sim(f"{AGENT}=@{REPLAY_DIR / 'agent.json'}")
     try:

@@ -1,0 +1,171 @@
+"""`gateway eval run --tool`: the real Codex CLI and Claude Code at three tasks of the
+shipped suite, each run in the sandbox with a key of its own, through a real gateway to
+the scripted coder model (a real Triton server replaying each tool's recorded calls).
+
+The recordings say what each (tool, task) must come to (`expect`), so verdicts are
+checked exactly; each attempt's calls and tokens, which the run takes from the gateway's
+ledger, are checked against the gateway's other record of them, its access log; and
+Codex's looping run on one task is stopped at the time limit and failed.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from gateway.dev.processes import stop
+from gateway.dev.replay import REPLAY_DIR
+from gateway.eval.records import Attempt, read_attempts, read_manifest
+from tests.e2e.conftest import start_sim
+from tests.e2e.stack import Gateway, model, start_gateway, tenant
+
+ROOT = Path(__file__).resolve().parents[2]
+MODEL = "coder-small"
+TOOLS = ("codex", "claude")
+# Right for both; wrong for Codex; Codex loops (`ls` each turn), Claude Code right.
+TASKS = ("01-token-bucket-refill", "03-lru-cache-recency", "15-injectable-cache-clock")
+LOOPING = ("codex", "15-injectable-cache-clock")
+TOOL_TIMEOUT_S = 40
+ADMIN_KEY = "sk-test-ops"
+
+
+def expected() -> dict[tuple[str, str], bool]:
+    """(tool, task) to whether the recorded calls must pass."""
+    recorded = json.loads((REPLAY_DIR / f"{MODEL}.json").read_text())
+    return {
+        (r["tool"], r["task"]): r["expect"] == "pass"
+        for r in recorded["recordings"]
+        if r.get("tool") in TOOLS and r["task"] in TASKS
+    }
+
+
+@pytest.fixture(scope="module")
+def eval_gateway(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
+    sim = start_sim(f"{MODEL}=@{REPLAY_DIR / MODEL}.json")
+    tmp = tmp_path_factory.mktemp("eval-tools-gw")
+    try:
+        models = {
+            MODEL: model(
+                "triton_http", [sim.http_url], prompt_template="chatml",
+                capabilities={"tools": True, "tool_parser": "hermes"},
+                max_tokens_default=2048, max_tokens_limit=4096, context_length=32768,
+                timeouts={"first_token_s": 15.0, "total_s": 120.0},
+            )
+        }  # fmt: skip
+        tenants = {
+            "evaluator": tenant("evaluator", [MODEL], priority="online"),
+            "ops": tenant("ops", [], admin=True),
+        }
+        ledger = {"url": f"sqlite:///{tmp}/usage.db", "spool_dir": str(tmp / "spool"),
+                  "flush_interval_ms": 200}  # fmt: skip
+        gateway = start_gateway(tmp, models, redis_url, tenants=tenants, gateway={"ledger": ledger})
+        try:
+            yield gateway
+        finally:
+            stop(gateway.process)
+    finally:
+        sim.stop()
+
+
+def run_tools(
+    gateway: Gateway, tools_bin: Path, out: Path, tasks: tuple[str, ...] = TASKS
+) -> subprocess.CompletedProcess[str]:
+    command = [
+        sys.executable, "-m", "gateway.cli", "eval", "run", "--endpoint", gateway.base_url,
+        "--model", MODEL, *(arg for tool in TOOLS for arg in ("--tool", tool)),
+        *(arg for task in tasks for arg in ("--task", task)),
+        "--tenant", "evaluator", "--admin-url", gateway.ops_url,
+        "--tool-timeout", str(TOOL_TIMEOUT_S), "--prices", str(ROOT / "evals" / "prices.yaml"),
+        "--out", str(out),
+    ]  # fmt: skip
+    env = {"PATH": "/usr/bin:/bin", "GATEWAY_TOOLS_BIN": str(tools_bin),
+           "GATEWAY_EVAL_ADMIN_KEY": ADMIN_KEY}  # fmt: skip
+    return subprocess.run(command, capture_output=True, text=True, env=env, cwd=ROOT, timeout=900)
+
+
+@pytest.fixture(scope="module")
+def finished_run(
+    eval_gateway: Gateway, tools_bin: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Path:
+    out = tmp_path_factory.mktemp("eval-tools") / "run"
+    result = run_tools(eval_gateway, tools_bin, out)
+    assert result.returncode == 0, result.stderr
+    return out
+
+
+def attempts_by_pair(out: Path) -> dict[tuple[str, str], Attempt]:
+    return {(a.tool or "", a.task): a for a in read_attempts(out)}
+
+
+def access_lines(gateway: Gateway) -> list[dict[str, Any]]:
+    lines = (orjson.loads(line) for line in gateway.log.splitlines() if line.startswith("{"))
+    return [line for line in lines if line.get("logger") == "gateway.access"]
+
+
+def test_each_tool_is_judged_on_what_it_left_as_its_recordings_say(finished_run: Path) -> None:
+    got = {pair: attempt.passed for pair, attempt in attempts_by_pair(finished_run).items()}
+    assert got == expected()
+    assert got[("codex", "03-lru-cache-recency")] is False  # the tools differ
+    assert got[("claude", "03-lru-cache-recency")] is True
+    wrong = attempts_by_pair(finished_run)[("codex", "03-lru-cache-recency")]
+    assert wrong.reason is not None and wrong.reason.startswith("tests failed")
+    assert wrong.tool_exit == 0
+
+
+def test_a_looping_tool_is_stopped_at_the_time_limit_and_failed(finished_run: Path) -> None:
+    looped = attempts_by_pair(finished_run)[LOOPING]
+    assert not looped.passed
+    assert looped.reason == f"tool: stopped at the time limit ({TOOL_TIMEOUT_S} s)"
+    # It kept calling the model: far more calls than a run that finishes (two).
+    assert looped.requests.sent > 5
+
+
+def test_each_attempts_calls_and_tokens_are_the_gateways_own_records(
+    finished_run: Path, eval_gateway: Gateway
+) -> None:
+    by_key: dict[str, list[dict[str, Any]]] = {}
+    for line in access_lines(eval_gateway):
+        if line.get("key_id"):
+            by_key.setdefault(line["key_id"], []).append(line)
+    for attempt in read_attempts(finished_run):
+        assert attempt.key_id is not None
+        logged = by_key.get(attempt.key_id, [])
+        assert attempt.requests.sent == len(attempt.calls) == len(logged) > 0, attempt.key
+        assert attempt.tokens_in == sum(line["prompt_tokens"] for line in logged)
+        assert attempt.tokens_out == sum(line["completion_tokens"] for line in logged)
+        assert [call.status for call in attempt.calls] == [line["status"] for line in logged]
+        if attempt.passed:
+            assert attempt.ttft_s is not None and attempt.cost is not None and attempt.cost > 0
+
+
+def test_the_manifest_records_each_tools_version_and_configuration(finished_run: Path) -> None:
+    candidates = read_manifest(finished_run)["candidates"]
+    assert set(candidates) == {f"{tool}/{MODEL}" for tool in TOOLS}
+    codex, claude = candidates[f"codex/{MODEL}"], candidates[f"claude/{MODEL}"]
+    assert codex["tool_version"].startswith("codex-cli ")
+    assert "Claude Code" in claude["tool_version"]
+    assert codex["listed"] is True and claude["model"] == MODEL
+    assert claude["tool_config"]["env"]["ANTHROPIC_MODEL"] == MODEL
+    # The runs' keys are never recorded, only a placeholder.
+    assert "sk-" not in json.dumps(candidates)
+
+
+def test_a_tool_that_is_not_installed_is_a_clear_failure_and_the_run_ends(
+    eval_gateway: Gateway, tmp_path: Path
+) -> None:
+    empty = tmp_path / "tools" / "bin"
+    empty.mkdir(parents=True)
+    out = tmp_path / "run"
+    result = run_tools(eval_gateway, empty, out, tasks=TASKS[:1])
+    assert result.returncode == 0, result.stderr
+    for attempt in read_attempts(out):
+        assert not attempt.passed
+        assert attempt.reason is not None
+        assert attempt.reason.startswith(f"tool: {attempt.tool} is not installed in {empty}")
