@@ -39,7 +39,8 @@ Value = Rate | float | int | None
 
 @dataclass(frozen=True, slots=True)
 class Row:
-    """One figure of the per-dimension table: `unit` is "%" (a Rate), "s", "cost" or "n"."""
+    """One figure of the per-dimension table: `unit` is "%" (a Rate), "s", "cost", "n"
+    (a count) or "x" (a mean count)."""
 
     dimension: str
     label: str
@@ -53,8 +54,12 @@ ROWS: tuple[Row, ...] = (
     Row("context", "answers touching exactly the expected files", "%", lambda f: f.expected_files),
     Row("speed", "time to first token, p50", "s", lambda f: f.ttft_p50_s),
     Row("speed", "time to first token, p95", "s", lambda f: f.ttft_p95_s),
-    Row("speed", "time to complete answer, p50", "s", lambda f: f.total_p50_s),
-    Row("speed", "time to complete answer, p95", "s", lambda f: f.total_p95_s),
+    Row(
+        "speed", "time to complete answer (a tool: to its exit), p50", "s", lambda f: f.total_p50_s
+    ),
+    Row(
+        "speed", "time to complete answer (a tool: to its exit), p95", "s", lambda f: f.total_p95_s
+    ),
     Row("speed", "attempts answered", "n", lambda f: f.answered),
     Row(
         "cost",
@@ -66,12 +71,26 @@ ROWS: tuple[Row, ...] = (
     Row("cost", "token cost, all attempts", "cost", lambda f: f.token_cost),
     Row("cost", "tokens in", "n", lambda f: f.tokens_in),
     Row("cost", "tokens out", "n", lambda f: f.tokens_out),
+    Row("cost", "cached prompt tokens (of tokens in)", "n", lambda f: f.cached_tokens),
+    Row("cost", "model calls (the gateway's records)", "n", lambda f: f.calls),
+    Row(
+        "cost",
+        "model calls per attempt",
+        "x",
+        lambda f: f.calls / f.attempts if f.attempts else None,
+    ),
     Row("stability", "error rate (attempts ending on an upstream error)", "%", lambda f: f.errors),
     Row("stability", "refusals (429 and 503, of requests sent)", "%", lambda f: f.refusals),
     Row("stability", "retries", "n", lambda f: f.retries),
     Row("stability", "5xx responses", "n", lambda f: f.status_5xx),
     Row("stability", "connection errors", "n", lambda f: f.connection_errors),
     Row("stability", "answers from a fallback model", "n", lambda f: f.fallbacks),
+    Row(
+        "stability",
+        "tool runs gone wrong (not installed, stopped, exited)",
+        "%",
+        lambda f: f.tool_failures,
+    ),
     Row("(run)", "attempts judged", "n", lambda f: f.attempts),
     Row("(run)", "attempts at malformed tasks (in no figure)", "n", lambda f: f.malformed),
 )
@@ -99,6 +118,8 @@ def show(row: Row, figures: Figures, currency: str) -> str:
         return seconds(float(value))
     if row.unit == "cost":
         return money(float(value), currency)
+    if row.unit == "x":
+        return f"{float(value):.1f}"
     return f"{int(value):,}"
 
 
@@ -114,6 +135,8 @@ def delta(row: Row, a: Value, b: Value, currency: str) -> str:
         return f"{change:+.2f} s"
     if row.unit == "cost":
         return f"{'+' if change >= 0 else '-'}{money(abs(change), currency)}"
+    if row.unit == "x":
+        return f"{change:+.1f}"
     return f"{int(change):+,}"
 
 
@@ -241,6 +264,13 @@ def _header(run: _Run) -> str:
         ("started", str(m.get("started_at") or "?")),
         ("finished", str(m.get("finished_at") or "not finished (incomplete run)")),
     ]  # fmt: skip
+    if settings.get("tool_sandbox"):
+        rows[8:8] = [
+            ("coding tools' sandbox", _mapping_text(settings["tool_sandbox"])),
+            ("coding tools' keys", f"tenant {settings.get('tool_tenant')}, one key a run, "
+                                   f"{settings.get('tool_run_requests_per_minute') or 'no'} "
+                                   "requests a minute of its own"),
+        ]  # fmt: skip
     if m.get("resumed_at"):
         rows.append(("resumed", ", ".join(map(str, m["resumed_at"]))))
     lines += ["| | |", "|---|---|", *(f"| {k} | {_cell(v)} |" for k, v in rows)]
@@ -265,6 +295,9 @@ def _candidates(candidates: Any) -> str:
     for name, info in candidates.items():
         details = []
         if isinstance(info, dict):
+            if info.get("tool"):
+                details.append(f"{info['tool']} {info.get('tool_version') or 'not installed'}"
+                               f" on {info.get('model')}")  # fmt: skip
             if info.get("config_version"):
                 details.append(f"config version {info['config_version']}")
             if info.get("owned_by"):

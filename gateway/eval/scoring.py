@@ -46,6 +46,7 @@ DIMENSIONS = (
 CROSS_FILE = "cross-file"
 MALFORMED_PREFIX = "task:"
 UPSTREAM_PREFIX = "upstream:"
+TOOL_PREFIX = "tool:"  # a coding tool's run went wrong: not installed, stopped, exited
 # The figures a profile's scales may turn into a speed or a cost score.
 SPEED_SCALES = ("ttft_p50_s", "ttft_p95_s", "total_p50_s", "total_p95_s")
 COST_SCALES = ("cost_per_task",)
@@ -87,12 +88,16 @@ class Figures:
     token_cost_per_pass: float | None
     tokens_in: int
     tokens_out: int
+    cached_tokens: int  # of tokens_in: prompt tokens the server had cached
+    calls: int  # model calls the gateway recorded (requests sent), retries included
     errors: Rate  # attempts that ended on an upstream error
     refusals: Rate  # requests refused with 429 or 503, of all requests sent
     retries: int
     status_5xx: int
     connection_errors: int
     fallbacks: int  # attempts the gateway answered from a fallback model
+    # A coding tool's runs (`--tool`) that went wrong, of its runs: none for a model.
+    tool_failures: Rate = Rate(0, 0)
     reasons: dict[str, int] = field(default_factory=dict)  # why attempts failed, counted
 
     @property
@@ -123,7 +128,7 @@ def candidate_figures(candidate: str, attempts: list[Attempt], manifest: dict[st
     answered = [a for a in judged if a.ttft_s is not None]
     ttfts = [a.ttft_s for a in answered if a.ttft_s is not None]
     totals = [a.total_s for a in answered if a.total_s is not None]
-    costs = _token_costs(candidate, judged, manifest)
+    costs = _token_costs(_priced_as(candidate, manifest), judged, manifest)
     passes = sum(a.passed for a in judged)
     sent = sum(a.requests.sent for a in judged)
     token_cost = sum(costs) if costs is not None else None
@@ -136,8 +141,8 @@ def candidate_figures(candidate: str, attempts: list[Attempt], manifest: dict[st
         by_category=_pass_rates(judged, lambda a: a.category),
         by_task=_pass_rates(judged, lambda a: a.task),
         expected_files=Rate(
-            sum(a.expected_files_touched for a in judged if a.answer_form is not None),
-            sum(a.answer_form is not None for a in judged),
+            sum(a.expected_files_touched for a in judged if _left_files(a)),
+            sum(_left_files(a) for a in judged),
         ),
         answered=len(answered),
         ttft_p50_s=percentile(ttfts, 50),
@@ -150,13 +155,35 @@ def candidate_figures(candidate: str, attempts: list[Attempt], manifest: dict[st
         token_cost_per_pass=token_cost / passes if token_cost is not None and passes else None,
         tokens_in=sum(a.tokens_in for a in judged),
         tokens_out=sum(a.tokens_out for a in judged),
+        cached_tokens=sum(a.cached_tokens for a in judged),
+        calls=sent,
         errors=Rate(sum((a.reason or "").startswith(UPSTREAM_PREFIX) for a in judged), len(judged)),
         refusals=Rate(sum(a.requests.refusals for a in judged), sent),
         retries=sum(a.requests.retries for a in judged),
         status_5xx=sum(a.requests.status_5xx for a in judged),
         connection_errors=sum(a.requests.connection_errors for a in judged),
         fallbacks=sum(a.fallback is not None for a in judged),
+        tool_failures=Rate(
+            sum((a.reason or "").startswith(TOOL_PREFIX) for a in judged if a.tool),
+            sum(a.tool is not None for a in judged),
+        ),
         reasons=_reasons(attempts),
+    )
+
+
+def _priced_as(candidate: str, manifest: dict[str, Any]) -> str:
+    """The model whose price a candidate pays: a tool's candidate ("tool/model") its
+    model's."""
+    info = (manifest.get("candidates") or {}).get(candidate)
+    model = info.get("model") if isinstance(info, dict) else None
+    return str(model) if model else candidate
+
+
+def _left_files(attempt: Attempt) -> bool:
+    """Whether the attempt left files to judge: an answer that applied, or a tool's run
+    whose directory the hidden tests ran on."""
+    return attempt.answer_form is not None or (
+        attempt.tool is not None and attempt.tests_s is not None
     )
 
 
@@ -188,15 +215,15 @@ def _reasons(attempts: list[Attempt]) -> dict[str, int]:
 
 
 def _token_costs(
-    candidate: str, attempts: list[Attempt], manifest: dict[str, Any]
+    model: str, attempts: list[Attempt], manifest: dict[str, Any]
 ) -> list[float] | None:
-    """Each attempt's token cost, or None when the candidate has no price.
+    """Each attempt's token cost, or None when `model` has no price.
 
     An attempt that sent no request (its task blocked by the outbound policy) cost no
     tokens, so its missing cost is zero; any other missing cost means no price.
     """
     models = (manifest.get("prices") or {}).get("models")
-    if isinstance(models, dict) and candidate not in models:
+    if isinstance(models, dict) and model not in models:
         return None
     costs = []
     for attempt in attempts:
