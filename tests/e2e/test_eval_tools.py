@@ -169,3 +169,47 @@ def test_a_tool_that_is_not_installed_is_a_clear_failure_and_the_run_ends(
         assert not attempt.passed
         assert attempt.reason is not None
         assert attempt.reason.startswith(f"tool: {attempt.tool} is not installed in {empty}")
+
+
+FAKE_CODEX = """#!/bin/sh
+if [ "$1" = --version ]; then echo "codex-cli 0.0.0-exits-at-once"; exit 0; fi
+echo "error: no model provider configured" >&2
+exit 3
+"""
+# Writes outside the task directory (its home, /tmp, the root, the tools' own files),
+# then the task file, and exits 0.
+FAKE_CLAUDE = """#!/bin/sh
+if [ "$1" = --version ]; then echo "2.0.0 (writes outside)"; exit 0; fi
+echo escaped > "$HOME/escaped" ; echo escaped > /tmp/{marker}
+echo escaped > /{marker} ; echo escaped > "$(dirname "$0")/{marker}"
+echo escaped > ../{marker}
+echo "# touched" >> ratelimit/bucket.py
+exit 0
+"""
+
+
+def test_a_tool_that_exits_at_once_or_writes_outside_its_task_is_a_clear_bounded_failure(
+    eval_gateway: Gateway, tmp_path: Path
+) -> None:
+    marker = f"gateway-eval-escape-{tmp_path.name}"
+    fake = tmp_path / "fake-tools" / "bin"
+    fake.mkdir(parents=True)
+    for name, script in (("codex", FAKE_CODEX), ("claude", FAKE_CLAUDE.format(marker=marker))):
+        (fake / name).write_text(script)
+        (fake / name).chmod(0o755)
+    out = tmp_path / "run"
+    result = run_tools(eval_gateway, fake, out, tasks=TASKS[:1])
+    assert result.returncode == 0, result.stderr
+    attempts = attempts_by_pair(out)
+    exited = attempts[("codex", TASKS[0])]
+    assert exited.tool_exit == 3 and not exited.passed
+    assert exited.reason is not None
+    assert exited.reason.startswith(
+        "tool: exited with status 3 (error: no model provider configured); tests failed"
+    )
+    outside = attempts[("claude", TASKS[0])]
+    # Only the task directory comes back: what it wrote anywhere else stayed in the
+    # sandbox, which is gone.
+    assert outside.files_touched == ["ratelimit/bucket.py"] and not outside.passed
+    for place in (Path("/tmp") / marker, Path("/") / marker, fake / marker):
+        assert not place.exists(), place
