@@ -64,11 +64,13 @@ def _sentinel_primary(settings: RedisConfig) -> Redis:
     options = {k: v for k, v in parsed.items() if k in ("db", "username", "password")}
     if settings.url.startswith("rediss://"):
         options["ssl"] = True  # TLS to the primary (the sentinels are asked in plain text)
-    timeouts = {
-        "socket_timeout": settings.socket_timeout_s,
-        "socket_connect_timeout": settings.socket_timeout_s,
-    }
-    sentinel = Sentinel(nodes, sentinel_kwargs=timeouts, **timeouts)  # type: ignore[no-untyped-call]
+    timeout = settings.socket_timeout_s
+    sentinel = Sentinel(
+        nodes,
+        sentinel_kwargs={"socket_timeout": timeout, "socket_connect_timeout": timeout},
+        socket_timeout=timeout,
+        socket_connect_timeout=timeout,
+    )
     primary: Redis = sentinel.master_for(
         settings.sentinel.service, max_connections=MAX_CONNECTIONS, **options
     )
