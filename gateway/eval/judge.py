@@ -67,7 +67,11 @@ def working_copy(task: Task) -> Iterator[Path]:
 def run_hidden_tests(task: Task, project: Path, limits: sandbox.Limits) -> TestRun:
     """Copy the hidden tests into `project` and run them there, in the sandbox."""
     tests = project / HIDDEN_TESTS
-    shutil.rmtree(tests, ignore_errors=True)
+    # Whatever the answer put there (a directory, a file, a link) makes way.
+    if tests.is_dir() and not tests.is_symlink():
+        shutil.rmtree(tests)
+    else:
+        tests.unlink(missing_ok=True)
     shutil.copytree(task.tests_directory, tests)
     with tempfile.TemporaryDirectory(prefix="eval-judge-") as scratch:
         plugin = Path(scratch) / "plugin"

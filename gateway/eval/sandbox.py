@@ -253,9 +253,10 @@ def _run(
     # Only root may make cgroups here; anyone else keeps the per-process bounds.
     group = _Group.create(limits) if privileged else None
     info_read, info_write = os.pipe()
+    env_fd = _arguments_file(_environment(env))
     argv = [
         *(group.joining() if group is not None else []),
-        *_outer(directory, limits, _environment(env), read_only, mounts, info_write, privileged),
+        *_outer(directory, limits, env_fd, read_only, mounts, info_write, privileged),
         *(_drop_to_nobody() if privileged else []),
         *_prlimit(limits),
         "--",
@@ -279,11 +280,12 @@ def _run(
                 stdin=subprocess.DEVNULL,
                 stdout=stdout,
                 stderr=stderr,
-                pass_fds=(info_write, *pass_fds),
+                pass_fds=(info_write, env_fd, *pass_fds),
                 start_new_session=True,
             )
         finally:
             os.close(info_write)
+            os.close(env_fd)
         try:
             stopped = _wait(process, limits.wall_s, group)
         finally:
@@ -344,10 +346,22 @@ def _caller_is_root() -> bool:
     return os.geteuid() == 0
 
 
+def _arguments_file(env: Mapping[str, str]) -> int:
+    """A descriptor of `--setenv NAME VALUE` for each of `env`, NUL-separated, that bwrap
+    reads with `--args`: so the environment (a coding tool's key) is in no command line,
+    which any user of the host may read (`ps`)."""
+    descriptor = os.memfd_create("sandbox-env")
+    arguments = [arg for name, value in env.items() for arg in ("--setenv", name, value)]
+    with open(os.dup(descriptor), "wb") as file:
+        file.write(b"".join(arg.encode() + b"\0" for arg in arguments))
+    os.lseek(descriptor, 0, os.SEEK_SET)
+    return descriptor
+
+
 def _outer(
     directory: Path,
     limits: Limits,
-    env: Mapping[str, str],
+    env_fd: int,
     read_only: Sequence[str],
     mounts: Mapping[str, Path],
     info_fd: int,
@@ -369,9 +383,7 @@ def _outer(
     else:
         argv += ["--unshare-user", "--disable-userns", "--uid", str(SANDBOX_UID)]
         argv += ["--gid", str(SANDBOX_GID), "--cap-drop", "ALL"]
-    argv.append("--clearenv")
-    for name, value in env.items():
-        argv += ["--setenv", name, value]
+    argv += ["--clearenv", "--args", str(env_fd)]
     argv += _filesystem(directory, limits, read_only, mounts)
     if not privileged:
         # As root, this bwrap has no CAP_DAC_OVERRIDE left to enter nobody's directory:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import shutil
 import tempfile
 import time
 from collections.abc import Iterable, Mapping
@@ -148,7 +149,12 @@ async def tool_attempt(
             if outcome.result is None:
                 attempt.reason = f"tool: {_stopped(outcome.outcome, outcome.problem, settings)}"
             else:
-                await asyncio.to_thread(_judge, attempt, task, outcome.result, test_limits)
+                try:
+                    await asyncio.to_thread(_judge, attempt, task, outcome.result, test_limits)
+                except (OSError, shutil.Error, UnicodeError) as exc:
+                    # What a hostile tool left (names, types) is its attempt's failure.
+                    attempt.passed = False
+                    attempt.reason = f"tool: what it left could not be judged ({exc})"
                 if not attempt.passed and attempt.tool_exit != 0:
                     last = (outcome.outcome.stderr.strip().splitlines() or ["no output"])[-1]
                     attempt.reason = (
@@ -157,6 +163,9 @@ async def tool_attempt(
                     )
     finally:
         await admin.revoke(key.id)
+    if attempt.reason is not None:
+        # A tool may print its key (an error, a debug line): the record never holds it.
+        attempt.reason = attempt.reason.replace(key.secret, _KEY_SHOWN)
     records = await admin.settled_requests(key.id, started - 1.0)
     take_calls(attempt, records, prices, model)
     return attempt

@@ -16,10 +16,12 @@ agent runs for minutes, not seconds), and three additions:
 - **A home of its own.** The tool's configuration (`gateway tools config`'s files) is
   copied into a private, writable home in the sandbox's `/tmp`, so what the tool writes
   there (sessions, caches) goes with the sandbox.
-- **What it left comes back.** Once the tool exits, the first process writes the task
-  directory as a tar stream to a file of the caller's, bounded by the file size limit;
-  the caller unpacks it (regular files, directories and links inside it only) and
-  judges that. A tool stopped at the time limit leaves nothing to judge.
+- **What it left comes back.** Once the tool exits, the first process (which the tool
+  cannot trace) ends whatever the tool left running and writes the task directory as a
+  tar stream to a file of the caller's, bounded by the file size limit; the caller
+  unpacks it (regular files and directories at plain paths inside it only; a link to
+  a file inside comes back as that file) and judges that. A tool stopped at the time
+  limit leaves nothing to judge.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import shutil
 import sys
 import tarfile
 import tempfile
@@ -59,8 +62,12 @@ TOOL_LIMITS = sandbox.Limits(
 # The sandbox's first process after the copy: the bridge to the caller's socket, the
 # home, the tool, then the task directory out as a tar stream.
 _INSIDE = r"""
-import os, shutil, socket, subprocess, sys, tarfile, threading
+import ctypes, os, shutil, signal, socket, subprocess, sys, tarfile, threading, time
 bridge, port, home_source, out_fd, *command = sys.argv[1:]
+# Not dumpable: the tool runs as the same user, and could otherwise ptrace this process
+# or open its descriptors in /proc, and write what it likes as the hand-back.
+if ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0) != 0:  # PR_SET_DUMPABLE
+    sys.exit("tool sandbox: the hand-back cannot be protected (prctl)")
 shutil.copytree(home_source, os.environ["HOME"], symlinks=True, dirs_exist_ok=True)
 listener = socket.create_server(("127.0.0.1", int(port)), backlog=128)
 def pump(source, sink):
@@ -88,8 +95,37 @@ def accept():
             threading.Thread(target=pump, args=pair, daemon=True).start()
 threading.Thread(target=accept, daemon=True).start()
 code = subprocess.call(command, cwd="/task", stdin=subprocess.DEVNULL)
+# What the tool left running is gone before the task directory is read: every process
+# in the sandbox's PID namespace but this one and its ancestors (the sandbox's own).
+def ancestors():
+    chain, pid = {os.getpid()}, os.getppid()
+    while pid > 0 and pid not in chain:
+        chain.add(pid)
+        pid = int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
+    return chain
+keep = ancestors()
+for _ in range(100):
+    left = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and int(entry) not in keep:
+            try:
+                if open(f"/proc/{entry}/stat").read().rsplit(")", 1)[1].split()[0] != "Z":
+                    left.append(int(entry))
+                    os.kill(int(entry), signal.SIGKILL)
+            except OSError:
+                pass
+    if not left:
+        break
+    time.sleep(0.01)
 def kept(member):
-    return member if member.isfile() or member.isdir() or member.issym() else None
+    # A link (symbolic or hard) to a file inside the task comes back as that file's
+    # content; any other link, or a device, not at all.
+    if member.issym() or member.islnk():
+        real = os.path.realpath(os.path.join("/task", member.name))
+        if not real.startswith("/task/") or not os.path.isfile(real):
+            return None
+        member.type, member.linkname, member.size = tarfile.REGTYPE, "", os.stat(real).st_size
+    return member if member.isfile() or member.isdir() else None
 try:
     with open(int(out_fd), "wb") as out, tarfile.open(fileobj=out, mode="w|") as tar:
         tar.add("/task", arcname=".", filter=kept)
@@ -116,7 +152,8 @@ class ToolOutcome:
     outcome: sandbox.Outcome
     result: Path | None
     connections: int
-    # Why nothing came back though the tool ended by itself (it left too much).
+    # Why nothing came back though the tool ended by itself: it left too much, or what
+    # it left could not be unpacked.
     problem: str | None = None
 
 
@@ -222,8 +259,11 @@ def run_tool(
                 pass_fds=(fd,),
             )
         problem = _problem(outcome, limits)
-        unpacked = outcome.stopped is None and problem is None and _unpack(tar_path, result)
-    return ToolOutcome(outcome, result if unpacked else None, bridge.connections, problem)
+        if outcome.stopped is None and problem is None:
+            problem = unpack_task(tar_path, result)
+            if problem is None:
+                return ToolOutcome(outcome, result, bridge.connections)
+    return ToolOutcome(outcome, None, bridge.connections, problem)
 
 
 def _problem(outcome: sandbox.Outcome, limits: sandbox.Limits) -> str | None:
@@ -243,22 +283,48 @@ def _readable(directory: Path) -> None:
             os.chmod(Path(root, name), 0o755)
 
 
-def _unpack(tar_path: Path, into: Path) -> bool:
-    """The tool's task directory into `into`; False when its stream is not whole. Only
-    what the `data` filter lets through comes out, each member inside `into`: a link
-    out of it (to `/etc/passwd`, to `../..`), an absolute path or a device is left out,
-    and the rest judged."""
+def unpack_task(tar_path: Path, into: Path) -> str | None:
+    """The tool's task directory into `into`; why not, when its stream cannot be read.
+
+    Nothing but regular files and directories is made, each at a plain relative path
+    under `into` (no `..`, bounded in depth and length), and no link at all: so nothing
+    is written outside `into`, whatever the stream holds. (tarfile's own `data` filter is
+    not enough: before Python 3.11.13 a chain of links passes it, CVE-2025-4517.)"""
     into.mkdir(parents=True, exist_ok=True)
     try:
         with tarfile.open(tar_path, mode="r:") as tar:
-            tar.extractall(into, filter=_inside_only)
-    except (tarfile.TarError, OSError):
-        return False
-    return True
+            for member in tar:
+                parts = _plain_parts(member.name)
+                if parts is None or not (member.isfile() or member.isdir()):
+                    continue
+                target = into.joinpath(*parts)
+                if member.isdir():
+                    target.mkdir(parents=True, exist_ok=True)
+                    continue
+                target.parent.mkdir(parents=True, exist_ok=True)
+                source = tar.extractfile(member)
+                assert source is not None  # a regular file's
+                mode = 0o755 if member.mode & 0o100 else 0o644
+                flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW
+                with open(os.open(target, flags, mode), "wb") as sink:
+                    shutil.copyfileobj(source, sink)
+    except (tarfile.TarError, OSError) as exc:
+        return f"what it left in the task directory could not be unpacked ({exc})"
+    return None
 
 
-def _inside_only(member: tarfile.TarInfo, destination: str) -> tarfile.TarInfo | None:
-    try:
-        return tarfile.data_filter(member, destination)
-    except tarfile.FilterError:
+# A member deeper or longer than this is no project's, and would fail the host's own
+# path handling (ENAMETOOLONG) when the result is judged.
+_MAX_DEPTH, _MAX_NAME, _MAX_PART = 32, 1024, 255
+
+
+def _plain_parts(name: str) -> tuple[str, ...] | None:
+    """A member's name as path parts under the task directory, or None to leave it out."""
+    if name.startswith("/") or len(name) > _MAX_NAME:
         return None
+    parts = tuple(part for part in name.split("/") if part not in ("", "."))
+    if not parts or len(parts) > _MAX_DEPTH or ".." in parts:
+        return None
+    if any(len(part.encode(errors="surrogateescape")) > _MAX_PART for part in parts):
+        return None
+    return parts

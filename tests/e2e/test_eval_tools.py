@@ -171,9 +171,12 @@ def test_a_tool_that_is_not_installed_is_a_clear_failure_and_the_run_ends(
         assert attempt.reason.startswith(f"tool: {attempt.tool} is not installed in {empty}")
 
 
+# Exits at once, printing its key (as a tool's error may), and leaves a file where the
+# judge puts the hidden tests.
 FAKE_CODEX = """#!/bin/sh
 if [ "$1" = --version ]; then echo "codex-cli 0.0.0-exits-at-once"; exit 0; fi
-echo "error: no model provider configured" >&2
+echo planted > _hidden_tests
+echo "error: no model provider configured for key $GATEWAY_API_KEY" >&2
 exit 3
 """
 # Writes outside the task directory (its home, /tmp, the root, the tools' own files),
@@ -204,9 +207,13 @@ def test_a_tool_that_exits_at_once_or_writes_outside_its_task_is_a_clear_bounded
     exited = attempts[("codex", TASKS[0])]
     assert exited.tool_exit == 3 and not exited.passed
     assert exited.reason is not None
+    # Judged all the same (the planted file made way for the tests); the key is not in
+    # the record.
     assert exited.reason.startswith(
-        "tool: exited with status 3 (error: no model provider configured); tests failed"
+        "tool: exited with status 3 (error: no model provider configured for key "
+        "<the run's key>); tests failed"
     )
+    assert "sk-" not in (out / "attempts.jsonl").read_text()
     outside = attempts[("claude", TASKS[0])]
     # Only the task directory comes back: what it wrote anywhere else stayed in the
     # sandbox, which is gone.

@@ -6,8 +6,11 @@ real bwrap sandbox, against a real HTTP server standing in for the gateway."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
+import io
 import sys
+import tarfile
 import textwrap
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -15,7 +18,13 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
-from gateway.eval.tool_sandbox import TOOL_LIMITS, GatewayBridge, ToolOutcome, run_tool
+from gateway.eval.tool_sandbox import (
+    TOOL_LIMITS,
+    GatewayBridge,
+    ToolOutcome,
+    run_tool,
+    unpack_task,
+)
 
 
 @pytest.fixture
@@ -174,6 +183,7 @@ async def test_a_link_out_of_the_task_directory_does_not_come_back_as_a_host_pat
         os.symlink("/etc/passwd", "passwd")
         os.symlink("../../outside", "pkg/out")
         os.symlink("calc.py", "pkg/same.py")
+        os.link("pkg/calc.py", "pkg/hard.py")
         """,
         project,
         gateway_url,
@@ -181,9 +191,119 @@ async def test_a_link_out_of_the_task_directory_does_not_come_back_as_a_host_pat
     )
     assert outcome.outcome.ok, outcome.outcome.stderr
     assert outcome.result is not None
-    # The links out are left out; the rest, a link inside included, is judged.
-    assert not (outcome.result / "passwd").is_symlink()
-    assert not (outcome.result / "pkg" / "out").is_symlink()
-    assert (outcome.result / "pkg" / "same.py").read_text() == (
-        outcome.result / "pkg" / "calc.py"
-    ).read_text()
+    # The links out are left out; a link to a file inside comes back as that file, and
+    # so does each name of a hard-linked one.
+    assert not (outcome.result / "passwd").exists()
+    assert not (outcome.result / "pkg" / "out").exists()
+    calc = (outcome.result / "pkg" / "calc.py").read_text()
+    assert calc == "def add(a, b):\n    return a - b\n"
+    for name in ("same.py", "hard.py"):
+        assert not (outcome.result / "pkg" / name).is_symlink()
+        assert (outcome.result / "pkg" / name).read_text() == calc
+
+
+async def test_the_tool_cannot_trace_the_process_that_hands_its_work_back(
+    project: Path, gateway_url: str, tmp_path: Path
+) -> None:
+    # Its parent holds the descriptor the task directory goes out through: a tool that
+    # could attach to it (same user) could hand back a stream of its own making.
+    outcome = await run_script(
+        """
+        import ctypes, os
+        parent = os.getppid()
+        libc = ctypes.CDLL(None, use_errno=True)
+        attached = libc.ptrace(16, parent, 0, 0) == 0  # PTRACE_ATTACH
+        if attached:
+            libc.ptrace(17, parent, 0, 0)  # PTRACE_DETACH: the parent goes on
+        try:
+            descriptors = os.listdir(f"/proc/{parent}/fd")
+        except OSError:
+            descriptors = None
+        open("probe.txt", "w").write(repr((attached, descriptors)))
+        """,
+        project,
+        gateway_url,
+        tmp_path,
+    )
+    assert outcome.result is not None, outcome.problem
+    assert (outcome.result / "probe.txt").read_text() == "(False, None)"
+
+
+async def test_the_tools_key_is_in_no_command_line_on_the_host(
+    project: Path, gateway_url: str, tmp_path: Path
+) -> None:
+    # Any user of the host reads every process's command line (ps).
+    seen: list[str] = []
+
+    def command_lines() -> list[str]:
+        lines = []
+        for entry in Path("/proc").iterdir():
+            with contextlib.suppress(OSError):
+                lines.append((entry / "cmdline").read_bytes().replace(b"\0", b" ").decode())
+        return lines
+
+    async def watch() -> None:
+        # Once the tool itself runs, every process of the sandbox's chain is up.
+        for _ in range(600):
+            if any("tool.py" in line and "bwrap" not in line for line in command_lines()):
+                break
+            await asyncio.sleep(0.05)
+        seen.extend(line for line in command_lines() if "sk-run-key" in line)
+
+    watching = asyncio.create_task(watch())
+    outcome = await run_script(
+        """
+        import os, time
+        open("key.txt", "w").write(os.environ["GATEWAY_API_KEY"])
+        time.sleep(3)
+        """,
+        project,
+        gateway_url,
+        tmp_path,
+    )
+    await asyncio.wait_for(watching, timeout=1)
+    assert seen == []
+    assert outcome.result is not None, outcome.problem
+    assert (outcome.result / "key.txt").read_text() == "sk-run-key"
+
+
+def add_member(
+    tar: tarfile.TarFile, name: str, kind: bytes, link: str = "", data: bytes = b""
+) -> None:
+    member = tarfile.TarInfo(name)
+    member.type, member.linkname, member.size, member.mode = kind, link, len(data), 0o755
+    tar.addfile(member, io.BytesIO(data) if data else None)
+
+
+def test_a_hostile_stream_unpacks_nothing_outside_the_result(tmp_path: Path) -> None:
+    # A tool cannot write the stream (above); were it to, this is what it would try.
+    outside, into = tmp_path / "outside", tmp_path / "work" / "result"
+    outside.mkdir()
+    stream = tmp_path / "task.tar"
+    with tarfile.open(stream, "w", format=tarfile.PAX_FORMAT) as tar:
+        # The chain of links that passes tarfile's data filter before 3.11.13
+        # (CVE-2025-4517): long directories, a link to each, a link up through them all.
+        steps, path = "abcdefghijklmnop", ""
+        long = "d" * ((4096 - len(str(into)) - 1) // (len(steps) + 1))
+        for step in steps:
+            add_member(tar, f"{path}{long}", tarfile.DIRTYPE)
+            add_member(tar, f"{path}{step}", tarfile.SYMTYPE, long)
+            path += f"{long}/"
+        up = "/".join([*steps, "l" * 254])
+        add_member(tar, up, tarfile.SYMTYPE, "/".join([".."] * len(steps)))
+        add_member(tar, "escape", tarfile.SYMTYPE, f"{up}/{'../' * 12}{outside}")
+        add_member(tar, "escape/PWNED", tarfile.REGTYPE, data=b"pwned")
+        # Plainer ways out, and names no project has.
+        add_member(tar, f"../{outside.name}/up", tarfile.REGTYPE, data=b"pwned")
+        add_member(tar, f"{outside}/absolute", tarfile.REGTYPE, data=b"pwned")
+        add_member(tar, "hard", tarfile.LNKTYPE, f"{outside}/target")
+        add_member(tar, "null", tarfile.CHRTYPE)
+        add_member(tar, "/".join(["deep"] * 40), tarfile.REGTYPE, data=b"deep")
+        add_member(tar, "n" * 300, tarfile.REGTYPE, data=b"long")
+        add_member(tar, "pkg/calc.py", tarfile.REGTYPE, data=b"def add(a, b): ...\n")
+    assert unpack_task(stream, into) is None
+    assert list(outside.iterdir()) == []
+    # No link is made, so "escape/" is a plain directory of the result.
+    files = sorted(str(p.relative_to(into)) for p in into.rglob("*") if not p.is_dir())
+    assert files == ["escape/PWNED", "pkg/calc.py"]
+    assert not any(p.is_symlink() for p in into.rglob("*"))
