@@ -15,3 +15,12 @@ async def wait_until(check: Callable[[], Awaitable[bool]], timeout_s: float = 10
             return time.monotonic() - started
         await asyncio.sleep(0.05)
     raise AssertionError(f"still not so after {timeout_s} s")
+
+
+def wait_for(condition: Callable[[], bool], timeout_s: float = 10.0) -> None:
+    """Block until `condition()` holds; fails after `timeout_s` (a hang guard, not a target)."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"still not so after {timeout_s} s")
+        time.sleep(0.05)

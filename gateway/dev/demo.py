@@ -97,11 +97,28 @@ Evaluate the two scripted coding models on the shipped task suite (docs/eval.md)
   {python} -m gateway.cli eval run --endpoint {base} --key sk-acme-demo \\
     --model coder-large --model coder-small --prices evals/prices.yaml --out eval-run
   {python} -m gateway.cli eval report eval-run
-
+{_tools_lines(base, ops_port, python)}
 Tenants: acme   (key sk-acme-demo, online, models llm-large, llm-small, embed-small,
                  coder-large, coder-small)
          globex (key sk-globex-demo, batch, model llm-small)
+         evals  (key sk-evals-demo, batch, models coder-large, coder-small: the coding
+                 tools under evaluation get keys of their own of it)
 {_ops_line(ops_port, state_dir)}"""
+
+
+def _tools_lines(base: str, ops_port: int | None, python: str) -> str:
+    """How to evaluate the coding tools themselves; their keys come from the admin API,
+    on the ops listener."""
+    if ops_port is None:
+        return ""
+    return f"""
+And Codex CLI and Claude Code on them, in the sandbox, each run with a key of its own:
+
+  export GATEWAY_TOOLS_BIN=$(scripts/coding-tools.sh) GATEWAY_EVAL_ADMIN_KEY=sk-ops-demo
+  {python} -m gateway.cli eval run --endpoint {base} --tool codex --tool claude \\
+    --model coder-large --model coder-small --tenant evals \\
+    --admin-url http://127.0.0.1:{ops_port} --prices evals/prices.yaml --out tools-run
+"""
 
 
 def _ops_line(ops_port: int | None, state_dir: str) -> str:

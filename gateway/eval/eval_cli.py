@@ -110,6 +110,7 @@ def _run(args: argparse.Namespace) -> int:
     from gateway.eval.client import Endpoint, Sampling
     from gateway.eval.pricing import Prices, load_prices
     from gateway.eval.prompt_template import DEFAULT_TEMPLATE, load_template
+    from gateway.eval.run_keys import AdminError
     from gateway.eval.runner import TEST_LIMITS, RunRefused, RunSettings, run
     from gateway.eval.sanitizing import Sanitizer
     from gateway.eval.suite import SuiteError, load_suite
@@ -159,6 +160,10 @@ def _run(args: argparse.Namespace) -> int:
     except RunRefused as exc:
         print(f"eval run: {exc}", file=sys.stderr)
         return 2
+    except AdminError as exc:  # the gateway's admin API failed while the tools ran
+        print(f"eval run: {exc}; finished attempts are kept in {args.out}: run the same "
+              "command again to resume", file=sys.stderr)  # fmt: skip
+        return 1
     except KeyboardInterrupt:
         print(f"\ninterrupted: finished attempts are kept in {args.out}; run the same command "
               "again to resume", file=sys.stderr)  # fmt: skip

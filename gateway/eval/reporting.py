@@ -265,6 +265,11 @@ def _header(run: _Run) -> str:
         ("finished", str(m.get("finished_at") or "not finished (incomplete run)")),
     ]  # fmt: skip
     if settings.get("tool_sandbox"):
+        # The tools bring their own prompts, sampling and retries (the last are counted
+        # under stability); the run's settings for these were never sent.
+        own = "each tool's own (set by the tool, not by gateway eval)"
+        direct_only = ("prompt template", "sampling", "API, retries")
+        rows = [(name, own if name in direct_only else value) for name, value in rows]
         rows[8:8] = [
             ("coding tools' sandbox", _mapping_text(settings["tool_sandbox"])),
             ("coding tools' keys", f"tenant {settings.get('tool_tenant')}, one key a run, "

@@ -292,7 +292,10 @@ async def _describe(
     try:
         key = await admin.create_key(tools.tenant, "gateway eval: model check", model, 120.0)
     except AdminError as exc:
-        return {"listed": False, "problem": str(exc)}
+        # Before anything is written: every attempt would need such a key.
+        raise RunRefused(
+            f"the tools' tenant {tools.tenant!r} cannot have a key for {model}: {exc}"
+        ) from None
     try:
         return await _described(session, endpoint.base_url, key.secret, model)
     finally:

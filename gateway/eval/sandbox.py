@@ -58,6 +58,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -92,6 +93,8 @@ _BWRAP_PROCESSES = 3
 # How often the run's cgroup is asked whether the kernel killed one of its processes
 # for memory: the run is then stopped whole, not left to go on without it.
 _OOM_POLL_S = 0.1
+# How often a run that may be stopped (`run(stop=...)`) looks whether it is.
+_STOP_POLL_S = 0.1
 # Adds the launching shell to each cgroup.procs before "--", then runs the rest in its
 # place: the sandbox's first process, and so everything it starts, is in the cgroup
 # before any code of the sandbox's runs.
@@ -196,6 +199,7 @@ def run(
     read_only: Sequence[str] = (),
     mounts: Mapping[str, Path] | None = None,
     pass_fds: Sequence[int] = (),
+    stop: threading.Event | None = None,
 ) -> Outcome:
     """Run `command` in the sandbox, in `directory` (at `TASK_DIR` inside), under `limits`.
 
@@ -206,13 +210,14 @@ def run(
     not copied but mounted read-only in their place; `mounts` maps more paths inside to
     host directories, read-only; `pass_fds` are descriptors of the caller's handed to
     the command (the judge's channel for pytest's results). The command and its paths
-    are as seen inside: the Python that runs it is at the same path there.
+    are as seen inside: the Python that runs it is at the same path there. Setting
+    `stop` (from another thread) ends the run at once, as "cancelled".
     Raises SandboxUnavailable where no sandbox can be made.
     """
     problem = unavailable()
     if problem is not None:
         raise SandboxUnavailable(problem)
-    return _run(command, directory, limits, env, read_only, mounts or {}, pass_fds)
+    return _run(command, directory, limits, env, read_only, mounts or {}, pass_fds, stop)
 
 
 @functools.cache
@@ -246,6 +251,7 @@ def _run(
     read_only: Sequence[str],
     mounts: Mapping[str, Path],
     pass_fds: Sequence[int],
+    stop: threading.Event | None = None,
 ) -> Outcome:
     privileged = _caller_is_root()
     if privileged:
@@ -287,7 +293,7 @@ def _run(
             os.close(info_write)
             os.close(env_fd)
         try:
-            stopped = _wait(process, limits.wall_s, group)
+            stopped = _wait(process, limits.wall_s, group, stop)
         finally:
             # Normally a no-op: bwrap exits only once its PID namespace is empty.
             _end(process, info_read)
@@ -322,9 +328,15 @@ def _total_memory(limits: Limits, *, contained: bool) -> int:
     return limits.processes * per_process + limits.disk_bytes + limits.file_bytes
 
 
-def _wait(process: subprocess.Popen[bytes], wall_s: float, group: _Group | None) -> str | None:
+def _wait(
+    process: subprocess.Popen[bytes],
+    wall_s: float,
+    group: _Group | None,
+    stop: threading.Event | None,
+) -> str | None:
     """Wait for the sandbox to end: None when it did by itself, "timeout" at the wall
-    limit, "memory" as soon as the kernel killed one of its processes for memory."""
+    limit, "memory" as soon as the kernel killed one of its processes for memory,
+    "cancelled" once `stop` is set."""
     deadline = time.monotonic() + wall_s
     # A pidfd, not Popen.wait's timeout: that polls with sleeps growing to 50 ms, which
     # a run of 35 ms would wait out to 65. The pid is not reused: it is not reaped yet.
@@ -332,11 +344,14 @@ def _wait(process: subprocess.Popen[bytes], wall_s: float, group: _Group | None)
     try:
         while (remaining := deadline - time.monotonic()) > 0:
             step = remaining if group is None else min(remaining, _OOM_POLL_S)
+            step = step if stop is None else min(step, _STOP_POLL_S)
             if select.select([pidfd], [], [], step)[0]:
                 process.wait()
                 return None
             if group is not None and group.oom_kills():
                 return "memory"
+            if stop is not None and stop.is_set():
+                return "cancelled"
         return "timeout"
     finally:
         os.close(pidfd)

@@ -22,6 +22,7 @@ import asyncio
 import dataclasses
 import shutil
 import tempfile
+import threading
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -139,11 +140,17 @@ async def tool_attempt(
                     tool, task.instruction, model, [p for p, _ in task.snapshot]
                 )
                 command[0] = str(settings.tools_bin / command[0])
-                outcome = await asyncio.to_thread(
-                    run_tool, command, project, config.files,
-                    {**_environment(settings), **config.env}, bridge,
-                    settings.tools_bin.parent, project.parent / "result", settings.limits,
-                )  # fmt: skip
+                stop = threading.Event()
+                try:
+                    outcome = await asyncio.to_thread(
+                        run_tool, command, project, config.files,
+                        {**_environment(settings), **config.env}, bridge,
+                        settings.tools_bin.parent, project.parent / "result", settings.limits,
+                        stop,
+                    )  # fmt: skip
+                except asyncio.CancelledError:
+                    stop.set()  # the run is interrupted: the tool ends now, not at its limit
+                    raise
             attempt.total_s = time.monotonic() - clock
             attempt.tool_exit = outcome.outcome.returncode
             if outcome.result is None:

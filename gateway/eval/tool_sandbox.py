@@ -33,6 +33,7 @@ import shutil
 import sys
 import tarfile
 import tempfile
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -232,11 +233,13 @@ def run_tool(
     tool_dir: Path,
     result: Path,
     limits: sandbox.Limits = TOOL_LIMITS,
+    stop: threading.Event | None = None,
 ) -> ToolOutcome:
     """Run `command` (a path inside `tool_dir`, the tool's install, mounted read-only) in
     the sandbox on a copy of `project`, with `home_files` (paths under the home) in its
     home and `env` added to its environment; unpack what it left in the task directory
-    into `result` (made empty). Blocking: call it in a thread while the bridge serves."""
+    into `result` (made empty). Blocking: call it in a thread while the bridge serves;
+    `stop` set ends the tool at once (it leaves nothing to judge)."""
     with tempfile.TemporaryDirectory(prefix="eval-tool-") as scratch:
         home = Path(scratch) / "home"
         for relative, text in home_files.items():
@@ -257,6 +260,7 @@ def run_tool(
                 {"HOME": HOME, **env},
                 mounts={_BRIDGE_DIR: bridge.directory, _HOME_SOURCE: home, str(tool_dir): tool_dir},
                 pass_fds=(fd,),
+                stop=stop,
             )
         problem = _problem(outcome, limits)
         if outcome.stopped is None and problem is None:

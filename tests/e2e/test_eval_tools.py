@@ -11,6 +11,7 @@ Codex's looping run on one task is stopped at the time limit and failed.
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -25,6 +26,7 @@ from gateway.dev.replay import REPLAY_DIR
 from gateway.eval.records import Attempt, read_attempts, read_manifest
 from tests.e2e.conftest import start_sim
 from tests.e2e.stack import Gateway, model, start_gateway, tenant
+from tests.polling import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 MODEL = "coder-small"
@@ -74,20 +76,36 @@ def eval_gateway(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> It
         sim.stop()
 
 
-def run_tools(
-    gateway: Gateway, tools_bin: Path, out: Path, tasks: tuple[str, ...] = TASKS
-) -> subprocess.CompletedProcess[str]:
-    command = [
+def tools_command(
+    gateway: Gateway,
+    out: Path,
+    tasks: tuple[str, ...] = TASKS,
+    tenant: str = "evaluator",
+    timeout_s: float = TOOL_TIMEOUT_S,
+) -> list[str]:
+    return [
         sys.executable, "-m", "gateway.cli", "eval", "run", "--endpoint", gateway.base_url,
         "--model", MODEL, *(arg for tool in TOOLS for arg in ("--tool", tool)),
         *(arg for task in tasks for arg in ("--task", task)),
-        "--tenant", "evaluator", "--admin-url", gateway.ops_url,
-        "--tool-timeout", str(TOOL_TIMEOUT_S), "--prices", str(ROOT / "evals" / "prices.yaml"),
+        "--tenant", tenant, "--admin-url", gateway.ops_url,
+        "--tool-timeout", str(timeout_s), "--prices", str(ROOT / "evals" / "prices.yaml"),
         "--out", str(out),
     ]  # fmt: skip
-    env = {"PATH": "/usr/bin:/bin", "GATEWAY_TOOLS_BIN": str(tools_bin),
-           "GATEWAY_EVAL_ADMIN_KEY": ADMIN_KEY}  # fmt: skip
-    return subprocess.run(command, capture_output=True, text=True, env=env, cwd=ROOT, timeout=900)
+
+
+def tools_env(tools_bin: Path) -> dict[str, str]:
+    return {"PATH": "/usr/bin:/bin", "GATEWAY_TOOLS_BIN": str(tools_bin),
+            "GATEWAY_EVAL_ADMIN_KEY": ADMIN_KEY}  # fmt: skip
+
+
+def run_tools(
+    gateway: Gateway, tools_bin: Path, out: Path, tasks: tuple[str, ...] = TASKS,
+    tenant: str = "evaluator",
+) -> subprocess.CompletedProcess[str]:  # fmt: skip
+    return subprocess.run(
+        tools_command(gateway, out, tasks, tenant), capture_output=True, text=True,
+        env=tools_env(tools_bin), cwd=ROOT, timeout=900,
+    )  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -220,3 +238,59 @@ def test_a_tool_that_exits_at_once_or_writes_outside_its_task_is_a_clear_bounded
     assert outside.files_touched == ["ratelimit/bucket.py"] and not outside.passed
     for place in (Path("/tmp") / marker, Path("/") / marker, fake / marker):
         assert not place.exists(), place
+
+
+def test_a_tenant_that_cannot_have_the_keys_is_refused_before_anything_is_written(
+    eval_gateway: Gateway, tools_bin: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "run"
+    result = run_tools(eval_gateway, tools_bin, out, tasks=TASKS[:1], tenant="nosuch")
+    assert result.returncode == 2
+    assert result.stderr.startswith(
+        f"eval run: the tools' tenant 'nosuch' cannot have a key for {MODEL}: "
+        "POST /admin/keys: 400: "
+    ), result.stderr
+    assert "Traceback" not in result.stderr
+    # Nothing holds the directory: the same command with the right tenant may use it.
+    assert not (out / "manifest.json").exists()
+
+
+SLEEPING_TOOL = """#!/bin/sh
+if [ "$1" = --version ]; then echo "0.0.0-sleeps"; exit 0; fi
+exec sleep 3600
+"""
+
+
+def test_an_interrupted_run_ends_its_tools_at_once_and_can_be_resumed(
+    eval_gateway: Gateway, tmp_path: Path
+) -> None:
+    fake = tmp_path / "sleeping-tools" / "bin"
+    fake.mkdir(parents=True)
+    for name in TOOLS:
+        (fake / name).write_text(SLEEPING_TOOL)
+        (fake / name).chmod(0o755)
+    out = tmp_path / "run"
+    # A time limit far past the test's: only the interrupt can end these tools in time.
+    command = tools_command(eval_gateway, out, TASKS[:1], timeout_s=3000)
+    run = subprocess.Popen(
+        command, env=tools_env(fake), cwd=ROOT, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        wait_for(lambda: sleeping_tools() != [], timeout_s=120)
+        run.send_signal(signal.SIGINT)
+        _, stderr = run.communicate(timeout=120)
+    finally:
+        run.kill()
+    assert run.returncode == 130, stderr
+    assert "interrupted: finished attempts are kept" in stderr
+    assert "Traceback" not in stderr, stderr
+    assert sleeping_tools() == []
+    # Resumable: the manifest is whole, and no attempt was recorded half-way.
+    assert read_manifest(out)["candidates"].keys() == {f"{tool}/{MODEL}" for tool in TOOLS}
+    assert read_attempts(out) == []
+
+
+def sleeping_tools() -> list[int]:
+    """The pids of the sleeping fake tools still running (their `sleep 3600`)."""
+    found = subprocess.run(["pgrep", "-f", "^sleep 3600$"], capture_output=True, text=True)
+    return [int(pid) for pid in found.stdout.split()]

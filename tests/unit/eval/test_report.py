@@ -22,6 +22,7 @@ from tests.unit.eval.test_scoring import (
     SCALES,
     WEIGHTS,
     large_attempts,
+    manifest_of,
     small_attempts,
     write_profile,
     write_run,
@@ -73,6 +74,20 @@ def test_the_report_states_the_outbound_policy_and_the_run_header(
     assert "commit `deadbeef`" in text
     assert "| finished | 2026-12-01T10:05:00Z |" in text
     assert "incomplete" not in text
+
+
+def test_a_run_of_tools_says_the_tools_set_their_own_prompts_sampling_and_retries(
+    tmp_path: Path, profile: Path
+) -> None:
+    settings = {**manifest_of()["settings"], "tool_sandbox": {"wall_s": 600.0},
+                "tool_tenant": "evals", "tool_run_requests_per_minute": 120}  # fmt: skip
+    run = write_run(tmp_path / "run", large_attempts(), settings=settings)
+    text = write_report(run, [profile], None).read_text()
+    own = "each tool's own (set by the tool, not by gateway eval)"
+    for row in ("prompt template", "sampling", "API, retries"):
+        assert f"| {row} | {own} |" in text
+    assert "| coding tools' keys | tenant evals, one key a run, 120 requests a minute of its " \
+           "own |" in text  # fmt: skip
 
 
 def test_the_weighted_scores_stand_next_to_the_figures(
