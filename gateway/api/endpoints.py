@@ -11,12 +11,14 @@ import time
 
 import orjson
 from prometheus_client import CONTENT_TYPE_LATEST
+from starlette.datastructures import QueryParams
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from gateway.api.errors import APIError, model_not_found
 from gateway.api.openapi import openapi_document
 from gateway.config import ModelConfig
+from gateway.ledger.ledger_store import LedgerStore
 from gateway.ledger.usage_cli import point_in_time
 from gateway.ledger.usage_records import COLUMNS
 from gateway.ledger.usage_report import ReportQuery, parse_group_by, render_csv, report_columns
@@ -107,27 +109,19 @@ async def usage_report(request: Request) -> Response:
     """`GET /admin/usage?by=tenant,key,model&since=24h&until=...&format=csv`: what each
     group used and cost, from the usage ledger (admin tenants only). `since` and `until`
     are ISO 8601 times or durations back from now (`gateway usage report`'s)."""
-    await admin_identity(request)
-    runtime = runtime_of(request)
-    if runtime.usage is None:
-        raise APIError(404, "This gateway keeps no usage ledger (`ledger:` in gateway.yaml).")
+    store = await _usage_store(request)
     params = request.query_params
-    now = time.time()
     try:
-        query = ReportQuery(
-            point_in_time(params.get("since", "24h"), now),
-            point_in_time(params["until"], now) if "until" in params else now,
-            parse_group_by(params.get("by", "tenant")),
-        )
+        query = ReportQuery(*_time_window(params), parse_group_by(params.get("by", "tenant")))
     except ValueError as exc:
         raise APIError(400, f"Bad usage query: {exc}", code="invalid_value") from None
-    rows = await runtime.usage.writer.store.query(query)
+    rows = await store.query(query)
     columns = report_columns(query)
     if params.get("format") == "csv":
         return Response(render_csv(rows, columns), media_type="text/csv")
     body = {
         "object": "usage_report",
-        "currency": runtime.config.gateway.prices.currency,
+        "currency": runtime_of(request).config.gateway.prices.currency,
         "since": query.since,
         "until": query.until,
         "group_by": list(query.group_by),
@@ -142,28 +136,39 @@ async def usage_requests(request: Request) -> Response:
     requests, each as the ledger recorded it, oldest first (admin tenants only). A
     caller pages on with `since` set to the last record's `ts` (records at that time
     come again, known by their `request_id`)."""
-    await admin_identity(request)
-    runtime = runtime_of(request)
-    if runtime.usage is None:
-        raise APIError(404, "This gateway keeps no usage ledger (`ledger:` in gateway.yaml).")
+    store = await _usage_store(request)
     params = request.query_params
-    now = time.time()
     try:
         query = RequestsQuery(
-            params.get("key", ""),
-            point_in_time(params.get("since", "24h"), now),
-            point_in_time(params["until"], now) if "until" in params else now,
-            int(params.get("limit", "1000")),
+            params.get("key", ""), *_time_window(params), int(params.get("limit", "1000"))
         )
     except ValueError as exc:
         raise APIError(400, f"Bad usage query: {exc}", code="invalid_value") from None
-    records = await runtime.usage.writer.store.requests(query)
+    records = await store.requests(query)
     body = {
         "object": "list",
         "key": query.key_id,
         "data": [dict(zip(COLUMNS, record.row(), strict=True)) for record in records],
     }
     return Response(orjson.dumps(body), media_type="application/json")
+
+
+async def _usage_store(request: Request) -> LedgerStore:
+    """The usage ledger's store, for an admin tenant's request (401 or 403 otherwise;
+    404 where the gateway keeps no ledger)."""
+    await admin_identity(request)
+    usage = runtime_of(request).usage
+    if usage is None:
+        raise APIError(404, "This gateway keeps no usage ledger (`ledger:` in gateway.yaml).")
+    return usage.writer.store
+
+
+def _time_window(params: QueryParams) -> tuple[float, float]:
+    """A usage query's `since` (default a day back) and `until` (default now): ISO 8601
+    times or durations back from now. ValueError for anything else."""
+    now = time.time()
+    since = point_in_time(params.get("since", "24h"), now)
+    return since, point_in_time(params["until"], now) if "until" in params else now
 
 
 async def metrics_endpoint(request: Request) -> Response:
