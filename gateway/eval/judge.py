@@ -13,7 +13,8 @@ The verdict is read from outside the sandbox: the judge's plugin (`verdict.py`) 
 each test's outcome to a file of the judge's through a descriptor it hands over, and
 pytest's exit status comes from bwrap. Both must agree: a run that did not reach the
 end of pytest's session (the code under test exited, or was killed) did not run the
-tests, whatever it printed or wrote. No file in the task directory counts.
+tests, whatever it printed or wrote. No file in the task directory counts. And a pass
+must name every test the reference solution passes (`judge_project`).
 """
 
 from __future__ import annotations
@@ -143,6 +144,40 @@ def _judged(outcome: sandbox.Outcome, results: verdict.Results, limits: sandbox.
     return TestRun(True, None, passed, failed, outcome.duration_s)
 
 
+def judge_project(task: Task, project: Path, limits: sandbox.Limits) -> TestRun:
+    """The hidden tests' verdict on an answer applied in `project`. The code under test
+    runs in pytest's own process, where it could write a verdict of its own making to
+    the plugin's channel: so a pass must name every test the reference solution passes
+    (a forger then has to forge each one by name; it cannot be kept out of the process
+    whose tests it is)."""
+    verdict = run_hidden_tests(task, project, limits)
+    if not verdict.passed:
+        return verdict
+    missing = sorted(expected_tests(task, limits) - set(verdict.tests_passed))
+    if not missing:
+        return verdict
+    reason = (
+        f"tests did not run: {len(missing)} of the hidden tests reported no result "
+        f"(first: {missing[0]})"
+    )
+    return dataclasses.replace(verdict, passed=False, reason=reason)
+
+
+# Per task (its tests' directory), the names of the tests its reference solution passes.
+_EXPECTED: dict[Path, frozenset[str]] = {}
+
+
+def expected_tests(task: Task, limits: sandbox.Limits) -> frozenset[str]:
+    """The tests the task's reference solution passes, from a run of it (by `verify`, or
+    once per task and process)."""
+    if task.tests_directory not in _EXPECTED:
+        with working_copy(task) as project:
+            shutil.copytree(task.solution_directory, project, dirs_exist_ok=True)
+            reference = run_hidden_tests(task, project, limits)
+        _EXPECTED[task.tests_directory] = frozenset(reference.tests_passed)
+    return _EXPECTED[task.tests_directory]
+
+
 def verify(task: Task, limits: sandbox.Limits) -> str | None:
     """Why the task cannot judge answers, or None: its snapshot must fail its hidden tests
     and its reference solution must pass them."""
@@ -157,6 +192,7 @@ def verify(task: Task, limits: sandbox.Limits) -> str | None:
         after = run_hidden_tests(task, project, limits)
     if not after.passed:
         return f"the reference solution does not pass the hidden tests ({after.reason})"
+    _EXPECTED[task.tests_directory] = frozenset(after.tests_passed)
     return None
 
 

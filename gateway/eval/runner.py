@@ -379,7 +379,7 @@ def judge_answer(attempt: Attempt, task: Task, answer: str, limits: sandbox.Limi
         except OSError as exc:
             attempt.reason = f"answer: cannot write it: {exc.strerror}"
             return
-        verdict = judge.run_hidden_tests(task, project, limits)
+        verdict = judge.judge_project(task, project, limits)
     attempt.passed, attempt.reason = verdict.passed, verdict.reason
     attempt.tests_passed, attempt.tests_failed = verdict.tests_passed, verdict.tests_failed
     attempt.tests_s = verdict.duration_s

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import re
 import shutil
 import tempfile
 import threading
@@ -67,6 +68,8 @@ def candidate_name(tool: str, model: str) -> str:
 
 # What stands for the gateway's URL and a run's key in the recorded configuration.
 _URL_SHOWN, _KEY_SHOWN = f"http://{INSIDE_HOST}", "<the run's key>"
+# As much of a key as marks it ("sk-" and 9 random characters) when a tool prints it.
+_KEY_PREFIX = 12
 
 
 def tool_config_record(tool: str, model: str) -> dict[str, Any]:
@@ -170,19 +173,27 @@ async def tool_attempt(
                     )
     finally:
         await admin.revoke(key.id)
-    if attempt.reason is not None:
-        # A tool may print its key (an error, a debug line): the record never holds it.
-        attempt.reason = attempt.reason.replace(key.secret, _KEY_SHOWN)
+    _redact(attempt, key.secret)
     records = await admin.settled_requests(key.id, started - 1.0)
     take_calls(attempt, records, prices, model)
     return attempt
+
+
+def _redact(attempt: Attempt, secret: str) -> None:
+    """The run's key out of what the tool can put in the record (its last line, its
+    files' and tests' names), whole or cut short: the record never holds it."""
+    pattern = re.compile(re.escape(secret[:_KEY_PREFIX]) + r"[\w-]*")
+    if attempt.reason is not None:
+        attempt.reason = pattern.sub(_KEY_SHOWN, attempt.reason)
+    for names in (attempt.files_touched, attempt.tests_passed, attempt.tests_failed):
+        names[:] = [pattern.sub(_KEY_SHOWN, name) for name in names]
 
 
 def _judge(attempt: Attempt, task: Task, result: Path, limits: sandbox.Limits) -> None:
     """The hidden tests on what the tool left (in a thread)."""
     attempt.files_touched = touched(dict(task.snapshot), result)
     attempt.expected_files_touched = sorted(attempt.files_touched) == sorted(task.expected_files)
-    verdict = judge.run_hidden_tests(task, result, limits)
+    verdict = judge.judge_project(task, result, limits)
     attempt.passed, attempt.reason = verdict.passed, verdict.reason
     attempt.tests_passed, attempt.tests_failed = verdict.tests_passed, verdict.tests_failed
     attempt.tests_s = verdict.duration_s

@@ -118,6 +118,11 @@ for _ in range(100):
     if not left:
         break
     time.sleep(0.01)
+else:
+    # They outran the kill (a fork storm): no stream read while they could change it.
+    print(f"%(marker)s{len(left)} %(running)s", file=sys.stderr)
+    sys.stderr.flush()
+    os._exit(%(code)d)
 def kept(member):
     # A link (symbolic or hard) to a file inside the task comes back as that file's
     # content; any other link, or a device, not at all.
@@ -131,8 +136,8 @@ try:
     with open(int(out_fd), "wb") as out, tarfile.open(fileobj=out, mode="w|") as tar:
         tar.add("/task", arcname=".", filter=kept)
 except OSError as error:
-    print(f"%s{error.strerror}", file=sys.stderr)
-    code = %d
+    print(f"%(marker)s{error.strerror}", file=sys.stderr)
+    code = %(code)d
 sys.stdout.flush()
 sys.stderr.flush()
 os._exit(code if code >= 0 else 128 - code)
@@ -142,7 +147,12 @@ os._exit(code if code >= 0 else 128 - code)
 # How the first process says the task directory could not be handed back (too large).
 _NOT_HANDED_BACK = "tool sandbox: the task directory was not handed back: "
 _NOT_HANDED_BACK_CODE = 125
-_INSIDE = _INSIDE % (_NOT_HANDED_BACK, _NOT_HANDED_BACK_CODE)
+_STILL_RUNNING = "processes it left could not be ended"
+_INSIDE = _INSIDE % {
+    "marker": _NOT_HANDED_BACK,
+    "code": _NOT_HANDED_BACK_CODE,
+    "running": _STILL_RUNNING,
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -274,6 +284,8 @@ def _problem(outcome: sandbox.Outcome, limits: sandbox.Limits) -> str | None:
     if outcome.returncode != _NOT_HANDED_BACK_CODE or _NOT_HANDED_BACK not in outcome.stderr:
         return None
     reason = outcome.stderr.split(_NOT_HANDED_BACK, 1)[1].splitlines()[0]
+    if reason.endswith(_STILL_RUNNING):
+        return f"it left processes running that outran every kill ({reason})"
     return f"it left more than {limits.file_bytes >> 20} MiB in the task directory ({reason})"
 
 
@@ -292,15 +304,22 @@ def unpack_task(tar_path: Path, into: Path) -> str | None:
 
     Nothing but regular files and directories is made, each at a plain relative path
     under `into` (no `..`, bounded in depth and length), and no link at all: so nothing
-    is written outside `into`, whatever the stream holds. (tarfile's own `data` filter is
-    not enough: before Python 3.11.13 a chain of links passes it, CVE-2025-4517.)"""
+    is written outside `into`, whatever the stream holds, and no more than its size.
+    (tarfile's own `data` filter is not enough: before Python 3.11.13 a chain of links
+    passes it, CVE-2025-4517.)"""
     into.mkdir(parents=True, exist_ok=True)
+    # Nothing comes out larger than the stream that holds it: a sparse member (a few
+    # bytes standing for gigabytes) is left out.
+    room = tar_path.stat().st_size
     try:
         with tarfile.open(tar_path, mode="r:") as tar:
             for member in tar:
                 parts = _plain_parts(member.name)
-                if parts is None or not (member.isfile() or member.isdir()):
+                if parts is None or member.issparse() or not (member.isfile() or member.isdir()):
                     continue
+                room -= member.size
+                if room < 0:
+                    return "what it left in the task directory unpacks larger than its stream"
                 target = into.joinpath(*parts)
                 if member.isdir():
                     target.mkdir(parents=True, exist_ok=True)

@@ -189,12 +189,14 @@ def test_a_tool_that_is_not_installed_is_a_clear_failure_and_the_run_ends(
         assert attempt.reason.startswith(f"tool: {attempt.tool} is not installed in {empty}")
 
 
-# Exits at once, printing its key (as a tool's error may), and leaves a file where the
-# judge puts the hidden tests.
+# Exits at once, printing its key cut short (as a tool's error may) and naming a file
+# after it, and leaves a file where the judge puts the hidden tests.
 FAKE_CODEX = """#!/bin/sh
 if [ "$1" = --version ]; then echo "codex-cli 0.0.0-exits-at-once"; exit 0; fi
 echo planted > _hidden_tests
-echo "error: no model provider configured for key $GATEWAY_API_KEY" >&2
+touch "leak-$GATEWAY_API_KEY"
+key=$GATEWAY_API_KEY
+echo "error: no model provider configured for key ${key%?}" >&2
 exit 3
 """
 # Writes outside the task directory (its home, /tmp, the root, the tools' own files),
@@ -231,6 +233,7 @@ def test_a_tool_that_exits_at_once_or_writes_outside_its_task_is_a_clear_bounded
         "tool: exited with status 3 (error: no model provider configured for key "
         "<the run's key>); tests failed"
     )
+    assert "leak-<the run's key>" in exited.files_touched
     assert "sk-" not in (out / "attempts.jsonl").read_text()
     outside = attempts[("claude", TASKS[0])]
     # Only the task directory comes back: what it wrote anywhere else stayed in the

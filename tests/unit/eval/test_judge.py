@@ -49,6 +49,24 @@ def test_each_attempt_gets_a_fresh_snapshot(task: Task) -> None:
     assert judged(task, "raise SystemExit(0)").passed is False
 
 
+FORGER = """import json, os
+channel = int(os.environ["GATEWAY_EVAL_VERDICT_FD"])
+for line in ({"test": "_hidden_tests/test_ops.py::test_forged", "when": "call",
+              "outcome": "passed"}, {"exitstatus": 0}):
+    os.write(channel, (json.dumps(line) + "\\n").encode())
+os._exit(0)"""
+
+
+def test_an_answer_that_writes_a_verdict_of_its_own_does_not_pass(task: Task) -> None:
+    # It runs in pytest's process, at import, and reports a pass for a test of its own.
+    attempt = judged(task, FORGER)
+    assert attempt.passed is False
+    assert attempt.reason == (
+        "tests did not run: 2 of the hidden tests reported no result (first: test_ops::test_add)"
+    )
+    assert attempt.tests_passed == ["test_ops::test_forged"]
+
+
 def test_a_solution_that_loops_forever_is_stopped(task: Task) -> None:
     attempt = judged(task, "while True:\n    pass")
     assert attempt.passed is False

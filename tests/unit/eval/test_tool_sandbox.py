@@ -9,6 +9,7 @@ import asyncio
 import contextlib
 import dataclasses
 import io
+import subprocess
 import sys
 import tarfile
 import textwrap
@@ -307,3 +308,22 @@ def test_a_hostile_stream_unpacks_nothing_outside_the_result(tmp_path: Path) -> 
     files = sorted(str(p.relative_to(into)) for p in into.rglob("*") if not p.is_dir())
     assert files == ["escape/PWNED", "pkg/calc.py"]
     assert not any(p.is_symlink() for p in into.rglob("*"))
+
+
+def test_a_sparse_member_is_not_unpacked_to_its_full_size(tmp_path: Path) -> None:
+    # A few bytes of stream standing for 300 MiB on the host's disk.
+    (tmp_path / "source").mkdir()
+    big = tmp_path / "source" / "big"
+    with open(big, "wb") as file:
+        file.truncate(300 << 20)
+        file.seek(0, 2)
+        file.write(b"x")
+    (tmp_path / "source" / "small.py").write_text("x = 1\n")
+    stream = tmp_path / "task.tar"
+    subprocess.run(["tar", "--sparse", "-C", str(tmp_path / "source"), "-cf", str(stream), "."],
+                   check=True)  # fmt: skip
+    assert stream.stat().st_size < 1 << 20
+    into = tmp_path / "result"
+    assert unpack_task(stream, into) is None
+    assert not (into / "big").exists()
+    assert (into / "small.py").read_text() == "x = 1\n"
