@@ -144,7 +144,8 @@ os._exit(code if code >= 0 else 128 - code)
 """
 
 
-# How the first process says the task directory could not be handed back (too large).
+# How the first process says the task directory was not handed back: too large, or
+# processes the tool left outran the kill.
 _NOT_HANDED_BACK = "tool sandbox: the task directory was not handed back: "
 _NOT_HANDED_BACK_CODE = 125
 _STILL_RUNNING = "processes it left could not be ended"
