@@ -171,11 +171,18 @@ def expected_tests(task: Task, limits: sandbox.Limits) -> frozenset[str]:
     """The tests the task's reference solution passes, from a run of it (by `verify`, or
     once per task and process)."""
     if task.tests_directory not in _EXPECTED:
-        with working_copy(task) as project:
-            shutil.copytree(task.solution_directory, project, dirs_exist_ok=True)
-            reference = run_hidden_tests(task, project, limits)
-        _EXPECTED[task.tests_directory] = frozenset(reference.tests_passed)
+        _run_reference(task, limits)
     return _EXPECTED[task.tests_directory]
+
+
+def _run_reference(task: Task, limits: sandbox.Limits) -> TestRun:
+    """The hidden tests on the task's reference solution; the tests it passes are kept
+    for `expected_tests`."""
+    with working_copy(task) as project:
+        shutil.copytree(task.solution_directory, project, dirs_exist_ok=True)
+        reference = run_hidden_tests(task, project, limits)
+    _EXPECTED[task.tests_directory] = frozenset(reference.tests_passed)
+    return reference
 
 
 def verify(task: Task, limits: sandbox.Limits) -> str | None:
@@ -187,12 +194,9 @@ def verify(task: Task, limits: sandbox.Limits) -> str | None:
         before = run_hidden_tests(task, project, limits)
     if before.passed:
         return "the snapshot already passes the hidden tests: they judge nothing"
-    with working_copy(task) as project:
-        shutil.copytree(task.solution_directory, project, dirs_exist_ok=True)
-        after = run_hidden_tests(task, project, limits)
+    after = _run_reference(task, limits)
     if not after.passed:
         return f"the reference solution does not pass the hidden tests ({after.reason})"
-    _EXPECTED[task.tests_directory] = frozenset(after.tests_passed)
     return None
 
 

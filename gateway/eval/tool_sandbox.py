@@ -98,11 +98,13 @@ threading.Thread(target=accept, daemon=True).start()
 code = subprocess.call(command, cwd="/task", stdin=subprocess.DEVNULL)
 # What the tool left running is gone before the task directory is read: every process
 # in the sandbox's PID namespace but this one and its ancestors (the sandbox's own).
+def stat(pid):  # the fields after the command's name: state, parent, ...
+    return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
 def ancestors():
     chain, pid = {os.getpid()}, os.getppid()
     while pid > 0 and pid not in chain:
         chain.add(pid)
-        pid = int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
+        pid = int(stat(pid)[1])
     return chain
 keep = ancestors()
 for _ in range(100):
@@ -110,7 +112,7 @@ for _ in range(100):
     for entry in os.listdir("/proc"):
         if entry.isdigit() and int(entry) not in keep:
             try:
-                if open(f"/proc/{entry}/stat").read().rsplit(")", 1)[1].split()[0] != "Z":
+                if stat(entry)[0] != "Z":
                     left.append(int(entry))
                     os.kill(int(entry), signal.SIGKILL)
             except OSError:
