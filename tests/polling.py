@@ -17,10 +17,11 @@ async def wait_until(check: Callable[[], Awaitable[bool]], timeout_s: float = 10
     raise AssertionError(f"still not so after {timeout_s} s")
 
 
-def wait_for(condition: Callable[[], bool], timeout_s: float = 10.0) -> None:
-    """Block until `condition()` holds; fails after `timeout_s` (a hang guard, not a target)."""
+def wait_for(condition: Callable[[], bool], what: str, timeout_s: float = 30.0) -> None:
+    """Block until `condition()` holds; fails after `timeout_s` naming `what` (a hang
+    guard, not a target)."""
     deadline = time.monotonic() + timeout_s
     while not condition():
         if time.monotonic() > deadline:
-            raise AssertionError(f"still not so after {timeout_s} s")
+            raise AssertionError(f"not within {timeout_s:g}s: {what}")
         time.sleep(0.05)

@@ -191,6 +191,16 @@ def test_a_tool_that_is_not_installed_is_a_clear_failure_and_the_run_ends(
 
 # Exits at once, printing its key cut short (as a tool's error may) and naming a file
 # after it, and leaves a file where the judge puts the hidden tests.
+def fake_tools(directory: Path, scripts: dict[str, str]) -> Path:
+    """A tools' bin directory of shell scripts standing in for the tools, by name."""
+    bin_dir = directory / "fake-tools" / "bin"
+    bin_dir.mkdir(parents=True)
+    for name, script in scripts.items():
+        (bin_dir / name).write_text(script)
+        (bin_dir / name).chmod(0o755)
+    return bin_dir
+
+
 FAKE_CODEX = """#!/bin/sh
 if [ "$1" = --version ]; then echo "codex-cli 0.0.0-exits-at-once"; exit 0; fi
 echo planted > _hidden_tests
@@ -215,11 +225,7 @@ def test_a_tool_that_exits_at_once_or_writes_outside_its_task_is_a_clear_bounded
     eval_gateway: Gateway, tmp_path: Path
 ) -> None:
     marker = f"gateway-eval-escape-{tmp_path.name}"
-    fake = tmp_path / "fake-tools" / "bin"
-    fake.mkdir(parents=True)
-    for name, script in (("codex", FAKE_CODEX), ("claude", FAKE_CLAUDE.format(marker=marker))):
-        (fake / name).write_text(script)
-        (fake / name).chmod(0o755)
+    fake = fake_tools(tmp_path, {"codex": FAKE_CODEX, "claude": FAKE_CLAUDE.format(marker=marker)})
     out = tmp_path / "run"
     result = run_tools(eval_gateway, fake, out, tasks=TASKS[:1])
     assert result.returncode == 0, result.stderr
@@ -267,11 +273,7 @@ exec sleep 3600
 def test_an_interrupted_run_ends_its_tools_at_once_and_can_be_resumed(
     eval_gateway: Gateway, tmp_path: Path
 ) -> None:
-    fake = tmp_path / "sleeping-tools" / "bin"
-    fake.mkdir(parents=True)
-    for name in TOOLS:
-        (fake / name).write_text(SLEEPING_TOOL)
-        (fake / name).chmod(0o755)
+    fake = fake_tools(tmp_path, dict.fromkeys(TOOLS, SLEEPING_TOOL))
     out = tmp_path / "run"
     # A time limit far past the test's: only the interrupt can end these tools in time.
     command = tools_command(eval_gateway, out, TASKS[:1], timeout_s=3000)
@@ -279,7 +281,7 @@ def test_an_interrupted_run_ends_its_tools_at_once_and_can_be_resumed(
         command, env=tools_env(fake), cwd=ROOT, stderr=subprocess.PIPE, text=True
     )
     try:
-        wait_for(lambda: sleeping_tools() != [], timeout_s=120)
+        wait_for(lambda: sleeping_tools() != [], "a tool running", timeout_s=120)
         run.send_signal(signal.SIGINT)
         _, stderr = run.communicate(timeout=120)
     finally:

@@ -7,9 +7,8 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
-import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import aiohttp
@@ -20,6 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.e2e.stack import Gateway, model, start_gateway, tenant
 from tests.e2e.test_rate_limits import key
 from tests.e2e.upstreams import chat_upstream, serve_in_thread
+from tests.polling import wait_for
 
 # One SSE event of about 4 KB: the upstream sends them as fast as it may.
 _CHUNK = {
@@ -83,14 +83,6 @@ def relay(
     gateway.process.wait(15)
 
 
-def wait_until(condition: Callable[[], bool], what: str, timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout_s:g}s: {what}")
-        time.sleep(0.05)
-
-
 def metric(gateway: Gateway, name: str, labels: dict[str, str]) -> float:
     with urllib.request.urlopen(f"{gateway.ops_url}/metrics") as response:
         text = response.read().decode()
@@ -124,14 +116,14 @@ def test_a_client_that_stops_reading_holds_back_the_upstream_then_is_cut_off(
         client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
         client.connect((host, int(port)))
         client.sendall(request_bytes(relay))
-        wait_until(lambda: endless.hung_up > hung_up_before, "the upstream request cancelled")
+        wait_for(lambda: endless.hung_up > hung_up_before, "the upstream request cancelled")
     # The relay paused instead of buffering: the upstream, writing as fast as it may,
     # got only as far as the socket buffers between it and the client let it.
     assert endless.sent_bytes < 64 * 2**20
     assert metric(relay, "gateway_streams_cut_total", {"reason": "client_stalled"}) == (
         cuts_before + 1
     )
-    wait_until(
+    wait_for(
         lambda: metric(relay, "gateway_admission_in_flight", {"model": "endless"}) == 0,
         "the admission slot released",
     )
@@ -153,7 +145,7 @@ async def test_a_client_that_leaves_mid_stream_cancels_the_upstream_request(
             assert first.startswith(b"data: ")
         # Leaving the block closes the connection mid-stream.
         await asyncio.to_thread(
-            wait_until, lambda: endless.hung_up > hung_up_before, "the upstream request cancelled"
+            wait_for, lambda: endless.hung_up > hung_up_before, "the upstream request cancelled"
         )
         assert endless.started == started_before + 1
         # Its concurrency lease is back: the tenant (max 1 in flight) may stream again.
