@@ -33,15 +33,20 @@ class LedgerStore(Protocol):
         ...
 
 
-def open_store(url: str) -> LedgerStore:
+def open_store(url: str, *, read_only: bool = False) -> LedgerStore:
     """The store for `ledger.url`; it connects on its first use, so a database that is
-    down when the gateway starts does not stop it (the writer spools meanwhile)."""
+    down when the gateway starts does not stop it (the writer spools meanwhile).
+
+    `read_only` (a report): the store creates nothing (no SQLite file or directory, no
+    table), and raises `errors.LedgerUnavailable` (`LedgerMissing`: no SQLite file) with
+    one line for the user when it cannot read the ledger.
+    """
     if url.startswith(POSTGRES_SCHEMES):
         from gateway.ledger.postgres_ledger import PostgresLedger
 
-        return PostgresLedger(url)
+        return PostgresLedger(url, read_only=read_only)
     if url.startswith(SQLITE_SCHEME):
         from gateway.ledger.sqlite_ledger import SqliteLedger
 
-        return SqliteLedger(url[len(SQLITE_SCHEME) :])
+        return SqliteLedger(url[len(SQLITE_SCHEME) :], read_only=read_only)
     raise ValueError("a ledger URL is postgresql://... or sqlite:///path")

@@ -9,6 +9,9 @@ least CPU from 300 records a batch (about 1.2-1.9 µs a record, against 1.7-2.1 
 `executemany` and 3.6-4 for `unnest`), in about the same wall time; the other two remain
 as `insert_method` for comparison. A temporary table needs a session of its own: behind a
 pooler in transaction mode (PgBouncer), use `executemany`.
+
+Opened to read only (a report), the store makes no table, and a database that does not
+answer, or holds no ledger, is a `LedgerUnavailable` that says so in one line.
 """
 
 from __future__ import annotations
@@ -16,10 +19,12 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 import asyncpg  # type: ignore[import-untyped]  # asyncpg ships no types
 
 from gateway.ledger import usage_requests
+from gateway.ledger.errors import LedgerUnavailable
 from gateway.ledger.usage_records import COLUMNS, Row, UsageRecord, clean_row, from_row
 from gateway.ledger.usage_report import TABLE, ReportQuery, ReportRow, as_rows, postgres_sql
 from gateway.ledger.usage_requests import RequestsQuery
@@ -102,12 +107,20 @@ class PostgresLedger:
 
     The pool opens no connection until one is needed, so the store can be made while the
     database is down; a batch then fails (and the writer spools it) until it is back.
+    `read_only`: the store only reads (a report): it makes no table, and each failure to
+    read is a `LedgerUnavailable`.
     """
 
     def __init__(
-        self, dsn: str, *, insert_method: InsertMethod = "copy", max_connections: int = 2
+        self,
+        dsn: str,
+        *,
+        insert_method: InsertMethod = "copy",
+        max_connections: int = 2,
+        read_only: bool = False,
     ) -> None:
         self.dsn = dsn
+        self.read_only = read_only
         self.insert_method = insert_method
         self._max_connections = max_connections
         self._pool: asyncpg.Pool | None = None
@@ -115,7 +128,7 @@ class PostgresLedger:
         self._opening = asyncio.Lock()
 
     async def _ready_pool(self) -> asyncpg.Pool:
-        if self._pool is not None and self._schema_ready:
+        if self._pool is not None and (self._schema_ready or self.read_only):
             return self._pool
         async with self._opening:
             if self._pool is None:
@@ -127,7 +140,7 @@ class PostgresLedger:
                     command_timeout=COMMAND_TIMEOUT_S,
                     init=self._init_connection,
                 )
-            if not self._schema_ready:
+            if not self._schema_ready and not self.read_only:
                 async with self._pool.acquire() as connection, connection.transaction():
                     await connection.execute("SELECT pg_advisory_xact_lock($1)", SCHEMA_LOCK)
                     await connection.execute(SCHEMA)
@@ -137,7 +150,7 @@ class PostgresLedger:
     async def _init_connection(self, connection: Any) -> None:
         # COPY's staging table, made once per connection (a temporary table is the
         # session's own) rather than once per batch: one round trip less a batch.
-        if self.insert_method == "copy":
+        if self.insert_method == "copy" and not self.read_only:
             await connection.execute(CREATE_STAGING)
 
     async def write(self, batch: Sequence[UsageRecord]) -> int:
@@ -180,17 +193,32 @@ class PostgresLedger:
 
     async def query(self, query: ReportQuery) -> list[ReportRow]:
         """The usage report's rows."""
-        pool = await self._ready_pool()
         sql, args = postgres_sql(query)
-        rows: list[Any] = await pool.fetch(sql, *args)
+        rows = await self._fetch(sql, args)
         return as_rows(query, (tuple(row.values()) for row in rows))
 
     async def requests(self, query: RequestsQuery) -> list[UsageRecord]:
         """One key's records, oldest first."""
-        pool = await self._ready_pool()
         sql, args = usage_requests.postgres_sql(query)
-        rows: list[Any] = await pool.fetch(sql, *args)
+        rows = await self._fetch(sql, args)
         return [from_row(tuple(row.values())) for row in rows]
+
+    async def _fetch(self, sql: str, args: Sequence[object]) -> list[Any]:
+        if not self.read_only:
+            pool = await self._ready_pool()
+            return list(await pool.fetch(sql, *args))
+        try:
+            pool = await self._ready_pool()
+            return list(await pool.fetch(sql, *args))
+        except asyncpg.UndefinedTableError:
+            raise LedgerUnavailable(
+                f"the database {_shown(self.dsn)} holds no usage ledger (no {TABLE} table)"
+            ) from None
+        except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError) as error:
+            reason = " ".join(str(error).split()) or type(error).__name__
+            raise LedgerUnavailable(
+                f"cannot read the usage ledger in {_shown(self.dsn)}: {reason}"
+            ) from None
 
     async def count(self) -> int:
         """How many records the table holds."""
@@ -204,6 +232,14 @@ class PostgresLedger:
             await self._pool.close()
             self._pool = None
         self._schema_ready = False
+
+
+def _shown(dsn: str) -> str:
+    """The DSN without its password, to be printed."""
+    parts = urlsplit(dsn)
+    user, _, hosts = parts.netloc.rpartition("@")
+    user = user.partition(":")[0]
+    return f"{parts.scheme}://{user + '@' if user else ''}{hosts}{parts.path}"
 
 
 async def _copy(connection: Any, rows: list[Row]) -> int:

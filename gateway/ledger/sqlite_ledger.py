@@ -3,7 +3,8 @@
 An sqlite3 connection belongs to one thread and every call blocks, so the store has one
 thread of its own: the event loop only awaits it. WAL mode lets reports read while a batch
 is written, and lets several gateway processes on one machine share the file (their writes
-take turns, `busy_timeout` long).
+take turns, `busy_timeout` long). Opened to read only (a report), the store makes nothing:
+no directory, no file, no table; a file that is not there is `LedgerMissing`.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from gateway.ledger import usage_requests
+from gateway.ledger.errors import LedgerMissing, LedgerUnavailable
 from gateway.ledger.usage_records import COLUMNS, UsageRecord, clean_row, from_row
 from gateway.ledger.usage_report import TABLE, ReportQuery, ReportRow, as_rows, sqlite_sql
 from gateway.ledger.usage_requests import RequestsQuery
@@ -53,10 +55,15 @@ BUSY_TIMEOUT_MS = 5000
 
 
 class SqliteLedger:
-    """Usage records in the SQLite file at `path` (created with its table if absent)."""
+    """Usage records in the SQLite file at `path` (created with its table if absent).
 
-    def __init__(self, path: str | Path) -> None:
+    `read_only`: the file is opened to read (`mode=ro`), never created nor changed; each
+    failure to read it is a `LedgerUnavailable` (`LedgerMissing` when it does not exist).
+    """
+
+    def __init__(self, path: str | Path, *, read_only: bool = False) -> None:
         self.path = Path(path)
+        self.read_only = read_only
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ledger-sqlite")
         self._connection: sqlite3.Connection | None = None
 
@@ -66,6 +73,8 @@ class SqliteLedger:
 
     def _run(self, work: Callable[[sqlite3.Connection], T]) -> T:
         # Runs on the store's thread only: the connection is made and used there.
+        if self.read_only:
+            return self._read(work)
         if self._connection is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             connection = sqlite3.connect(
@@ -85,6 +94,43 @@ class SqliteLedger:
                 raise
             self._connection = connection
         return work(self._connection)
+
+    def _read(self, work: Callable[[sqlite3.Connection], T]) -> T:
+        try:
+            if self._connection is None:
+                self._connection = self._open_to_read()
+            return work(self._connection)
+        except sqlite3.Error as error:
+            if self.path.is_dir():
+                reason = "it is a directory"
+            else:
+                reason = " ".join(str(error).split()) or type(error).__name__
+            raise LedgerUnavailable(f"cannot read the usage ledger {self.path}: {reason}") from None
+
+    def _open_to_read(self) -> sqlite3.Connection:
+        # `mode=ro`: SQLite neither creates the file nor writes it (nor its directory).
+        if not self.path.exists():
+            raise LedgerMissing(self.path)
+        uri = f"{self.path.absolute().as_uri()}?mode=ro"
+        try:
+            connection = sqlite3.connect(
+                uri, uri=True, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None
+            )
+        except sqlite3.OperationalError:
+            if not self.path.exists():  # gone since it was looked at
+                raise LedgerMissing(self.path) from None
+            raise
+        try:
+            found = connection.execute(
+                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (TABLE,)
+            ).fetchone()
+        except BaseException:
+            connection.close()
+            raise
+        if found is None:
+            connection.close()
+            raise LedgerUnavailable(f"{self.path} holds no usage ledger (no {TABLE} table)")
+        return connection
 
     async def write(self, batch: Sequence[UsageRecord]) -> int:
         """Insert the batch in one transaction, skipping request ids already stored."""

@@ -6,17 +6,26 @@
 The ledger is the one `ledger.url` in the config names (the gateway writes it); `--since`
 and `--until` are ISO 8601 times (UTC unless they say) or a duration back from now
 (`90m`, `24h`, `7d`). Costs are in the price table's currency (`prices.currency`).
+
+A window without usage prints the table's header and "no usage in this window" (with
+`--csv`, the header line alone), and exits 0. The report only reads: a ledger that is not
+there (an SQLite file that does not exist: it is created by the gateway, with its first
+usage record) or a database that does not answer is one line on stderr and exit 1, and
+nothing is created.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import re
 import sys
 import time
 from datetime import UTC, datetime
+from pathlib import Path
 
+from gateway.ledger.errors import LedgerMissing, LedgerUnavailable
 from gateway.ledger.ledger_store import open_store
 from gateway.ledger.usage_report import (
     ReportQuery,
@@ -28,6 +37,8 @@ from gateway.ledger.usage_report import (
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhd])")
 _SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+_ENV_REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)")
+EMPTY = "no usage in this window"
 
 
 def add_usage_arguments(parser: argparse.ArgumentParser) -> None:
@@ -61,7 +72,7 @@ def point_in_time(text: str, now: float) -> float:
 
 def run_report(args: argparse.Namespace) -> int:
     """Print the report; 2 with a one-line reason for bad arguments or a config without a
-    ledger."""
+    ledger, 1 with one for a ledger that is not there or cannot be read."""
     from gateway.config import ConfigError, load_config
 
     try:
@@ -84,22 +95,56 @@ def run_report(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"gateway usage report: {exc}", file=sys.stderr)
         return 2
-    rows = asyncio.run(_query(ledger.url, query))
+    try:
+        rows = asyncio.run(_query(ledger.url, query))
+    except LedgerMissing as missing:
+        print(
+            f"gateway usage report: no usage ledger at {missing.path.absolute()} "
+            f"({_pointed_by(args.config)}); the gateway creates it with its first usage record",
+            file=sys.stderr,
+        )
+        return 1
+    except LedgerUnavailable as unavailable:
+        print(f"gateway usage report: {unavailable}", file=sys.stderr)
+        return 1
+    # Totals (no group) over no records are one row of zeros: no usage all the same.
+    rows = [row for row in rows if row.get("requests")]
     columns = report_columns(query)
     currency = config.gateway.prices.currency
     if args.csv:
         sys.stdout.write(render_csv(rows, columns))
     else:
         print(_table(rows, columns, currency))
+        if not rows:
+            print(EMPTY)
     return 0
 
 
 async def _query(url: str, query: ReportQuery) -> list[ReportRow]:
-    store = open_store(url)
+    store = open_store(url, read_only=True)
     try:
         return await store.query(query)
     finally:
         await store.close()
+
+
+def _pointed_by(config_path: str) -> str:
+    """What points at the ledger: `ledger.url`, its line in the config, and the
+    environment variables that line reads (the demo's GATEWAY_STATE_DIR), set or not."""
+    from gateway.config.source import read_source
+
+    line = read_source(config_path).value_lines.get(("ledger", "url"))
+    if line is None:
+        return f"the default ledger.url, {config_path} sets none"
+    try:
+        text = Path(config_path).read_text(encoding="utf-8").splitlines()[line - 1]
+    except (OSError, UnicodeDecodeError, IndexError):
+        text = ""
+    where = f"ledger.url, {config_path}:{line}"
+    for name in dict.fromkeys(_ENV_REFERENCE.findall(text)):
+        value = os.environ.get(name)
+        where += f", {name} not set" if value is None else f", {name}={value or '(empty)'}"
+    return where
 
 
 def _table(rows: list[ReportRow], columns: list[str], currency: str) -> str:
@@ -113,7 +158,7 @@ def _table(rows: list[ReportRow], columns: list[str], currency: str) -> str:
         ]
         for row in rows
     ]  # fmt: skip
-    widths = [max(len(h), *(len(r[i]) for r in cells)) for i, h in enumerate(shown)]
+    widths = [max([len(h), *(len(r[i]) for r in cells)]) for i, h in enumerate(shown)]
     lines = ["  ".join(h.ljust(w) for h, w in zip(shown, widths, strict=True))]
     lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)) for r in cells]
     return "\n".join(lines)
