@@ -22,19 +22,27 @@ FROM ${PYTHON_IMAGE} AS builder
 # the builder has no compilers either; --only-binary makes a dependency that ever needs
 # one fail here, loudly, instead of pulling in a toolchain.
 WORKDIR /src
+COPY requirements/runtime.txt requirements/build.txt ./requirements/
 COPY pyproject.toml setup.py README.md ./
 COPY gateway ./gateway
 COPY lua ./lua
-# The venv gets no pip of its own: the builder's pip installs into it (--python). The
-# wheel carries the top-level lua/ as gateway/lua/ (setup.py), where
-# gateway.storage.scripts finds the Redis scripts in an installed gateway.
+# The venv gets no pip of its own: the builder's pip installs into it (--python). What
+# goes in is uv.lock's runtime set, exported with hashes (requirements/runtime.txt, made
+# by scripts/lock.sh): pip resolves nothing and checks every file, so the image holds the
+# versions CI tested. The wheel is built by the locked setuptools (no isolated build,
+# which would take the newest), and carries the top-level lua/ as gateway/lua/
+# (setup.py), where gateway.storage.scripts finds the Redis scripts in an installed gateway.
 RUN python -m venv --without-pip /opt/venv \
-    && pip wheel --no-cache-dir --disable-pip-version-check --no-deps --wheel-dir /tmp/wheels . \
+    && pip install --no-cache-dir --disable-pip-version-check --root-user-action=ignore \
+        --require-hashes --no-deps --only-binary=:all: -r requirements/build.txt \
+    && pip wheel --no-cache-dir --disable-pip-version-check --no-deps --no-build-isolation \
+        --wheel-dir /tmp/wheels . \
     && pip --python /opt/venv/bin/python install --no-cache-dir --disable-pip-version-check \
-        --root-user-action=ignore --only-binary=:all: /tmp/wheels/inference_gateway-*.whl \
+        --root-user-action=ignore --require-hashes --no-deps --only-binary=:all: \
+        -r requirements/runtime.txt \
+    && pip --python /opt/venv/bin/python install --no-cache-dir --disable-pip-version-check \
+        --root-user-action=ignore --no-deps /tmp/wheels/inference_gateway-*.whl \
     && rm -rf /tmp/wheels
-# The dependencies are pyproject.toml's ranges, resolved when the image is built (there
-# is no lock file); the venv's *.dist-info directories record what each build got.
 
 # --- the image: the venv, the default configs, a user without privileges ---
 FROM ${PYTHON_IMAGE}

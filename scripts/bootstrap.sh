@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Creates .venv with the project and its dev extras (once per change of pyproject.toml).
+# Creates .venv with the project and its dev extras at the versions uv.lock names (once per
+# change of the lock).
 # Sourced by scripts/demo.sh and scripts/test.sh.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -71,10 +72,18 @@ if [ ! -x .venv/bin/python ]; then
   fi
   "$PYTHON" -m venv .venv
 fi
-stamp=.venv/.installed-$(cat pyproject.toml setup.py | sha256sum | cut -c1-16)
+# The venv holds exactly what uv.lock names (exported with hashes by scripts/lock.sh):
+# pip installs those files, checks every hash and resolves nothing, so a release on the
+# registry changes nothing here until the lock is refreshed in a commit.
+stamp=.venv/.installed-$(cat requirements/dev.txt requirements/build.txt setup.py | sha256sum | cut -c1-16)
 if [ ! -f "$stamp" ]; then
-  .venv/bin/python -m pip install --quiet --upgrade pip
-  .venv/bin/python -m pip install --quiet -e '.[dev]'
+  pip_install() {
+    .venv/bin/python -m pip install --quiet --disable-pip-version-check --no-input "$@"
+  }
+  pip_install --require-hashes --no-deps -r requirements/build.txt -r requirements/dev.txt
+  # The project itself, editable, built by the locked setuptools (no isolated build
+  # environment, which would fetch whatever setuptools is newest).
+  pip_install --no-deps --no-build-isolation -e .
   rm -f .venv/.installed-*
   touch "$stamp"
 fi

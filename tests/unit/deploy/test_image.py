@@ -20,7 +20,9 @@ the image itself is not built. Instead:
      venv gets a `.pth` line naming a directory of symlinks to exactly the distributions
      the wheel's `Requires-Dist` needs without extras (taken from this test's own venv).
      A module imported from a `dev` or `sim` dependency therefore fails here as it would
-     in the image; the versions are this venv's, not the ones a build would resolve;
+     in the image; each is checked to be in requirements/runtime.txt (what the builder
+     installs, with hashes, from uv.lock) at the version linked, which bootstrap.sh
+     installed from the same lock;
 4. the entrypoint runs as the image runs it, from its WORKDIR (outside the checkout, so
    the source tree is not importable) with the final stage's ENV: the Lua scripts load
    from the installed package, `gateway check-config` passes on the copied config, and
@@ -30,8 +32,8 @@ the image itself is not built. Instead:
    directories (its root filesystem is read-only in Kubernetes) and shuts down cleanly on
    SIGTERM.
 
-Not covered without a build: the base image itself, the dependency versions a build
-resolves, and running as uid 10001 (these tests run as whoever runs them).
+Not covered without a build: the base image itself, pip's install of the locked files,
+and running as uid 10001 (these tests run as whoever runs them).
 """
 
 from __future__ import annotations
@@ -168,7 +170,10 @@ def test_the_final_stage_holds_the_venv_and_the_configs_and_nothing_compiled() -
     # The gateway only: no redis-server, no demo (`sim`) or `dev` extras.
     assert "redis-server" not in everything
     assert not re.search(r"\[(sim|dev)", everything)
-    assert "--only-binary=:all:" in " ".join(builder.args("RUN"))
+    builds = " ".join(builder.args("RUN"))
+    assert "--only-binary=:all:" in builds
+    # uv.lock's runtime set, every file's hash checked, nothing resolved at build time.
+    assert re.search(r"--require-hashes --no-deps .*-r requirements/runtime\.txt", builds)
 
     env = final.env()
     assert env["PATH"].startswith("/opt/venv/bin:")
@@ -289,6 +294,12 @@ def runtime_distributions(requires: list[str]) -> dict[str, importlib.metadata.D
     return found
 
 
+def locked_versions(path: Path) -> dict[str, str]:
+    """Each distribution's pinned version in an exported requirements file."""
+    pins = re.findall(r"^([A-Za-z0-9._-]+)==([^ ;\\]+)", path.read_text(), re.MULTILINE)
+    return {canonicalize_name(name): version for name, version in pins}
+
+
 def link_site_packages(
     distributions: dict[str, importlib.metadata.Distribution], into: Path
 ) -> None:
@@ -356,6 +367,12 @@ def image(tmp_path_factory: pytest.TempPathFactory) -> ImageLayout:
     (installed,) = importlib.metadata.distributions(path=[str(site)])
     dependencies = runtime_distributions(installed.requires or [])
     assert not {"pytest", "nvidia-pytriton", "locust", "inference-gateway"} & set(dependencies)
+    locked = locked_versions(ROOT / "requirements" / "runtime.txt")
+    for name, distribution in dependencies.items():
+        assert locked.get(name) == distribution.version, (
+            f"{name} {distribution.version} is needed at run time but requirements/runtime.txt"
+            f" locks {locked.get(name)}: run scripts/lock.sh"
+        )
     link_site_packages(dependencies, tmp / "runtime-dependencies")
     (site / "runtime-dependencies.pth").write_text(f"{tmp / 'runtime-dependencies'}\n")
 
