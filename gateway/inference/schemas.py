@@ -9,6 +9,13 @@ reach anything:
 - `pattern` and `patternProperties` are compiled by jsonschema-rs with the Rust `regex`
   crate, whose matching is linear in the text (no catastrophic backtracking); a pattern
   that needs backtracking (look-around, back-references) is refused with a 400;
+- linear in the text is not cheap in the pattern: a counted repetition is written out
+  (`\\w{1,1000}z` is a thousand steps), and once a pattern's automaton outgrows the lazy
+  DFA's cache the regex crate matches step by step (32 such patterns took 83 s to check
+  one 60 KB answer under jsonschema-rs 0.60). What that costs depends on the release
+  (0.61 compiles `.{1,10000}` happily and leaves `[a-c]{1000}z` at a second a value), so
+  the gateway counts a pattern's written-out steps itself and refuses one past
+  MAX_PATTERN_STEPS, whatever jsonschema-rs would do with it;
 - size, depth and the number of properties are capped (`server.json_schema` in
   `gateway.yaml`), checked by one iterative walk before anything else reads the schema,
   so no recursive code meets a schema deeper than the cap;
@@ -23,6 +30,7 @@ parse the same bytes (3 ms for 740 KB of tool schemas, against 1.5 s for the Pyt
 from __future__ import annotations
 
 import enum
+import re
 import urllib.parse
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping
@@ -85,6 +93,10 @@ PATTERN_BYTES = 256 << 10
 PATTERN_DFA_BYTES = 128 << 10
 # Patterns (`pattern`, each `patternProperties` key) in one compiled schema.
 MAX_PATTERNS = 32
+# A pattern's steps with its counted repetitions written out (`pattern_steps`): at 256,
+# the worst measured took 2 ms to match a 60 KB value (docs/benchmarks.md, "Answer
+# schemas"); an identifier of up to 64 characters is 64, a date or a UUID under 40.
+MAX_PATTERN_STEPS = 256
 # Schema nodes one validation may visit on one value, with every `$ref` expanded: a
 # chain of `allOf: [{$ref: next}, {$ref: next}]` doubles at each link (29 links in 2 KB
 # took 9 s to validate one answer), a schema as written stays far below it.
@@ -153,6 +165,15 @@ def _compile(schema: Mapping[str, Any]) -> jsonschema_rs.Validator:
             f"it has {patterns} patterns; a schema answers are checked against may have "
             f"at most {MAX_PATTERNS}"
         )
+    for pattern in _patterns(schema):
+        steps = pattern_steps(pattern)
+        if steps > MAX_PATTERN_STEPS:
+            shown = pattern if len(pattern) <= 80 else pattern[:80] + "..."
+            raise SchemaRefused(
+                f"the pattern `{shown}` is {steps} steps with its counted repetitions "
+                f"written out; at most {MAX_PATTERN_STEPS} are allowed (a long bounded "
+                "repetition such as `.{1,1000}` does not fit: use `maxLength`)"
+            )
     expanded = _expanded_nodes(schema)
     if expanded > MAX_EXPANDED_NODES:
         raise SchemaRefused(
@@ -184,15 +205,139 @@ def _remember(
 
 
 def _count_patterns(schema: Mapping[str, Any]) -> int:
-    count = 0
+    return sum(1 for _ in _patterns(schema))
+
+
+def _patterns(schema: Mapping[str, Any]) -> Iterator[str]:
+    """Every `pattern` and `patternProperties` key of the schema's schemas."""
     for node, kind in _nodes(schema):
         if kind is _Kind.SCHEMA:
             assert isinstance(node, dict)
-            count += isinstance(node.get("pattern"), str)
+            pattern = node.get("pattern")
+            if isinstance(pattern, str):
+                yield pattern
             pattern_properties = node.get("patternProperties")
             if isinstance(pattern_properties, dict):
-                count += len(pattern_properties)
-    return count
+                yield from pattern_properties
+
+
+# A counted repetition as ECMA-262 reads one: `{n}`, `{n,}` or `{n,m}`; any other `{`
+# is a literal brace.
+_COUNTED = re.compile(r"\{(\d+)(,(\d*))?\}")
+# What may follow a group's `(` before its first step: non-capturing, named, look-around.
+_GROUP_PREFIX = re.compile(r"\?(:|=|!|<=|<!|<[A-Za-z_][A-Za-z0-9_]*>|P<[A-Za-z_][A-Za-z0-9_]*>)")
+
+
+def pattern_steps(pattern: str) -> int:
+    """How many steps (characters, classes, `.`) `pattern` is with each counted
+    repetition written out as the regex crate compiles it: `a{3}` is 3, `(ab|c){1,4}`
+    is 12, `.{1,10}` is 40 (a step across Unicode counts four); `*`, `+` and `?` loop
+    over what they follow, so they add nothing; anchors and other assertions are not
+    steps. Counted as if the pattern were valid: one that is
+    not is refused by the compiler after this."""
+    # Per open group: [steps of its finished alternatives, of the current one].
+    groups: list[list[int]] = [[0, 0]]
+    last = 0  # steps of the atom a quantifier would repeat
+    i = 0
+    while i < len(pattern):
+        char = pattern[i]
+        i += 1
+        if char == "\\":
+            escaped = pattern[i : i + 1]
+            i = _escape_end(pattern, i)
+            if escaped in ("b", "B"):  # a word boundary is no step
+                last = 0
+            else:
+                last = _WIDE_STEP if escaped in _WIDE_ESCAPES else 1
+        elif char == ".":
+            last = _WIDE_STEP
+        elif char == "[":
+            start, i = i, _class_end(pattern, i)
+            last = _WIDE_STEP if _is_wide_class(pattern[start : i - 1]) else 1
+        elif char == "(":
+            groups.append([0, 0])
+            if group_prefix := _GROUP_PREFIX.match(pattern, i):  # `(?:`, `(?<name>`...
+                i = group_prefix.end()
+            last = 0
+            continue
+        elif char == ")" and len(groups) > 1:
+            alternatives, current = groups.pop()
+            last = alternatives + current
+        elif char == "|":
+            groups[-1][0] += groups[-1][1]
+            groups[-1][1] = 0
+            last = 0
+            continue
+        elif char in "^$":
+            last = 0
+        elif char == "{" and (counted := _COUNTED.match(pattern, i - 1)):
+            low, _, high = counted.groups()
+            times = _number(high) if high else _number(low) + (1 if high == "" else 0)
+            groups[-1][1] += last * (max(times, 1) - 1)
+            last *= max(times, 1)
+            i = counted.end()
+            continue
+        elif char in "*+?":
+            continue
+        else:
+            last = 1
+        groups[-1][1] += last
+        if groups[-1][1] > 1 << 30:  # counted far past any cap: no need to go on
+            break
+    while len(groups) > 1:  # an unclosed group: refused later, counted anyway
+        alternatives, current = groups.pop()
+        groups[-1][1] += alternatives + current
+    return groups[0][0] + groups[0][1]
+
+
+# `.`, a negated class and the escapes below match across Unicode: one step of them is
+# an automaton of several states (UTF-8), so it counts as four. At the cap, `.{1,63}z`
+# costs what `[a-c]{1,251}z` does; `.{1,251}z` took 29 s (docs/benchmarks.md).
+_WIDE_STEP = 4
+_WIDE_ESCAPES = frozenset("WSDpPu")
+
+
+def _is_wide_class(members: str) -> bool:
+    """Whether a character class (its text between the brackets) matches across Unicode:
+    negated, or naming a Unicode set, or any character past ASCII."""
+    return (
+        members.startswith("^")
+        or any(f"\\{escape}" in members for escape in _WIDE_ESCAPES | {"x"})
+        or not members.isascii()
+    )
+
+
+def _number(digits: str) -> int:
+    # Past nine digits it is past every cap; int() of thousands of digits is refused.
+    return int(digits) if len(digits) <= 9 else 10**9
+
+
+def _escape_end(pattern: str, start: int) -> int:
+    """Where the escape whose backslash ends at `start` ends (`\\p{L}`, `\\u{1F600}`,
+    `\\x41`, `\\d`...)."""
+    if start >= len(pattern):
+        return start
+    if pattern[start] in "pPu" and pattern[start + 1 : start + 2] == "{":
+        close = pattern.find("}", start + 2)
+        return len(pattern) if close < 0 else close + 1
+    return start + 1
+
+
+def _class_end(pattern: str, start: int) -> int:
+    """Where the character class opened just before `start` ends (past its `]`)."""
+    i = start
+    if pattern[i : i + 1] == "^":
+        i += 1
+    if pattern[i : i + 1] == "]":  # a leading `]` is a member
+        i += 1
+    while i < len(pattern):
+        if pattern[i] == "\\":
+            i = _escape_end(pattern, i + 1)
+            continue
+        if pattern[i] == "]":
+            return i + 1
+        i += 1
+    return i
 
 
 def _expanded_nodes(root: Mapping[str, Any]) -> int:

@@ -221,11 +221,47 @@ def test_recursive_and_shared_definitions_as_clients_write_them_are_accepted() -
     check_schema(shared, compile_patterns=True)
 
 
-def test_a_pattern_past_its_compiled_size_is_refused_with_what_to_use_instead() -> None:
-    # Attack: 40 patterns of `.{1,10000}` took 420 MB and 1.5 s to compile.
+@pytest.mark.parametrize(
+    "pattern",
+    [
+        ".{1,10000}x",  # 40 of them took 420 MB and 1.5 s to compile under jsonschema-rs 0.60
+        r"\w{1,1000}z",  # 32 of them took 83 s to check one 60 KB answer under 0.60
+        "[a-c]{1000}z",  # a second a value under 0.61, which compiles it happily
+        ".{1,251}z",  # 32 of them took 29 s to check one 60 KB answer under 0.60
+        "(?:ab|cd|ef){1,100}",  # an alternation repeated: each branch written out
+        "((a|b){1,16}){1,16}",  # nested counts multiply
+        "a{" + "9" * 5000 + "}",  # past what int() reads: counted as huge, not a crash
+    ],
+)
+def test_a_pattern_past_its_written_out_steps_is_refused_with_what_to_use_instead(
+    pattern: str,
+) -> None:
+    # The cap is the gateway's own count, so it holds on every jsonschema-rs release.
     with pytest.raises(SchemaRefused, match="maxLength"):
-        check_schema({"type": "string", "pattern": ".{1,10000}x"}, compile_patterns=True)
-    check_schema({"type": "string", "pattern": "^[a-z0-9_-]{1,64}$"}, compile_patterns=True)
+        check_schema({"type": "string", "pattern": pattern}, compile_patterns=True)
+    with pytest.raises(SchemaRefused, match="maxLength"):
+        check_schema({"type": "object", "patternProperties": {pattern: {}}}, compile_patterns=True)
+
+
+@pytest.mark.parametrize(
+    ("pattern", "steps"),
+    [
+        ("^[a-z0-9_-]{1,64}$", 64),
+        (r"^\d{4}-\d{2}-\d{2}$", 10),
+        ("^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$", 36),
+        ("(ab|c){1,4}", 12),
+        ("(?:ab){2}", 4),
+        (r"\p{L}{3}\b", 12),  # a step across Unicode counts four
+        (".{1,10}", 40),
+        ("[^,]{2}", 8),
+        ("[]a]{5}", 5),
+        (r"[\]{]{4}", 4),
+        ("a{2,}b*", 4),
+    ],
+)
+def test_patterns_as_clients_write_them_are_counted_and_accepted(pattern: str, steps: int) -> None:
+    assert schemas.pattern_steps(pattern) == steps
+    check_schema({"type": "string", "pattern": pattern}, compile_patterns=True)
 
 
 def test_a_schema_with_more_patterns_than_allowed_is_refused() -> None:
