@@ -56,6 +56,10 @@ def _serve(args: argparse.Namespace) -> int:
         # connection counts) behind.
         ws="none",
         timeout_keep_alive=server.keepalive_timeout_s,
+        # X-Forwarded-For names the client only when a trusted proxy sent it (uvicorn's
+        # own default trusts 127.0.0.1, where any local process could claim any address).
+        proxy_headers=bool(server.trusted_proxies),
+        forwarded_allow_ips=[str(network) for network in server.trusted_proxies],
         access_log=False,
         log_config=None,
         timeout_graceful_shutdown=int(server.shutdown_grace_s),

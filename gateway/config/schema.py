@@ -16,6 +16,7 @@ from pydantic import (
     ConfigDict,
     Field,
     HttpUrl,
+    IPvAnyNetwork,
     SecretStr,
     field_validator,
     model_validator,
@@ -126,22 +127,52 @@ class ServerConfig(Strict):
     # Open connections per worker; a new one beyond it gets a 503 at once and is closed.
     # Kept below the process's descriptor limit (RLIMIT_NOFILE) less 256 for upstreams.
     max_connections: PositiveInt = 4096
-    # Open connections per client address (an IPv6 one: per /64) that have not yet sent
-    # a request with an accepted API key; a new one beyond it gets a 429 at once and is
-    # closed, so one address cannot take every slot of max_connections. Above the new
-    # connections a client pool opens at once (httpx and aiohttp: 100). 0: no cap.
-    max_unauthenticated_connections_per_address: NonNegativeInt = 128
-    # Open connections from one client address (IPv6: its /64), authenticated or not;
-    # beyond it a new one gets a 429 at once and is closed, so that one tenant's address
-    # cannot hold every slot of max_connections with keep-alive requests. 0: no cap
-    # (behind a proxy or load balancer that connects from its own few addresses).
+    # A connection whose request head is still not complete this long after it opened
+    # (or after the request's first byte) is slow. A fast client, however many at once,
+    # never is: only slow ones count against max_slow_connections_per_address.
+    slow_head_grace_s: PositiveFloat = 2.0
+    # Slow connections from one client address (an IPv6 one: its /64) at once; past it a
+    # connection turning slow gets a 429 + Retry-After and is closed (readable: what the
+    # client still sends is read and dropped first). A slow-loris from one address holds
+    # this many slots past the grace, each until head_timeout_s. 0: no cap.
+    max_slow_connections_per_address: NonNegativeInt = 32
+    # Open connections from one client address (IPv6: its /64), keyed or not; beyond it
+    # a new one gets a 429 + Retry-After, so that one tenant's address cannot hold every
+    # slot of max_connections with keep-alive requests. 0: no cap.
     max_connections_per_address: NonNegativeInt = 1024
+    # Load balancers and proxies in front of the gateway (addresses or CIDR networks).
+    # Their connections are not counted per address (theirs is not a client's); the
+    # client's address comes from the PROXY protocol header (proxy_protocol, L4 load
+    # balancers: the caps then apply to it) or from X-Forwarded-For (L7 proxies, which
+    # buffer a request's head themselves: the slow cap is theirs). Empty: trust none,
+    # and X-Forwarded-For is ignored.
+    trusted_proxies: list[IPvAnyNetwork] = []
+    # Connections from trusted_proxies start with a PROXY protocol header (v1 or v2:
+    # HAProxy, AWS NLB, Envoy, nginx's proxy_protocol on); one without is refused.
+    proxy_protocol: bool = False
     # A keep-alive connection idle this long between requests is closed. Longer than the
     # clients' own idle expiry (httpx 5 s, aiohttp 15 s), so that the client closes first:
     # a server that closes at the moment a client reuses the connection fails that request.
     keepalive_timeout_s: PositiveInt = 20
     ops: OpsConfig = OpsConfig()
     json_schema: JsonSchemaConfig = JsonSchemaConfig()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _renamed(cls, values: Any) -> Any:
+        if isinstance(values, dict) and "max_unauthenticated_connections_per_address" in values:
+            raise ValueError(
+                "max_unauthenticated_connections_per_address is gone: new connections no "
+                "longer count, only slow ones do (max_slow_connections_per_address, "
+                "slow_head_grace_s; behind a load balancer, trusted_proxies)"
+            )
+        return values
+
+    @model_validator(mode="after")
+    def _proxy_protocol_needs_proxies(self) -> ServerConfig:
+        if self.proxy_protocol and not self.trusted_proxies:
+            raise ValueError("proxy_protocol is on but trusted_proxies names no proxy")
+        return self
 
 
 class RedisSentinel(Strict):

@@ -15,31 +15,36 @@ connection:
 - a connection cap per worker: beyond `max_connections` a new connection gets a 503 with
   Retry-After at once and is closed, so descriptors never run out. Connections to the
   ops listener are not capped: a flood on the API port must not hide it from Prometheus;
-- a cap per client address on connections not yet authenticated: beyond
-  `max_unauthenticated_connections_per_address` a new connection from that address gets
-  a 429 with Retry-After at once and is closed, so that one address cannot take every
-  slot of `max_connections` from everyone else (an IPv6 client counts by its /64, which
-  one subscriber usually holds whole);
+- a cap per client address on slow connections: a connection whose head is not
+  complete `slow_head_grace_s` after it opened (or after the request's first byte) is
+  slow, and counts against its address until the head completes or it closes; past
+  `max_slow_connections_per_address` one turning slow is closed with a 429 (an IPv6
+  client counts by its /64, which one subscriber usually holds whole). A fast client is
+  never counted, however many connections it opens at once: a burst of honest clients
+  from one host (a Locust machine, a NAT) is served, beside a slow-loris from the same
+  address that holds at most the cap's slots past the grace, each until `head_timeout_s`
+  (and all its connections within the grace stay under `max_connections_per_address`);
 - a cap per client address on all its connections (`max_connections_per_address`), so
   that a tenant with a valid key cannot hold every slot either, by keeping connections
   alive with requests that cost it nothing.
+
+Every refusal can be read: the response is written, the connection half-closed, and
+what the client still sends (its request, its body) read and dropped for up to
+`_LINGER_S` before the close, so the client reads its 408/429/503 instead of a reset
+(nginx's lingering close). At most `_MAX_LINGERING` refused connections linger at once;
+past that, under a flood, they are closed at once.
+
+Behind load balancers (`trusted_proxies`) the peer is the balancer, not a client: its
+connections count against no address, unless `proxy_protocol` is on, when the PROXY
+header it sends first names the client, whose address is then counted as any other.
+X-Forwarded-For from a trusted proxy sets the request's client address (uvicorn's
+ProxyHeadersMiddleware, configured in gateway.cli).
 
 The gateway serves no WebSocket: an upgrade request is answered as plain HTTP on the
 same guarded connection (an upgraded one would leave these counts behind).
 
 Each is counted in `gateway_connections_closed_total{reason}` and logged (a refusal of
 too many connections at most once a second, with the count since).
-
-Which connections are authenticated: the protocol never sees an auth result, and the
-request path should not have to report one to it. So a connection counts against its
-address from accept until a request of its on a path that authenticates (`/v1/`,
-`/admin/`, `/metrics`; never a probe, which answers anyone) gets a response other than
-401, 404 or 405 (unknown paths and methods answer anyone too). While such a request is
-being served the connection counts as authenticated: every route checks the key before
-anything else, so a request without a valid one has its 401 within the same step of the
-event loop, while a valid one may wait seconds for its first token and must not hold a
-place in the count meanwhile. Once authenticated, a connection's requests go to the app
-unwatched: the cost is one wrapper around the first request(s) of a connection.
 """
 
 from __future__ import annotations
@@ -51,14 +56,14 @@ import resource
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 import orjson
-from uvicorn._types import ASGIReceiveCallable, ASGISendCallable, ASGISendEvent, Scope
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from gateway.config.schema import ServerConfig
 from gateway.observability import metrics
+from gateway.transport import proxy_protocol
 from gateway.transport.errors import APIError
 
 log = logging.getLogger("gateway")
@@ -67,6 +72,8 @@ log = logging.getLogger("gateway")
 _RESERVED_FDS = 256
 # How long a refused connection is read (and dropped) before it is closed.
 _LINGER_S = 2.0
+# Refused connections lingering at once, at most; past it they are closed at once.
+_MAX_LINGERING = 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,9 +83,12 @@ class ConnectionLimits:
     max_head_bytes: int
     max_connections: int
     ops_port: int | None
+    slow_head_grace_s: float = 2.0
     # 0: no cap per address.
-    max_unauthenticated_per_address: int = 0
+    max_slow_per_address: int = 0
     max_per_address: int = 0
+    trusted_proxies: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...] = ()
+    proxy_protocol: bool = False
 
 
 def configure(server: ServerConfig) -> ConnectionLimits:
@@ -106,8 +116,11 @@ def _limits_of(server: ServerConfig, max_connections: int) -> ConnectionLimits:
         server.max_head_bytes,
         max_connections,
         server.ops.port,
-        server.max_unauthenticated_connections_per_address,
+        server.slow_head_grace_s,
+        server.max_slow_connections_per_address,
         server.max_connections_per_address,
+        tuple(server.trusted_proxies),
+        server.proxy_protocol,
     )
 
 
@@ -138,6 +151,10 @@ _HEAD_TOO_LARGE = _response(
     b"431 Request Header Fields Too Large",
     _error_body(431, "The request line and headers are too large.", "request_header_too_large"),
 )
+_NO_PROXY_HEADER = _response(
+    b"400 Bad Request",
+    _error_body(400, "The connection did not start with a PROXY protocol header.", "bad_proxy"),
+)
 _TOO_MANY = _response(
     b"503 Service Unavailable",
     _error_body(
@@ -155,29 +172,27 @@ _TOO_MANY_OPEN_FROM_ADDRESS = _response(
     ),
     b"retry-after: 1",
 )
-_TOO_MANY_FROM_ADDRESS = _response(
+_TOO_MANY_SLOW_FROM_ADDRESS = _response(
     b"429 Too Many Requests",
     _error_body(
         429,
-        "Too many connections from your address without an authenticated request; retry shortly.",
+        "Too many connections from your address are slow to send a request; send each "
+        "request whole, then retry.",
         "too_many_connections_from_address",
         "requests",
     ),
     b"retry-after: 1",
 )
 
-# Paths whose routes check the API key first (see the module docstring).
-_AUTHENTICATING_PATHS = ("/v1/", "/admin/", "/metrics")
-# Statuses a request without a valid key may get on those paths.
-_UNAUTHENTICATED_STATUSES = frozenset({401, 404, 405})
-
-# Connections not yet authenticated, by address key (`_address_key`), in this worker;
-# an address leaves the dict when its count drops to 0, so the dict stays as small as
-# the set of addresses with such connections open.
-_unauthenticated: dict[str, int] = {}
+# Slow connections (see the module docstring) by address key (`_address_key`), in this
+# worker; an address leaves the dict when its count drops to 0, so the dict stays as
+# small as the set of addresses with slow connections open.
+_slow_by_address: dict[str, int] = {}
 # All open connections by address key, where `max_per_address` caps them (likewise kept
 # as small as the set of addresses with connections open).
 _open_by_address: dict[str, int] = {}
+# Refused connections lingering now (`_MAX_LINGERING`).
+_lingering = 0
 
 
 class _HeadTooLarge(Exception):
@@ -209,18 +224,16 @@ _all_address_refusals = _RefusalLog(
     "refused %d connection(s) from a single address, the last from %s: %d connections "
     "open from it, the limit of this worker"
 )
-_address_refusals = _RefusalLog(
-    "refused %d connection(s) from a single address, the last from %s: %d connections "
-    "without an authenticated request open from it, the limit of this worker"
-)
 
 
 class GuardedHttpToolsProtocol(HttpToolsProtocol):
-    """`HttpToolsProtocol` with a head deadline, a body gap deadline, a head size cap and
-    a connection cap (see the module docstring)."""
+    """`HttpToolsProtocol` with a head deadline, a body gap deadline, a head size cap,
+    connection caps and readable refusals (see the module docstring)."""
 
     _timer: asyncio.TimerHandle | None = None
     _timer_is_head = False
+    # When the head being waited for is due (its deadline, past the grace).
+    _head_due = 0.0
     # What the connection waits for: a request head, the rest of a body, or nothing.
     _waiting: Literal["head", "body", "idle"] = "head"
     # Bytes received while the head was unfinished, by whole chunks.
@@ -228,61 +241,64 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     _chunk_bytes = 0
     _too_large = False
     _refused = False
+    # Whether uvicorn's own connection_made ran (a connection refused at once never joins).
+    _joined = False
+    _lingers = False
     # Refused: what still comes is read and dropped until the connection closes.
     _discarding = False
-    # Its address's key in `_unauthenticated` until it is authenticated or closed (None
-    # when not capped: the cap is off, the ops listener, a Unix socket); `_counted`
-    # whether it counts there now (not while a request of its is being authenticated).
+    # Its address's key for the per-address caps (None: not capped: the caps are off, the
+    # ops listener, a Unix socket, a trusted proxy without the PROXY protocol).
     _address: str | None = None
-    _counted = False
-    # The app itself, while `self.app` is the watching wrapper.
-    _unwatched_app: Any = None
-    # Its address's key in `_open_by_address` while it is open (None: not capped).
-    _open_address: str | None = None
+    # Whether it counts in `_slow_by_address` now, and in `_open_by_address`.
+    _slow = False
+    _counted_open = False
+    # Bytes from a trusted proxy before its PROXY header was whole (None: none expected).
+    _proxy_prefix: bytes | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         limits = _limits
-        if len(self.connections) >= limits.max_connections and not _to_port(
-            transport, limits.ops_port
-        ):
+        to_ops = _to_port(transport, limits.ops_port)
+        if len(self.connections) >= limits.max_connections and not to_ops:
             self._refuse(transport, _TOO_MANY, "too_many_connections")
             _refusals.refused(limits.max_connections)
             return
-        cap = limits.max_unauthenticated_per_address
-        cap_all = limits.max_per_address
-        if (cap or cap_all) and not _to_port(transport, limits.ops_port):
-            address = _address_key(transport.get_extra_info("peername"))
-            # Both caps are checked before either count is taken: a refused connection
-            # never reaches `connection_lost`'s uncounting, so it must count nowhere.
-            if address is not None and cap_all and _open_by_address.get(address, 0) >= cap_all:
-                self._refuse(transport, _TOO_MANY_OPEN_FROM_ADDRESS, "too_many_from_address")
-                _all_address_refusals.refused(address, cap_all)
+        peer = transport.get_extra_info("peername")
+        if not to_ops and (limits.max_slow_per_address or limits.max_per_address):
+            if _from_trusted_proxy(peer, limits):
+                if limits.proxy_protocol:
+                    self._proxy_prefix = b""  # the client is named by the header
+            elif not self._admit(transport, _address_key(peer)):
                 return
-            if address is not None and cap and _unauthenticated.get(address, 0) >= cap:
-                self._refuse(transport, _TOO_MANY_FROM_ADDRESS, "too_many_from_address")
-                _address_refusals.refused(address, cap)
-                return
-            if address is not None and cap_all:
-                _open_by_address[address] = _open_by_address.get(address, 0) + 1
-                self._open_address = address
-            if address is not None and cap:
-                _unauthenticated[address] = _unauthenticated.get(address, 0) + 1
-                self._address, self._counted = address, True
-                self._unwatched_app, self.app = self.app, self._watched
         super().connection_made(transport)
+        self._joined = True
         self._arm_head()  # also for a connection that never sends a byte
 
+    def _admit(self, transport: asyncio.Transport, address: str | None) -> bool:
+        """Count a new connection against `address`, or refuse it (False)."""
+        if address is None:
+            return True
+        limits = _limits
+        cap_all = limits.max_per_address
+        if cap_all and _open_by_address.get(address, 0) >= cap_all:
+            self._refuse(transport, _TOO_MANY_OPEN_FROM_ADDRESS, "too_many_from_address")
+            _all_address_refusals.refused(address, cap_all)
+            return False
+        if cap_all:
+            _open_by_address[address] = _open_by_address.get(address, 0) + 1
+            self._counted_open = True
+        self._address = address
+        return True
+
     def connection_lost(self, exc: Exception | None) -> None:
-        if self._refused:
-            return  # it never joined the connections
-        self._uncount()
-        address, self._open_address = self._open_address, None
-        if address is not None:
-            _decrement(_open_by_address, address)
-        self._address = None  # a request still running must not count it again
-        if self._unwatched_app is not None:
-            self.app = self._unwatched_app  # no cycle through the bound method left behind
         self._disarm()
+        self._stop_lingering()
+        if not self._joined:  # refused at once: it never joined the connections
+            return
+        self._not_slow()
+        if self._counted_open and self._address is not None:
+            self._counted_open = False
+            _decrement(_open_by_address, self._address)
+        self._address = None
         super().connection_lost(exc)
 
     def _unsupported_upgrade_warning(self) -> None:
@@ -292,66 +308,21 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         pass
 
     def _refuse(self, transport: asyncio.Transport, response: bytes, reason: str) -> None:
-        """Answer a new connection with `response` and close it at once (no lingering:
-        under a flood, every refused connection held would be a descriptor more)."""
+        """Answer a new connection with `response` and close it once it has been read."""
         self._refused = True
-        transport.write(response)
-        transport.close()
+        self.transport = transport
         metrics.labels(metrics.CONNECTIONS_CLOSED, reason).inc()
-
-    async def _watched(
-        self, scope: Scope, receive: ASGIReceiveCallable, send: ASGISendCallable
-    ) -> None:
-        """The app for the requests of a connection not yet authenticated: learns from
-        the response's status whether the request's key was accepted."""
-        app = self._unwatched_app
-        path = scope.get("path")
-        if self._address is None or not isinstance(path, str):
-            # Authenticated meanwhile (by an earlier request, pipelined), or closed.
-            await app(scope, receive, send)
-            return
-        if not path.startswith(_AUTHENTICATING_PATHS):
-            await app(scope, receive, send)  # a probe, say: it says nothing of the key
-            return
-        # Out of the count while its key is checked (see the module docstring).
-        self._uncount()
-
-        async def send_watched(message: ASGISendEvent) -> None:
-            if message["type"] == "http.response.start":
-                if message["status"] in _UNAUTHENTICATED_STATUSES:
-                    self._count_again()
-                else:
-                    self._authenticated()
-            await send(message)
-
-        try:
-            await app(scope, receive, send_watched)
-        finally:
-            self._count_again()  # no response it sent said: still unauthenticated (no-op else)
-
-    def _authenticated(self) -> None:
-        self._uncount()
-        self._address = None
-        self.app = self._unwatched_app
-
-    def _count_again(self) -> None:
-        """Count it against its address again (unless authenticated, closed or counted)."""
-        address = self._address
-        if address is not None and not self._counted:
-            _unauthenticated[address] = _unauthenticated.get(address, 0) + 1
-            self._counted = True
-
-    def _uncount(self) -> None:
-        address = self._address
-        if address is not None and self._counted:
-            self._counted = False
-            _decrement(_unauthenticated, address)
+        self._linger_close(response)
 
     def data_received(self, data: bytes) -> None:
         # Timers are set only when a chunk leaves a request unfinished: a request that
         # arrives whole (the usual case) costs none.
         if self._discarding:
             return
+        if self._proxy_prefix is not None:
+            data = self._take_proxy_header(data)
+            if not data:
+                return
         self._chunk_bytes = len(data)
         super().data_received(data)
         waiting = self._waiting
@@ -367,6 +338,28 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         elif self._timer is not None:
             self._disarm()
 
+    def _take_proxy_header(self, data: bytes) -> bytes:
+        """Read the PROXY header off the stream; what follows it, once it is whole."""
+        assert self._proxy_prefix is not None
+        buffered = self._proxy_prefix + data
+        try:
+            header = proxy_protocol.parse(buffered)
+        except proxy_protocol.ProxyHeaderError as exc:
+            self._count("bad_proxy_header", "refused a connection from %s: %s", str(exc))
+            self._disarm()
+            self._linger_close(_NO_PROXY_HEADER)
+            return b""
+        if header is None:
+            self._proxy_prefix = buffered
+            return b""
+        self._proxy_prefix = None
+        if header.client is not None:
+            self.client = header.client
+            if not self._admit(self.transport, _address_key(header.client)):
+                self._disarm()
+                return b""
+        return buffered[header.length :]
+
     def send_400_response(self, msg: str) -> None:
         if self._too_large:
             self._refuse_head_too_large()
@@ -381,6 +374,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
     def on_headers_complete(self) -> None:
         self._waiting = "body"
+        self._not_slow()
         cap = _limits.max_head_bytes
         # Only a head that came with more than the cap needs its exact size.
         if self._head_bytes + self._chunk_bytes > cap and self._head_size() > cap:
@@ -402,8 +396,45 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._timer_is_head = False
 
     def _arm_head(self) -> None:
-        self._arm(_limits.head_timeout_s, self._head_timed_out)
+        """The head's deadline, first through its grace when the connection is capped."""
+        limits = _limits
+        grace = limits.slow_head_grace_s
+        capped = limits.max_slow_per_address and (
+            self._address is not None or self._proxy_prefix is not None
+        )
+        if capped and not self._slow and grace < limits.head_timeout_s:
+            self._head_due = self.loop.time() + limits.head_timeout_s
+            self._arm(grace, self._head_slow)
+        else:
+            self._arm(limits.head_timeout_s, self._head_timed_out)
         self._timer_is_head = True
+
+    def _head_slow(self) -> None:
+        """The grace is over and the head is not whole: the connection is slow."""
+        self._timer, self._timer_is_head = None, False
+        if self.transport.is_closing():
+            return
+        address, cap = self._address, _limits.max_slow_per_address
+        if address is not None:
+            if _slow_by_address.get(address, 0) >= cap:
+                self._count(
+                    "too_many_slow_from_address",
+                    "closed a connection from %s: no complete request head in %g s, with "
+                    "%d slow connections open from its address",
+                    _limits.slow_head_grace_s,
+                    cap,
+                )
+                self._linger_close(_TOO_MANY_SLOW_FROM_ADDRESS)
+                return
+            _slow_by_address[address] = _slow_by_address.get(address, 0) + 1
+            self._slow = True
+        self._arm(max(0.0, self._head_due - self.loop.time()), self._head_timed_out)
+        self._timer_is_head = True
+
+    def _not_slow(self) -> None:
+        if self._slow and self._address is not None:
+            self._slow = False
+            _decrement(_slow_by_address, self._address)
 
     def _disarm(self) -> None:
         if self._timer is not None:
@@ -457,12 +488,27 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     def _linger_close(self, response: bytes) -> None:
         """Send `response`, then read and drop what the client still sends for a moment
         before closing: a close with unread data resets the connection, and the client
-        would never see the response (nginx's lingering close)."""
+        would never see the response (nginx's lingering close). Past `_MAX_LINGERING`
+        lingering refusals, a refused connection is closed at once."""
+        global _lingering
         self._discarding = True
-        self.transport.write(response)
-        if self.transport.can_write_eof():
-            self.transport.write_eof()
-        self._arm(_LINGER_S, self.transport.close)
+        transport = self.transport
+        transport.write(response)
+        if self._refused and _lingering >= _MAX_LINGERING:
+            transport.close()
+            return
+        if self._refused:
+            _lingering += 1
+            self._lingers = True
+        if transport.can_write_eof():
+            transport.write_eof()
+        self._arm(_LINGER_S, transport.close)
+
+    def _stop_lingering(self) -> None:
+        global _lingering
+        if self._lingers:
+            self._lingers = False
+            _lingering -= 1
 
 
 def _decrement(counts: dict[str, int], address: str) -> None:
@@ -479,6 +525,19 @@ def _to_port(transport: asyncio.Transport, port: int | None) -> bool:
     """Whether `transport` is a connection to local `port`."""
     local = transport.get_extra_info("sockname")
     return port is not None and isinstance(local, tuple) and local[1] == port
+
+
+def _from_trusted_proxy(peer: object, limits: ConnectionLimits) -> bool:
+    """Whether `peer` is one of `trusted_proxies`."""
+    if not limits.trusted_proxies or not isinstance(peer, tuple) or not peer:
+        return False
+    try:
+        address = ipaddress.ip_address(peer[0])
+    except ValueError:
+        return False
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    return any(address in network for network in limits.trusted_proxies)
 
 
 def _address_key(peer: object) -> str | None:

@@ -17,7 +17,6 @@ from aiohttp import web
 from openai import OpenAI
 from prometheus_client.parser import text_string_to_metric_families
 
-from gateway.transport import protocol
 from tests.e2e.stack import KEYS, Gateway, default_tenants, model, start_gateway
 from tests.e2e.upstreams import chat_upstream, serve_in_thread
 
@@ -25,7 +24,8 @@ HEAD_TIMEOUT_S = 1.0
 BODY_GAP_TIMEOUT_S = 1.0
 MAX_HEAD_BYTES = 4096
 MAX_CONNECTIONS = 40
-MAX_UNAUTHENTICATED_PER_ADDRESS = 8
+MAX_SLOW_PER_ADDRESS = 8
+SLOW_HEAD_GRACE_S = 0.3
 MAX_PER_ADDRESS = 12
 # Loopback addresses of the tests' own (the gateway listens on 127.0.0.1; any address of
 # 127.0.0.0/8 reaches it), so that connections other tests left closing do not count.
@@ -52,7 +52,8 @@ def guarded(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterato
             "body_gap_timeout_s": BODY_GAP_TIMEOUT_S,
             "max_head_bytes": MAX_HEAD_BYTES,
             "max_connections": MAX_CONNECTIONS,
-            "max_unauthenticated_connections_per_address": MAX_UNAUTHENTICATED_PER_ADDRESS,
+            "max_slow_connections_per_address": MAX_SLOW_PER_ADDRESS,
+            "slow_head_grace_s": SLOW_HEAD_GRACE_S,
             "max_connections_per_address": MAX_PER_ADDRESS,
         }
         gateway = start_gateway(
@@ -213,16 +214,15 @@ def test_a_request_in_pieces_within_the_limits_is_served(guarded: Gateway) -> No
 
 
 def test_every_route_that_authenticates_answers_401_without_a_key(guarded: Gateway) -> None:
-    """What the per-address cap rests on (gateway.transport.protocol): on the paths it watches,
-    a request without a valid key is refused before anything else, so a response other
-    than 401, 404 or 405 there means the key was accepted."""
+    """On every path behind a key, a request without a valid one is refused with 401
+    before anything else is read of it."""
     with urllib.request.urlopen(f"{guarded.url}/openapi.json") as response:
         documented = json.loads(response.read())["paths"]
     operations = [
         (method.upper(), path.replace("{response_id}", "resp_x").replace("{model}", "echo"))
         for path, methods in documented.items()
         for method in methods
-        if path.startswith(protocol._AUTHENTICATING_PATHS)
+        if path.startswith(("/v1/", "/admin/", "/metrics"))
     ]
     operations += [("POST", "/admin/reload"), ("GET", "/metrics")]
     assert ("POST", "/v1/chat/completions") in operations
@@ -258,29 +258,42 @@ def chat_on(sock: socket.socket) -> tuple[int, bytes]:
 
 
 def test_one_address_cannot_hold_every_connection(guarded: Gateway) -> None:
-    """Connections without an authenticated request are capped per address: the next
-    one from that address gets a 429, other addresses are served, and the address's
-    authenticated connections keep working."""
-    before = closed_count(guarded, "too_many_from_address")
+    """Slow connections are capped per address: the one that turns slow past the cap
+    gets a 429, other addresses are served, and so are the address's fast clients."""
+    before = closed_count(guarded, "too_many_slow_from_address")
     with connect(guarded, FLOOD) as keyed:
-        assert chat_on(keyed)[0] == 200  # authenticated before the flood
-        idle = [connect(guarded, FLOOD) for _ in range(MAX_UNAUTHENTICATED_PER_ADDRESS)]
+        assert chat_on(keyed)[0] == 200  # a client of the address, before the flood
+        idle = [connect(guarded, FLOOD) for _ in range(MAX_SLOW_PER_ADDRESS)]
         try:
             with connect(guarded, FLOOD) as extra:
-                reply = read_until_closed(extra)
-            assert reply.startswith(b"HTTP/1.1 429 ")
-            assert b"retry-after: 1" in reply
-            assert b'"code":"too_many_connections_from_address"' in reply
+                # No head: all turn slow after the grace, one past the cap, answered
+                # then, the others held until the head timeout.
+                ready = answered_before_the_head_timeout([*idle, extra])
+                replies = [read_until_closed(sock) for sock in ready]
+            assert len(replies) == 1
+            assert replies[0].startswith(b"HTTP/1.1 429 ")
+            assert b"retry-after: 1" in replies[0]
+            assert b'"code":"too_many_connections_from_address"' in replies[0]
             with connect(guarded, OTHER) as other:
                 status, answer = chat_on(other)
             assert status == 200 and b'"content":"ok"' in answer
             status, answer = chat_on(keyed)  # the same keep-alive connection
             assert status == 200 and b'"content":"ok"' in answer
+            with connect(guarded, FLOOD) as fast:  # a new, fast one from the address
+                assert chat_on(fast)[0] == 200
         finally:
             for sock in idle:
                 sock.close()
-    assert closed_count(guarded, "too_many_from_address") == before + 1
-    assert "connection(s) from a single address, the last from 127.0.0.2" in guarded.log
+    assert closed_count(guarded, "too_many_slow_from_address") == before + 1
+    assert "slow connections open from its address" in guarded.log
+
+
+def answered_before_the_head_timeout(socks: list[socket.socket]) -> list[socket.socket]:
+    """Those of `socks` the gateway has answered, looked at once, between the grace and
+    the head timeout."""
+    time.sleep(SLOW_HEAD_GRACE_S)
+    ready, _, _ = select.select(socks, [], [], (HEAD_TIMEOUT_S - SLOW_HEAD_GRACE_S) / 2)
+    return ready
 
 
 def test_one_tenant_cannot_hold_every_connection_with_its_key(guarded: Gateway) -> None:
@@ -322,7 +335,7 @@ def test_websocket_upgrades_are_plain_http_and_lock_no_address_out(guarded: Gate
     counted for good (the upgraded connection left the guarded protocol), and every
     later connection from the address got 429, valid key or not."""
     source = "127.0.0.5"
-    for _ in range(3 * MAX_UNAUTHENTICATED_PER_ADDRESS):
+    for _ in range(3 * MAX_SLOW_PER_ADDRESS):
         with connect(guarded, source) as sock:
             sock.sendall(UPGRADE)
             reply = sock.recv(4096)
