@@ -24,7 +24,7 @@ HALF_HEAD = b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: app
 
 # The hostile client's own address: wrk's connections come from 127.0.0.1, and the
 # gateway caps each address's connections that have not had a key accepted
-# (`server.max_unauthenticated_connections_per_address`), so they must not share one.
+# (`server.max_slow_connections_per_address`), so they must not share one.
 HOSTILE_ADDRESS = "127.0.0.2"
 
 
