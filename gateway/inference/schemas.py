@@ -243,12 +243,8 @@ def pattern_steps(pattern: str) -> int:
         char = pattern[i]
         i += 1
         if char == "\\":
-            escaped = pattern[i : i + 1]
+            last = _ESCAPE_STEPS.get(pattern[i : i + 1], 1)
             i = _escape_end(pattern, i)
-            if escaped in ("b", "B"):  # a word boundary is no step
-                last = 0
-            else:
-                last = _WIDE_STEP if escaped in _WIDE_ESCAPES else 1
         elif char == ".":
             last = _WIDE_STEP
         elif char == "[":
@@ -295,6 +291,9 @@ def pattern_steps(pattern: str) -> int:
 # costs what `[a-c]{1,251}z` does; `.{1,251}z` took 29 s (docs/benchmarks.md).
 _WIDE_STEP = 4
 _WIDE_ESCAPES = frozenset("WSDpPu")
+# What an escape is worth, by the letter after its backslash (1 when not named here): a
+# word boundary is no step.
+_ESCAPE_STEPS = {"b": 0, "B": 0} | dict.fromkeys(_WIDE_ESCAPES, _WIDE_STEP)
 
 
 def _is_wide_class(members: str) -> bool:

@@ -52,4 +52,3 @@ def test_each_exported_requirements_file_is_the_lock_as_exported(path: str) -> N
     exported = [line for line in done.stdout.splitlines() if not line.startswith("#")]
     written = [line for line in (ROOT / path).read_text().splitlines() if not line.startswith("#")]
     assert written == exported, f"{path} differs from uv.lock: run scripts/lock.sh"
-
