@@ -50,9 +50,12 @@ too many connections at most once a second, with the count since).
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import ipaddress
 import logging
 import resource
+import sys
+import termios
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -410,9 +413,16 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._timer_is_head = True
 
     def _head_slow(self) -> None:
-        """The grace is over and the head is not whole: the connection is slow."""
+        """The grace is over and the head is not whole: the connection is slow, unless
+        its bytes are waiting for a loop too busy to read them (a burst)."""
         self._timer, self._timer_is_head = None, False
         if self.transport.is_closing():
+            return
+        left = self._head_due - self.loop.time()
+        if left > 0 and _unread_bytes(self.transport):
+            # Judged again once the loop has caught up; the deadline stands.
+            self._arm(min(left, _limits.slow_head_grace_s), self._head_slow)
+            self._timer_is_head = True
             return
         address, cap = self._address, _limits.max_slow_per_address
         if address is not None:
@@ -525,6 +535,18 @@ def _to_port(transport: asyncio.Transport, port: int | None) -> bool:
     """Whether `transport` is a connection to local `port`."""
     local = transport.get_extra_info("sockname")
     return port is not None and isinstance(local, tuple) and local[1] == port
+
+
+def _unread_bytes(transport: asyncio.Transport) -> bool:
+    """Whether the kernel holds bytes of this connection that the loop has not read."""
+    sock = transport.get_extra_info("socket")
+    if sock is None:
+        return False
+    try:
+        count = fcntl.ioctl(sock.fileno(), termios.FIONREAD, b"\0\0\0\0")
+    except OSError:
+        return False
+    return int.from_bytes(count, sys.byteorder) > 0
 
 
 def _from_trusted_proxy(peer: object, limits: ConnectionLimits) -> bool:
