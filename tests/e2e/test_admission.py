@@ -1,17 +1,23 @@
-"""Admission, fair share, priority, deadlines, fallback, retries: real Triton, real Redis."""
+"""Admission, fair share, priority, deadlines, fallback, retries: real Triton, real Redis.
+
+Fair share and priority are checked on an upstream of the test's own that answers one
+request each time the test says so: the test decides when the one slot frees, and reads
+what the gateway charged each tenant after every request. What goes upstream next is
+then the scheduler's choice alone, however loaded the machine is.
+"""
 
 from __future__ import annotations
 
 import asyncio
-import statistics
 import time
-from collections import Counter, defaultdict
+from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
 import aiohttp
 import pytest
 from aiohttp import web
+from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.dev.processes import stop
 from gateway.dev.sim.server import TritonSim
@@ -58,11 +64,57 @@ def failing_upstream() -> Iterator[tuple[list[str], Counter[str]]]:
         yield urls, hits
 
 
+class GatedUpstream:
+    """An OpenAI-style upstream that answers one request per `let_one_through`.
+
+    Each request's first word names its tenant; `arrived` lists them in the order they
+    came (with one slot upstream, the order the gateway dispatched them). Its usage is
+    exact: a token a word of the prompt, plus `max_tokens`.
+    """
+
+    def __init__(self) -> None:
+        self.arrived: list[str] = []
+        self._permits = asyncio.Semaphore(0)  # used on the upstream's loop only
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    async def answer(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        words = body["messages"][-1]["content"].split()
+        self._loop = asyncio.get_running_loop()
+        self.arrived.append(words[0])
+        await self._permits.acquire()
+        usage = {"prompt_tokens": len(words), "completion_tokens": body["max_tokens"]}
+        message = {"role": "assistant", "content": "ok"}
+        return web.json_response({
+            "id": "chatcmpl-gated", "object": "chat.completion", "created": 0,
+            "model": body["model"], "usage": usage,
+            "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
+        })  # fmt: skip
+
+    def let_one_through(self, count: int = 1) -> None:
+        """Answer the request held now (or, with none held, the next to arrive)."""
+        assert self._loop is not None, "nothing has arrived yet"
+        for _ in range(count):
+            self._loop.call_soon_threadsafe(self._permits.release)
+
+
+@pytest.fixture(scope="module")
+def gated_upstream() -> Iterator[tuple[str, GatedUpstream]]:
+    gate = GatedUpstream()
+    with serve_in_thread([chat_upstream(gate.answer)]) as urls:
+        try:
+            yield urls[0], gate
+        finally:
+            if gate._loop is not None:  # a failed test may have left requests held
+                gate.let_one_through(1000)
+
+
 @pytest.fixture(scope="module")
 def admission_gateway(
     sims: tuple[TritonSim, TritonSim],
     redis_url: str,
     failing_upstream: tuple[list[str], Counter[str]],
+    gated_upstream: tuple[str, GatedUpstream],
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[Gateway]:
     grpc = [sims[0].grpc_target]
@@ -72,9 +124,9 @@ def admission_gateway(
             "triton_grpc", grpc, upstream_model="llm-slow",
             queue={"max_queued": 6, "max_in_flight_per_replica": 2},
         ),
-        # llm-small, one request at a time: the queue decides who goes next.
+        # One request at a time, on the gated upstream: the queue decides who goes next.
         "fair": model(
-            "triton_grpc", grpc, upstream_model="llm-small",
+            "openai", [gated_upstream[0]],
             queue={"max_queued": 512, "max_in_flight_per_replica": 1},
         ),
         "solo": model(
@@ -122,76 +174,195 @@ async def test_overload_answers_every_request_with_200_or_503_retry_after(
             assert body["error"]["code"] == "model_overloaded"
 
 
-async def _run(
-    session: aiohttp.ClientSession,
-    gw: Gateway,
-    plan: dict[str, list[dict[str, str]]],
-    seconds: float,
-    served: list[tuple[str, float, int, float]],
-    workers: int = 6,
-) -> None:
-    """Each tenant in `plan` keeps `workers` requests going on `fair` for `seconds`,
-    recording (tenant, finish time, total tokens, queue ms)."""
-    deadline = time.monotonic() + seconds
-
-    async def worker(who: str, messages: list[dict[str, str]]) -> None:
-        while time.monotonic() < deadline:
-            status, headers, body = await post(session, gw, who, "fair", messages, max_tokens=20)
-            assert status == 200, body
-            queued = float(headers["x-gateway-queue-ms"])
-            served.append((who, time.monotonic(), body["usage"]["total_tokens"], queued))
-
-    await asyncio.gather(*(worker(w, m) for w, m in plan.items() for _ in range(workers)))
+# The work of a request on `fair`, in tokens: a word a token, and `max_tokens` more.
+MAX_TOKENS = 8
+GOLD_WORDS, IRON_WORDS = 4, 16
+GOLD_WORK, IRON_WORK = GOLD_WORDS + MAX_TOKENS, IRON_WORDS + MAX_TOKENS  # 12 and 24
+SHARES = {"gold": 3, "iron": 1}
+# Start-time fair queuing's bound: while both are backlogged, the work each was given,
+# over its share, differs by at most one request of each (docs/admission-algorithm.md).
+MOST_AHEAD = GOLD_WORK / SHARES["gold"] + IRON_WORK / SHARES["iron"]
 
 
-def tokens_by_tenant(
-    served: list[tuple[str, float, int, float]], start: float, end: float
-) -> dict[str, int]:
-    totals: dict[str, int] = defaultdict(int)
-    for who, at, tokens, _ in served:
-        if start <= at < end:
-            totals[who] += tokens
-    return totals
+def prompt(who: str, words: int) -> list[dict[str, str]]:
+    """A prompt of `words` words, the first naming `who` (for the gated upstream)."""
+    return [{"role": "user", "content": " ".join([who] + ["weather"] * (words - 1))}]
+
+
+async def _holds(condition: bool) -> bool:
+    return condition
+
+
+class FairLine:
+    """The `fair` model, one request at a time, as the gateway accounts for it.
+
+    `hold` puts a request of `web`'s on the one slot, held upstream, so that what is sent
+    next queues whole before anything is dispatched. Each `step` lets the request held
+    upstream finish, which dispatches the next one, and reads `gateway_tokens_total`
+    until the gateway has charged it: the tenant it charged is the one whose request
+    went upstream at the step before. Every wait is for a state; nothing is timed.
+    """
+
+    def __init__(self, session: aiohttp.ClientSession, gw: Gateway, gate: GatedUpstream) -> None:
+        self.session, self.gw, self.gate = session, gw, gate
+        self.charged: dict[str, float] = {}
+        self.sent: list[asyncio.Task[tuple[int, dict[str, str], dict[str, Any]]]] = []
+
+    async def tokens(self) -> dict[str, float]:
+        """The tokens the gateway charged each tenant on `fair` so far."""
+        async with self.session.get(f"{self.gw.ops_url}/metrics") as response:
+            exposition = await response.text()
+        found: dict[str, float] = {}
+        for family in text_string_to_metric_families(exposition):
+            for sample in family.samples:
+                if sample.name == "gateway_tokens_total" and sample.labels["model"] == "fair":
+                    who = sample.labels["tenant"]
+                    found[who] = found.get(who, 0.0) + sample.value
+        return found
+
+    async def queued(self) -> float:
+        async with self.session.get(f"{self.gw.ops_url}/metrics") as response:
+            lines = (await response.text()).splitlines()
+        prefix = 'gateway_admission_queued{model="fair",'
+        return sum(float(line.split()[-1]) for line in lines if line.startswith(prefix))
+
+    def send(self, who: str, words: int, count: int) -> None:
+        for _ in range(count):
+            request = post(
+                self.session, self.gw, who, "fair", prompt(who, words), max_tokens=MAX_TOKENS
+            )
+            self.sent.append(asyncio.create_task(request))
+
+    async def queue(self, who: str, words: int, count: int) -> None:
+        """Send `count` requests of `who`'s and wait until they are all queued."""
+        waiting = await self.queued() + count
+        self.send(who, words, count)
+        await wait_until(lambda: self._queued_is(waiting))
+
+    async def _queued_is(self, count: float) -> bool:
+        return await self.queued() == count
+
+    async def hold(self) -> None:
+        """Put a request on the free slot and keep it there (upstream) until `step`."""
+        self.charged = await self.tokens()
+        assert await self.queued() == 0
+        arrived = len(self.gate.arrived)
+        self.send("web", GOLD_WORDS, 1)
+        await wait_until(lambda: _holds(len(self.gate.arrived) == arrived + 1))
+
+    async def step(self) -> tuple[str, int]:
+        """Finish the request upstream; (tenant, tokens) the gateway charged for it."""
+        before = self.charged
+        self.gate.let_one_through()
+
+        async def charged() -> bool:
+            self.charged = await self.tokens()
+            return self.charged != before
+
+        await wait_until(charged)
+        [(who, tokens)] = [
+            (who, tokens - before.get(who, 0.0))
+            for who, tokens in self.charged.items()
+            if tokens != before.get(who, 0.0)
+        ]
+        return who, int(tokens)
+
+    async def steps(self, count: int) -> list[str]:
+        """`count` steps: the tenants charged, in order, each for its exact work."""
+        work = {"web": GOLD_WORK, "gold": GOLD_WORK, "iron": IRON_WORK, "bulk": GOLD_WORK}
+        order = []
+        for _ in range(count):
+            who, tokens = await self.step()
+            assert tokens == work[who], (who, tokens)
+            order.append(who)
+        return order
+
+    async def answered(self) -> None:
+        """Every request sent was answered 200."""
+        results = await asyncio.gather(*self.sent)
+        assert [status for status, _, _ in results] == [200] * len(results)
+        self.sent.clear()
+
+
+def most_ahead(order: list[str], counts: dict[str, int]) -> float:
+    """Over the prefixes of `order` while both tenants of `counts` still had requests
+    queued, the largest gap between gold's work over its share and iron's."""
+    work = {"gold": 0.0, "iron": 0.0}
+    left = dict(counts)
+    gap = 0.0
+    for who in order:
+        if min(left.values()) == 0:
+            break
+        work[who] += (GOLD_WORK if who == "gold" else IRON_WORK) / SHARES[who]
+        left[who] -= 1
+        gap = max(gap, abs(work["gold"] - work["iron"]))
+    return gap
 
 
 async def test_shares_split_work_lend_idle_share_and_reclaim_it(
-    admission_gateway: Gateway,
+    admission_gateway: Gateway, gated_upstream: tuple[str, GatedUpstream]
 ) -> None:
-    served: list[tuple[str, float, int, float]] = []
+    gate = gated_upstream[1]
     async with aiohttp.ClientSession() as session:
-        # gold (share 3) sends short prompts, iron (share 1) long ones: work is tokens.
-        both = {"gold": SHORT, "iron": LONG}
-        t0 = time.monotonic()
-        await _run(session, admission_gateway, both, 3.0, served)
-        t1 = time.monotonic()
-        await _run(session, admission_gateway, {"gold": SHORT}, 1.5, served)
-        t2 = time.monotonic()
-        await _run(session, admission_gateway, both, 2.0, served)
-    # Count what finished while everyone was still sending: after a phase's end the
-    # queues drain without new arrivals, which is not the steady state.
-    steady = tokens_by_tenant(served, t0 + 0.5, t0 + 3.0)
-    ratio = steady["gold"] / steady["iron"]
-    print(f"served tokens gold:iron = {ratio:.2f} (target 3)")
-    assert 2.7 <= ratio <= 3.3
-    alone = tokens_by_tenant(served, t1 + 0.2, t1 + 1.5)
-    assert alone["gold"] > 0 and "iron" not in alone
-    # Work-conserving: alone, gold gets about what both got together.
-    assert alone["gold"] / 1.3 >= 0.6 * sum(steady.values()) / 2.5
-    back = tokens_by_tenant(served, t2, t2 + 1.0)
-    share = back["iron"] / (back["iron"] + back["gold"])
-    print(f"iron's share in the first second back: {share:.2f} (target 0.25)")
-    assert 0.18 <= share <= 0.4
+        line = FairLine(session, admission_gateway, gate)
+        start = len(gate.arrived)
+        # Both busy: 24 short requests of gold's (share 3, 12 tokens each) and 4 long ones
+        # of iron's (share 1, 24 tokens each) queue behind the held slot.
+        await line.hold()
+        await line.queue("gold", GOLD_WORDS, 24)
+        await line.queue("iron", IRON_WORDS, 4)
+        assert await line.steps(1) == ["web"]
+        split = await line.steps(28)
+        await line.answered()
+
+        # Iron idle: gold alone, 30 requests, far more than its share.
+        await line.hold()
+        await line.queue("gold", GOLD_WORDS, 30)
+        assert await line.steps(1) == ["web"]
+        lent = await line.steps(7)  # the 8th is upstream now
+        # Iron comes back while gold still has 22 queued.
+        await line.queue("iron", IRON_WORDS, 4)
+        [eighth] = await line.steps(1)
+        back = await line.steps(26)
+        await line.answered()
+
+    # Work is split by shares, in tokens: every 7 dispatches in a row are 6 of gold's
+    # (72 tokens) and 1 of iron's (24), so gold gets 3 tokens to iron's 1, not 3 requests.
+    print(f"split, in dispatch order: {' '.join(split)}")
+    for i in range(0, 28, 7):
+        assert Counter(split[i : i + 7]) == {"gold": 6, "iron": 1}, split
+    assert most_ahead(split, {"gold": 24, "iron": 4}) <= MOST_AHEAD
+    # The idle share is lent: gold's requests went upstream one after the other, each
+    # as soon as the slot was free (`step` waits for nothing else), with no slot kept
+    # back for iron.
+    assert [*lent, eighth] == ["gold"] * 8
+    # ... and reclaimed when iron comes back: its first request is the very next one
+    # dispatched (gold's borrowing left no debt to wait out), and from then on each gets
+    # its share again, no more (iron's idle time earned it no credit either).
+    print(f"back, in dispatch order: {' '.join(back)}")
+    assert back[0] == "iron", back
+    assert Counter(back) == {"gold": 22, "iron": 4}
+    assert most_ahead(back, {"gold": 22, "iron": 4}) <= MOST_AHEAD
+    # What the gateway charged, step by step, is what reached the upstream, in order.
+    assert gate.arrived[start:] == ["web", *split, "web", *lent, eighth, *back]
 
 
-async def test_online_waits_little_while_batch_absorbs_the_wait(admission_gateway: Gateway) -> None:
-    served: list[tuple[str, float, int, float]] = []
+async def test_online_waits_little_while_batch_absorbs_the_wait(
+    admission_gateway: Gateway, gated_upstream: tuple[str, GatedUpstream]
+) -> None:
+    gate = gated_upstream[1]
     async with aiohttp.ClientSession() as session:
-        await _run(session, admission_gateway, {"web": SHORT, "bulk": SHORT}, 3.0, served)
-    waits = {who: sorted(q for w, _, _, q in served if w == who) for who in ("web", "bulk")}
-    p95 = {who: w[int(0.95 * (len(w) - 1))] for who, w in waits.items()}
-    print(f"queue wait p95 ms: online {p95['web']:.0f}, batch {p95['bulk']:.0f}")
-    assert len(waits["web"]) > len(waits["bulk"])
-    assert p95["web"] < statistics.median(waits["bulk"])
+        line = FairLine(session, admission_gateway, gate)
+        await line.hold()
+        # Batch requests queue first, online ones after them.
+        await line.queue("bulk", GOLD_WORDS, 6)
+        await line.queue("web", GOLD_WORDS, 6)
+        assert await line.steps(1) == ["web"]  # the request that held the slot
+        order = await line.steps(12)
+        await line.answered()
+    # Online waits only for the slot in flight; batch waits for every online request,
+    # even those that arrived after it, and is still served.
+    assert order == ["web"] * 6 + ["bulk"] * 6
 
 
 async def test_no_first_token_in_time_falls_back_to_the_small_model(

@@ -36,6 +36,9 @@ from tests.polling import wait_until
 
 # The Kubernetes Lease counts whole seconds.
 LEASE_TTL_S = {"redis": 1.5, "kubernetes": 2.0}
+# How long a takeover or a step-down is waited for: a hang guard, not a target (the
+# lease decides when; the test checks who leads and who acts).
+GUARD_S = 60.0
 LEADER = re.compile(r"placement leader: \S+ \(token (\d+)\)")
 
 
@@ -150,7 +153,7 @@ async def test_one_leader_places_and_another_takes_over_when_it_dies(
     async def taken_over() -> bool:
         return any(tokens(g) for g in survivors)
 
-    await wait_until(taken_over, timeout_s=4 * ttl)
+    await wait_until(taken_over, timeout_s=GUARD_S)
     took = time.monotonic() - killed
     new_leaders = [g for g in survivors if tokens(g)]
     assert len(new_leaders) == 1
@@ -164,7 +167,6 @@ async def test_one_leader_places_and_another_takes_over_when_it_dies(
 async def test_a_leader_that_stalled_past_its_lease_steps_down_and_acts_no_more(
     gateways: list[Gateway], election: str
 ) -> None:
-    ttl = LEASE_TTL_S[election]
     [leader] = [g for g in gateways if tokens(g)]
     os.kill(leader.process.pid, signal.SIGSTOP)  # a pause longer than the lease
     others = [g for g in gateways if g is not leader]
@@ -172,14 +174,14 @@ async def test_a_leader_that_stalled_past_its_lease_steps_down_and_acts_no_more(
     async def taken_over() -> bool:
         return any(tokens(g) for g in others)
 
-    await wait_until(taken_over, timeout_s=4 * ttl)
+    await wait_until(taken_over, timeout_s=GUARD_S)
     acted_before = leader.log.count("placement: node-")
     os.kill(leader.process.pid, signal.SIGCONT)
 
     async def stepped_down() -> bool:
         return "lost the lease: following" in leader.log or "no longer ours" in leader.log
 
-    await wait_until(stepped_down, timeout_s=4 * ttl)
+    await wait_until(stepped_down, timeout_s=GUARD_S)
     assert leader.log.count("placement: node-") == acted_before
     assert sum(1 for g in others if tokens(g)) == 1
 

@@ -13,7 +13,6 @@ import pytest
 
 from gateway.config import hash_key
 from tests.inprocess.conftest import KEYS, started_gateway
-from tests.polling import wait_until
 
 ADMIN_KEY = "sk-test-keys-admin"
 
@@ -80,8 +79,9 @@ async def test_a_key_made_by_the_admin_api_serves_until_it_is_revoked(
 
                 return check
 
-            # Within a second on every gateway (at once on this one, which made it).
-            assert await wait_until(refused(plain), timeout_s=5) < 1.0
+            # At once on this gateway, which made the change: its answer came after its
+            # own directory had looked (the others' look: test_key_store).
+            assert await refused(plain)()
             new_client = gw.openai(new_plain)
             await new_client.chat.completions.create(
                 model="llm-small", messages=[{"role": "user", "content": "hi"}]
@@ -89,7 +89,7 @@ async def test_a_key_made_by_the_admin_api_serves_until_it_is_revoked(
 
             revoked = await admin.delete(f"/admin/keys/{key_id}")
             assert revoked.status_code == 200 and revoked.json()["status"] == "revoked"
-            assert await wait_until(refused(new_plain), timeout_s=5) < 1.0
+            assert await refused(new_plain)()
             with pytest.raises(openai.AuthenticationError):
                 await new_client.chat.completions.create(
                     model="llm-small", messages=[{"role": "user", "content": "hi"}]

@@ -15,6 +15,7 @@ from redis.asyncio import Redis, RedisCluster
 
 from gateway.apikeys import KeyDirectory, KeyStore, ManagedKey
 from gateway.apikeys.errors import KeyRevoked, UnknownKey
+from gateway.apikeys.key_directory import POLL_INTERVAL_S
 from gateway.apikeys.key_fields import KeyFields
 from gateway.apikeys.managed_key import KeyLimits
 from gateway.config import Budget, Tenant, hash_key
@@ -102,31 +103,53 @@ TENANTS = {"acme": Tenant(api_keys=[hash_key("sk-file-acme")], models=["*"])}
 FILE_KEYS = {_digest("sk-file-acme"): "acme"}
 
 
-async def test_a_create_and_a_revoke_reach_another_gateway_within_a_second(
+async def test_a_create_and_a_revoke_reach_another_gateway_at_its_next_look(
     redis: Redis,
 ) -> None:
     prefix = _prefix()
-    # Two gateways: each its own client, store and directory, on one Redis.
+    # Two gateways: each its own client, store and directory, on one Redis. The other
+    # one looks only when told (its poll does the same every POLL_INTERVAL_S).
     here, there = KeyStore(redis, prefix), KeyStore(redis, prefix)
-    directory = KeyDirectory(there)
+    directory = KeyDirectory(there, interval_s=3600)
     await directory.start()
     auth = Authenticator(TENANTS, FILE_KEYS, directory)
     try:
         key, plain = await here.create("acme", KeyFields(name="ci"))
 
-        async def known() -> bool:
+        def known() -> bool:
             try:
                 return auth.identify(f"Bearer {plain}").key_id == key.id
             except InvalidApiKey:
                 return False
 
-        assert await wait_until(known, timeout_s=5) < 1.0
+        assert not known()  # identify reads memory only: it never looks itself
+        looks = directory.lookups
+        await directory.refresh()  # one look, as the poll's
+        assert known() and directory.lookups == looks + 1
         await here.revoke(key.id)
+        assert known()
+        await directory.refresh()
+        assert not known() and directory.lookups == looks + 2
+    finally:
+        await directory.stop()
 
-        async def refused() -> bool:
-            return not await known()
 
-        assert await wait_until(refused, timeout_s=5) < 1.0
+async def test_the_poll_looks_on_its_own(redis: Redis) -> None:
+    """What makes the look above come within a second on a running gateway: the poll,
+    every POLL_INTERVAL_S, with no request to prompt it."""
+    assert POLL_INTERVAL_S < 1
+    prefix = _prefix()
+    here = KeyStore(redis, prefix)
+    directory = KeyDirectory(KeyStore(redis, prefix), interval_s=0.01)
+    await directory.start()
+    try:
+        key, plain = await here.create("acme", KeyFields(name="polled"))
+
+        async def loaded() -> bool:
+            return directory.lookup(_digest(plain)) is not None
+
+        await wait_until(loaded)  # a hang guard: nothing but the poll looks here
+        assert directory.lookup(_digest(plain)) == key
     finally:
         await directory.stop()
 

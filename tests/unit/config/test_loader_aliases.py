@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
@@ -50,12 +49,16 @@ def test_star_and_question_mark_are_the_only_wildcards() -> None:
     assert matches("a\\*", "a\\b")  # a backslash is literal too
 
 
-def test_a_huge_name_is_matched_in_linear_time() -> None:
+def test_a_huge_name_is_matched_without_backtracking() -> None:
+    # Every `*` but the last is an atomic group: the text it took is never given back,
+    # so only the last star backtracks and a name is matched in linear time (measured
+    # on this 10 KB name by loadtest/alias_patterns.py).
     name = "a" * 10_240
-    start = time.perf_counter()
     for pattern in ("*a*a*a*a*a*a*b", "claude-*", "*?*?*?*?*?*?x", "a*" * 20 + "b"):
+        regex = compile_pattern(pattern).pattern
+        assert regex.count("(?>") == pattern.count("*") - 1, regex
+        assert regex.count(".*") - regex.count("(?>.*?") == 1, regex
         assert not matches(pattern, name)
-    assert time.perf_counter() - start < 1.0
 
 
 def test_rank_is_the_literal_prefix_then_the_literal_characters() -> None:
@@ -120,11 +123,10 @@ def test_a_pattern_that_can_never_win_is_reported() -> None:
     ]
 
 
-def test_many_long_patterns_are_checked_quickly() -> None:
+def test_many_long_patterns_are_checked() -> None:
+    # How long it takes: loadtest/alias_patterns.py.
     patterns = [f"{i:03d}-" + "x?" * 60 + "*" for i in range(300)]
-    start = time.perf_counter()
     assert problems(gateway(str(patterns).replace("'", '"')), TENANTS) == []
-    assert time.perf_counter() - start < 5.0
 
 
 def test_an_overlong_alias_is_refused() -> None:

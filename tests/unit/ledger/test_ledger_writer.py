@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
-import time
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
@@ -28,11 +27,13 @@ class Outage:
         self.mode = "up"  # or "refuse", "hang", "ack_lost"
         self.batches: list[int] = []
         self.delay_s = 0.0  # each write's round trip
+        self.hanging = asyncio.Event()  # set when a write starts to hang
 
     async def write(self, batch: Sequence[UsageRecord]) -> int:
         if self.mode == "refuse":
             raise ConnectionRefusedError("the database is down")
         if self.mode == "hang":
+            self.hanging.set()
             await asyncio.sleep(3600)
         await asyncio.sleep(self.delay_s)
         written = await self.store.write(batch)
@@ -177,12 +178,14 @@ async def test_a_hanging_database_counts_as_down(outage: Outage, tmp_path: Path)
     await writer.start()
     outage.mode = "hang"
     for i in range(10):
-        writer.record(sample(i))
-    # Meanwhile the request path goes on: record() returns at once.
-    started = time.perf_counter()
+        writer.record(sample(i))  # a full batch: the flusher takes it to the database
+    await outage.hanging.wait()
+    # Meanwhile the request path goes on: while that write hangs (no await since, so its
+    # timeout cannot have run), record() takes every record and waits for nothing.
     for i in range(10, 20):
         writer.record(sample(i))
-    assert time.perf_counter() - started < 0.01
+    stats = writer.stats()
+    assert (stats.buffered, stats.dropped, stats.store_down) == (10, 0, False)
     await wait_until(lambda: _true(writer.stats().spooled == 20))
     outage.mode = "up"
     await wait_until(lambda: _true(writer.stats().spooled == 0))

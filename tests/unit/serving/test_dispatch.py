@@ -369,12 +369,17 @@ async def test_a_single_replica_spends_no_retry_budget() -> None:
         retry={"budget_ratio": 0.0, "budget_min_per_s": 0.1, "budget_window_s": 10,
                "backoff_base_s": 0.5, "backoff_cap_s": 0.5},
     )  # fmt: skip
+    # Backoffs drawn from a generator the test sees: none drawn is none waited.
+    draws = mock.Mock(spec=random.Random, uniform=mock.Mock(return_value=0.5))
+    backoff = Backoff(0.5, 0.5, rng=draws)
+    route = dataclasses.replace(
+        route, resilience=dataclasses.replace(route.resilience, backoff=backoff)
+    )
     budget = route.resilience.budget
     assert budget.remaining() == 1
-    started = time.monotonic()
     with pytest.raises(NoReplicaLeft):
         await failover.complete(route, make_work(route).first_call, time.monotonic() + 5)
-    assert time.monotonic() - started < 0.2  # no backoff waited for nothing
+    draws.uniform.assert_not_called()  # no backoff waited for nothing
     assert budget.remaining() == 1
     assert counter(metrics.RETRIES, route.name) == 0
 
@@ -404,9 +409,10 @@ async def test_a_started_stream_ends_with_a_timeout_at_the_deadline() -> None:
     work = make_work(route, deadline_s=0.1)
     _, rest, _ = await Dispatcher(admission).stream(work)
     assert await anext(rest) == Delta("two")
-    with pytest.raises(UpstreamTimeout):
-        await asyncio.wait_for(anext(rest), 2.0)
-    assert work.deadline - 0.01 <= time.monotonic() < work.deadline + 0.5
+    # A hang guard only: the stream hangs for good, so only the deadline can end it.
+    with pytest.raises(UpstreamTimeout, match="before the request deadline"):
+        await asyncio.wait_for(anext(rest), 30.0)
+    assert time.monotonic() >= work.deadline - 0.01  # the deadline had passed
     assert in_flight(admission, route) == 0
     assert backend.open_streams == 0 and route.pool.replicas[0].outstanding == 0
     # The gateway's deadline, not the replica's fault.
@@ -496,10 +502,11 @@ async def test_a_backoff_past_the_first_token_budget_is_a_first_token_timeout() 
     )
     route.pool.replicas[1].outstanding = 1  # a is picked first
     remaining = route.resilience.budget.remaining()
-    started = time.monotonic()
+    retries = counter(metrics.RETRIES, route.name)
     with pytest.raises(DeadlineMissed, match="no first token"):
         await Dispatcher(admission_for(route)).stream(make_work(route))
-    assert time.monotonic() - started < 0.2
+    # The backoff was never waited: a retry is counted and paid for before its wait.
+    assert counter(metrics.RETRIES, route.name) == retries
     assert backend.calls == ["http://a"]
     assert route.resilience.budget.remaining() == remaining
     assert route.resilience.outlier.state(replica(route, "b")) is ReplicaState.IN_SERVICE
