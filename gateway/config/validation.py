@@ -44,7 +44,10 @@ def _error_problem(source: Source, error: ErrorDetails) -> Problem:
         return source.problem(loc, at(loc[:-1], f"{what} '{loc[-1]}'"), at_key=True)
     if not loc and source.data is None:
         return source.problem(loc, "file is empty")
-    return source.problem(loc, at(loc, _MESSAGES.get(kind, error["msg"])))
+    message = _MESSAGES.get(kind, error["msg"])
+    if kind == "value_error":  # our own validators' words, without pydantic's "Value error, "
+        message = str(error.get("ctx", {}).get("error", message))
+    return source.problem(loc, at(loc, message))
 
 
 def at(loc: Loc, message: str) -> str:

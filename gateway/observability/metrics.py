@@ -155,7 +155,7 @@ CONNECTIONS_CLOSED = Counter(
     "gateway_connections_closed_total",
     "Client connections the gateway closed or refused before a request was served, by "
     "reason (head_timeout, body_timeout, head_too_large, too_many_connections, "
-    "too_many_from_address).",
+    "too_many_from_address, too_many_slow_from_address, bad_proxy_header).",
     ["reason"],
     registry=REGISTRY,
 )

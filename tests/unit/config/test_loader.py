@@ -233,6 +233,29 @@ def test_ops_listener_on_the_api_port_is_refused() -> None:
     assert problems("server:\n  ops:\n    port: 8081\n" + GATEWAY) == []
 
 
+def test_the_removed_connection_cap_is_named_at_its_line_with_what_replaced_it() -> None:
+    gateway = "server:\n  port: 8080\n  max_unauthenticated_connections_per_address: 128\n"
+
+    assert problems(gateway + GATEWAY) == [
+        "gateway.yaml:3: server.max_unauthenticated_connections_per_address: this key is gone: "
+        "new connections no longer count, only slow ones do (max_slow_connections_per_address, "
+        "slow_head_grace_s; behind a load balancer, trusted_proxies)"
+    ]
+
+
+def test_the_proxy_protocol_needs_trusted_proxies() -> None:
+    alone = "server:\n  port: 8080\n  proxy_protocol: true\n"
+    trusted = "server:\n  trusted_proxies: [10.0.0.0/8, 'fd00::1']\n  proxy_protocol: true\n"
+    not_a_network = "server:\n  trusted_proxies: [10.0.0.300]\n"
+
+    assert problems(alone + GATEWAY) == [
+        "gateway.yaml:3: server.proxy_protocol: on, but trusted_proxies names no proxy to "
+        "expect the header from"
+    ]
+    assert problems(trusted + GATEWAY) == []
+    assert problems(not_a_network + GATEWAY)[0].startswith("gateway.yaml:2: server.trusted_proxies")
+
+
 def test_missing_required_key_points_at_the_parent() -> None:
     gateway = GATEWAY.replace("    backend: openai\n", "")
 
