@@ -147,17 +147,21 @@ def _pointed_by(config_path: str) -> str:
     return where
 
 
+def _cell(column: str, value: object) -> str:
+    """One value as the table shows it: a cost in the currency, a latency in whole ms."""
+    if value is None:
+        return ""
+    if column == "cost_micros":
+        return f"{int(str(value)) / 1e6:.6f}"
+    if isinstance(value, float):
+        return f"{value:.0f}"  # latencies: the ledger keeps them to the microsecond
+    return str(value)
+
+
 def _table(rows: list[ReportRow], columns: list[str], currency: str) -> str:
     """An aligned text table, costs in the currency (not micro-units)."""
     shown = [c if c != "cost_micros" else f"cost_{currency}" for c in columns]
-    cells = [
-        [
-            f"{int(str(row[c])) / 1e6:.6f}" if c == "cost_micros" and row.get(c) is not None
-            else ("" if row.get(c) is None else str(row[c]))
-            for c in columns
-        ]
-        for row in rows
-    ]  # fmt: skip
+    cells = [[_cell(c, row.get(c)) for c in columns] for row in rows]
     widths = [max([len(h), *(len(r[i]) for r in cells)]) for i, h in enumerate(shown)]
     lines = ["  ".join(h.ljust(w) for h, w in zip(shown, widths, strict=True))]
     lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)) for r in cells]

@@ -53,13 +53,13 @@ def report(config: Path, *options: str) -> int:
     return main(["usage", "report", "--config", str(config), "--since", "1h", *options])
 
 
-def write(path: Path, *records_at: float) -> None:
+def write(path: Path, *records_at: float, **fields: object) -> None:
     """A ledger as the gateway writes it: its own store, a record at each time."""
 
     async def run() -> None:
         store = SqliteLedger(path)
         try:
-            await store.write([sample(i, ts=ts) for i, ts in enumerate(records_at)])
+            await store.write([sample(i, ts=ts, **fields) for i, ts in enumerate(records_at)])
         finally:
             await store.close()
 
@@ -101,11 +101,12 @@ def test_totals_of_an_empty_window_say_so(
 def test_a_window_with_usage_is_reported(
     config: Path, state_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    write(state_dir / "gateway-demo-usage.db", time.time() - 60)
+    write(state_dir / "gateway-demo-usage.db", time.time() - 60, latency_ms=618.3241809)
     assert report(config, "--by", "tenant,key,model") == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].split() == HEADER
     assert lines[1].split()[:4] == ["acme", "k1", "llama-8b", "1"]
+    assert lines[1].split()[-2:] == ["618", "618"]  # p50 and p95 in whole milliseconds
     assert EMPTY not in lines
 
 
