@@ -166,11 +166,15 @@ def _compile(schema: Mapping[str, Any]) -> jsonschema_rs.Validator:
             f"at most {MAX_PATTERNS}"
         )
     for pattern in _patterns(schema):
+        if _WORD_BOUNDARY.search(pattern):
+            raise SchemaRefused(
+                f"the pattern `{_shown(pattern)}` has a word boundary (`\\b` or `\\B`), which "
+                "answers cannot be checked against in linear time: match the words without it"
+            )
         steps = pattern_steps(pattern)
         if steps > MAX_PATTERN_STEPS:
-            shown = pattern if len(pattern) <= 80 else pattern[:80] + "..."
             raise SchemaRefused(
-                f"the pattern `{shown}` is {steps} steps with its counted repetitions "
+                f"the pattern `{_shown(pattern)}` is {steps} steps with its counted repetitions "
                 f"written out; at most {MAX_PATTERN_STEPS} are allowed (a long bounded "
                 "repetition such as `.{1,1000}` does not fit: use `maxLength`)"
             )
@@ -194,6 +198,10 @@ def _compile(schema: Mapping[str, Any]) -> jsonschema_rs.Validator:
                 " `maxLength`)"
             )
         raise SchemaRefused(message) from None
+
+
+def _shown(pattern: str) -> str:
+    return pattern if len(pattern) <= 80 else pattern[:80] + "..."
 
 
 def _remember(
@@ -221,20 +229,24 @@ def _patterns(schema: Mapping[str, Any]) -> Iterator[str]:
                 yield from pattern_properties
 
 
-# A counted repetition as ECMA-262 reads one: `{n}`, `{n,}` or `{n,m}`; any other `{`
-# is a literal brace.
-_COUNTED = re.compile(r"\{(\d+)(,(\d*))?\}")
-# What may follow a group's `(` before its first step: non-capturing, named, look-around.
-_GROUP_PREFIX = re.compile(r"\?(:|=|!|<=|<!|<[A-Za-z_][A-Za-z0-9_]*>|P<[A-Za-z_][A-Za-z0-9_]*>)")
+# A counted repetition as the regex crate reads one: `{n}`, `{n,}`, `{n,m}`, `{,m}`, with
+# spaces allowed inside the braces; a brace with no number in it is a literal brace.
+_COUNTED = re.compile(r"\{\s*(\d*)\s*(?:(,)\s*(\d*)\s*)?\}")
+# What may follow a group's `(` before its first step: non-capturing, named, look-around,
+# inline flags (`(?i)`, `(?x:`).
+_GROUP_PREFIX = re.compile(
+    r"\?(:|=|!|<=|<!|P?<[A-Za-z_][A-Za-z0-9_]*>|[a-zA-Z-]+:|[a-zA-Z-]+(?=\)))"
+)
 
 
 def pattern_steps(pattern: str) -> int:
     """How many steps (characters, classes, `.`) `pattern` is with each counted
     repetition written out as the regex crate compiles it: `a{3}` is 3, `(ab|c){1,4}`
-    is 12, `.{1,10}` is 40 (a step across Unicode counts four); `*`, `+` and `?` loop
-    over what they follow, so they add nothing; anchors and other assertions are not
-    steps. Counted as if the pattern were valid: one that is
-    not is refused by the compiler after this."""
+    is 12, `.{1,10}` is 40 (a step across Unicode counts four), and the whole counts
+    eight times with case folding (`(?i)`); `*`, `+` and `?` loop over what
+    they follow, so they add nothing; anchors and other assertions are not steps.
+    Counted as if the pattern were valid: one that is not is refused by the compiler
+    after this."""
     # Per open group: [steps of its finished alternatives, of the current one].
     groups: list[list[int]] = [[0, 0]]
     last = 0  # steps of the atom a quantifier would repeat
@@ -266,9 +278,13 @@ def pattern_steps(pattern: str) -> int:
             continue
         elif char in "^$":
             last = 0
-        elif char == "{" and (counted := _COUNTED.match(pattern, i - 1)):
-            low, _, high = counted.groups()
-            times = _number(high) if high else _number(low) + (1 if high == "" else 0)
+        elif (
+            char == "{"
+            and (counted := _COUNTED.match(pattern, i - 1))
+            and counted[1] + (counted[3] or "")
+        ):
+            low, comma, high = counted.groups()
+            times = _number(high) if high else _number(low or "0") + (1 if comma else 0)
             groups[-1][1] += last * (max(times, 1) - 1)
             last *= max(times, 1)
             i = counted.end()
@@ -283,14 +299,25 @@ def pattern_steps(pattern: str) -> int:
     while len(groups) > 1:  # an unclosed group: refused later, counted anyway
         alternatives, current = groups.pop()
         groups[-1][1] += alternatives + current
-    return groups[0][0] + groups[0][1]
+    steps = groups[0][0] + groups[0][1]
+    return steps * _SLOW_MATCH_FACTOR if _SLOW_MATCH.search(pattern) else steps
 
 
 # `.`, a negated class and the escapes below match across Unicode: one step of them is
 # an automaton of several states (UTF-8), so it counts as four. At the cap, `.{1,63}z`
 # costs what `[a-c]{1,251}z` does; `.{1,251}z` took 29 s (docs/benchmarks.md).
 _WIDE_STEP = 4
-_WIDE_ESCAPES = frozenset("WSDpPu")
+_WIDE_ESCAPES = frozenset("wsdWSDpPu")
+# Case folding (`(?i)`, which the regex crate accepts: the Kelvin sign folds to `k`)
+# makes every step an alternation across Unicode: such a pattern's steps count eight
+# times. `(?i)[a-z]{1,250}z` took 47 s on 32 values of 60 KB before it was priced.
+_SLOW_MATCH = re.compile(r"\(\?[a-zA-Z-]*i")
+_SLOW_MATCH_FACTOR = 8
+# A word boundary (`\\b`, `\\B`: Unicode ones, as the regex crate reads them) keeps the
+# lazy DFA from matching non-ASCII text at all; the slower engine then pays per character
+# whatever the pattern's size (`\\b\\w{1,7}\\b`: 0.4 s on 32 values of 60 KB), so it is
+# refused. An escaped backslash before the `b` (`\\\\b`) is a backslash and a `b`.
+_WORD_BOUNDARY = re.compile(r"(?<!\\)(?:\\\\)*\\[bB]")
 # What an escape is worth, by the letter after its backslash (1 when not named here): a
 # word boundary is no step.
 _ESCAPE_STEPS = {"b": 0, "B": 0} | dict.fromkeys(_WIDE_ESCAPES, _WIDE_STEP)

@@ -231,6 +231,11 @@ def test_recursive_and_shared_definitions_as_clients_write_them_are_accepted() -
         "(?:ab|cd|ef){1,100}",  # an alternation repeated: each branch written out
         "((a|b){1,16}){1,16}",  # nested counts multiply
         "a{" + "9" * 5000 + "}",  # past what int() reads: counted as huge, not a crash
+        # From the hostile review: what the regex crate reads as a count, the gateway too.
+        "[a-c]{1, 1000}z",  # a space in the braces (was counted as 11 literal steps)
+        "(?x)[a-c]{1 ,1000}z",
+        "(?i)[a-z]{1,250}z",  # case folding: 47 s on 32 values of 60 KB
+        r"\s{1,250}z",  # \s is Unicode's: 20 s on 60,000 spaces
     ],
 )
 def test_a_pattern_past_its_written_out_steps_is_refused_with_what_to_use_instead(
@@ -247,11 +252,14 @@ def test_a_pattern_past_its_written_out_steps_is_refused_with_what_to_use_instea
     ("pattern", "steps"),
     [
         ("^[a-z0-9_-]{1,64}$", 64),
-        (r"^\d{4}-\d{2}-\d{2}$", 10),
+        (r"^\d{4}-\d{2}-\d{2}$", 34),  # \d is Unicode's digits: four a step
+        ("^[0-9]{4}-[0-9]{2}-[0-9]{2}$", 10),
         ("^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$", 36),
         ("(ab|c){1,4}", 12),
         ("(?:ab){2}", 4),
-        (r"\p{L}{3}\b", 12),  # a step across Unicode counts four
+        (r"\p{L}{3}", 12),  # a step across Unicode counts four
+        ("(?i)ab{2}", 24),  # case folding: the whole eight times
+        ("a{ 2 }", 2),
         (".{1,10}", 40),
         ("[^,]{2}", 8),
         ("[]a]{5}", 5),
@@ -262,6 +270,18 @@ def test_a_pattern_past_its_written_out_steps_is_refused_with_what_to_use_instea
 def test_patterns_as_clients_write_them_are_counted_and_accepted(pattern: str, steps: int) -> None:
     assert schemas.pattern_steps(pattern) == steps
     check_schema({"type": "string", "pattern": pattern}, compile_patterns=True)
+
+
+@pytest.mark.parametrize("pattern", [r"\bword\b", r"a\Bb", r"\\\bx"])
+def test_a_word_boundary_is_refused_in_a_schema_answers_are_checked_against(pattern: str) -> None:
+    # 0.4 s for `\b\w{1,7}\b` on 32 values of 60 KB, however few its steps.
+    with pytest.raises(SchemaRefused, match="word boundary"):
+        check_schema({"type": "string", "pattern": pattern}, compile_patterns=True)
+    check_schema({"type": "string", "pattern": pattern})  # a tool's parameters: not compiled
+
+
+def test_an_escaped_backslash_before_b_is_no_word_boundary() -> None:
+    check_schema({"type": "string", "pattern": r"^C:\\build$"}, compile_patterns=True)
 
 
 def test_a_schema_with_more_patterns_than_allowed_is_refused() -> None:
