@@ -28,6 +28,15 @@ connection:
   that a tenant with a valid key cannot hold every slot either, by keeping connections
   alive with requests that cost it nothing.
 
+A connection is kept alive between requests only once a request of its had its key
+accepted (a response other than 401, 404 or 405 on a path behind a key: `/v1/`,
+`/admin/`, `/metrics`): a client without a key gets its answer and then the connection
+closes, so it cannot hold a slot idle for `keepalive_timeout_s` after each cheap request.
+And a response sent before its request's body was read (a 401 to a large upload) is
+followed by the close too, once the rest has been read and dropped for up to
+`_LINGER_S`, so a body trickled a byte per `body_gap_timeout_s` holds nothing. The cost
+is one wrapper around a connection's requests until one is authenticated.
+
 Every refusal can be read: the response is written, the connection half-closed, and
 what the client still sends (its request, its body) read and dropped for up to
 `_LINGER_S` before the close, so the client reads its 408/429/503 instead of a reset
@@ -59,9 +68,10 @@ import termios
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import orjson
+from uvicorn._types import ASGIReceiveCallable, ASGISendCallable, ASGISendEvent, Scope
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from gateway.config.schema import ServerConfig
@@ -75,8 +85,9 @@ log = logging.getLogger("gateway")
 _RESERVED_FDS = 256
 # How long a refused connection is read (and dropped) before it is closed.
 _LINGER_S = 2.0
-# Refused connections lingering at once, at most; past it they are closed at once.
-_MAX_LINGERING = 1024
+# Refused connections lingering at once, at most; past it they are closed at once. They
+# are outside max_connections, so they come out of the descriptors kept for the rest.
+_MAX_LINGERING = _RESERVED_FDS // 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,6 +198,11 @@ _TOO_MANY_SLOW_FROM_ADDRESS = _response(
     b"retry-after: 1",
 )
 
+# Paths whose routes check the API key before anything else (see the module docstring),
+# and the statuses a request without a valid key gets there.
+_AUTHENTICATING_PATHS = ("/v1/", "/admin/", "/metrics")
+_UNAUTHENTICATED_STATUSES = frozenset({401, 404, 405})
+
 # Slow connections (see the module docstring) by address key (`_address_key`), in this
 # worker; an address leaves the dict when its count drops to 0, so the dict stays as
 # small as the set of addresses with slow connections open.
@@ -257,6 +273,10 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     _counted_open = False
     # Bytes from a trusted proxy before its PROXY header was whole (None: none expected).
     _proxy_prefix: bytes | None = None
+    # Whether a request of its had its key accepted; until then `self.app` is `_watched`
+    # around `_unwatched_app`, and the connection is not kept alive after a response.
+    _authenticated = False
+    _unwatched_app: Any = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         limits = _limits
@@ -274,6 +294,10 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
                 return
         super().connection_made(transport)
         self._joined = True
+        if to_ops:
+            self._authenticated = True  # the ops listener: its clients are Prometheus, ops
+        else:
+            self._unwatched_app, self.app = self.app, self._watched
         self._arm_head()  # also for a connection that never sends a byte
 
     def _admit(self, transport: asyncio.Transport, address: str | None) -> bool:
@@ -302,6 +326,8 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             self._counted_open = False
             _decrement(_open_by_address, self._address)
         self._address = None
+        if self._unwatched_app is not None:
+            self.app = self._unwatched_app  # no cycle through the bound method left behind
         super().connection_lost(exc)
 
     def _unsupported_upgrade_warning(self) -> None:
@@ -309,6 +335,46 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         # is answered as plain HTTP, without uvicorn's two log lines for each one, which
         # any client could send to flood the log.
         pass
+
+    async def _watched(
+        self, scope: Scope, receive: ASGIReceiveCallable, send: ASGISendCallable
+    ) -> None:
+        """The app for the requests of a connection not yet authenticated: learns from
+        the response's status whether the request's key was accepted."""
+        app = self._unwatched_app
+        path = scope.get("path")
+        if self._authenticated or not isinstance(path, str):
+            await app(scope, receive, send)
+            return
+        if not path.startswith(_AUTHENTICATING_PATHS):
+            await app(scope, receive, send)  # a probe, say: it says nothing of the key
+            return
+
+        async def send_watched(message: ASGISendEvent) -> None:
+            if (
+                message["type"] == "http.response.start"
+                and message["status"] not in _UNAUTHENTICATED_STATUSES
+            ):
+                self._authenticated = True
+                self.app = app
+            await send(message)
+
+        await app(scope, receive, send_watched)
+
+    def on_response_complete(self) -> None:
+        """Keep a connection alive only when it has been authenticated, and only once its
+        request's body was read: else read and drop what still comes, for up to
+        `_LINGER_S`, and close. A client without a key cannot hold a connection idle
+        (between requests, `keepalive_timeout_s`) or trickle a body it was already
+        answered for (a byte every `body_gap_timeout_s`)."""
+        unread_body = self.cycle is not None and self.cycle.more_body
+        super().on_response_complete()
+        if self.transport.is_closing() or self.pipeline:
+            return
+        if unread_body or not self._authenticated:
+            self._unset_keepalive_if_required()
+            self._waiting = "idle"
+            self._linger_close(b"")
 
     def _refuse(self, transport: asyncio.Transport, response: bytes, reason: str) -> None:
         """Answer a new connection with `response` and close it once it has been read."""
@@ -554,7 +620,7 @@ def _from_trusted_proxy(peer: object, limits: ConnectionLimits) -> bool:
     if not limits.trusted_proxies or not isinstance(peer, tuple) or not peer:
         return False
     try:
-        address = ipaddress.ip_address(peer[0])
+        address = ipaddress.ip_address(peer[0].partition("%")[0])
     except ValueError:
         return False
     if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
@@ -567,7 +633,7 @@ def _address_key(peer: object) -> str | None:
     (an IPv4 client of a dual-stack socket by its IPv4 address); None without one."""
     if not isinstance(peer, tuple) or not peer or not isinstance(peer[0], str):
         return None  # a Unix socket
-    host: str = peer[0]
+    host: str = peer[0].partition("%")[0]  # a link-local address's zone: not the client's
     if ":" not in host:
         return host
     try:

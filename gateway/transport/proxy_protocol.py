@@ -59,10 +59,12 @@ def _parse_v1(data: bytes) -> ProxyHeader | None:
         raise ProxyHeaderError("a malformed PROXY v1 line")
     try:
         source = ipaddress.ip_address(parts[2].decode("ascii"))
-        port = int(parts[4])
     except (UnicodeDecodeError, ValueError):
         raise ProxyHeaderError("a malformed PROXY v1 address") from None
-    if source.version != (4 if parts[1] == b"TCP4" else 6) or not 0 <= port <= 65535:
+    # Ports as the specification writes them: 1 to 5 digits (int() also takes `+1_0`).
+    port = int(parts[4]) if parts[4].isdigit() and len(parts[4]) <= 5 else -1
+    wrong_family = source.version != (4 if parts[1] == b"TCP4" else 6)
+    if wrong_family or "%" in str(source) or not 0 <= port <= 65535:
         raise ProxyHeaderError("a malformed PROXY v1 address")
     return ProxyHeader((str(source), port), end + 2)
 

@@ -235,6 +235,61 @@ async def test_a_refused_client_sending_its_body_reads_the_refusal(port: int) ->
     await settled(port, "127.0.0.6")
 
 
+@pytest.mark.parametrize(
+    ("path", "key", "status"),
+    [
+        ("/v1/models", None, 401),
+        ("/v1/models", b"Bearer sk-wrong", 401),
+        ("/livez", None, 200),  # a probe answers anyone: it says nothing of a key
+        ("/v1/unknown", GOOD_KEY, 404),
+    ],
+)
+async def test_a_connection_without_an_accepted_key_closes_after_its_answer(
+    port: int, path: str, key: bytes | None, status: int
+) -> None:
+    # Hostile review: a request without a key, then the connection held idle until
+    # keepalive_timeout_s; 1,024 of them per address filled the worker.
+    client = await Client.open(port, "127.0.0.10")
+    assert await client.get(path, key) == status
+    assert await client.refusal() == b""  # closed by the gateway, nothing more sent
+    await client.close()
+
+
+async def test_a_connection_whose_key_was_accepted_is_kept_alive(port: int) -> None:
+    client = await Client.open(port, "127.0.0.10")
+    for _ in range(3):
+        assert await client.get("/v1/models", GOOD_KEY) == 200
+    assert await client.get("/v1/models") == 401  # still its connection, now a client's
+    assert await client.get("/livez") == 200
+    await client.close()
+
+
+async def test_a_body_answered_before_it_was_read_holds_the_connection_no_longer(
+    port: int,
+) -> None:
+    # Hostile review: a 401 at once to a 1 MB upload without a key, then a byte of body
+    # every 29 s held the connection for as long as the body lasted.
+    client = await Client.open(port, "127.0.0.11")
+    client.writer.write(
+        b"POST /v1/models HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000\r\n\r\n" + b"x" * 10
+    )
+    assert await client.status() == 401
+
+    async def trickle() -> None:
+        with contextlib.suppress(ConnectionError):
+            for _ in range(int(GUARD_S / 0.1)):
+                client.writer.write(b"x")
+                await client.writer.drain()
+                await asyncio.sleep(0.1)
+
+    trickling = asyncio.create_task(trickle())
+    try:
+        assert await client.refusal() == b""  # closed while the body still came
+    finally:
+        trickling.cancel()
+        await client.close()
+
+
 async def test_no_cap_when_set_to_0(port: int) -> None:
     protocol.configure(ServerConfig(**{**LIMITS, "max_slow_connections_per_address": 0}))
     async with clients(port, "127.0.0.7", CAP + 2) as idle:
@@ -314,6 +369,7 @@ async def test_a_connection_without_its_proxy_header_is_refused(
         (("2001:db8:1:2:bbbb::9", 5000, 0, 0), "2001:0db8:0001:0002::/64"),
         (("2001:db8:1:3::1", 5000, 0, 0), "2001:0db8:0001:0003::/64"),
         (("::ffff:198.51.100.4", 5000, 0, 0), "198.51.100.4"),  # IPv4 on a dual-stack socket
+        (("fe80::1%eth0", 5000, 0, 2), "fe80:0000:0000:0000::/64"),  # link-local: no crash
         ("", None),  # a Unix socket
         (None, None),
     ],

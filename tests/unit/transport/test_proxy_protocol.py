@@ -54,6 +54,8 @@ def test_a_header_in_pieces_waits_for_more(data: bytes) -> None:
         b"PROXY TCP4 2001:db8::1 10.0.0.1 1 2\r\n",  # an IPv6 address said to be TCP4
         b"PROXY TCP4 1.2.3.4 10.0.0.1 99999 2\r\n",
         b"PROXY TCP4 1.2.3.4\r\n",
+        b"PROXY TCP4 1.2.3.4 10.0.0.1 +1_0 2\r\n",  # int() reads it; the specification not
+        b"PROXY TCP6 fe80::1%eth0 ::1 1 80\r\n",  # a zone is no client's address
         b"PROXY TCP4 \xff\xfe 1 2 3\r\n",
         V2 + b"\x31\x11\x00\x0c" + bytes(12),  # version 3
         V2 + b"\x21\x11\xff\xff",  # 64 KiB of header announced
