@@ -57,6 +57,10 @@ from gateway.inference.types import (
 )
 
 MAX_METADATA = 16
+# OpenAI's caps on one metadata entry: a stored response keeps it for its lifetime, so
+# without them one tenant's `store: true` fills the Redis every limit lives in.
+MAX_METADATA_KEY = 64
+MAX_METADATA_VALUE = 512
 # Entries of `tools`, namespaces' included, walked at most: the function tools among them
 # are capped by `MAX_TOOLS` as chat's are; this bounds the hosted ones left out.
 MAX_TOOL_ENTRIES = 4 * MAX_TOOLS
@@ -605,6 +609,8 @@ def _response_format(raw: object) -> ResponseFormat | None:
 
 
 def _metadata(raw: object) -> dict[str, str]:
+    """`metadata` as OpenAI bounds it: at most 16 string values, keys of at most 64
+    characters, values of at most 512."""
     if raw is None:
         return {}
     if (
@@ -615,4 +621,16 @@ def _metadata(raw: object) -> dict[str, str]:
         raise bad_request(
             f"`metadata` must be an object of at most {MAX_METADATA} string values.", "metadata"
         )
+    for key, value in raw.items():
+        if len(key) > MAX_METADATA_KEY:
+            raise bad_request(
+                f"`metadata` keys are at most {MAX_METADATA_KEY} characters; one has {len(key)}.",
+                "metadata",
+            )
+        if len(value) > MAX_METADATA_VALUE:
+            raise bad_request(
+                f"`metadata` values are at most {MAX_METADATA_VALUE} characters; the value "
+                f"of `{key}` has {len(value)}.",
+                "metadata",
+            )
     return dict(raw)

@@ -58,6 +58,12 @@ def test_items_become_chat_messages_after_the_history() -> None:
     assert state.conversation == request.messages[1:]
 
 
+def test_metadata_at_openais_caps_is_accepted() -> None:
+    metadata = {f"{i:02d}" + "k" * 62: "v" * 512 for i in range(16)}
+    request = parse_responses({"model": "m", "input": "hi", "metadata": metadata}, 16)
+    assert dict(state_of(request).metadata) == metadata
+
+
 @pytest.mark.parametrize(
     ("fields", "param"),
     [
@@ -75,6 +81,11 @@ def test_items_become_chat_messages_after_the_history() -> None:
         ({"tools": [{"name": "f"}]}, "tools[0].type"),  # a tool of no type
         ({"tool_choice": "required"}, "tool_choice"),
         ({"metadata": {"k": 1}}, "metadata"),
+        # Issue 40: 16 values of 60 KB each, kept 24 h with a stored response.
+        ({"metadata": {f"k{i}": "x" * 60_000 for i in range(16)}}, "metadata"),
+        ({"metadata": {"k": "x" * 513}}, "metadata"),
+        ({"metadata": {"k" * 65: "v"}}, "metadata"),
+        ({"metadata": {f"k{i}": "v" for i in range(17)}}, "metadata"),
         ({"text": {"format": {"type": "xml"}}}, "text.format.type"),
     ],
 )
