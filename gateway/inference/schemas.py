@@ -159,13 +159,13 @@ def validator(schema: Mapping[str, Any]) -> jsonschema_rs.Validator:
 
 def _compile(schema: Mapping[str, Any]) -> jsonschema_rs.Validator:
     """A validator for answers: its patterns within their budget, its expansion bounded."""
-    patterns = _count_patterns(schema)
-    if patterns > MAX_PATTERNS:
+    patterns = list(_patterns(schema))
+    if len(patterns) > MAX_PATTERNS:
         raise SchemaRefused(
-            f"it has {patterns} patterns; a schema answers are checked against may have "
+            f"it has {len(patterns)} patterns; a schema answers are checked against may have "
             f"at most {MAX_PATTERNS}"
         )
-    for pattern in _patterns(schema):
+    for pattern in patterns:
         if _WORD_BOUNDARY.search(pattern):
             raise SchemaRefused(
                 f"the pattern `{_shown(pattern)}` has a word boundary (`\\b` or `\\B`), which "
@@ -210,10 +210,6 @@ def _remember(
     cache[key] = value
     if len(cache) > size:
         cache.popitem(last=False)
-
-
-def _count_patterns(schema: Mapping[str, Any]) -> int:
-    return sum(1 for _ in _patterns(schema))
 
 
 def _patterns(schema: Mapping[str, Any]) -> Iterator[str]:
