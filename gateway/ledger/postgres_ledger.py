@@ -204,21 +204,18 @@ class PostgresLedger:
         return [from_row(tuple(row.values())) for row in rows]
 
     async def _fetch(self, sql: str, args: Sequence[object]) -> list[Any]:
-        if not self.read_only:
-            pool = await self._ready_pool()
-            return list(await pool.fetch(sql, *args))
         try:
             pool = await self._ready_pool()
             return list(await pool.fetch(sql, *args))
-        except asyncpg.UndefinedTableError:
-            raise LedgerUnavailable(
-                f"the database {_shown(self.dsn)} holds no usage ledger (no {TABLE} table)"
-            ) from None
         except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError) as error:
-            reason = " ".join(str(error).split()) or type(error).__name__
-            raise LedgerUnavailable(
-                f"cannot read the usage ledger in {_shown(self.dsn)}: {reason}"
-            ) from None
+            if not self.read_only:  # the gateway's own reads: its callers map these
+                raise
+            if isinstance(error, asyncpg.UndefinedTableError):
+                reason = f"the database {_shown(self.dsn)} holds no usage ledger (no {TABLE} table)"
+            else:
+                detail = " ".join(str(error).split()) or type(error).__name__
+                reason = f"cannot read the usage ledger in {_shown(self.dsn)}: {detail}"
+            raise LedgerUnavailable(reason) from None
 
     async def count(self) -> int:
         """How many records the table holds."""
