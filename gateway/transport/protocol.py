@@ -286,11 +286,12 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             _refusals.refused(limits.max_connections)
             return
         peer = transport.get_extra_info("peername")
-        if not to_ops and (limits.max_slow_per_address or limits.max_per_address):
+        capped = limits.max_slow_per_address or limits.max_per_address
+        if not to_ops:
             if _from_trusted_proxy(peer, limits):
                 if limits.proxy_protocol:
-                    self._proxy_prefix = b""  # the client is named by the header
-            elif not self._admit(transport, _address_key(peer)):
+                    self._proxy_prefix = b""  # the client is named by the header, caps or not
+            elif capped and not self._admit(transport, _address_key(peer)):
                 return
         super().connection_made(transport)
         self._joined = True

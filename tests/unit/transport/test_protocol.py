@@ -350,6 +350,19 @@ async def test_slow_clients_behind_the_proxy_protocol_count_by_their_address(
             await client.close()
 
 
+async def test_the_proxy_protocol_is_read_with_the_caps_off(port: int) -> None:
+    # The header was read only while a per-address cap was on; with both at 0 it reached
+    # the HTTP parser as a request line (400).
+    no_caps = {"max_slow_connections_per_address": 0, "max_connections_per_address": 0}
+    protocol.configure(ServerConfig(**{**LIMITS, **no_caps}, proxy_protocol=True))
+    client = await proxied(port, v1("203.0.113.8"))
+    client.send("/whoami")
+    head = await asyncio.wait_for(client.reader.readuntil(b"\r\n\r\n"), GUARD_S)
+    assert head.startswith(b"HTTP/1.1 200 ")
+    assert await client.reader.readexactly(len(b"203.0.113.8")) == b"203.0.113.8"
+    await client.close()
+
+
 @pytest.mark.parametrize("start", [b"GET / HTTP/1.1\r\n\r\n", b"PROXY TCP4 nonsense\r\n"])
 async def test_a_connection_without_its_proxy_header_is_refused(
     port: int, proxy_protocol_on: None, start: bytes
