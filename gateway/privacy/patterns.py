@@ -213,11 +213,12 @@ SECRETS: tuple[Detector, ...] = (
         finder=_key_value_matches,
     ),
     # A bare AWS secret access key: 40 characters of base64 with upper and lower case
-    # letters and a digit (a git hash is lower-case hex: not one).
+    # letters and a digit (a git hash is lower-case hex: not one). After an `=` too: a
+    # query string's `?q=KEY` (base64's own `=` only ever ends a run, never starts one).
     Detector(
         "api_key",
         re.compile(
-            r"(?<![A-Za-z0-9/+=])(?=[A-Za-z0-9/+]{0,39}[A-Z])(?=[A-Za-z0-9/+]{0,39}[a-z])"
+            r"(?<![A-Za-z0-9/+])(?=[A-Za-z0-9/+]{0,39}[A-Z])(?=[A-Za-z0-9/+]{0,39}[a-z])"
             r"(?=[A-Za-z0-9/+]{0,39}[0-9])[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+=])"
         ),
         gate=re.compile(r"[A-Za-z0-9/+]{40}"),
