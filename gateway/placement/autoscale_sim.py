@@ -6,9 +6,13 @@ model, the timing rules, minimum runtimes) and placement's `plan_deployments`
 
 - A model's capacity is `slots_per_replica` requests at once per node that runs a ready
   replica of it (the gateway's admission does exactly this: one endpoint per node).
-- A request holds its slot for its model's `service_s` and has its first token
-  `prefill_s` after it gets one; it waits in a FIFO queue for at most `max_wait_s`, and
-  is refused then (the gateway's queue timeout).
+- A request holds its slot for its `service_s` (its model's, unless the trace says) and
+  has its first token `prefill_s` after it gets one; it waits for at most `max_wait_s`,
+  and is refused then (the gateway's queue timeout). The queue is the admission's, in
+  short: online before batch, first come first served within a class, at most the
+  model's `max_queued` waiting (an online arrival sheds the newest batch request; any
+  other arrival is refused at once, and still counted as demand).
+- A request with `n` choices is `n` requests (the gateway admits each choice apart).
 - A replica placed is ready `load_s` later (Triton's load); a replica removed takes no
   new request at once and holds its GPU for one more `service_s` (its drain).
 - Each interval the loop sees what the gateways would report: arrivals, busy seconds and
@@ -37,13 +41,38 @@ from gateway.scheduler.cluster import GPU_MILLI
 STEP_S = 0.01
 
 
+# The admission's priority classes (its default), highest first.
+CLASSES = ("online", "batch")
+
+
 @dataclass(frozen=True, slots=True)
 class Phase:
-    """A stretch of the trace: requests a second per model, Poisson arrivals."""
+    """A stretch of the trace: requests a second per model, Poisson arrivals; with
+    `ramp_to`, each model's rate goes in a straight line from `rates` to `ramp_to` over
+    the phase."""
 
     name: str
     seconds: float
     rates: Mapping[str, float]
+    priority: str = "online"
+    ramp_to: Mapping[str, float] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Burst:
+    """`requests` requests at once, every `every_s` from `start_s` on: spread evenly over
+    `spread_s`, each with `n` choices (`n` requests to admission), of one priority."""
+
+    name: str
+    model: str
+    every_s: float
+    requests: int
+    n: int = 1
+    spread_s: float = 0.0
+    start_s: float = 0.0
+    priority: str = "online"
+    service_s: float | None = None  # each choice's; None: its model's
+    cost_tokens: int | None = None  # what the gateway reserves for each; None: its model's
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,15 +82,30 @@ class ModelProfile:
     service_s: float  # the slot is held this long
     prefill_s: float  # the first token comes this long after the slot
     ttft_target_s: float  # the SLO: a request is within it when its TTFT is at most this
+    cost_tokens: int = 100  # what the gateway reserves for a request (prompt + max_tokens)
+    max_queued: int | None = None  # the admission queue's bound; None: no bound
+
+
+@dataclass(frozen=True, slots=True)
+class SimRequest:
+    """One request to admission: when, to what, of which class, and what it costs."""
+
+    t: float
+    model: str
+    priority: str
+    service_s: float
+    cost_tokens: int
 
 
 @dataclass(frozen=True, slots=True)
 class Workload:
-    """Phases of demand over models, with a seed: the same arrivals for every policy."""
+    """Phases of demand over models, and bursts, with a seed: the same arrivals for
+    every policy."""
 
     phases: Sequence[Phase]
     profiles: Mapping[str, ModelProfile]
     seed: int = 0
+    bursts: Sequence[Burst] = ()
 
     @property
     def seconds(self) -> float:
@@ -70,20 +114,60 @@ class Workload:
 
     def arrivals(self) -> list[tuple[float, str]]:
         """Every request as (seconds from the start, model), in time order."""
+        return sorted((r.t, r.model) for r in self.requests())
+
+    def requests(self) -> list[SimRequest]:
+        """Every request, in time order (the phases' Poisson arrivals, then the bursts)."""
         rng = random.Random(self.seed)
-        arrivals = []
+        found = []
         start = 0.0
         for phase in self.phases:
             for model, rate in sorted(phase.rates.items()):
-                t = start
-                while rate > 0:
-                    t += rng.expovariate(rate)
-                    if t >= start + phase.seconds:
-                        break
-                    arrivals.append((t, model))
+                profile = self.profiles[model]
+                end_rate = rate if phase.ramp_to is None else phase.ramp_to.get(model, rate)
+                for t in _poisson(rng, start, phase.seconds, rate, end_rate):
+                    found.append(
+                        SimRequest(t, model, phase.priority, profile.service_s, profile.cost_tokens)
+                    )
             start += phase.seconds
-        arrivals.sort()
-        return arrivals
+        for burst in self.bursts:
+            found += _burst_requests(burst, self.profiles[burst.model], self.seconds)
+        found.sort(key=lambda r: r.t)
+        return found
+
+
+def _poisson(
+    rng: random.Random, start: float, seconds: float, rate: float, end_rate: float
+) -> list[float]:
+    """Arrival times of a Poisson process over [start, start + seconds), its rate going
+    from `rate` to `end_rate` in a straight line (thinning, for a ramp)."""
+    times = []
+    peak = max(rate, end_rate)
+    t = start
+    while peak > 0:
+        t += rng.expovariate(peak)
+        if t >= start + seconds:
+            break
+        if rate != end_rate:
+            now = rate + (end_rate - rate) * (t - start) / seconds
+            if rng.random() * peak > now:
+                continue
+        times.append(t)
+    return times
+
+
+def _burst_requests(burst: Burst, profile: ModelProfile, end: float) -> list[SimRequest]:
+    service = profile.service_s if burst.service_s is None else burst.service_s
+    cost = profile.cost_tokens if burst.cost_tokens is None else burst.cost_tokens
+    found = []
+    at = burst.start_s
+    while at < end:
+        for i in range(burst.requests):
+            t = at + burst.spread_s * i / burst.requests
+            if t < end:
+                found += [SimRequest(t, burst.model, burst.priority, service, cost)] * burst.n
+        at += burst.every_s
+    return found
 
 
 # Two models of two tenants on a fleet of four 1-GPU nodes: demand moves from one model
@@ -125,6 +209,12 @@ class PolicyResult:
     lost: int = 0  # requests on a replica when it was unloaded (the drain makes it 0)
     seconds: float = 0.0
     timeline: list[Sample] = field(default_factory=list)  # one per interval
+    # Each load (+1) and unload (-1) of a replica: (seconds from the start, model, +-1).
+    changes: list[tuple[float, str, int]] = field(default_factory=list)
+
+    def changes_within(self, seconds: float) -> int:
+        """Loads and unloads in the trace's first `seconds`."""
+        return sum(1 for t, _, _ in self.changes if t <= seconds)
 
     @property
     def slo_attainment(self) -> float:
@@ -155,12 +245,34 @@ class PolicyResult:
 class _Model:
     profile: ModelProfile
     slots: int
-    waiting: deque[float] = field(default_factory=deque)  # arrival times
-    running: list[float] = field(default_factory=list)  # heap of finish times
+    # Per class, highest first: (arrival time, the request), oldest first.
+    waiting: dict[str, deque[tuple[float, SimRequest]]] = field(
+        default_factory=lambda: {name: deque() for name in CLASSES}
+    )
+    running: list[tuple[float, int, SimRequest]] = field(default_factory=list)  # heap: finish
     arrived: int = 0  # this interval
     busy_s: float = 0.0
     completed: int = 0
     ttfts: list[float] = field(default_factory=list)
+    started: int = 0  # a tie-breaker for the heap
+
+    @property
+    def queued(self) -> int:
+        return sum(len(queue) for queue in self.waiting.values())
+
+    def arrive(self, request: SimRequest, now: float, result: PolicyResult) -> None:
+        """Queue `request`, or refuse it (a full queue), as admission does; counted
+        either way."""
+        self.arrived += 1
+        bound = self.profile.max_queued
+        if bound is not None and self.queued >= bound:
+            lower = [q for name, q in self.waiting.items() if _below(name, request.priority) and q]
+            if not lower:
+                result.refused += 1
+                return
+            lower[-1].pop()  # the newest of the lowest class that waits is shed
+            result.refused += 1
+        self.waiting[request.priority].append((now, request))
 
 
 class _Fleet:
@@ -179,15 +291,23 @@ class _Fleet:
         """The first placement: ready from the start, not counted as a change."""
         self.ready_at = {(p.model, p.index, p.node): 0.0 for p in plan.placements}
 
-    def move_to(self, plan: DeploymentPlan, now: float, service_s: Mapping[str, float]) -> None:
+    def move_to(
+        self,
+        plan: DeploymentPlan,
+        now: float,
+        service_s: Mapping[str, float],
+        changes: list[tuple[float, str, int]],
+    ) -> None:
         placed = {(p.model, p.index, p.node) for p in plan.placements}
-        for replica in placed - set(self.ready_at):
+        for replica in sorted(placed - set(self.ready_at)):
             self.ready_at[replica] = now + self._load_s
             self.changes += 1
-        for replica in set(self.ready_at) - placed:
+            changes.append((now, replica[0], 1))
+        for replica in sorted(set(self.ready_at) - placed):
             del self.ready_at[replica]
             self.draining[replica] = now + service_s.get(replica[0], 0.0)
             self.changes += 1
+            changes.append((now, replica[0], -1))
 
     def ready_nodes(self, model: str, now: float) -> int:
         return len({n for (m, _, n), at in self.ready_at.items() if m == model and at <= now})
@@ -230,16 +350,15 @@ def run_policy(
     fleet = _Fleet(cluster, load_s)
     fleet.start(plan)
     interval = cluster.autoscaling.interval_s
-    arrivals = deque(workload.arrivals())
+    arrivals = deque(workload.requests())
     end = workload.seconds
     steps = math.ceil(end / STEP_S)
     next_tick = interval
     for step in range(1, steps + 1):
         now = step * STEP_S
-        while arrivals and arrivals[0][0] <= now:
-            _, name = arrivals.popleft()
-            models[name].waiting.append(now)
-            models[name].arrived += 1
+        while arrivals and arrivals[0].t <= now:
+            request = arrivals.popleft()
+            models[request.model].arrive(request, now, result)
             result.requests += 1
         for name, model in models.items():
             _serve(model, now, fleet.ready_nodes(name, now), max_wait_s, result)
@@ -257,7 +376,7 @@ def run_policy(
                         keep=plan,
                         protected=autoscaler.protected(now),
                     )
-                    fleet.move_to(plan, now, service)
+                    fleet.move_to(plan, now, service, result.changes)
                     autoscaler.observe(plan, now)
             for model in models.values():
                 model.arrived, model.busy_s, model.completed = 0, 0.0, 0
@@ -268,21 +387,29 @@ def run_policy(
 
 
 def _serve(model: _Model, now: float, nodes: int, max_wait_s: float, result: PolicyResult) -> None:
-    """Finish what is done, refuse what waited too long, start what fits."""
-    while model.running and model.running[0] <= now:
-        heapq.heappop(model.running)
+    """Finish what is done, refuse what waited too long, start what fits (online first)."""
+    while model.running and model.running[0][0] <= now:
+        _, _, request = heapq.heappop(model.running)
         model.completed += 1
-        model.busy_s += model.profile.service_s
-    while model.waiting and now - model.waiting[0] > max_wait_s:
-        model.waiting.popleft()
-        result.refused += 1
-    while model.waiting and len(model.running) < nodes * model.slots:
-        arrived = model.waiting.popleft()
-        heapq.heappush(model.running, now + model.profile.service_s)
-        ttft = now - arrived + model.profile.prefill_s
-        model.ttfts.append(ttft)
-        if ttft <= model.profile.ttft_target_s:
-            result.within_slo += 1
+        model.busy_s += request.service_s
+    for queue in model.waiting.values():
+        while queue and now - queue[0][0] > max_wait_s:
+            queue.popleft()
+            result.refused += 1
+    for queue in model.waiting.values():
+        while queue and len(model.running) < nodes * model.slots:
+            arrived, request = queue.popleft()
+            model.started += 1
+            heapq.heappush(model.running, (now + request.service_s, model.started, request))
+            ttft = now - arrived + model.profile.prefill_s
+            model.ttfts.append(ttft)
+            if ttft <= model.profile.ttft_target_s:
+                result.within_slo += 1
+
+
+def _below(priority: str, than: str) -> bool:
+    """Whether class `priority` is below class `than`."""
+    return CLASSES.index(priority) > CLASSES.index(than)
 
 
 def _demand(model: _Model, interval: float) -> Demand:
@@ -292,7 +419,7 @@ def _demand(model: _Model, interval: float) -> Demand:
     return Demand(
         arrival_rate=model.arrived / interval,
         service_s=model.busy_s / model.completed if model.completed else 0.0,
-        queued=len(model.waiting),
+        queued=model.queued,
         in_flight=len(model.running),
         ttft_p95_s=p95,
     )

@@ -12,6 +12,7 @@ import pytest
 
 from gateway.cli import main
 from gateway.config.cluster_config import load_cluster
+from gateway.placement.autoscale_cli import load_trace
 from gateway.placement.autoscale_sim import SHIFTING, run_policy
 
 FLEET = Path(__file__).parents[3] / "loadtest" / "autoscale-config" / "cluster.yaml"
@@ -69,3 +70,45 @@ def test_a_bad_cluster_file_is_refused_at_its_line(
     bad.write_text("nodes: []\ndeployments:\n  - model: x\n    replicas: -1\n")
     assert main(["simulate", "autoscale", "--cluster", str(bad)]) == 2
     assert f"{bad}:4" in capsys.readouterr().out
+
+
+ATTACK = Path(__file__).parents[3] / "loadtest" / "autoscale-attack"
+
+
+def test_a_trace_file_gives_bursts_of_choices_ramps_and_classes() -> None:
+    workload, problems = load_trace(str(ATTACK / "both.yaml"))
+    assert problems == [] and workload is not None
+    requests = workload.requests()
+    globex = [r for r in requests if r.priority == "batch"]
+    # 24 requests of 16 choices every 80 s from 20 s on, within 1,800 s: 23 bursts.
+    assert len(globex) == 23 * 24 * 16
+    assert {r.t for r in globex if r.t < 80} == {20 + i / 24 for i in range(24)}
+    streams = [r for r in requests if r.service_s == 1.0]
+    assert len(streams) == 21 * 200 and {r.cost_tokens for r in streams} == {320}
+    ramp, _ = load_trace(str(ATTACK / "ramp.yaml"))
+    assert ramp is not None
+    times = [t for t, _ in ramp.arrivals()]
+    early = sum(1 for t in times if 60 <= t < 90)
+    late = sum(1 for t in times if 330 <= t < 360)
+    assert 3 * early < late  # about 16 to 31 a second at first, 146 to 160 at the end
+
+
+def test_a_bad_trace_file_is_refused_at_its_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = tmp_path / "trace.yaml"
+    bad.write_text(
+        "profiles:\n  llm-small: {service_s: 1}\nphases:\n"
+        "  - {name: a, seconds: 10, rates: {llm-small: 1}}\n"
+        "bursts:\n  - {name: b, model: llm-small, every_s: 0, requests: 1}\n"
+    )
+    cluster = ATTACK / "cluster.yaml"
+    assert main(["simulate", "autoscale", "--cluster", str(cluster), "--trace", str(bad)]) == 2
+    assert f"{bad}:6" in capsys.readouterr().out
+    unknown = tmp_path / "unknown.yaml"
+    unknown.write_text(
+        "profiles:\n  other: {service_s: 1}\n"
+        "phases:\n  - {name: a, seconds: 1, rates: {other: 1}}\n"
+    )
+    assert main(["simulate", "autoscale", "--cluster", str(cluster), "--trace", str(unknown)]) == 2
+    assert "not deployed" in capsys.readouterr().out
