@@ -252,12 +252,19 @@ def _buckets(prefix: str, tenant: str, model: str | None, limits: RateLimits) ->
 
 
 def _budget_buckets(
-    prefix: str, tenant: str, model: str, budgets: Sequence[Budget], key_id: str = ""
+    prefix: str,
+    tenant: str,
+    model: str,
+    budgets: Sequence[Budget],
+    key_id: str = "",
+    *,
+    model_only: bool = False,
 ) -> list[_Bucket]:
-    """The spend buckets of `budgets` (the tenant's, or one key's) that cap `model`."""
+    """The spend buckets of `budgets` (the tenant's, or one key's) that cap `model` (with
+    `model_only`, those that name it: not the ones that cap every model)."""
     found = []
     for budget in budgets:
-        if budget.model is not None and budget.model != model:
+        if budget.model != model and (model_only or budget.model is not None):
             continue
         owner = f"spend:key:{key_id}" if key_id else "spend"
         key = bucket_key(prefix, tenant, f"{owner}:{budget.period}", budget.model)
@@ -283,18 +290,31 @@ def _key_buckets(prefix: str, tenant: str, key: KeyQuota) -> list[_Bucket]:
 
 
 def plan_for(
-    prefix: str, name: str, tenant: Tenant, model: str, key: KeyQuota | None = None
+    prefix: str,
+    name: str,
+    tenant: Tenant,
+    model: str,
+    key: KeyQuota | None = None,
+    *,
+    model_only: bool = False,
 ) -> _Plan:
     """The buckets and lease of `tenant` calling `model`, with the spend budgets of the
-    tenant, and the caps of its managed key (`key`): its rates and its budgets."""
-    buckets = _buckets(prefix, name, None, tenant.limits)
+    tenant, and the caps of its managed key (`key`): its rates and its budgets.
+
+    `model_only`: only what caps `model` itself (the tenant's limits for it, the budgets
+    of the tenant and the key that name it), no lease: what a fallback to `model` takes
+    on top of the request's own admission, which took the rest."""
+    buckets = [] if model_only else _buckets(prefix, name, None, tenant.limits)
     model_limits = tenant.limits.models.get(model)
     if model_limits is not None:
         buckets += _buckets(prefix, name, model, model_limits)
-    spend = _budget_buckets(prefix, name, model, tenant.budgets)
+    spend = _budget_buckets(prefix, name, model, tenant.budgets, model_only=model_only)
     if key is not None:
-        buckets += _key_buckets(prefix, name, key)
-        spend += _budget_buckets(prefix, name, model, key.budgets, key.key_id)
+        if not model_only:
+            buckets += _key_buckets(prefix, name, key)
+        spend += _budget_buckets(
+            prefix, name, model, key.budgets, key.key_id, model_only=model_only
+        )
     buckets += spend
     inflight_key = bucket_key(prefix, name, "inflight", None)
     # The store's arguments, as `RedisBuckets.take` would build them from each bucket's
@@ -312,7 +332,7 @@ def plan_for(
     changes_at = [4 + 3 * i for i in range(len(adjusted))]
     return _Plan(
         buckets=tuple(buckets),
-        max_concurrent=tenant.limits.max_concurrent,
+        max_concurrent=None if model_only else tenant.limits.max_concurrent,
         inflight_key=inflight_key,
         shadow=tenant.shadow,
         token_buckets=token_buckets,
@@ -373,16 +393,16 @@ class RateLimiter:
         # local reservation of an outage up to that one is settled in Redis.
         self._outages = 0
         self._outages_charged = 0
-        # By (tenant, model, key id): the key's own budgets are in its plan (a key
-        # without budgets shares its tenant's plan, under key id "").
-        self._plans: dict[tuple[str, str, str], _Plan] = {}
+        # By (tenant, model, key id, model only): the key's own budgets are in its plan
+        # (a key without budgets shares its tenant's plan, under key id "").
+        self._plans: dict[tuple[str, str, str, bool], _Plan] = {}
         # Redis's latest answer for each set of buckets, with the local clock it came at:
         # what the local buckets are seeded from when Redis goes away (`_seed_local`).
         # Seeding then rather than on every take gives the same local state at a fraction
         # of the cost, as nothing else writes bucket levels locally while Redis is up.
-        # By (tenant, model), as plans are.
+        # By the plan's key, as plans are.
         # The value: the plan's buckets, take.lua's reply, the clock.
-        self._reported: dict[tuple[str, str, str], tuple[Sequence[_Bucket], Any, float]] = {}
+        self._reported: dict[tuple[str, str, str, bool], tuple[Sequence[_Bucket], Any, float]] = {}
         self._tenants = tenants.tenants
         self._redis_down = False
         self._probe: asyncio.Task[None] | None = None
@@ -410,24 +430,27 @@ class RateLimiter:
         self._seed_local()
         self._plans.clear()
 
-    def _plan(self, tenant: str, model: str, key: KeyQuota | None = None) -> _Plan:
+    def _plan(
+        self, tenant: str, model: str, key: KeyQuota | None = None, *, model_only: bool = False
+    ) -> _Plan:
         if key is not None and key.empty:
             key = None
         key_id = "" if key is None else key.key_id
-        plan = self._plans.get((tenant, model, key_id))
+        cached = (tenant, model, key_id, model_only)
+        plan = self._plans.get(cached)
         # A key's caps may be changed while it is in use (`gateway keys update`).
         if plan is None or (plan.key is not key and plan.key != key):
             config = self._tenants.get(tenant)
             if config is None:
                 # A reload removed the tenant after its key was checked.
                 raise UnknownTenant(tenant)
-            plan = plan_for(self._prefix, tenant, config, model, key)
+            plan = plan_for(self._prefix, tenant, config, model, key, model_only=model_only)
             packers = self._packers(plan)
             if packers is not None:
                 plan = dataclasses.replace(plan, packers=packers)
             if len(self._plans) >= MAX_PLANS:
                 self._plans.clear()  # keys come and go: plans are cheap to make again
-            self._plans[(tenant, model, key_id)] = plan
+            self._plans[cached] = plan
         return plan
 
     def _packers(self, plan: _Plan) -> _Packers | None:
@@ -483,6 +506,7 @@ class RateLimiter:
         holds_slot: bool = True,
         reserve_micros: int = 0,
         key: KeyQuota | None = None,
+        model_only: bool = False,
     ) -> Decision:
         """Take what one request needs from every bucket that applies, or refuse.
 
@@ -491,9 +515,10 @@ class RateLimiter:
         takes no concurrency slot: it counts against the request limit only. Its most
         possible spend (`reserve_micros`) is taken from the tenant's budgets and those of
         its managed key (`key`), as one request and its tokens are from the key's own
-        rates, on the same call.
+        rates, on the same call. `model_only`: only `model`'s own limits and budgets
+        (`plan_for`), for a request admitted for another model that falls back to it.
         """
-        plan = self._plan(tenant, model, key)
+        plan = self._plan(tenant, model, key, model_only=model_only)
         if plan.unlimited:
             return Decision(allowed=True)
         lease = None
@@ -512,7 +537,7 @@ class RateLimiter:
                 # Not while Redis is down (a call sent before the outage answering late):
                 # the local buckets are what the debt is measured against.
                 if self._config.on_redis_error is RedisFailureMode.LOCAL and not self._redis_down:
-                    self._reported[(tenant, model, plan.key_id)] = (
+                    self._reported[(tenant, model, plan.key_id, model_only)] = (
                         plan.buckets, reply, monotonic_ms()
                     )  # fmt: skip
         local = reply is None
@@ -651,6 +676,36 @@ class RateLimiter:
         spend_delta = spent_micros - reservation.charged_micros
         reservation.charged_micros = spent_micros
         self._adjust(reservation, delta, release=True, spend_delta=spend_delta)
+
+    def give_back(
+        self,
+        taken_with: Reservation,
+        tenant: str,
+        model: str,
+        key: KeyQuota | None,
+        tokens: int,
+        micros: int,
+    ) -> None:
+        """Give `tokens` and `micros` back to `model`'s own limits and budgets (not the
+        tenant's or the key's, which keep them): what a request admitted for `model`
+        (`taken_with`) used on a fallback, charged there instead."""
+        try:
+            plan = self._plan(tenant, model, key, model_only=True)
+        except UnknownTenant:
+            return  # reloaded away: its buckets are no longer anyone's
+        if plan.unlimited or (tokens <= 0 and micros <= 0):
+            return
+        moved = Reservation(
+            plan.token_buckets,
+            None,
+            tokens,
+            taken_with.local,
+            outage=taken_with.outage,
+            plan=plan,
+            spend_buckets=plan.spend_buckets,
+            charged_micros=micros,
+        )
+        self.settle(moved, 0, 0)
 
     def _adjust(
         self, reservation: Reservation, delta: int, release: bool, spend_delta: int = 0

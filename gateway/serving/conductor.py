@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import time
 from collections.abc import AsyncGenerator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -38,6 +39,7 @@ from gateway.inference.types import (
     Delta,
     InferenceRequest,
     RequestKind,
+    ResponseFormat,
     UpstreamCall,
     Usage,
     UsageMeter,
@@ -46,7 +48,7 @@ from gateway.observability import metrics
 from gateway.observability.access import RequestRecord
 from gateway.observability.logging import redact
 from gateway.ratelimit.errors import LimiterUnavailable, UnknownTenant
-from gateway.ratelimit.limiter import Decision
+from gateway.ratelimit.limiter import Decision, Reservation
 from gateway.serving.auth import Identity
 from gateway.serving.chain import MissingCapability, check_context, fallback_chain
 from gateway.serving.dispatch import DeadlineMissed, Served, Work
@@ -223,12 +225,16 @@ class Conductor:
 
     async def count(self, identity: Identity, model: str = "") -> dict[str, str]:
         """Count a request that asks for no inference (`count_tokens`, a stored response
-        read, a stored answer replayed) against the tenant's request limit, and `model`'s
-        when it names one: `RateLimited` when it is spent. Cheap as these are, a tenant
-        could otherwise send them without end. Returns the rate-limit headers its answer
-        carries, as every counted answer does."""
+        read, a stored answer replayed) against the tenant's request limit, `model`'s
+        when it names one, and the managed key's own (a key's rate covers all it sends,
+        so that one key cannot spend its tenant's shared limit past its own):
+        `RateLimited` when one is spent. Cheap as these are, a tenant could otherwise
+        send them without end. Returns the rate-limit headers its answer carries, as
+        every counted answer does."""
         limiter = self._runtime.limiter
-        decision = await limiter.admit(identity.name, model, 0, holds_slot=False)
+        decision = await limiter.admit(
+            identity.name, model, 0, holds_slot=False, key=identity.key_quota
+        )
         if not decision.allowed:
             raise RateLimited(decision)
         if decision.reservation is not None:
@@ -243,8 +249,9 @@ class Conductor:
         reading, parsing and checking it cost the gateway work the client chose, so a
         tenant cannot send bad requests without end. Returns the rate-limit headers the
         refusal carries (none if the limiter cannot tell: Redis down, fail-closed);
-        `RateLimited` once the limit is spent, to take the refusal's place. A 429 or a
-        503 (the limiter or capacity) and a 504 are not counted."""
+        `RateLimited` once the limit (the tenant's, or the key's own) is spent, to take
+        the refusal's place. A 429 or a 503 (the limiter or capacity) and a 504 are not
+        counted."""
         if status < 400 or status in (429, 503, 504):
             return {}
         model = record.model if record.model in self._runtime.routes else ""
@@ -259,19 +266,16 @@ class Conductor:
         admitted = await self._admit(plan)
         # Only now: a cancel while the limiter's call is out would lose what Redis took.
         client.cancel_when_gone()
-        used = 0
         answered: set[int] = set()
         dispatcher = self._runtime.dispatcher
-        # What the parts answered so far cost (each priced by the model that served it).
-        spent = 0
+        # What the parts answered so far cost, each at the model that served it.
+        charges: list[Charge] = []
 
         async def dispatch(index: int, work: Work) -> tuple[Completion, Served]:
-            nonlocal used, spent
             completion, served = await dispatcher.complete(work)
             if completion.usage.prompt_tokens == 0:
-                completion.usage.prompt_tokens = work.first_call.prompt_estimate
-            used += completion.usage.total_tokens
-            spent += admitted.spend(served.route.name, completion.usage)
+                completion.usage.prompt_tokens = work.attempts[-1].call.prompt_estimate
+            charges.append(admitted.charge(served.route.name, completion.usage))
             answered.add(index)
             return completion, served
 
@@ -283,33 +287,24 @@ class Conductor:
         except BaseException as exc:
             if client.gone or isinstance(exc, _CUT_BY_TIME):
                 # Left, or cut at its deadline (which the client may choose), while its
-                # parts were with a replica: they are paid for in full.
+                # parts were with a replica: they pay what the replica did.
                 pending = [w for i, w in enumerate(admitted.works) if i not in answered]
-                used += sum(_unseen_cost(work, whole=True) for work in pending)
-                spent += sum(admitted.unseen_spend(work, whole=True) for work in pending)
-            admitted.settle(used, spent)
+                charges += admitted.cut_charges(pending, whole=True)
+            admitted.settle(charges)
             admitted.failed(exc, client, dispatched)
         completions = [completion for completion, _ in results]
         served = [part for _, part in results]
         usage = completions[0].usage
         if len(completions) > 1:
             usage = Usage.sum_of(c.usage for c in completions)
-        # Each part priced by the model that served it (a part may have fallen back).
-        admitted.settle(used, spent)
-        admitted.served_by(served, usage)
         model = served[0].route.name
-        fmt = plan.parts[0].options.response_format
-        for completion in completions:
-            # An answer cut at its token limit is no answer to check: it goes out as cut
-            # (`length`), as OpenAI sends it, for the client to see why.
-            if (
-                fmt is not None
-                and not completion.tool_calls
-                and completion.finish_reason != "length"
-            ):
-                problem = output_problem(fmt, completion.text)
-                if problem is not None:
-                    raise InvalidStructuredOutput(model, problem)
+        problem = _structured_output_problem(plan.parts[0].options.response_format, completions)
+        # An answer the gateway rejects is not sold: its tokens count against the rate
+        # limits (the replica made them), its price is not charged.
+        admitted.settle(charges if problem is None else [c.unpriced() for c in charges])
+        admitted.served_by(served, usage)
+        if problem is not None:
+            raise InvalidStructuredOutput(model, problem)
         return Answer(plan.parts, completions, model, usage, admitted.headers(served[0]))
 
     async def stream(self, plan: Plan, client: Client) -> Stream:
@@ -330,11 +325,7 @@ class Conductor:
             # Left, or cut at a deadline, while a replica computed its prompt: that prompt
             # is paid for.
             cut = client.gone or isinstance(exc, _CUT_BY_TIME)
-            works = admitted.works if cut else []
-            admitted.settle(
-                sum(_unseen_cost(w, whole=False) for w in works),
-                sum(admitted.unseen_spend(w, whole=False) for w in works),
-            )
+            admitted.settle(admitted.cut_charges(admitted.works, whole=False) if cut else [])
             admitted.failed(exc, client, dispatched)
         return Stream(admitted, opened)
 
@@ -354,14 +345,15 @@ class Conductor:
         )
         if not decision.allowed:
             raise RateLimited(decision)
-        works = [
-            Work(
+        admitted = _Admitted(self._runtime, ask.route, [], decision, ask.record, prices, identity)
+        for part, part_plan in zip(plan.parts, plan.planned, strict=True):
+            work = Work(
                 part, part_plan.chain, identity.name, identity.tenant.share, plan.priority,
                 part_plan.cost, plan.deadline, part_plan.call, outbound=part_plan.outbound,
-            )
-            for part, part_plan in zip(plan.parts, plan.planned, strict=True)
-        ]  # fmt: skip
-        return _Admitted(self._runtime, ask.route, works, decision, ask.record, prices)
+                gate=functools.partial(admitted.gate, part, len(admitted.works)),
+            )  # fmt: skip
+            admitted.works.append(work)
+        return admitted
 
     def _plan_part(
         self,
@@ -416,29 +408,98 @@ class _Admitted:
     record: RequestRecord
     # The price table: what a request spends.
     prices: Mapping[str, Price]
+    identity: Identity
+    # What each fallback model's own limits and budgets took (`gate`), by model.
+    fallback_takes: dict[str, list[Reservation]] = field(default_factory=dict)
+    # The fallbacks those refused, as the record names them.
+    refused: list[str] = field(default_factory=list)
 
     @property
     def work(self) -> Work:
         """The first part: the request itself, unless it has several."""
         return self.works[0]
 
-    def settle(self, used_tokens: int, spent_micros: int) -> None:
-        """Settle the tokens used and what they cost (micro-units) in the tenant's limits
-        and budgets; the spend goes into the metrics."""
+    async def gate(self, part: InferenceRequest, index: int, to: int) -> bool:
+        """Whether part `index` may fall back to its chain's model `to`: that model's own
+        limits and budgets (those of the tenant and the key that name it) take what the
+        part can cost there, as the request's admission took it for the model it named.
+        A refusal is named in the record; the part stays where it is."""
+        work = self.works[index]
+        route = work.chain[to]
+        call = work.call_for(to, route)
+        identity = self.identity
+        budgeted = bool(identity.tenant.budgets or identity.key_budgets)
+        limiter = self.runtime.limiter
+        try:
+            decision = await limiter.admit(
+                identity.name,
+                route.name,
+                call.prompt_estimate + work.cost_tokens - work.first_call.prompt_estimate,
+                work.deadline,
+                holds_slot=False,
+                reserve_micros=_most_spend_at(part, call, self.prices.get(route.name))
+                if budgeted
+                else 0,
+                key=identity.key_quota,
+                model_only=True,
+            )
+        except (LimiterUnavailable, UnknownTenant):
+            decision = Decision(allowed=False, refused_by="requests")
+        if not decision.allowed:
+            refusal = f"{work.chain[to - 1].name}->{route.name}:refused_{decision.refused_by}"
+            self.refused.append(refusal)
+            self.record.fallbacks.append(refusal)
+            return False
+        if decision.reservation is not None:
+            self.fallback_takes.setdefault(route.name, []).append(decision.reservation)
+        return True
+
+    def settle(self, charges: Sequence[Charge]) -> None:
+        """Settle what the parts used and cost (micro-units), each at the model that ran
+        it: the tenant's and the key's limits and budgets take it all; a model's own
+        (its limits, the budgets that name it) take what it ran, the model the request
+        named giving back what a fallback ran. The spend goes into the metrics."""
         record = self.record
-        record.cost_micros = spent_micros
-        if used_tokens > 0 and not record.served_model:
+        used = sum(charge.tokens for charge in charges)
+        spent = sum(charge.micros for charge in charges)
+        record.cost_micros = spent
+        cut = [charge for charge in charges if charge.cut]
+        if cut and not record.served_model:
             # Cut before any answer was seen (the client left, or its deadline passed):
-            # the record says what it is charged for, at the model it is charged at, so
-            # that the ledger's figures by model add up as the counters' do.
-            prompt = sum(w.first_call.prompt_estimate for w in self.works if w.admissions)
-            record.served_model = self.work.chain[0].name
+            # the record says what it is charged for, at the model that ran it, so that
+            # the ledger's figures by model add up as the counters' do.
+            prompt = sum(charge.prompt for charge in charges)
+            record.served_model = cut[0].model
             record.prompt_tokens = prompt
-            record.completion_tokens = max(0, used_tokens - prompt)
-        if spent_micros > 0:
-            metrics.labels(metrics.SPEND, self.work.tenant, self.route.name).inc(spent_micros)
-        if self.decision.reservation is not None:
-            self.runtime.limiter.settle(self.decision.reservation, used_tokens, spent_micros)
+            record.completion_tokens = max(0, used - prompt)
+        for charge in charges:
+            if charge.micros > 0:
+                metrics.labels(metrics.SPEND, self.work.tenant, charge.model).inc(charge.micros)
+        limiter = self.runtime.limiter
+        reservation = self.decision.reservation
+        if reservation is not None:  # None: the tenant has no limit on the model it named
+            limiter.settle(reservation, used, spent)
+        named = self.route.name
+        moved = [charge for charge in charges if charge.model != named]
+        if moved and reservation is not None:
+            limiter.give_back(
+                reservation,
+                self.identity.name,
+                named,
+                self.identity.key_quota,
+                sum(charge.tokens for charge in moved),
+                sum(charge.micros for charge in moved),
+            )
+        for model, taken in self.fallback_takes.items():
+            ran = [charge for charge in charges if charge.model == model]
+            limiter.settle(taken[0], sum(c.tokens for c in ran), sum(c.micros for c in ran))
+            for rest in taken[1:]:
+                limiter.settle(rest, 0, 0)
+        self.fallback_takes.clear()
+
+    def charge(self, model: str, usage: Usage) -> Charge:
+        """What `usage` costs on `model`."""
+        return Charge(model, usage.total_tokens, self.spend(model, usage), usage.prompt_tokens)
 
     def spend(self, model: str, usage: Usage) -> int:
         """What `usage` costs on `model`, in micro-units (0: the model has no price)."""
@@ -449,16 +510,27 @@ class _Admitted:
             usage.prompt_tokens, usage.cached_tokens or 0, usage.completion_tokens
         )
 
-    def unseen_spend(self, work: Work, *, whole: bool) -> int:
-        """What `_unseen_cost`'s tokens cost: at the first model of the part's chain."""
-        tokens = _unseen_cost(work, whole=whole)
-        if not tokens:
-            return 0
-        price = self.prices.get(work.chain[0].name)
-        if price is None:
-            return 0
-        prompt = work.first_call.prompt_estimate
-        return price.cost_micros(prompt, 0, tokens - prompt)
+    def cut_charges(self, works: Sequence[Work], *, whole: bool) -> list[Charge]:
+        """What parts cost that ended before their answer was seen (the client left, or
+        the deadline passed), each at the model whose replica had it: nothing if none
+        had it (still queued, or its replica failed: not the client's fault), else its
+        prompt and, for a `whole` (non-streamed) answer, the most the replica can have
+        generated in the time it ran (`LatencyTracker.most_generated`: the time over the
+        model's measured time per token, at most its `max_tokens`). A stream is metered
+        piece by piece: before its first piece it has generated nothing."""
+        charges = []
+        for work in works:
+            attempt = work.cut_attempt
+            if attempt is None:
+                continue
+            call = attempt.call
+            generated = 0
+            if whole:
+                latency = attempt.route.resilience.latency
+                generated = latency.most_generated(attempt.ran_s(), call.params.max_tokens)
+            usage = Usage(call.prompt_estimate, generated)
+            charges.append(replace(self.charge(attempt.route.name, usage), cut=True))
+        return charges
 
     def headers(self, served: Served) -> dict[str, str]:
         headers = dict(self.decision.headers)
@@ -482,7 +554,10 @@ class _Admitted:
         record.prompt_tokens = usage.prompt_tokens
         record.completion_tokens = usage.completion_tokens
         record.cached_tokens = usage.cached_tokens or 0
-        record.fallbacks = [f"{f.source}->{f.target}:{f.reason.value}" for f in first.fallbacks]
+        record.fallbacks = [
+            *(f"{f.source}->{f.target}:{f.reason.value}" for f in first.fallbacks),
+            *self.refused,
+        ]
         for part in served:
             for step in part.fallbacks:
                 metrics.FALLBACKS.labels(step.source, step.target, step.reason.value).inc()
@@ -512,6 +587,38 @@ class _Admitted:
         elif self.work.admissions:  # admitted (at once, or after a wait), then failed
             self.record.queue_model, self.record.queue_wait_s = self.work.admissions[-1]
         return NotServed(self.route.name, exc, dict(self.decision.headers))
+
+
+@dataclass(frozen=True, slots=True)
+class Charge:
+    """What one part of a request costs, at the model that ran it: tokens (prompt
+    included), micro-units; `cut`: it ended before its answer was seen."""
+
+    model: str
+    tokens: int
+    micros: int
+    prompt: int
+    cut: bool = False
+
+    def unpriced(self) -> Charge:
+        """The same tokens, at no price."""
+        return replace(self, micros=0)
+
+
+def _structured_output_problem(
+    fmt: ResponseFormat | None, completions: Sequence[Completion]
+) -> str | None:
+    """What is wrong with the first answer that is not what `response_format` asks (None:
+    nothing). An answer cut at its token limit is no answer to check: it goes out as cut
+    (`length`), as OpenAI sends it, for the client to see why; nor are tool calls."""
+    if fmt is None:
+        return None
+    for completion in completions:
+        if not completion.tool_calls and completion.finish_reason != "length":
+            problem = output_problem(fmt, completion.text)
+            if problem is not None:
+                return problem
+    return None
 
 
 _Opened = tuple[Delta | None, AsyncGenerator[Delta, None], Served]
@@ -614,9 +721,16 @@ class Stream:
             for _, rest, _ in self.opened:
                 await rest.aclose()
         finally:
-            usage = self.usage()
-            admitted.settle(usage.total_tokens, self._spent())
-            admitted.served_by([served for _, _, served in self.opened], usage)
+            works = admitted.works
+            admitted.settle(
+                [
+                    admitted.charge(served.route.name, meter.usage(work.first_call.prompt_estimate))
+                    for meter, work, (_, _, served) in zip(
+                        self.meters, works, self.opened, strict=True
+                    )
+                ]
+            )
+            admitted.served_by([served for _, _, served in self.opened], self.usage())
             admitted.record.finish(status)
 
 
@@ -632,34 +746,20 @@ def _most_spend(plan: Plan, prices: Mapping[str, Price]) -> int:
     byte and its whole `max_tokens`, at the dearest model of its chain (a fallback may
     serve it). Its budgets are reserved this much, so that they are never spent past
     their amount by requests in flight."""
-    most = 0
-    for part, part_plan in zip(plan.parts, plan.planned, strict=True):
-        call = part_plan.call
-        # The template the gateway rendered, or the messages a server will render.
-        prompt = most_tokens(call.prompt) if call.prompt else most_request_tokens(part)
-        completion = part.params.max_tokens
-        costs = [
-            price.cost_micros(prompt, 0, completion)
-            for price in (prices.get(route.name) for route in part_plan.chain)
-            if price is not None
-        ]
-        most += max(costs, default=0)
-    return most
+    return sum(
+        max(_most_spend_at(part, part_plan.call, prices.get(r.name)) for r in part_plan.chain)
+        for part, part_plan in zip(plan.parts, plan.planned, strict=True)
+    )
 
 
-def _unseen_cost(work: Work, *, whole: bool) -> int:
-    """The tokens a part costs when it ended before its answer was seen (its client left,
-    or its deadline passed): none if it never reached a replica (it was still queued),
-    else its prompt and, for a `whole` (non-streamed) answer, all the completion it may
-    have generated. A whole answer says nothing of how far the replica got before the
-    cancel reached it (or whether it stopped: not every backend can), so the most it
-    could have generated is charged; a stream is metered piece by piece, and before its
-    first piece it has generated nothing. A replica's own failure costs the client
-    nothing (not its fault), so it is not charged here."""
-    if not work.admissions:
+def _most_spend_at(part: InferenceRequest, call: UpstreamCall, price: Price | None) -> int:
+    """The most `part` can cost at `price` (0: no price): its prompt at a token per byte
+    (the template the gateway rendered, or the messages a server will render), and its
+    whole `max_tokens`."""
+    if price is None:
         return 0
-    call = work.first_call
-    return call.prompt_estimate + (call.params.max_tokens if whole else 0)
+    prompt = most_tokens(call.prompt) if call.prompt else most_request_tokens(part)
+    return price.cost_micros(prompt, 0, part.params.max_tokens)
 
 
 def _check_model_kind(route: ModelRoute, inference: InferenceRequest) -> None:

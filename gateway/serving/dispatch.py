@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
@@ -79,6 +79,29 @@ class Served:
         return f"{path}; reason={self.fallbacks[-1].reason.value}"
 
 
+@dataclass(slots=True)
+class Attempt:
+    """One call to a model of the chain: which, as what call, since when. `finished`
+    once its outcome is known to the dispatcher (an answer or first piece seen, or a
+    replica's own failure): an attempt left unfinished was cut (the client left, or the
+    deadline came) while the replica may have been computing it."""
+
+    route: ModelRoute
+    call: UpstreamCall
+    started: float
+    ended: float | None = None
+    finished: bool = False
+
+    def ran_s(self) -> float:
+        """How long it ran: to its end, or to now."""
+        return (self.ended if self.ended is not None else time.monotonic()) - self.started
+
+
+# Whether the chain's model `index` may take the work by its own limits and budgets
+# (`Work.gate`).
+Gate = Callable[[int], Awaitable[bool]]
+
+
 @dataclass(frozen=True, slots=True)
 class Work:
     """What the dispatcher needs to know about one request."""
@@ -97,6 +120,18 @@ class Work:
     # The request as each model of the chain takes it, where outbound sanitization masked
     # it for some (`gateway.serving.outbound`); None: `request` for every one.
     outbound: Sequence[InferenceRequest] | None = None
+    # Asked before the work falls back to a model: whether that model's own limits and
+    # budgets take it (None: every model may). A fallback they refuse is not taken.
+    gate: Gate | None = None
+    # Its calls to models, in order.
+    attempts: list[Attempt] = field(default_factory=list)
+
+    @property
+    def cut_attempt(self) -> Attempt | None:
+        """The call a cut interrupted (the last, if its outcome was never seen)."""
+        if self.attempts and not self.attempts[-1].finished:
+            return self.attempts[-1]
+        return None
 
     def call_for(self, index: int, route: ModelRoute) -> UpstreamCall:
         """The call to the chain's model `index` (`route`)."""
@@ -120,6 +155,8 @@ class Dispatcher:
                 continue
             call = work.call_for(index, route)
             started = time.monotonic()
+            attempt = Attempt(route, call, started)
+            work.attempts.append(attempt)
             used = 0
             try:
                 # A timeout, unlike wait_for, runs the call in this task: no new task.
@@ -138,10 +175,13 @@ class Dispatcher:
                     raise  # the request's own fault: another model would refuse it too
                 if isinstance(exc, UpstreamTimeout):
                     _learn_too_slow(route, work, call, time.monotonic() - started)
-                if self._may_fall_back(work, index, FallbackReason.REPLICA_ERROR, fallbacks):
+                else:
+                    attempt.finished = True  # the replica's failure: not the client's cost
+                if await self._may_fall_back(work, index, FallbackReason.REPLICA_ERROR, fallbacks):
                     continue
                 raise
             else:
+                attempt.finished = True
                 used = completion.usage.total_tokens
                 route.resilience.latency.observe(
                     None,
@@ -151,6 +191,7 @@ class Dispatcher:
                 )
                 return completion, Served(route, fallbacks, slot.waited_s)
             finally:
+                attempt.ended = time.monotonic()
                 self._admission.release(slot, used)
         raise DeadlineMissed("no model of the fallback chain could take the request in time")
 
@@ -178,32 +219,40 @@ class Dispatcher:
             parser = parser_for(route, call)
             if parser is not None:
                 deltas = read_stream(parser, deltas)
+            attempt = Attempt(route, call, started)
+            work.attempts.append(attempt)
             first: Delta | None
             try:
                 first = await anext(deltas)
             except StopAsyncIteration:
                 first = None
             except TimeoutError:
+                attempt.ended = time.monotonic()
                 await deltas.aclose()  # cancels the upstream request
                 self._admission.release(slot, 0)
                 _learn_slow_start(route, call, time.monotonic() - started)
-                if self._may_fall_back(work, index, FallbackReason.TTFT_TIMEOUT, fallbacks):
+                if await self._may_fall_back(work, index, FallbackReason.TTFT_TIMEOUT, fallbacks):
                     continue
                 raise DeadlineMissed(f"no first token from {route.name} in time") from None
             except (UpstreamError, NoReplicaLeft) as exc:
+                attempt.ended = time.monotonic()
+                attempt.finished = not isinstance(exc, UpstreamTimeout)
                 await deltas.aclose()
                 self._admission.release(slot, 0)
                 if isinstance(exc, UpstreamRejected):
                     raise  # the request's own fault: another model would refuse it too
                 if isinstance(exc, UpstreamTimeout):
                     _learn_slow_start(route, call, time.monotonic() - started)
-                if self._may_fall_back(work, index, FallbackReason.REPLICA_ERROR, fallbacks):
+                if await self._may_fall_back(work, index, FallbackReason.REPLICA_ERROR, fallbacks):
                     continue
                 raise
             except BaseException:  # cancelled (the client left): the slot goes back
+                attempt.ended = time.monotonic()
                 await deltas.aclose()
                 self._admission.release(slot, 0)
                 raise
+            # From its first piece on, a stream is metered piece by piece.
+            attempt.ended, attempt.finished = time.monotonic(), True
             ttft = time.monotonic() - started
             metrics.labels(metrics.TTFT, route.name).observe(ttft)
             served = Served(route, fallbacks, slot.waited_s, ttft)
@@ -231,7 +280,7 @@ class Dispatcher:
                 work.request.params.max_tokens,
                 work.first_call.prompt_estimate,
             )
-            if predicted > remaining and self._may_fall_back(
+            if predicted > remaining and await self._may_fall_back(
                 work, index, FallbackReason.PREDICTED_WAIT, fallbacks
             ):
                 return None
@@ -250,19 +299,22 @@ class Dispatcher:
                 raise ReplicaStarting(route.name, work.priority, STARTING_RETRY_S) from None
             raise DeadlineMissed(f"still queued for {route.name} at the deadline") from None
         except Overloaded:
-            if self._may_fall_back(work, index, FallbackReason.QUEUE_FULL, fallbacks):
+            if await self._may_fall_back(work, index, FallbackReason.QUEUE_FULL, fallbacks):
                 return None
             raise
         work.admissions.append((route.name, slot.waited_s))
         return slot
 
     @staticmethod
-    def _may_fall_back(
+    async def _may_fall_back(
         work: Work, index: int, reason: FallbackReason, fallbacks: list[Fallback]
     ) -> bool:
-        """Whether the work moves to the next model for `reason` (and record it if so)."""
+        """Whether the work moves to the next model for `reason` (and record it if so):
+        the model falls back for it, and the next model's own limits take the work."""
         route = work.chain[index]
         if not _falls_back_for(work, index, route, reason):
+            return False
+        if work.gate is not None and not await work.gate(index + 1):
             return False
         fallbacks.append(Fallback(route.name, work.chain[index + 1].name, reason))
         return True

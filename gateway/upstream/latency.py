@@ -40,6 +40,8 @@ coefficients never go below 0.
 
 from __future__ import annotations
 
+import math
+
 # Weight of the newest observation: about the last 10 requests dominate.
 _ALPHA = 0.2
 # Prompt tokens, and output tokens, that count as one unit of their feature.
@@ -98,6 +100,16 @@ class LatencyTracker:
         if stream:
             return ttft
         return ttft + (self.per_token_s or 0.0) * max(0, max_tokens - 1)
+
+    def most_generated(self, ran_s: float, max_tokens: int) -> int:
+        """The most output tokens a request could have had after running `ran_s` (cut
+        then, before its answer was seen): that time over the measured time per token,
+        rounded up, at most `max_tokens`; `max_tokens` while no time per token is known.
+        A bound, not a guess: the prefill and the first token's wait are not taken off."""
+        per_token = self.per_token_s
+        if not per_token:
+            return max_tokens
+        return min(max_tokens, math.ceil(max(0.0, ran_s) / per_token))
 
 
 def _ewma(current: float | None, value: float) -> float:

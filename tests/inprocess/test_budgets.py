@@ -4,6 +4,7 @@ holds as spent is what the requests cost, as the spend counter and the ledger sa
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ from gateway.backends.base import MODEL_FAILED, UpstreamError
 from gateway.config import hash_key
 from gateway.inference.types import Completion, UpstreamCall, Usage
 from gateway.observability import metrics
+from gateway.observability.access import RequestRecord, set_usage_sink
 from tests.inprocess.conftest import started_gateway
 
 # 100 prompt tokens at 3.0 a million and 50 out at 15.0: 1,050 micro-units a request.
@@ -39,8 +41,9 @@ def budgeted(tenants: dict[str, Any]) -> None:
     tenants["tenants"]["acme"]["budgets"] = [{"amount": AMOUNT, "period": "day"}]
 
 
-def spent_counted() -> float:
-    labels = {"tenant": "acme", "model": "llm-large"}
+def spent_counted(model: str = "llm-large") -> float:
+    """What the spend counter holds for acme's requests that `model` ran."""
+    labels = {"tenant": "acme", "model": model}
     return metrics.REGISTRY.get_sample_value("gateway_spend_micros_total", labels) or 0.0
 
 
@@ -160,7 +163,7 @@ async def test_each_part_of_a_request_is_charged_at_the_model_that_served_it(
     the record are charged each part's own price, not the whole at the first part's
     (found by the hostile review: 400 micro-units charged for 90,200)."""
     path = config_for(edit=dear_and_cheap, edit_tenants=budgeted_per_day(1.0))
-    counted_before = spent_counted()
+    counted_before = spent_counted(), spent_counted("llm-small")
 
     def large(url: str, call: UpstreamCall) -> Completion:
         if "AAAA" in call.prompt:
@@ -179,7 +182,8 @@ async def test_each_part_of_a_request_is_charged_at_the_model_that_served_it(
         assert "llm-large->llm-small" in answer.headers["x-gateway-fallback"]
     # 1000 in and 1000 out at 30/60 a million (BBBB), and at 0.1/0.1 (AAAA).
     assert await redis_spend(path, "spend:day", 1_000_000) == 90_000 + 200
-    assert spent_counted() - counted_before == 90_000 + 200
+    assert spent_counted() - counted_before[0] == 90_000
+    assert spent_counted("llm-small") - counted_before[1] == 200
 
 
 def budgeted_per_day(amount: float) -> Callable[[dict[str, Any]], None]:
@@ -227,3 +231,143 @@ async def test_a_budget_reserves_what_a_prompt_can_cost_however_it_tokenizes(
     cost = worst * 3 + 10 * 15
     assert reserved >= cost
     assert await redis_spend(path, "spend:day", 1_000_000) == cost
+
+
+def small_budgeted(tenants: dict[str, Any]) -> None:
+    """acme: 1,000 micro-units a day on llm-small only (llm-large uncapped)."""
+    tenants["tenants"]["acme"]["budgets"] = [
+        {"amount": 0.001, "period": "day", "model": "llm-small"}
+    ]
+
+
+def one_a_token(config: dict[str, Any]) -> None:
+    """Every model at one micro-unit a token, in and out."""
+    config["prices"] = {
+        "currency": "EUR",
+        "models": {
+            name: {"input_per_million": 1.0, "output_per_million": 1.0}
+            for name in ("llm-large", "llm-small")
+        },
+    }
+
+
+async def test_a_fallback_is_charged_to_the_budget_of_the_model_that_served_it(
+    config_for: Callable[..., Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 40, finding 2: a request names llm-large (no budget) and falls back to
+    llm-small, whose budget of 1,000 was spent 6.25 times over. Now each fallback takes
+    llm-small's budget before it is tried and is charged there (200 each): five are
+    served, then the fallback is refused and the request ends as llm-large's failure
+    would, the record naming the refused fallback; llm-small's budget ends at its
+    amount, not past it, and llm-large's own buckets are not charged what it did not
+    serve."""
+    path = config_for(edit=one_a_token, edit_tenants=small_budgeted)
+    records: list[RequestRecord] = []
+    async with started_gateway(path, monkeypatch) as gw:
+        set_usage_sink(lambda record, _duration: records.append(record))
+        for url in ("http://large-a", "http://large-b"):
+            gw.upstream.break_replica(url, lambda: UpstreamError(MODEL_FAILED))
+        gw.upstream.script("llm-small", *[Completion("x", Usage(100, 100))] * 10)
+        statuses = []
+        try:
+            async with gw.http() as client:
+                for _ in range(7):
+                    answer = await client.post(
+                        "/v1/chat/completions",
+                        json={
+                            "model": "llm-large",
+                            "messages": [{"role": "user", "content": "Hello"}],
+                            "max_tokens": 100,
+                        },
+                    )
+                    statuses.append(answer.status_code)
+        finally:
+            set_usage_sink(None)
+        assert statuses[:5] == [200] * 5
+        assert all(status >= 500 for status in statuses[5:]), (
+            statuses,
+            await redis_spend(path, "spend:day:llm-small", 1000),
+            [(r.cost_micros, r.fallbacks) for r in records],
+        )
+        assert await redis_spend(path, "spend:day:llm-small", 1000) == 1000
+    served = [r for r in records if r.status == 200]
+    assert {r.served_model for r in served} == {"llm-small"}
+    assert [r.cost_micros for r in served] == [200] * 5
+    refused = [r for r in records if r.status != 200]
+    assert all("llm-large->llm-small:refused_spend" in r.fallbacks for r in refused)
+    assert all(r.cost_micros == 0 for r in refused)
+
+
+async def test_a_request_cut_by_its_deadline_pays_what_the_replica_can_have_made(
+    config_for: Callable[..., Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 40, finding 3: `max_tokens: 1000` and `x-request-timeout: 0.05` on a model
+    that never answers was recorded as 1,000 completion tokens. Now its record names the
+    model that ran it and at most what that model can make in the time it ran, at its
+    measured 10 ms a token: at least 5 (it ran 50 ms at least), far from 1,000."""
+    path = config_for(edit=one_a_token)
+    records: list[RequestRecord] = []
+    async with started_gateway(path, monkeypatch) as gw:
+        set_usage_sink(lambda record, _duration: records.append(record))
+        route = gw.app.app.state.runtime.routes["llm-large"]  # type: ignore[attr-defined]
+        route.resilience.latency.per_token_s = 0.01
+
+        async def computing(url: str, upstream_call: Any) -> Any:
+            await asyncio.sleep(30)  # cut at the deadline
+
+        monkeypatch.setattr(route.backend, "complete", computing)
+        try:
+            async with gw.http(**{"x-request-timeout": "0.05"}) as client:
+                answer = await client.post(
+                    "/v1/chat/completions",
+                    json={
+                        "model": "llm-large",
+                        "messages": [{"role": "user", "content": "Hello"}],
+                        "max_tokens": 1000,
+                    },
+                )
+        finally:
+            set_usage_sink(None)
+    assert answer.status_code == 504
+    [record] = records
+    assert record.served_model == "llm-large"
+    assert 5 <= record.completion_tokens < 1000
+    assert record.cost_micros == record.prompt_tokens + record.completion_tokens
+
+
+async def test_an_answer_the_gateway_rejects_is_not_charged_its_price(
+    config_for: Callable[..., Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 40, finding 10: an answer that is not what `response_format` asks is a 502
+    `invalid_structured_output`; it was billed in full. Its tokens still count against
+    the rate limits (the replica made them); its price is not charged: the budget is
+    whole and the record's cost is 0, with the tokens it used."""
+
+    def structured(config: dict[str, Any]) -> None:
+        priced(config)
+        config["models"]["llm-large"]["capabilities"] = {"structured_outputs": True}
+        config["models"]["llm-large"]["fallback"] = []
+
+    path = config_for(edit=structured, edit_tenants=budgeted)
+    records: list[RequestRecord] = []
+    async with started_gateway(path, monkeypatch) as gw:
+        set_usage_sink(lambda record, _duration: records.append(record))
+        gw.upstream.script("llm-large", Completion("not json", Usage(100, 50)))
+        try:
+            async with gw.http() as client:
+                answer = await client.post(
+                    "/v1/chat/completions",
+                    json={
+                        "model": "llm-large",
+                        "messages": [{"role": "user", "content": "Hello"}],
+                        "response_format": {"type": "json_object"},
+                    },
+                )
+        finally:
+            set_usage_sink(None)
+        assert answer.status_code == 502, answer.text
+        assert answer.json()["error"]["code"] == "invalid_structured_output"
+        assert await redis_spend(path, "spend:day", round(AMOUNT * 1e6)) == 0
+    [record] = records
+    assert (record.status, record.cost_micros) == (502, 0)
+    assert (record.prompt_tokens, record.completion_tokens) == (100, 50)
