@@ -5,8 +5,11 @@ Cyrillic `a`, fullwidth digits or `\\u0041KIA...` as the secret they spell; a re
 expression does not. `normalize` rewrites a text for matching, in one pass that skips,
 in C, from one character that may need it to the next:
 
-- escapes decoded: JSON's `\\uXXXX` (surrogate pairs joined) and `\\/`, `\\xHH`, HTML
-  numeric entities (`&#64;`, `&#x40;`) and percent-encoded UTF-8 (`%40`);
+- escapes decoded wherever they are: JSON's `\\uXXXX` (surrogate pairs joined) and `\\/`,
+  `\\xHH`, HTML character references, numeric (`&#64;`, `&#x40;`, `&#0047`, as browsers
+  read them: leading zeros, no `;`) and named (`&sol;`, `&commat;`, `&amp;`: HTML5's
+  list), and percent-encoded UTF-8 (`%2F`, `%C3%A9`; `+` stays a `+`, as in base64); an
+  escape that decodes to another (`%252F`, `&amp;#x2F;`) is decoded again, once;
 - Unicode compatibility forms folded (NFKC: fullwidth letters and digits, mathematical
   alphanumerics, ligatures), and every decimal digit made ASCII;
 - invisible characters removed: zero-width spaces and joiners, the soft hyphen, bidi
@@ -35,6 +38,7 @@ import unicodedata
 from bisect import bisect_right
 from collections.abc import Iterable
 from dataclasses import dataclass
+from html.entities import html5 as HTML5_ENTITIES
 
 # Letters of other scripts that read as a Latin letter (escaped: the source shows
 # them as the letters they imitate).
@@ -119,9 +123,14 @@ _ESCAPES = (
     r"|\\+u(?P<u>[0-9a-fA-F]{4})"
     r"|\\+x(?P<x>[0-9a-fA-F]{2})"
     r"|\\+(?P<slash>/)"
-    r"|&#(?:(?P<dec>[0-9]{1,7})|[xX](?P<hex>[0-9a-fA-F]{1,6}));"
+    # As `html.unescape` reads them: leading zeros, the `;` optional; a number too long
+    # to be a character is left as written.
+    r"|&#(?:0*(?P<dec>[0-9]{1,7})(?![0-9])|[xX]0*(?P<hex>[0-9a-fA-F]{1,6})(?![0-9a-fA-F]));?"
+    r"|&(?P<named>[A-Za-z][A-Za-z0-9]{1,31};)"
     r"|(?P<percent>(?:%[0-9A-Fa-f]{2})+)"
 )
+# What an escape may decode to that starts another escape: then the text is read again.
+_ESCAPE_STARTS = re.compile(r"[%&\\]")
 
 
 class Normalized:
@@ -213,6 +222,21 @@ def normalize(text: str) -> Normalized:
     removed and look-alike letters mapped (see the module's docstring)."""
     if text.isascii() and _ASCII_SPOTS.search(text) is None:
         return Normalized(text)  # nothing to undo: most prose and code
+    edits = _rewrites(text)
+    if not edits:
+        return Normalized(text)
+    normalized = Normalized.build(text, edits, None)
+    if any(_ESCAPE_STARTS.search(replacement) for _, _, replacement in edits):
+        # An escape decoded to the start of another (`%252F` to `%2F`, `&amp;#47;` to
+        # `&#47;`): the text is read once more, no more (each level is a pass).
+        again = _rewrites(normalized.text)
+        if again:
+            return Normalized.build(normalized.text, again, normalized)
+    return normalized
+
+
+def _rewrites(text: str) -> list[tuple[int, int, str]]:
+    """The edits (start, end, replacement) that normalize `text`, in order."""
     tables = _tables()
     table = tables.table
     edits: list[tuple[int, int, str]] = []
@@ -250,11 +274,13 @@ def normalize(text: str) -> Normalized:
                 edits.append((start, end, replacement))
         elif kind == "percent":
             edits.extend(_percent(match.group(), start, table))
+        elif kind == "named":
+            named = HTML5_ENTITIES.get(match["named"])
+            if named is not None:  # `&copy;` is one, `&ab;` is not
+                edits.append((start, end, named.translate(table)))
         else:
             edits.append((start, end, _unescape(match, table)))
-    if not edits:
-        return Normalized(text)
-    return Normalized.build(text, edits, None)
+    return edits
 
 
 def group_digits(normalized: Normalized) -> Normalized:
@@ -300,23 +326,47 @@ def _unescape(match: re.Match[str], table: dict[int, str]) -> str:
         )
         if code > 0x10FFFF or 0xD800 <= code <= 0xDFFF:
             return ""  # not a character: a lone surrogate hides nothing
+        if 0x80 <= code <= 0x9F and match["x"] is None and match["u"] is None:
+            # An HTML reference to a C1 control is read as Windows-1252 (`&#150;` is an
+            # en dash), as browsers and `html.unescape` read it.
+            return bytes([code]).decode("cp1252", "ignore").translate(table)
         char = chr(code)
     return char.translate(table)
 
 
 def _percent(run: str, start: int, table: dict[int, str]) -> list[tuple[int, int, str]]:
     """Percent-encoded UTF-8, one edit per character (so a finding maps to just its
-    own bytes); a run that is not UTF-8 is left as written."""
+    own bytes); bytes that are not UTF-8 are left as written (`%FF`), the characters
+    around them decoded."""
+    raw = bytes.fromhex(run.replace("%", ""))
     try:
-        decoded = bytes.fromhex(run.replace("%", "")).decode("utf-8")
+        decoded = raw.decode("utf-8")
     except UnicodeDecodeError:
-        return []
+        return _percent_in_part(raw, start, table)
     edits = []
     position = start
     for char in decoded:
         width = 3 * len(char.encode("utf-8"))
         edits.append((position, position + width, char.translate(table)))
         position += width
+    return edits
+
+
+def _percent_in_part(raw: bytes, start: int, table: dict[int, str]) -> list[tuple[int, int, str]]:
+    """`_percent` of bytes that are not all UTF-8: each character that is, decoded."""
+    edits = []
+    i = 0
+    while i < len(raw):
+        lead = raw[i]
+        width = 1 if lead < 0x80 else 2 if lead < 0xE0 else 3 if lead < 0xF0 else 4
+        try:
+            char = raw[i : i + width].decode("utf-8")
+        except UnicodeDecodeError:
+            i += 1  # not a character's first byte, or one cut short: as written
+            continue
+        position = start + 3 * i
+        edits.append((position, position + 3 * width, char.translate(table)))
+        i += width
     return edits
 
 

@@ -51,6 +51,17 @@ def fullwidth(text: str) -> str:
         ("jane%40example.com %C3%A9", "jane@example.com \u00e9"),
         ("100%zz", "100%zz"),  # not an escape
         ("50%FF", "50%FF"),  # not UTF-8: left as written
+        ("%2F%FF%41", "/%FFA"),  # ...and the characters around it decoded
+        ("a+b%2Bc", "a+b+c"),  # `+` is not a space: base64 keys hold it
+        # HTML character references as browsers read them (issue 40): named, numeric
+        # with leading zeros or without their `;`, C1 numbers as Windows-1252.
+        ("a&sol;b&#x2F;c&#47;d&#0000047;e&#47f&#x2FK", "a/b/c/d/e/f/K"),
+        ("jane&commat;example&period;com &lt;&gt;&quot;&amp;", 'jane@example.com <>"&'),
+        ("&#150;", "\u2013"),
+        ("AT&T, R&D, &ab; &#99999999999;", None),  # not references: as written
+        # An escape that decodes to another is decoded again, once.
+        ("a%252Fb a&amp;#x2F;b a&amp;sol;b %5Cu0041", "a/b a/b a/b A"),
+        ("%25252F", "%2F"),
         # What prose is full of is left as it is.
         ("caf\u00e9 \u2014 3\u20138 s \u2026 \u201cquoted\u201d \u00a0", None),
         # Russian: its look-alike letters read as Latin ones (for matching only).
@@ -76,6 +87,9 @@ def test_a_text_with_nothing_to_undo_is_returned_as_it_is() -> None:
         (f"mail j{CYRILLIC_A}ne@example.com now", f"j{CYRILLIC_A}ne@example.com"),
         ("key \\u0041KIAIOSFODNN7EXAMPLE now", "\\u0041KIAIOSFODNN7EXAMPLE"),
         ("mail jane%40example.com now", "jane%40example.com"),
+        ("mail jane&commat;example.com now", "jane&commat;example.com"),
+        ("mail jane%2540example.com now", "jane%2540example.com"),
+        ("mail jane&amp;#64;example.com now", "jane&amp;#64;example.com"),
         (f"key {fullwidth('AKIAIOSFODNN7EXAMPLE')} now", fullwidth("AKIAIOSFODNN7EXAMPLE")),
         ("key \U0001d400KIAIOSFODNN7EXAMPLE now", "\U0001d400KIAIOSFODNN7EXAMPLE"),
     ],
@@ -85,7 +99,10 @@ def test_a_span_of_the_normalized_text_is_the_whole_of_what_spelled_it(
 ) -> None:
     normalized = normalize(written)
     plain = found.replace(ZWSP, "")
-    for old, new in ((CYRILLIC_A, "a"), ("\\u0041", "A"), ("%40", "@"), ("\U0001d400", "A")):
+    for old, new in [
+        *((CYRILLIC_A, "a"), ("\\u0041", "A"), ("%2540", "@"), ("%40", "@")),
+        *(("&commat;", "@"), ("&amp;#64;", "@"), ("\U0001d400", "A")),
+    ]:
         plain = plain.replace(old, new)
     plain = normalize(plain).text  # fullwidth
     start = normalized.text.index(plain)
@@ -137,14 +154,14 @@ def test_digit_groups_map_back_through_both_passes() -> None:
     assert written[begin:end] == f"{fullwidth('4111')}.1111{ZWSP}.1111.1111"
 
 
-# Pieces of every form: escapes, separators, invisible, look-alike, compatibility,
-# combining and astral characters.
+# Pieces of every form: escapes (escaped twice too), separators, invisible, look-alike,
+# compatibility, combining and astral characters.
 PIECES = ["a", "1", ".", " ", "\\", "u", "0", "%", "4", "&", "#", ";", ZWSP, CYRILLIC_A]
-PIECES += ["\uff21", "\ufb01", "\u0301", "\U0001d400"]
+PIECES += ["\uff21", "\ufb01", "\u0301", "\U0001d400", "&amp;", "&sol;", "%25", "%2F", "\n"]
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.text(alphabet=st.sampled_from(PIECES), max_size=40))
+@given(st.lists(st.sampled_from(PIECES), max_size=40).map("".join))
 def test_spans_are_ordered_and_inside_the_text(written: str) -> None:
     read = group_digits(normalize(written))
     previous = 0
