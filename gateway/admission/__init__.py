@@ -5,10 +5,11 @@ docs/admission-algorithm.md for the algorithm and its fairness bound.
 """
 
 from gateway.admission.errors import DeadlineExceeded, Overloaded, ReplicaStarting, Shed
-from gateway.admission.queue import AdmissionController, ModelSnapshot, Slot
+from gateway.admission.queue import AdmissionController, ClassDemand, ModelSnapshot, Slot
 
 __all__ = [
     "AdmissionController",
+    "ClassDemand",
     "DeadlineExceeded",
     "ModelSnapshot",
     "Overloaded",

@@ -65,6 +65,19 @@ class Slot:
 
 
 @dataclass(frozen=True, slots=True)
+class ClassDemand:
+    """One priority class of one model, for the closed loop: requests that asked for a
+    slot since start (refused ones too) and the tokens they reserved (`cost_tokens`: a
+    request with `n` choices is `n` requests), and now, the tokens of the requests
+    waiting and the slots held."""
+
+    arrivals: int = 0
+    tokens: int = 0
+    queued_tokens: int = 0
+    in_flight: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class ModelSnapshot:
     """One model's admission state, for metrics and tests."""
 
@@ -78,6 +91,20 @@ class ModelSnapshot:
     arrivals: int = 0
     completions: int = 0
     busy_s: float = 0.0
+    # By priority class (highest first): what the closed loop weighs demand by.
+    by_class: Mapping[str, ClassDemand] = field(default_factory=dict)
+    # Since start: the tokens the released slots had reserved (their `cost_tokens`).
+    completed_tokens: int = 0
+
+
+@dataclass(eq=False, slots=True)
+class _ClassCounts:
+    """`ClassDemand`, as it is counted."""
+
+    arrivals: int = 0
+    tokens: int = 0
+    queued_tokens: int = 0
+    in_flight: int = 0
 
 
 @dataclass(eq=False, slots=True)
@@ -101,8 +128,10 @@ class _Model:
     __slots__ = (
         "arrivals",
         "busy_s",
+        "by_class",
         "capacity",
         "classes",
+        "completed_tokens",
         "completions",
         "drain",
         "in_flight",
@@ -126,6 +155,8 @@ class _Model:
         self.arrivals = 0
         self.completions = 0
         self.busy_s = 0.0
+        self.by_class = [_ClassCounts() for _ in range(classes)]
+        self.completed_tokens = 0
 
 
 class AdmissionController:
@@ -201,6 +232,9 @@ class AdmissionController:
         if not share > 0 or cost_tokens < 0:
             raise ValueError(f"share must be > 0, cost_tokens >= 0: {share}, {cost_tokens}")
         state.arrivals += 1
+        counts = state.by_class[cls]
+        counts.arrivals += 1
+        counts.tokens += cost_tokens
         if state.queued == 0:
             capacity = state.capacity()
             if state.in_flight < capacity:
@@ -243,6 +277,8 @@ class AdmissionController:
         slot.released = True
         state = self._models[slot.model]
         state.in_flight -= 1
+        state.by_class[self._index[slot.priority]].in_flight -= 1
+        state.completed_tokens += slot.cost_tokens
         state.served[slot.tenant] = state.served.get(slot.tenant, 0) + actual_tokens
         if actual_tokens != slot.cost_tokens:
             state.classes[self._index[slot.priority]].correct(
@@ -281,6 +317,11 @@ class AdmissionController:
             arrivals=state.arrivals,
             completions=state.completions,
             busy_s=state.busy_s,
+            by_class={
+                name: ClassDemand(c.arrivals, c.tokens, c.queued_tokens, c.in_flight)
+                for name, c in zip(self.classes, state.by_class, strict=True)
+            },
+            completed_tokens=state.completed_tokens,
         )
 
     # -- internals ------------------------------------------------------------------------
@@ -291,6 +332,7 @@ class AdmissionController:
         """The fast path: a free slot and an empty queue."""
         state.classes[cls].dispatch_now(tenant, share, cost)
         state.in_flight += 1
+        state.by_class[cls].in_flight += 1
         now = self._clock()
         state.drain.saturation(now, state.in_flight >= capacity)
         return Slot(state.name, tenant, self.classes[cls], share, cost, 0.0, now)
@@ -323,6 +365,7 @@ class AdmissionController:
         waiter = _Waiter(tenant, cls, share, cost, now, deadline, loop.create_future())
         waiter.place = state.classes[cls].push(waiter, tenant, share, cost)
         state.queued += 1
+        state.by_class[cls].queued_tokens += cost
         if deadline is not None:
             waiter.timer = self._call_later(deadline - now, partial(self._expire, state, waiter))
         try:
@@ -350,6 +393,9 @@ class AdmissionController:
                 queue.pop()
                 state.queued -= 1
                 state.in_flight += 1
+                counts = state.by_class[waiter.priority]
+                counts.queued_tokens -= waiter.cost
+                counts.in_flight += 1
                 if waiter.timer is not None:
                     waiter.timer.cancel()
                 slot = Slot(
@@ -371,6 +417,7 @@ class AdmissionController:
         if not state.classes[waiter.priority].remove(waiter.place):
             return False
         state.queued -= 1
+        state.by_class[waiter.priority].queued_tokens -= waiter.cost
         if waiter.timer is not None:
             waiter.timer.cancel()
         return True

@@ -15,8 +15,9 @@ model, the timing rules, minimum runtimes) and placement's `plan_deployments`
 - A request with `n` choices is `n` requests (the gateway admits each choice apart).
 - A replica placed is ready `load_s` later (Triton's load); a replica removed takes no
   new request at once and holds its GPU for one more `service_s` (its drain).
-- Each interval the loop sees what the gateways would report: arrivals, busy seconds and
-  completions of the interval, requests waiting and running, the TTFT p95.
+- Each interval the loop sees what one gateway would report (`demand_board`): its
+  admission's counters (arrivals, the tokens they reserved, completions, busy seconds)
+  and what waits and runs, per class, and the TTFT p95; read as the leader reads it.
 
 Static placement is the same run with each deployment's `replicas` fixed. Pure: no I/O,
 no clock; `run_policy` returns the figures and a timeline (for the chart).
@@ -33,8 +34,8 @@ from dataclasses import dataclass, field
 
 from gateway.config.cluster_config import ClusterConfig
 from gateway.placement.autoscaler import Autoscaler
+from gateway.placement.demand_board import ClassReport, GatewayReport, ModelReport
 from gateway.placement.deployment import DeploymentPlan, plan_deployments, replica_pod
-from gateway.placement.queueing_model import Demand
 from gateway.scheduler.cluster import GPU_MILLI
 
 # The simulation's step, seconds: fine against a service time of a second.
@@ -251,10 +252,14 @@ class _Model:
     )
     running: list[tuple[float, int, SimRequest]] = field(default_factory=list)  # heap: finish
     arrived: int = 0  # this interval
-    busy_s: float = 0.0
-    completed: int = 0
-    ttfts: list[float] = field(default_factory=list)
+    ttfts: list[float] = field(default_factory=list)  # this interval
     started: int = 0  # a tie-breaker for the heap
+    # Since the start, as the admission counts them: arrivals and the tokens they
+    # reserved per class; completions, the seconds their slots were held, their tokens.
+    arrivals: dict[str, list[int]] = field(default_factory=lambda: {c: [0, 0] for c in CLASSES})
+    completions: int = 0
+    busy_s: float = 0.0
+    completed_tokens: int = 0
 
     @property
     def queued(self) -> int:
@@ -264,6 +269,9 @@ class _Model:
         """Queue `request`, or refuse it (a full queue), as admission does; counted
         either way."""
         self.arrived += 1
+        counted = self.arrivals[request.priority]
+        counted[0] += 1
+        counted[1] += request.cost_tokens
         bound = self.profile.max_queued
         if bound is not None and self.queued >= bound:
             lower = [q for name, q in self.waiting.items() if _below(name, request.priority) and q]
@@ -353,7 +361,10 @@ def run_policy(
     arrivals = deque(workload.requests())
     end = workload.seconds
     steps = math.ceil(end / STEP_S)
+    ticks = 0
     next_tick = interval
+    if autoscaler is not None:  # the gateway's first report: rates count from the next
+        autoscaler.demand([_report(models, 0.0)])
     for step in range(1, steps + 1):
         now = step * STEP_S
         while arrivals and arrivals[0].t <= now:
@@ -365,9 +376,10 @@ def run_policy(
         result.gpu_seconds += fleet.gpus_held(now) * STEP_S
         if now + 1e-9 >= next_tick:
             next_tick += interval
+            ticks += 1
             result.timeline.append(_snapshot(now, models, fleet, interval))
             if autoscaler is not None:
-                demand = {name: _demand(model, interval) for name, model in models.items()}
+                demand = autoscaler.demand([_report(models, ticks * interval)])
                 autoscaler.observe(plan, now)
                 # A change, or a replica still waiting for room: place again.
                 if autoscaler.decide(plan, now, demand) or plan.unplaced:
@@ -379,7 +391,7 @@ def run_policy(
                     fleet.move_to(plan, now, service, result.changes)
                     autoscaler.observe(plan, now)
             for model in models.values():
-                model.arrived, model.busy_s, model.completed = 0, 0.0, 0
+                model.arrived = 0
                 model.ttfts.clear()
     result.seconds = end
     result.replica_changes = fleet.changes
@@ -390,8 +402,9 @@ def _serve(model: _Model, now: float, nodes: int, max_wait_s: float, result: Pol
     """Finish what is done, refuse what waited too long, start what fits (online first)."""
     while model.running and model.running[0][0] <= now:
         _, _, request = heapq.heappop(model.running)
-        model.completed += 1
+        model.completions += 1
         model.busy_s += request.service_s
+        model.completed_tokens += request.cost_tokens
     for queue in model.waiting.values():
         while queue and now - queue[0][0] > max_wait_s:
             queue.popleft()
@@ -412,16 +425,34 @@ def _below(priority: str, than: str) -> bool:
     return CLASSES.index(priority) > CLASSES.index(than)
 
 
-def _demand(model: _Model, interval: float) -> Demand:
-    """What the gateways would report of this interval."""
+def _report(models: Mapping[str, _Model], at: float) -> GatewayReport:
+    """What the one gateway would report now (`at`: its clock)."""
+    return GatewayReport("sim", at, {name: _model_report(m) for name, m in models.items()})
+
+
+def _model_report(model: _Model) -> ModelReport:
     ttfts = sorted(model.ttfts)
     p95 = ttfts[min(len(ttfts) - 1, int(0.95 * len(ttfts)))] if ttfts else None
-    return Demand(
-        arrival_rate=model.arrived / interval,
-        service_s=model.busy_s / model.completed if model.completed else 0.0,
-        queued=model.queued,
-        in_flight=len(model.running),
-        ttft_p95_s=p95,
+    classes = {}
+    for name in CLASSES:
+        queue = model.waiting[name]
+        arrivals, tokens = model.arrivals[name]
+        classes[name] = ClassReport(
+            arrivals,
+            tokens,
+            len(queue),
+            sum(request.cost_tokens for _, request in queue),
+            sum(1 for _, _, request in model.running if request.priority == name),
+        )
+    return ModelReport(
+        sum(arrivals for arrivals, _ in model.arrivals.values()),
+        model.completions,
+        model.busy_s,
+        model.queued,
+        len(model.running),
+        p95,
+        model.completed_tokens,
+        classes,
     )
 
 

@@ -22,7 +22,7 @@ from dataclasses import replace
 
 from gateway.config.cluster_config import ClusterConfig
 from gateway.observability import metrics
-from gateway.placement.demand_board import DemandBoard, DemandTracker
+from gateway.placement.demand_board import DemandBoard, DemandTracker, GatewayReport
 from gateway.placement.deployment import DeploymentPlan, replica_pod
 from gateway.placement.kubernetes_scale import SCALE_ERRORS, DeploymentScaler
 from gateway.placement.queueing_model import Demand
@@ -47,7 +47,7 @@ class Autoscaler:
         self.board = board
         # The models whose replicas are a Kubernetes Deployment's pods (None: none).
         self.scaler = scaler
-        self._tracker = DemandTracker()
+        self._tracker = DemandTracker(("batch",))
         self._interval_s = cluster.autoscaling.interval_s
         self._planner = ReplicaPlanner(cluster.deployments, slots, self._interval_s)
         self._min_runtime = {
@@ -152,7 +152,12 @@ class Autoscaler:
         except REDIS_ERRORS as exc:
             log.warning("demand unreadable (Redis: %s): replicas held", exc)
             reports = []
-        return self.decide(plan, now, self._tracker.update(reports))
+        return self.decide(plan, now, self.demand(reports))
+
+    def demand(self, reports: list[GatewayReport]) -> dict[str, Demand]:
+        """Every gateway's reports summed into each model's demand since the last read
+        (`gateway simulate autoscale` passes what its gateways would report)."""
+        return self._tracker.update(reports)
 
     def decide(
         self, plan: DeploymentPlan, now: float, demand: Mapping[str, Demand | None]
@@ -269,7 +274,7 @@ def _log(decision: ScaleDecision, placed: int) -> None:
     log.log(
         level,
         "autoscale %s: %d -> %d (%s; placed %d, needed %d, %.2f req/s, %.3f s each, "
-        "%d queued, ttft p95 %s)",
+        "%.1f queued, ttft p95 %s)",
         decision.model, decision.current, decision.desired, decision.reason, placed,
         decision.needed, decision.arrival_rate or 0.0, decision.service_s or 0.0,
         decision.queued, decision.ttft_p95_s,

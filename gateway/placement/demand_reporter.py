@@ -1,7 +1,8 @@
 """This gateway's demand, put on the board (`demand_board`) every interval.
 
 Every gateway reports, leader or not: the admission controller's counters and gauges per
-model, and the p95 of time to first token over the interval, read from the
+model (and per priority class: requests, the tokens they reserved, what waits and runs),
+and the p95 of time to first token over the interval, read from the
 `gateway_time_to_first_token_seconds` histogram's buckets (the difference since the last
 report; the bound of the bucket the 95th percentile falls in, so it errs high). Redis
 unreachable: the report is skipped (it would be stale when read anyway), logged once.
@@ -21,7 +22,12 @@ from collections.abc import Callable, Iterable
 
 from gateway.admission import AdmissionController
 from gateway.observability import metrics
-from gateway.placement.demand_board import DemandBoard, GatewayReport, ModelReport
+from gateway.placement.demand_board import (
+    ClassReport,
+    DemandBoard,
+    GatewayReport,
+    ModelReport,
+)
 from gateway.storage.redis_client import REDIS_ERRORS
 
 log = logging.getLogger("gateway.placement")
@@ -105,9 +111,15 @@ class DemandReporter:
         models = {}
         for model in self._models:
             seen = self._admission.snapshot(model)
+            classes = {
+                name: ClassReport(
+                    c.arrivals, c.tokens, seen.queued.get(name, 0), c.queued_tokens, c.in_flight
+                )
+                for name, c in seen.by_class.items()
+            }
             models[model] = ModelReport(
                 seen.arrivals, seen.completions, seen.busy_s, sum(seen.queued.values()),
-                seen.in_flight, ttft.get(model),
+                seen.in_flight, ttft.get(model), seen.completed_tokens, classes,
             )  # fmt: skip
         plan, draining = ("", {}) if self._moves is None else self._moves()
         return GatewayReport(self.gateway, self._clock(), models, plan, draining)

@@ -24,13 +24,18 @@ IDLE_RATE = 0.001
 
 @dataclass(frozen=True, slots=True)
 class Demand:
-    """One model's demand, summed over every gateway for the last interval."""
+    """One model's demand, summed over every gateway for the last interval. Requests
+    count by their cost against the mean (`demand_board`): `arrival_rate x service_s` is
+    the work that arrived, in slot-seconds a second."""
 
     arrival_rate: float  # requests a second
     service_s: float  # mean time a request holds its slot, seconds
-    queued: int = 0  # requests waiting for a slot now
+    queued: float = 0  # requests waiting for a slot now
     in_flight: int = 0  # requests holding a slot now
     ttft_p95_s: float | None = None  # measured, the worst gateway's
+    # The part of it that may add replicas to an online model: all but the batch
+    # classes' (None: all of it).
+    online: Demand | None = None
 
 
 def erlang_c(servers: int, offered: float) -> float:

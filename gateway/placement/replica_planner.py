@@ -56,7 +56,7 @@ class ScaleDecision:
     reason: str
     arrival_rate: float | None = None
     service_s: float | None = None
-    queued: int = 0
+    queued: float = 0
     ttft_p95_s: float | None = None
 
     @property

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 
+import orjson
 import pytest
 from redis.asyncio import Redis, RedisCluster
 
@@ -16,6 +17,7 @@ from gateway.config.cluster_config import ClusterConfig
 from gateway.placement.autoscaler import Autoscaler
 from gateway.placement.controller import ClusterPlacement, placement_digest
 from gateway.placement.demand_board import (
+    ClassReport,
     DemandBoard,
     DemandTracker,
     GatewayReport,
@@ -96,6 +98,23 @@ async def test_a_report_it_cannot_read_is_no_report(
     await client.set(f"{shared.gateways_key.rsplit(':', 1)[0]}:demand:gw-bad", value)
     await client.sadd(shared.gateways_key, "gw-bad")
     assert [r.gateway for r in await shared.read()] == ["gw-good"]
+
+
+async def test_a_reports_classes_travel_beside_what_an_earlier_leader_reads(
+    client: Redis | RedisCluster,
+) -> None:
+    shared = board(client)
+    classes = {"online": ClassReport(3, 300, 1, 100, 2), "batch": ClassReport(16, 320, 0, 0, 0)}
+    sent = ModelReport(19, 10, 9.0, 1, 2, 0.4, 1_000, classes)
+    await shared.publish(report("gw-a", 1.0, llm=sent))
+    (got,) = await shared.read()
+    assert got.models["llm"] == sent
+    # The classes are a key of their own: `models` is what an earlier leader reads.
+    body = orjson.loads(await client.get(f"{shared.gateways_key.rsplit(':', 1)[0]}:demand:gw-a"))
+    assert body["models"]["llm"] == [19, 10, 9.0, 1, 2, 0.4]
+    bad = dict(body, work={"llm": [1, {"online": [1, 2, 3]}]})
+    await client.set(f"{shared.gateways_key.rsplit(':', 1)[0]}:demand:gw-a", orjson.dumps(bad))
+    assert await shared.read() == []  # a report it cannot read is no report
 
 
 async def test_two_gateways_admissions_reach_the_leader_as_one_demand(
