@@ -1,7 +1,8 @@
 """The ledger's writer: a record per request taken in O(1), written later, in batches.
 
-`record()` is what the request path calls: it appends to a deque and returns, never
-awaiting and never touching the disk or the network. A background task takes the records
+`record()` is what the request path calls: it appends a line to the journal (one write
+to the page cache) and the record to a deque, and returns, never awaiting and never
+touching the network. A background task takes the records
 every `flush_interval_ms` (sooner when `batch_max` are waiting) and writes them to the
 store in batches. When the store fails or takes longer than `write_timeout_ms` (the
 database is down), the batch goes to the on-disk spool, and so does every batch after it,
@@ -10,10 +11,16 @@ once the database answers again (tried after a backoff of 0.5 s doubling to 10 s
 A batch half-written before a failure is written again whole: the request id is the
 table's key, and a record already stored is skipped.
 
+What waits in memory is also in the journal (`usage_journal.py`), with the requests in
+flight: a process that dies (`kill -9`, an OOM kill) leaves it on disk, and the next one
+started on the same spool directory delivers it, with a record for each request that was
+in flight (status 500, its usage as far as it had got).
+
 Records are lost only when the database is down and the disk cannot take them, each
 counted (`LedgerStats.dropped`) and logged as an error: the spool is full
 (`spool_max_bytes`) or cannot be written (a full disk); `buffer_max` records already wait
-in memory (the flusher could not keep up even by spooling: a stuck disk); a spooled line
+in memory (the flusher could not keep up even by spooling: a stuck disk; the journal
+still holds them for the next process); a spooled line
 cannot be read back (cut short when a process died while writing it). And a record made
 after `close()` is not taken (counted too).
 """
@@ -30,6 +37,7 @@ from pathlib import Path
 
 from gateway.config.ledger_config import LedgerConfig
 from gateway.ledger.ledger_store import LedgerStore, open_store
+from gateway.ledger.usage_journal import UsageJournal
 from gateway.ledger.usage_records import UsageRecord
 from gateway.ledger.usage_spool import UsageSpool
 
@@ -77,6 +85,9 @@ class LedgerWriter:
     ) -> None:
         self.store = store
         self.spool = UsageSpool(spool_dir, spool_max_bytes)
+        # Every record on disk from the moment it is taken, and the requests in flight:
+        # what a crash of this process would lose is there for the next one.
+        self.journal = UsageJournal(spool_dir)
         self._batch_max = batch_max
         self._interval_s = flush_interval_ms / 1000
         self._buffer_max = buffer_max
@@ -101,11 +112,23 @@ class LedgerWriter:
 
     # The request path.
 
+    def in_flight(self, record: UsageRecord) -> None:
+        """A request in flight, as far as it has got (status 0): in the journal only, so
+        that it has a record if this process ends before it does. O(1) and one write to
+        the page cache."""
+        if not self._closed:
+            self.journal.in_flight(record)
+
     def record(self, record: UsageRecord) -> None:
-        """Take one record: O(1), never blocks. Call it on the writer's event loop."""
-        buffer = self._buffer
-        if len(buffer) >= self._buffer_max or self._closed:
+        """Take one record: O(1), never blocks (one write to the page cache, in the
+        journal, then memory). Call it on the writer's event loop."""
+        if self._closed:
             self._refused += 1
+            return
+        self.journal.finished(record)
+        buffer = self._buffer
+        if len(buffer) >= self._buffer_max:
+            self._refused += 1  # in the journal still: the next process delivers it
             return
         buffer.append(record)
         if len(buffer) == self._batch_max:
@@ -116,6 +139,8 @@ class LedgerWriter:
     async def start(self) -> None:
         """Find what a previous process spooled, and start the flusher."""
         await asyncio.to_thread(self.spool.load)
+        # The journal's directory is the spool's, which `load` has locked for this process.
+        self._buffer.extend(await asyncio.to_thread(self.journal.recover))
         if self.spool.records:
             log.warning(
                 "usage ledger: %d records spooled in %s, to be replayed",
@@ -158,7 +183,10 @@ class LedgerWriter:
             async with self._flushing:
                 while self._buffer:
                     await self._deliver(self._take())
+                # Delivered: the journal keeps only requests still in flight, if any.
+                self.journal.compact(())
         finally:
+            self.journal.close()
             await asyncio.to_thread(self.spool.close)
             self._log_drops(force=True)
             self._send_report()
@@ -195,6 +223,11 @@ class LedgerWriter:
                 await self._deliver(batch)
             if self.spool.records and self._store_due():
                 await self._replay()
+            if self.journal.due:
+                # Every record taken before this round is delivered (to the database or
+                # the spool): the journal keeps the requests in flight and the records
+                # taken since.
+                self.journal.compact(self._buffer)
             self._log_drops()
             self._send_report()
 

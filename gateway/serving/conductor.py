@@ -266,6 +266,7 @@ class Conductor:
         admitted = await self._admit(plan)
         # Only now: a cancel while the limiter's call is out would lose what Redis took.
         client.cancel_when_gone()
+        admitted.journal_dispatch()
         answered: set[int] = set()
         dispatcher = self._runtime.dispatcher
         # What the parts answered so far cost, each at the model that served it.
@@ -305,6 +306,7 @@ class Conductor:
         admitted.served_by(served, usage)
         if problem is not None:
             raise InvalidStructuredOutput(model, problem)
+        admitted.journal(200)  # answered: recorded so, should the gateway die sending it
         return Answer(plan.parts, completions, model, usage, admitted.headers(served[0]))
 
     async def stream(self, plan: Plan, client: Client) -> Stream:
@@ -315,6 +317,7 @@ class Conductor:
         until then."""
         admitted = await self._admit(plan)
         client.cancel_when_gone()  # only now, as for a whole answer
+        admitted.journal_dispatch()
         dispatched = time.monotonic()
         dispatcher = self._runtime.dispatcher
         try:
@@ -418,6 +421,24 @@ class _Admitted:
     def work(self) -> Work:
         """The first part: the request itself, unless it has several."""
         return self.works[0]
+
+    @property
+    def journal_every(self) -> int:
+        """How many tokens a stream uses between the journal's lines of it."""
+        return self.runtime.config.gateway.ratelimit.charge_batch_tokens
+
+    def journal_dispatch(self) -> None:
+        """`journal` the request as it goes to its replicas: its prompt, nothing more."""
+        if self.runtime.usage is not None:
+            self.journal(0, sum(w.first_call.prompt_estimate for w in self.works))
+
+    def journal(self, status: int = 0, prompt_tokens: int | None = None) -> None:
+        """The request, as far as it has got, into the usage journal (`status` 0: still
+        on its way): if the gateway dies before the request ends, it is recorded from
+        this (`UsageLedger.in_flight`)."""
+        usage = self.runtime.usage
+        if usage is not None:
+            usage.in_flight(self.record, status, prompt_tokens)
 
     async def gate(self, part: InferenceRequest, index: int, to: int) -> bool:
         """Whether part `index` may fall back to its chain's model `to`: that model's own
@@ -640,6 +661,8 @@ class Stream:
     meters: list[UsageMeter] = field(init=False)
     headers: dict[str, str] = field(init=False)
     closed: bool = False
+    # The tokens it had used when its usage was last journaled.
+    _journaled: int = 0
 
     def __post_init__(self) -> None:
         self.meters = [UsageMeter() for _ in self.opened]
@@ -662,18 +685,28 @@ class Stream:
 
     def add(self, delta: Delta, index: int = 0) -> None:
         """Meter a piece of part `index` as it goes out, charging the tenant's tokens as
-        they build up (a long stream is charged while it runs, not only at its end)."""
+        they build up (a long stream is charged while it runs, not only at its end), and
+        journaling its usage as often (what it is recorded at if the gateway dies)."""
         self.meters[index].add(delta)
         admitted = self._admitted
+        works = admitted.works
+        used = (
+            self.meters[0].total(works[0].first_call.prompt_estimate)
+            if len(works) == 1
+            else self.usage().total_tokens
+        )
         reservation = admitted.decision.reservation
         if reservation is not None:
-            works = admitted.works
-            used = (
-                self.meters[0].total(works[0].first_call.prompt_estimate)
-                if len(works) == 1
-                else self.usage().total_tokens
-            )
             admitted.runtime.limiter.charge(reservation, used, self._spent)
+        if used - self._journaled >= admitted.journal_every:
+            self._journaled = used
+            record, usage = admitted.record, self.usage()
+            record.served_model = self.served.route.name
+            record.prompt_tokens, record.completion_tokens = (
+                usage.prompt_tokens, usage.completion_tokens,
+            )  # fmt: skip
+            record.cost_micros = self._spent()
+            admitted.journal()
 
     def _spent(self) -> int:
         """What the stream has cost so far: each part's usage at the model serving it."""

@@ -36,30 +36,44 @@ class UsageLedger:
 
     def record(self, request: RequestRecord, duration_s: float) -> None:
         """A finished request's usage record, priced by the model that served it."""
+        self.writer.record(self._usage_record(request, duration_s, request.status))
+
+    def in_flight(
+        self, request: RequestRecord, status: int = 0, prompt_tokens: int | None = None
+    ) -> None:
+        """A request on its way, as far as it has got: dispatched (status 0, with the
+        `prompt_tokens` sent), part of a stream relayed, or answered (`status`) and not
+        yet sent. The journal holds it until its final record comes: if this process
+        ends first, the next one records it from this (`gateway.ledger.usage_journal`)."""
+        duration_s = time.perf_counter() - request.started
+        record = self._usage_record(request, duration_s, status)
+        if prompt_tokens is not None:
+            record.prompt_tokens = prompt_tokens
+        self.writer.in_flight(record)
+
+    def _usage_record(self, request: RequestRecord, duration_s: float, status: int) -> UsageRecord:
         price = self._prices.get(request.served_model) if request.served_model else None
         cost = request.cost_micros or 0
         if request.cost_micros is None and price is not None:
             cost = price.cost_micros(
                 request.prompt_tokens, request.cached_tokens, request.completion_tokens
             )
-        self.writer.record(
-            UsageRecord(
-                ts=time.time(),
-                request_id=request.request_id,
-                tenant=request.tenant,
-                key_id=request.key_id,
-                endpoint=request.endpoint,
-                model_requested=request.alias or request.model,
-                model_served=request.served_model,
-                prompt_tokens=request.prompt_tokens,
-                cached_tokens=request.cached_tokens,
-                completion_tokens=request.completion_tokens,
-                cost_micros=cost,
-                latency_ms=duration_s * 1000,
-                status=request.status,
-                fallback="; ".join(request.fallbacks),
-                ttft_ms=None if request.ttft_s is None else request.ttft_s * 1000,
-            )
+        return UsageRecord(
+            ts=time.time(),
+            request_id=request.request_id,
+            tenant=request.tenant,
+            key_id=request.key_id,
+            endpoint=request.endpoint,
+            model_requested=request.alias or request.model,
+            model_served=request.served_model,
+            prompt_tokens=request.prompt_tokens,
+            cached_tokens=request.cached_tokens,
+            completion_tokens=request.completion_tokens,
+            cost_micros=cost,
+            latency_ms=duration_s * 1000,
+            status=status,
+            fallback="; ".join(request.fallbacks),
+            ttft_ms=None if request.ttft_s is None else request.ttft_s * 1000,
         )
 
     async def close(self) -> None:

@@ -283,13 +283,9 @@ async def test_a_fallback_is_charged_to_the_budget_of_the_model_that_served_it(
                     statuses.append(answer.status_code)
         finally:
             set_usage_sink(None)
-        assert statuses[:5] == [200] * 5
-        assert all(status >= 500 for status in statuses[5:]), (
-            statuses,
-            await redis_spend(path, "spend:day:llm-small", 1000),
-            [(r.cost_micros, r.fallbacks) for r in records],
-        )
-        assert await redis_spend(path, "spend:day:llm-small", 1000) == 1000
+    assert statuses[:5] == [200] * 5
+    assert all(status >= 500 for status in statuses[5:]), statuses
+    assert await redis_spend(path, "spend:day:llm-small", 1000) == 1000
     served = [r for r in records if r.status == 200]
     assert {r.served_model for r in served} == {"llm-small"}
     assert [r.cost_micros for r in served] == [200] * 5
@@ -365,9 +361,10 @@ async def test_an_answer_the_gateway_rejects_is_not_charged_its_price(
                 )
         finally:
             set_usage_sink(None)
-        assert answer.status_code == 502, answer.text
-        assert answer.json()["error"]["code"] == "invalid_structured_output"
-        assert await redis_spend(path, "spend:day", round(AMOUNT * 1e6)) == 0
+    assert answer.status_code == 502, answer.text
+    assert answer.json()["error"]["code"] == "invalid_structured_output"
+    # Read once the gateway has stopped: its settles (sent in the background) are in.
+    assert await redis_spend(path, "spend:day", round(AMOUNT * 1e6)) == 0
     [record] = records
     assert (record.status, record.cost_micros) == (502, 0)
     assert (record.prompt_tokens, record.completion_tokens) == (100, 50)

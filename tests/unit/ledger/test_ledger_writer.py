@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+import sqlite3
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
@@ -275,3 +276,43 @@ async def test_close_while_down_spools_and_the_next_writer_replays(
     await wait_until(lambda: _true(again.stats().spooled == 0))
     await again.close()
     assert await _count(tmp_path) == 30
+
+
+async def test_a_process_killed_before_its_flush_loses_no_record(
+    outage: Outage, tmp_path: Path
+) -> None:
+    """Issue 40: records waited in memory up to a flush interval, and a request in flight
+    had no record at all, so a `kill -9` lost both. Now the journal has them: the next
+    writer on the same spool directory stores every finished record once, and each
+    request that was in flight with what it had used, as cut by the process's end."""
+    writer = _writer(outage, tmp_path, batch_max=1000, flush_interval_ms=60_000)
+    await writer.start()
+    for i in range(20):
+        writer.record(sample(i))
+    writer.in_flight(sample(20, status=0, completion_tokens=128))
+    await writer.flush()  # the first 20 are in the database...
+    for i in range(21, 30):
+        writer.record(sample(i))  # ...these 9 only in memory (and the journal)
+    writer.in_flight(sample(30, status=0, completion_tokens=0))
+    # The process dies: no close; the kernel lets its lock on the directory go.
+    assert writer._task is not None
+    writer._task.cancel()
+    assert writer.spool._lock is not None
+    writer.spool._lock.close()
+    await outage.close()
+    config = LedgerConfig(
+        url=f"sqlite:///{tmp_path / 'usage.db'}",
+        spool_dir=str(tmp_path / "spool"),
+        flush_interval_ms=20,
+    )
+    again = await start_ledger(config)
+    await again.close()
+    assert await _count(tmp_path) == 31  # 0..30, each once
+    with sqlite3.connect(tmp_path / "usage.db") as db:
+        rows = dict(
+            db.execute(
+                "SELECT request_id, status || ':' || completion_tokens FROM usage_ledger"
+                " WHERE request_id IN ('r-20', 'r-29', 'r-30')"
+            ).fetchall()
+        )
+    assert rows == {"r-20": "500:128", "r-29": f"{sample(29).status}:49", "r-30": "500:0"}
