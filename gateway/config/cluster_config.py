@@ -7,7 +7,7 @@ unknown keys refused, every problem reported as `file:line: message`.
 from __future__ import annotations
 
 from collections import Counter
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import Field, HttpUrl, model_validator
 
@@ -64,6 +64,9 @@ class Autoscale(Strict):
     scale_down_after_s: PositiveFloat = 120.0
     # A replica runs at least this long before it is removed or reclaimed.
     min_runtime_s: Annotated[Float, Field(ge=0)] = 60.0
+    # online: only demand outside `autoscaling.batch_classes` adds replicas (batch
+    # demand keeps them, never adds one); batch: a model for batch work, any demand does.
+    serves: Literal["online", "batch"] = "online"
 
     @model_validator(mode="after")
     def _bounds(self) -> Autoscale:
@@ -99,6 +102,9 @@ class Autoscaling(Strict):
     drain_timeout_s: PositiveFloat = 120.0
     # Per tenant (a deployment's `tenant`): the loop grows its models only within this.
     quotas: dict[str, TenantQuota] = Field(default_factory=dict)
+    # Admission classes (gateway.yaml's `admission.classes`) whose demand keeps an
+    # online model's replicas but never adds one.
+    batch_classes: list[str] = Field(default_factory=lambda: ["batch"])
     kubernetes: KubernetesScaling | None = None
 
 

@@ -387,6 +387,16 @@ def _cluster_problems(source: Source) -> list[Problem]:
             loc: Loc = ("deployments", i, "model")
             message = f"model '{model}' is not defined in {gateway_name}"
             problems.append(cluster_source.problem(loc, at(loc, message)))
+    # The batch classes the closed loop tells apart are gateway.yaml's admission classes.
+    admission = _as_dict(_as_dict(source.data).get("admission"))
+    classes = _as_list(admission.get("classes")) or AdmissionConfig().classes
+    autoscaling = _as_dict(_as_dict(cluster_source.data).get("autoscaling"))
+    for i, name in enumerate(_as_list(autoscaling.get("batch_classes"))):
+        if isinstance(name, str) and name not in classes:
+            loc = ("autoscaling", "batch_classes", i)
+            known = ", ".join(str(c) for c in classes)
+            message = f"'{name}' is not an admission class of {gateway_name} ({known})"
+            problems.append(cluster_source.problem(loc, at(loc, message)))
     cluster_name = os.path.basename(path)
     for name, config in models.items():
         if (

@@ -47,7 +47,7 @@ class Autoscaler:
         self.board = board
         # The models whose replicas are a Kubernetes Deployment's pods (None: none).
         self.scaler = scaler
-        self._tracker = DemandTracker(("batch",))
+        self._tracker = DemandTracker(cluster.autoscaling.batch_classes)
         self._interval_s = cluster.autoscaling.interval_s
         self._planner = ReplicaPlanner(cluster.deployments, slots, self._interval_s)
         self._min_runtime = {
@@ -273,15 +273,17 @@ def _log(decision: ScaleDecision, placed: int) -> None:
     level = logging.WARNING if decision.direction != "none" else logging.DEBUG
     log.log(
         level,
-        "autoscale %s: %d -> %d (%s; placed %d, needed %d, %.2f req/s, %.3f s each, "
-        "%.1f queued, ttft p95 %s)",
+        "autoscale %s: %d -> %d (%s; placed %d, needed %d, kept %d, %.2f req/s of %.3f s "
+        "(%.2f of it batch), %.1f queued, ttft p95 %s)",
         decision.model, decision.current, decision.desired, decision.reason, placed,
-        decision.needed, decision.arrival_rate or 0.0, decision.service_s or 0.0,
+        decision.needed, decision.needed if decision.kept is None else decision.kept,
+        decision.arrival_rate or 0.0, decision.service_s or 0.0, decision.batch_rate,
         decision.queued, decision.ttft_p95_s,
         extra={"fields": {
             "event": "autoscale", "model": decision.model, "current": decision.current,
             "desired": decision.desired, "reason": decision.reason, "placed": placed,
-            "needed": decision.needed, "arrival_rate": decision.arrival_rate,
+            "needed": decision.needed, "kept": decision.kept,
+            "batch_rate": decision.batch_rate, "arrival_rate": decision.arrival_rate,
             "service_s": decision.service_s, "queued": decision.queued,
             "ttft_p95_s": decision.ttft_p95_s,
         }},

@@ -22,6 +22,10 @@ cluster.yaml, from its demand (summed over every gateway: `demand_board`):
   sees demand gets its first replica at once, interval or not (its requests are waiting).
 - **Hold on missing data.** A model whose demand is missing or stale keeps its count:
   never scaled down on missing data.
+- **Batch demand keeps, never adds.** For an online model (`serves: online`, the
+  default) only the demand outside `autoscaling.batch_classes` (`Demand.online`) adds
+  replicas, wakes a model at zero, or claims another model's GPUs; all of it counts
+  towards keeping the replicas there are (reason `batch_demand` when only it does).
 
 Which replica goes (the oldest that has run `min_runtime_s`), and whether the fleet has
 room for what is asked (quotas, priorities, best fit), is placement's
@@ -48,7 +52,8 @@ class ScaleDecision:
     model: str
     current: int
     desired: int
-    # What the queueing model asked for (bounded), before the rules on timing.
+    # What the queueing model asked for (bounded), before the rules on timing: for the
+    # demand that may add replicas (for an online model, not the batch classes').
     needed: int
     # demand, ttft_target_missed, wake_from_zero, quiet, lent_back, steady, fleet_full,
     # waiting_to_scale_down, rate_limited, no_fresh_demand (and the autoscaler's
@@ -58,6 +63,9 @@ class ScaleDecision:
     service_s: float | None = None
     queued: float = 0
     ttft_p95_s: float | None = None
+    # What all of the demand needs, batch classes too: replicas it keeps (None: `needed`).
+    kept: int | None = None
+    batch_rate: float = 0.0  # the batch classes' part of the last interval's arrival rate
 
     @property
     def direction(self) -> str:
@@ -70,9 +78,11 @@ class ScaleDecision:
 @dataclass(slots=True)
 class _ModelState:
     arrival_rate: float | None = None
+    online_rate: float | None = None  # the part that may add replicas, averaged alone
     service_s: float | None = None
     low_since: float | None = None
     needed_now: int = 0
+    queued_up: float = 0  # requests waiting whose demand may add replicas
     changed_at: float | None = None
 
 
@@ -127,7 +137,8 @@ class ReplicaPlanner:
             size = self._size_milli
             wanted = sum(max(n.needed, n.current) * size[m] for m, n in needs.items())
             claimed = sum(
-                (n.needed if n.needed > n.current and n.queued else n.current) * size[m]
+                (n.needed if n.needed > n.current and self._state[m].queued_up else n.current)
+                * size[m]
                 for m, n in needs.items()
             )
             short = short or wanted > room_milli
@@ -149,20 +160,33 @@ class ReplicaPlanner:
         if seen is None:
             return ScaleDecision(model, current, current, current, "no_fresh_demand")
         demand = self._smoothed(state, seen)
-        needed = self._replicas_for(demand, scale, model)
-        # What the last interval alone needs: what a model keeps when GPUs are short. Its
-        # service time is the one known so far when none finished in the interval.
+        kept = self._replicas_for(demand, scale, model)
+        # The demand that may add replicas: an online model's, without the batch classes.
+        rising = seen.online if seen.online is not None and scale.serves == "online" else seen
+        if rising is seen:
+            needed = kept
+        else:
+            state.online_rate = _average(state.online_rate, rising)
+            rate = max(rising.arrival_rate, state.online_rate)
+            needed = self._replicas_for(
+                replace(rising, arrival_rate=rate, service_s=demand.service_s), scale, model
+            )
+        state.queued_up = rising.queued
+        # What the last interval alone needs: what a model keeps when GPUs are short
+        # (batch demand yields then). Its service time is the one known so far when none
+        # finished in the interval.
         state.needed_now = self._replicas_for(
-            replace(seen, service_s=seen.service_s or demand.service_s), scale, model
+            replace(rising, service_s=seen.service_s or demand.service_s), scale, model
         )
         reason = "demand"
         target = scale.targets.ttft_p95_s
         late = seen.ttft_p95_s is not None and target is not None and seen.ttft_p95_s > target
-        if late and seen.queued > 0 and needed <= current < scale.max_replicas:
+        if late and rising.queued > 0 and needed <= current < scale.max_replicas:
             needed, reason = current + 1, "ttft_target_missed"
         return ScaleDecision(
             model, current, current, needed, reason, demand.arrival_rate, demand.service_s,
-            seen.queued, seen.ttft_p95_s,
+            seen.queued, seen.ttft_p95_s, max(kept, needed),
+            seen.arrival_rate - rising.arrival_rate,
         )  # fmt: skip
 
     def _replicas_for(self, demand: Demand, scale: Autoscale, model: str) -> int:
@@ -194,17 +218,21 @@ class ReplicaPlanner:
             state.low_since = None
             if current == 0:
                 return decided(needed, "wake_from_zero")
-            if short and need.queued == 0:
+            if short and state.queued_up == 0:
                 # GPUs are short: a replica is taken from another model only for requests
                 # that wait, not for headroom the queueing model would like.
                 return decided(current, "fleet_full")
             return decided(current, "rate_limited") if recently else decided(needed, need.reason)
+        # Below what it has: what all of its demand (batch too) keeps.
+        kept = need.needed if need.kept is None else need.kept
+        needed = max(needed, kept)
         if lends and state.needed_now < needed:
             # Wanted elsewhere: judged on the last interval, not on a slow average.
             needed = state.needed_now
-        if needed == current:
+        if needed >= current:
             state.low_since = None
-            return decided(current, "steady")
+            # Held (or wanted higher) by the batch classes' demand alone: said so.
+            return decided(current, "batch_demand" if kept > need.needed else "steady")
         if state.low_since is None:
             state.low_since = now
         quiet = now - state.low_since >= scale.scale_down_after_s
@@ -221,12 +249,7 @@ class ReplicaPlanner:
         """`seen` with its rate and service time each the larger of the last value and
         the moving average (which it updates)."""
         rate = seen.arrival_rate
-        idle = rate == 0 and seen.queued == 0 and seen.in_flight == 0
-        state.arrival_rate = (
-            rate
-            if state.arrival_rate is None or idle  # an idle interval: no demand left
-            else SMOOTHING * rate + (1 - SMOOTHING) * state.arrival_rate
-        )
+        state.arrival_rate = _average(state.arrival_rate, seen)
         service = seen.service_s
         if service > 0:  # none completed this interval: the service time is unknown
             state.service_s = (
@@ -242,3 +265,13 @@ class ReplicaPlanner:
             seen.in_flight,
             seen.ttft_p95_s,
         )
+
+
+def _average(average: float | None, seen: Demand) -> float:
+    """The moving average of the arrival rate, `seen` added (an idle interval, with
+    nothing arriving, waiting or running, leaves no demand behind)."""
+    rate = seen.arrival_rate
+    idle = rate == 0 and seen.queued == 0 and seen.in_flight == 0
+    if average is None or idle:
+        return rate
+    return SMOOTHING * rate + (1 - SMOOTHING) * average

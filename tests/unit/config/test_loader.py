@@ -740,6 +740,14 @@ def test_a_model_without_replicas_must_be_deployed() -> None:
     ]
 
 
+def test_the_loops_batch_classes_must_be_admission_classes() -> None:
+    cluster = CLUSTER + "autoscaling:\n  batch_classes: [batch, bulk]\n"
+    assert cluster_problems(cluster) == [
+        "cluster.yaml:8: autoscaling.batch_classes[1]: "
+        "'bulk' is not an admission class of gateway.yaml (online, batch)"
+    ]
+
+
 def test_cluster_file_yaml_error_is_reported() -> None:
     (problem,) = cluster_problems("nodes: [\n")
     assert problem.startswith("cluster.yaml:2: invalid YAML: expected the node content")

@@ -148,3 +148,65 @@ def test_a_model_whose_own_replicas_wait_for_room_lends_nothing() -> None:
     # a wants 3 of which one is unplaced; its demand fell, yet it is not a lender.
     decisions = p.decide(0.0, {"a": 3, "b": 1}, {"a": low, "b": low}, {"a": 1})
     assert decisions[0].reason == "waiting_to_scale_down"
+
+
+def batch(rate: float, queued: float = 0, in_flight: int = 0, online: float = 0.0) -> Demand:
+    """Demand whose online part is `online` requests a second, the rest batch."""
+    return Demand(
+        rate + online, 1.0, queued, in_flight, online=Demand(online, 1.0)
+    )  # fmt: skip
+
+
+def test_batch_demand_never_raises_an_online_models_desired_count() -> None:
+    p = planner(deployment(min_replicas=0))
+    current, now = 1, 0.0
+    # Bursts of batch work (up to 400 choices waiting) and quiet, interval after interval.
+    for rate, queued in [(115.0, 128), (0.0, 0), (400.0, 400), (40.0, 10)] * 10:
+        decision = one(p, now, current, batch(rate, queued, in_flight=4))
+        assert decision.desired <= current
+        assert decision.reason in ("batch_demand", "steady")
+        current, now = decision.desired, now + INTERVAL
+    # Nor does it wake a model at zero: only its online requests do.
+    at_zero = one(p, now, 0, batch(50.0, 30))
+    assert (at_zero.desired, at_zero.reason) == (0, "batch_demand")
+    woken = one(p, now + INTERVAL, 0, batch(50.0, 30, online=1.0))
+    assert (woken.direction, woken.reason) == ("up", "wake_from_zero")
+
+
+def test_batch_demand_keeps_an_online_models_replicas_from_going() -> None:
+    p = planner(deployment())
+    # 3 replicas of 4 slots; online demand has gone, batch work fills two replicas' worth
+    # (5 slots busy, at the 0.75 target). The third goes once it was low a minute...
+    current, now, seen = 3, 0.0, []
+    while now < 900:
+        decision = one(p, now, current, batch(5.0, in_flight=5))
+        seen.append(decision.reason)
+        current, now = decision.desired, now + INTERVAL
+    assert seen.count("quiet") == 1
+    # ...and the two the batch work fills stay, however long it lasts.
+    assert current == 2 and seen[-1] == "batch_demand"
+
+
+def test_online_demand_among_batch_scales_up_at_once() -> None:
+    p = planner(deployment())
+    decision = one(p, 0.0, 1, batch(100.0, 100, online=12.0))
+    assert decision.direction == "up" and decision.reason == "demand"
+    assert decision.kept is not None and decision.kept >= decision.desired
+
+
+def test_a_model_that_serves_batch_is_scaled_by_batch_demand() -> None:
+    p = planner(deployment(serves="batch"))
+    decision = one(p, 0.0, 1, batch(12.0, 10))
+    assert decision.direction == "up" and decision.reason == "demand"
+
+
+def test_batch_requests_waiting_claim_no_gpu_of_another_model() -> None:
+    lender, taker = deployment("lender"), deployment("taker")
+    p = ReplicaPlanner([lender, taker], {"lender": 4, "taker": 4}, INTERVAL)
+    room = 4 * 1000
+    steady = Demand(arrival_rate=3.0, service_s=1.0)
+    p.decide(0.0, {"lender": 2, "taker": 2}, {"lender": steady, "taker": steady}, None, room)
+    # Only batch work waits on the taker: the lender lends nothing for it.
+    moved = {"lender": Demand(0.2, 1.0), "taker": batch(12.0, 30, in_flight=8)}
+    lent, took = p.decide(INTERVAL, {"lender": 2, "taker": 2}, moved, None, room)
+    assert took.desired == 2 and lent.reason == "waiting_to_scale_down"
