@@ -36,6 +36,10 @@ class Detector:
     # it only on a text that has such digits, and the outbound scan also reads numbers
     # with odd separators taken as spaces (`privacy.normalizer`).
     numeric: bool = False
+    # The test of a number read across line breaks or table cells (`privacy.joiner`),
+    # stricter than `valid`: a row of figures is a number that way too. None: this
+    # detector does not read numbers across them.
+    split_valid: Callable[[str], bool] | None = None
 
     def matches(self, text: str) -> Iterator[re.Match[str]]:
         """The matches of `pattern` in `text`, left to right, none overlapping."""
@@ -254,6 +258,36 @@ def luhn_valid(text: str) -> bool:
     return total % 10 == 0
 
 
+# The numbers card issuers give, by their first digits (inclusive, as text) and lengths:
+# Visa, Mastercard, American Express, Diners Club, JCB; Discover, UnionPay and Maestro
+# start with 6, Maestro with 50 and 56 to 59 too.
+_ISSUERS: tuple[tuple[str, str, frozenset[int]], ...] = (
+    ("4", "4", frozenset({13, 16, 19})),
+    ("51", "55", frozenset({16})),
+    ("2221", "2720", frozenset({16})),
+    ("34", "34", frozenset({15})),
+    ("37", "37", frozenset({15})),
+    ("300", "305", frozenset(range(14, 20))),
+    ("36", "36", frozenset(range(14, 20))),
+    ("38", "39", frozenset(range(14, 20))),
+    ("3528", "3589", frozenset(range(16, 20))),
+    ("6", "6", frozenset(range(13, 20))),
+    ("50", "50", frozenset(range(13, 20))),
+    ("56", "59", frozenset(range(13, 20))),
+)
+
+
+def card_issued(text: str) -> bool:
+    """Whether the digits of `text` pass Luhn and start and are as long as an issuer's
+    card numbers (`_ISSUERS`): the test of a number read across lines or table cells,
+    where a row of figures passes Luhn one time in ten."""
+    digits = "".join(c for c in text if c.isdigit())
+    return luhn_valid(digits) and any(
+        low <= digits[: len(low)] <= high and len(digits) in lengths
+        for low, high, lengths in _ISSUERS
+    )
+
+
 def iban_valid(text: str) -> bool:
     """Whether `text` (spaces allowed) passes the IBAN mod-97 check (ISO 13616)."""
     compact = text.replace(" ", "").upper()
@@ -276,12 +310,14 @@ def ssn_valid(text: str) -> bool:
 # twice as fast on prose).
 PERSONAL: tuple[Detector, ...] = (
     EMAIL,
-    # 13 to 19 digits, in groups split by spaces or dashes, that pass Luhn.
+    # 13 to 19 digits, in groups split by spaces or dashes, that pass Luhn; across line
+    # breaks and table cells, that an issuer gives too.
     Detector(
         "card",
         re.compile(r"\d(?<![\d-]\d)(?:[ -]?\d){12,18}(?![\d-])"),
         valid=luhn_valid,
         numeric=True,
+        split_valid=card_issued,
     ),
     # Country code, check digits, then 11 to 30 letters or digits (grouped by 4 on paper).
     Detector(

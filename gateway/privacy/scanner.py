@@ -2,10 +2,12 @@
 
 `Scanner.find` reads a text as it is written (log redaction, `gateway eval`);
 `Scanner.find_deep` reads it as a model would (outbound sanitization): also normalized
-(`gateway.privacy.normalizer`: escapes, Unicode forms, invisible characters, look-alike
-letters, separators inside numbers) and inside encoded runs (`gateway.privacy.decoder`:
-base64, base64url, hex). Its findings are spans of the text as written, keyed by the
-normalized value, so `Masker` gives a secret one placeholder in every form.
+(`gateway.privacy.normalizer`: escapes, HTML references, percent-encoding, Unicode forms,
+invisible characters, look-alike letters, separators inside numbers), with numbers split
+across lines or table cells joined (`gateway.privacy.joiner`), and inside encoded runs
+(`gateway.privacy.decoder`: base64, base64url, hex). Its findings are spans of the text
+as written, keyed by the normalized value, so `Masker` gives a secret one placeholder in
+every form.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from gateway.privacy.decoder import MIN_RUN, encoded_runs
+from gateway.privacy.joiner import join_split
 from gateway.privacy.normalizer import Normalized, group_digits, normalize
 from gateway.privacy.patterns import Detector
 
@@ -57,6 +60,7 @@ class Scanner:
     def __init__(self, detectors: Sequence[Detector]) -> None:
         self._detectors = tuple(detectors)
         self._numeric = tuple(d for d in self._detectors if d.numeric)
+        self._joinable = tuple(d for d in self._detectors if d.split_valid is not None)
         markers = {marker for d in self._detectors for marker in d.markers}
         # Whether a text holds any marker at all, in one search: most short strings (a
         # schema's `"type": "string"`) hold none, and then no marked detector is tried.
@@ -70,8 +74,9 @@ class Scanner:
 
     def find_deep(self, text: str, depth: int = 0) -> list[Finding]:
         """The findings in `text` as a model reads it, in order, none overlapping: as
-        written, normalized, with the separators inside numbers read as spaces, and in
-        encoded runs that decode to text (`depth` levels down so far).
+        written, normalized, with the separators inside numbers read as spaces, with
+        numbers split across lines or table cells joined, and in encoded runs that
+        decode to text (`depth` levels down so far).
 
         Each is a span of `text` as written, keyed by its normalized value. Where two
         readings find overlapping spans, their union is one finding: masking covers all
@@ -93,6 +98,13 @@ class Scanner:
             # a third more on prose, which has a decimal number here and there).
             near = _find_near(grouped.text, self._numeric, grouped.edited())
             found.extend(_keyed(grouped, near))
+        if self._joinable:
+            joined = join_split(grouped)
+            if joined is not grouped:
+                # Only around the joins, and only what passes the stricter test of a
+                # number read that way (a row of figures is one too).
+                near = _find_near(joined.text, self._joinable, joined.edited(), split=True)
+                found.extend(_keyed(joined, near))
         if normalized.changed:
             # Normalizing can also end a value early (`pass%20word` is `pass word`): the
             # text as written is read too, and the union kept.
@@ -148,9 +160,10 @@ _NEAR = 48
 
 
 def _find_near(
-    text: str, detectors: Sequence[Detector], spans: list[tuple[int, int]]
+    text: str, detectors: Sequence[Detector], spans: list[tuple[int, int]], split: bool = False
 ) -> list[Finding]:
-    """The findings of `detectors` in `text` within `_NEAR` characters of `spans`."""
+    """The findings of `detectors` in `text` within `_NEAR` characters of `spans` (with
+    `split`, as their `split_valid` tests them)."""
     windows: list[list[int]] = []
     for start, end in spans:
         if windows and start - _NEAR <= windows[-1][1]:
@@ -159,12 +172,13 @@ def _find_near(
             windows.append([max(0, start - _NEAR), min(len(text), end + _NEAR)])
     found: list[tuple[int, int, Finding]] = []
     for rank, detector in enumerate(detectors):
+        valid = detector.split_valid if split else detector.valid
         for low, high in windows:
             # With `pos`, a look-behind still sees the text before the window. (Numeric
             # detectors have no `finder` of their own: their pattern is the whole story.)
             for match in detector.pattern.finditer(text, low, high):
                 start, end = detector.span(match)
-                if end > start and (detector.valid is None or detector.valid(text[start:end])):
+                if end > start and (valid is None or valid(text[start:end])):
                     found.append((start, rank, Finding(start, end, detector.category)))
     return _without_overlaps(found)
 

@@ -12,6 +12,7 @@ from gateway.privacy.patterns import (
     PERSONAL,
     SECRETS,
     _key_value_matches,
+    card_issued,
     host_detector,
     iban_valid,
     is_secret_name,
@@ -86,6 +87,31 @@ def test_a_key_name_says_its_value_is_a_secret() -> None:
 def test_checksums() -> None:
     assert luhn_valid("4111111111111111") and not luhn_valid("4111111111111112")
     assert iban_valid("DE89 3704 0044 0532 0130 00") and not iban_valid("DE00370400440532013000")
+
+
+@pytest.mark.parametrize(
+    ("number", "issued"),
+    [
+        ("4111 1111 1111 1111", True),  # Visa
+        ("4222222222222", True),  # Visa, 13 digits
+        ("5500 0000 0000 0004", True),  # Mastercard
+        ("2223 0000 4841 0010", True),  # Mastercard, 2-series
+        ("3782 822463 10005", True),  # American Express
+        ("3056 9309 0259 04", True),  # Diners Club
+        ("3530 1113 3330 0000", True),  # JCB
+        ("6011 1111 1111 1117", True),  # Discover
+        ("6200 0000 0000 0005", True),  # UnionPay
+        ("4111 1111 1111 1112", False),  # Luhn fails
+        ("1234 5678 9012 3452", False),  # Luhn passes, no issuer's
+        ("2002 2003 2004 2005", False),
+        ("3782 8224 6310 0052", False),  # American Express numbers have 15 digits
+        ("4111 1111 1111 1111 18", False),  # nor Visa's 18 (Luhn passes)
+    ],
+)
+def test_an_issued_card_passes_luhn_and_its_issuers_prefix_and_length(
+    number: str, issued: bool
+) -> None:
+    assert card_issued(number) is issued
 
 
 def test_no_suffixes_no_host_detector() -> None:
