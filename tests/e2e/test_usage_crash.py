@@ -1,0 +1,125 @@
+"""`kill -9` of a gateway under load: every request it answered and every stream it had
+started is in the usage ledger once the same command is run again, as a supervisor
+would run it, and none is there twice (issue 40, item 5: 2 of 264 answered requests
+and all 8 streams cut by the kill had no record)."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+from pathlib import Path
+
+import httpx
+
+from gateway.dev.processes import stop
+from gateway.dev.sim.server import TritonSim
+from tests.e2e.stack import KEYS, Gateway, default_tenants, model, start_gateway
+from tests.polling import wait_for
+
+CLIENTS = 8  # of each kind: whole answers and streams
+KILLED_AFTER_S = 3.5
+
+
+class Load:
+    """Clients sending requests until the gateway dies: what each was told."""
+
+    def __init__(self, gateway: Gateway) -> None:
+        self.url = gateway.base_url + "/chat/completions"
+        self.answered: list[str] = []  # whole answers received in full (200)
+        self.started: list[str] = []  # streams whose headers came (200)
+        self.lock = threading.Lock()
+
+    def whole(self) -> None:
+        body = {
+            "model": "llm-large",
+            "messages": [{"role": "user", "content": "Hello"}],
+            "max_tokens": 16,
+        }
+        with httpx.Client(headers={"authorization": f"Bearer {KEYS['acme']}"}) as client:
+            while True:
+                try:
+                    answer = client.post(self.url, json=body, timeout=10)
+                except httpx.HTTPError:
+                    return  # the gateway is gone
+                if answer.status_code == 200:
+                    with self.lock:
+                        self.answered.append(answer.headers["x-request-id"])
+
+    def streamed(self) -> None:
+        body = {
+            "model": "llm-slow",
+            "messages": [{"role": "user", "content": "Hello"}],
+            "max_tokens": 40,
+            "stream": True,
+        }
+        with httpx.Client(headers={"authorization": f"Bearer {KEYS['acme']}"}) as client:
+            while True:
+                try:
+                    with client.stream("POST", self.url, json=body, timeout=30) as answer:
+                        if answer.status_code == 200:
+                            with self.lock:
+                                self.started.append(answer.headers["x-request-id"])
+                        for _ in answer.iter_bytes():
+                            pass
+                except httpx.HTTPError:
+                    return
+
+
+def ledger_rows(path: Path, ids: list[str]) -> dict[str, list[int]]:
+    """The statuses the ledger holds for each of `ids` (a list: a request twice is two)."""
+    found: dict[str, list[int]] = {}
+    with sqlite3.connect(path) as db:
+        for request_id, status in db.execute("SELECT request_id, status FROM usage_ledger"):
+            if request_id in ids:
+                found.setdefault(request_id, []).append(status)
+    return found
+
+
+def test_a_gateway_killed_under_load_loses_and_doubles_no_record(
+    sims: tuple[TritonSim, TritonSim], redis_url: str, tmp_path: Path
+) -> None:
+    a, _ = sims
+    models = {
+        "llm-large": model("triton_http", [a.http_url]),
+        "llm-slow": model("triton_grpc", [a.grpc_target], max_tokens_default=64),
+    }
+    ledger = tmp_path / "usage.db"
+    settings = {"ledger": {"url": f"sqlite:///{ledger}", "spool_dir": str(tmp_path / "spool")}}
+    tenants = default_tenants(["llm-large"])
+    gateway = start_gateway(
+        tmp_path / "config", models, redis_url, gateway=settings, tenants=tenants
+    )
+    load = Load(gateway)
+    clients = [threading.Thread(target=load.whole) for _ in range(CLIENTS)]
+    clients += [threading.Thread(target=load.streamed) for _ in range(CLIENTS)]
+    try:
+        for client in clients:
+            client.start()
+        time.sleep(KILLED_AFTER_S)
+        gateway.process.kill()  # SIGKILL: no shutdown, no flush
+        gateway.process.wait()
+    finally:
+        stop(gateway.process)
+        for client in clients:
+            client.join(timeout=30)
+    answered, started = list(load.answered), list(load.started)
+    assert answered and started, (len(answered), len(started))
+    # Streams of 40 tokens at 40 ms: those started in the last 1.6 s were cut by the kill.
+    again = start_gateway(tmp_path / "config", models, redis_url, gateway=settings, tenants=tenants)
+    try:
+        ids = answered + started
+
+        def all_recorded() -> bool:
+            return len(ledger_rows(ledger, ids)) == len(set(ids))
+
+        wait_for(all_recorded, "every answered request and started stream in the ledger", 20)
+    finally:
+        stop(again.process)
+    rows = ledger_rows(ledger, ids)
+    assert all(len(statuses) == 1 for statuses in rows.values()), "a record twice"
+    assert {rows[i][0] for i in answered} <= {200, 500}
+    assert all(rows[i][0] in (200, 500) for i in started)
+    cut = [i for i in started if rows[i][0] == 500]
+    assert cut, "no stream was cut by the kill: it came too late to test anything"
+    assert "records recovered from the last process" in again.log
