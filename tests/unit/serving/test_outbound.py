@@ -208,3 +208,49 @@ def test_an_object_held_twice_is_counted_once() -> None:
     before = counter._value.get()
     prepare(cfg, ["twice"], request)
     assert counter._value.get() - before == 1
+
+
+# What web tools write (issue 40): a presigned-style URL, a page's HTML, a table.
+AWS_SECRET = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
+WEB_FORMS = (
+    f"GET https://host/x?aws_access_key_id={AWS}&q={AWS_SECRET.replace('/', '%2F')}&x=1",
+    f"<td>key</td><td>{AWS_SECRET.replace('/', '&#x2F;')}</td>, {AWS_SECRET.replace('/', '&sol;')}",
+    "card 4111 1111\n1111 1111, on file as:\n| 4111 | 1111 | 1111 | 1111 |",
+)
+
+
+def test_encoded_and_split_values_are_masked_whole_for_an_external_model() -> None:
+    cfg = config({"hosted": model(external=True)})
+    call = ToolCall(
+        "call_1", "fetch", '{"url": "https:\\/\\/host\\/?q=' + AWS_SECRET.replace("/", "\\/") + '"}'
+    )
+    base = chat(*WEB_FORMS)
+    call_message = ChatMessage("assistant", "", tool_calls=(call,))
+    request = dataclasses.replace(base, messages=(*base.messages, call_message))
+    sent = prepare(cfg, ["hosted"], request).requests[0]
+    assert [m.content for m in sent.messages[:3]] == [
+        "GET https://host/x?aws_access_key_id=[API_KEY_1]&q=[API_KEY_2]&x=1",
+        "<td>key</td><td>[API_KEY_2]</td>, [API_KEY_2]",
+        "card [CARD_1], on file as:\n| [CARD_1] |",
+    ]
+    assert (
+        sent.messages[3].tool_calls[0].arguments == '{"url": "https:\\/\\/host\\/?q=[API_KEY_2]"}'
+    )
+    # No piece of the secret or the card is left anywhere in what is sent.
+    for piece in ("wJalr", "K7MDENG", "bPxRfiCY", "1111"):
+        assert piece not in repr(sent.messages)
+
+
+def test_encoded_and_split_values_are_refused_by_block() -> None:
+    cfg = config({"hosted": model(external=True, outbound="block")})
+    for text, categories in [
+        (f"see https://host/x?q={AWS_SECRET.replace('/', '%2F')}&x=1", ["api_key"]),
+        (f"key {AWS_SECRET.replace('/', '&amp;#47;')}", ["api_key"]),
+        ("<td>4111</td><td>1111</td><td>1111</td><td>1111</td>", ["card"]),
+    ]:
+        with pytest.raises(SensitiveDataBlocked) as refused:
+            prepare(cfg, ["hosted"], chat(text))
+        assert refused.value.categories == categories
+    # Numbers on two lines that are no card pass.
+    clean = "We shipped 4111 1111\n1111 1112 units."
+    assert prepare(cfg, ["hosted"], chat(clean)).requests[0].messages[0].content == clean
