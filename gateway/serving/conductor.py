@@ -465,9 +465,10 @@ class _Admitted:
                 model_only=True,
             )
         except (LimiterUnavailable, UnknownTenant):
-            decision = Decision(allowed=False, refused_by="requests")
+            decision = Decision(allowed=False)  # its limits cannot be told: not taken
         if not decision.allowed:
-            refusal = f"{work.chain[to - 1].name}->{route.name}:refused_{decision.refused_by}"
+            why = decision.refused_by or "limiter_unavailable"
+            refusal = f"{work.chain[to - 1].name}->{route.name}:refused_{why}"
             self.refused.append(refusal)
             self.record.fallbacks.append(refusal)
             return False
