@@ -25,6 +25,7 @@ from gateway.serving.errors import (
     WrongModelKind,
 )
 from gateway.serving.outbound import SensitiveDataBlocked
+from gateway.storage.response_store import StoreFull
 from gateway.transport.errors import APIError as APIError  # the shape, shared with transport
 from gateway.upstream.failover import NoReplicaLeft
 
@@ -249,6 +250,26 @@ def over_budget(decision: Decision, headers: dict[str, str]) -> APIError:
     )
 
 
+def stored_responses_full(full: StoreFull) -> APIError:
+    """The 429 of a request whose answer its tenant's stored responses have no room for."""
+    if full.quota == "max_bytes":
+        held = f"{full.used:,} of {full.limit:,} bytes, and this answer needs {full.need:,} more"
+    else:
+        held = f"{full.used:,} of {full.limit:,} responses"
+    return APIError(
+        429,
+        f"Your stored responses are at their quota: {held} (`stored_responses.{full.quota}` "
+        "of your tenant). Delete some (DELETE /v1/responses/{id}), wait for them to "
+        "expire, or send `store: false`.",
+        type="insufficient_quota",
+        param="store",
+        code="stored_responses_quota_exceeded",
+        # The SDKs retry a 429 within seconds: no use until responses expire or go.
+        headers={"x-should-retry": "false"},
+        reason="stored_responses_quota",
+    )
+
+
 def overloaded(model: str, retry_after_s: float, *, shed: bool) -> APIError:
     """503 for a full queue, or for a queued request that gave way to a higher class."""
     if shed:
@@ -304,6 +325,7 @@ DOMAIN_ERRORS = (
     RateLimited,
     InvalidStructuredOutput,
     NotServed,
+    StoreFull,
 )
 # What `client_error` takes: an error already the client's, or one of the layers below.
 CLIENT_ERRORS = (APIError, *DOMAIN_ERRORS)
@@ -339,6 +361,8 @@ def client_error(exc: Exception) -> APIError:
         return sensitive_data_blocked(exc.model, exc.categories)
     if isinstance(exc, MissingCapability):
         return unsupported_parameter(exc.model, exc.field)
+    if isinstance(exc, StoreFull):
+        return stored_responses_full(exc)
     if isinstance(exc, ContextTooLong):
         return context_length_exceeded(
             exc.model, exc.limit, exc.prompt_tokens, exc.completion_tokens

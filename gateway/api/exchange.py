@@ -110,7 +110,7 @@ async def serve(request: Request, wire: Wire) -> Response:
             route = conductor.authorize(identity, requested_model(data), record)
             parse = wire.parse
             if wire.prepare is not None:  # a stored conversation to continue
-                parse = await wire.prepare(runtime, identity.name, data)
+                parse = await wire.prepare(runtime, identity, data, len(body))
             inference = parse(data, route.config.max_tokens_default)
             headers = request.headers
             inference = with_session(inference, headers, data, route.config.routing)
@@ -216,12 +216,13 @@ async def _complete(
     body = wire.body(
         answer.parts, answer.completions, response_id=record.request_id, model=answer.model
     )
+    headers = _with_wire_headers(wire, answer.headers)
     if wire.keep is not None:
-        await wire.keep(runtime, record.tenant, answer.parts[0], body)
+        headers.update(await wire.keep(runtime, plan.ask.identity, answer.parts[0], body))
     return Response(
         body,
         media_type="application/json",
-        headers=_with_wire_headers(wire, answer.headers),
+        headers=headers,
         background=BackgroundTask(_answered, record),
     )
 
@@ -338,7 +339,7 @@ async def _sse_events(
         status = 200
         answer = writer.answer()
         if answer is not None and wire.keep is not None:
-            await wire.keep(runtime, record.tenant, request, answer)
+            await wire.keep(runtime, plan.ask.identity, request, answer)
     except Exception as exc:
         # Headers are gone: the failure becomes a terminal error event.
         failed = errors.stream_failure(served.route.name, exc)

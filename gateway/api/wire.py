@@ -27,6 +27,7 @@ from gateway.inference.types import (
 )
 
 if TYPE_CHECKING:
+    from gateway.serving.auth import Identity
     from gateway.serving.runtime import Runtime
 
 
@@ -73,10 +74,14 @@ class BodyWriter(Protocol):
 
 
 StreamWriterFactory = Callable[[InferenceRequest, str, str, int], StreamWriter]
-# (runtime, tenant, body) -> the parser for it (one that continues a stored conversation).
-Prepare = Callable[["Runtime", str, Mapping[str, Any]], Awaitable[Parser]]
-# (runtime, tenant, request, the answer: the wire's object, or its JSON): keep it.
-Keep = Callable[["Runtime", str, InferenceRequest, dict[str, Any] | bytes], Awaitable[None]]
+# (runtime, caller, body, its size in bytes) -> the parser for it (one that continues a
+# stored conversation).
+Prepare = Callable[["Runtime", "Identity", Mapping[str, Any], int], Awaitable[Parser]]
+# (runtime, caller, request, the answer: the wire's object, or its JSON): keep it; the
+# headers a whole answer then gets (why it was not kept, if it was not).
+Keep = Callable[
+    ["Runtime", "Identity", InferenceRequest, dict[str, Any] | bytes], Awaitable[dict[str, str]]
+]
 
 
 def bearer(headers: Headers) -> str | None:

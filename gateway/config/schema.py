@@ -651,6 +651,19 @@ class Budget(Strict):
         return round(self.amount * 1_000_000)
 
 
+class StoredResponsesQuota(Strict):
+    """What a tenant's stored Responses API answers (`store: true`) may hold in Redis at
+    once, counted atomically in Redis across every gateway (`lua/responses_store.lua`);
+    a response that expires or is deleted gives its room back. Past either cap a request
+    that asks to store is refused (429, `stored_responses_quota_exceeded`)."""
+
+    # The stored bytes (each response's record, its id and a fixed 256 for Redis's own
+    # bookkeeping), default 64 MiB.
+    max_bytes: PositiveInt = 64 * 1024 * 1024
+    # The stored responses.
+    max_count: PositiveInt = 10_000
+
+
 class TenantOutbound(Strict):
     """A tenant's own outbound policy: for every external model, or per model."""
 
@@ -678,6 +691,8 @@ class Tenant(Strict):
     aliases: dict[str, str] = {}
     # Caps on what the tenant spends (each is enforced; the tightest refuses first).
     budgets: list[Budget] = []
+    # What its stored responses may hold in Redis at once (bytes, count).
+    stored_responses: StoredResponsesQuota = StoredResponsesQuota()
 
 
 class TenantsConfig(Strict):

@@ -85,7 +85,7 @@ REFUSALS = Counter(
     "gateway_refusals_total",
     "Requests refused, by tenant, model and reason (rate_requests, rate_tokens, "
     "concurrency, budget, limiter_unavailable, queue_full, shed, deadline, no_replica, "
-    "model_starting).",
+    "model_starting, stored_responses_quota).",
     ["tenant", "model", "reason"],
     registry=REGISTRY,
 )
@@ -294,6 +294,68 @@ def budget_used(scope: tuple[str, ...], capacity: float, remaining: float, soft:
     """A budget's use as Redis reported it on a request (`scope`: its labels)."""
     labels(BUDGET_USED, *scope).set(min(1.0, max(0.0, 1 - remaining / capacity)))
     labels(BUDGET_SOFT, *scope).set(soft)
+
+
+STORED_RESPONSES_BYTES = Gauge(
+    "gateway_stored_responses_bytes",
+    "Bytes a tenant's stored Responses API answers hold in Redis (as counted against "
+    "its quota, `stored_responses.max_bytes`), as of the last store or check of one.",
+    ["tenant"],
+    registry=REGISTRY,
+    multiprocess_mode="livemax",
+)
+STORED_RESPONSES_COUNT = Gauge(
+    "gateway_stored_responses",
+    "A tenant's stored Responses API answers in Redis, as of the last store or check.",
+    ["tenant"],
+    registry=REGISTRY,
+    multiprocess_mode="livemax",
+)
+STORED_RESPONSES_QUOTA = Gauge(
+    "gateway_stored_responses_quota",
+    "A tenant's quota on stored responses, by unit (bytes, responses).",
+    ["tenant", "unit"],
+    registry=REGISTRY,
+    multiprocess_mode="livemax",
+)
+STORED_RESPONSES_REFUSED = Counter(
+    "gateway_stored_responses_refused_total",
+    "Answers not stored because their tenant's stored responses had no room left for "
+    "them, by the quota reached (max_bytes, max_count); each was still answered. (A "
+    "request refused before it ran counts in gateway_refusals_total, reason "
+    "stored_responses_quota.)",
+    ["tenant", "quota"],
+    registry=REGISTRY,
+)
+
+
+class _StoreFigures(Protocol):
+    @property
+    def bytes(self) -> int: ...
+
+    @property
+    def count(self) -> int: ...
+
+
+class _StoreLimits(Protocol):
+    @property
+    def max_bytes(self) -> int: ...
+
+    @property
+    def max_count(self) -> int: ...
+
+
+def stored_responses(
+    tenant: str, usage: _StoreFigures, limits: _StoreLimits, refused: str | None = None
+) -> None:
+    """A tenant's stored responses as Redis counted them, its quota, and an answer not
+    stored for want of room (`refused`: the quota reached)."""
+    labels(STORED_RESPONSES_BYTES, tenant).set(usage.bytes)
+    labels(STORED_RESPONSES_COUNT, tenant).set(usage.count)
+    labels(STORED_RESPONSES_QUOTA, tenant, "bytes").set(limits.max_bytes)
+    labels(STORED_RESPONSES_QUOTA, tenant, "responses").set(limits.max_count)
+    if refused is not None:
+        labels(STORED_RESPONSES_REFUSED, tenant, refused).inc()
 
 
 LEDGER_RECORDS = Gauge(

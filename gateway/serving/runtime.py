@@ -33,7 +33,12 @@ from gateway.serving.dispatch import Dispatcher
 from gateway.serving.outbound import OutboundGuard
 from gateway.serving.usage import UsageLedger, start_usage_ledger
 from gateway.storage.idempotency_store import DEFAULT_IN_PROGRESS_TTL_S, IdempotencyStore
-from gateway.storage.redis_client import REDIS_ERRORS, RedisClient, connect_redis
+from gateway.storage.redis_client import (
+    REDIS_ERRORS,
+    RedisClient,
+    connect_redis,
+    eviction_policy,
+)
 from gateway.storage.response_store import ResponseStore
 from gateway.upstream.discovery import ReplicaDiscovery
 from gateway.upstream.health import HealthChecker
@@ -356,6 +361,7 @@ class Runtime:
                 await self.redis.initialize()
             except (RedisError, OSError) as exc:
                 log.warning("Redis Cluster not reachable at start (%s)", exc)
+        await self._check_eviction_policy()
         if self.key_directory is not None:
             await self.key_directory.start()
         if self.placement is not None:
@@ -369,6 +375,21 @@ class Runtime:
             self.usage = await start_usage_ledger(ledger, self.config.gateway.prices)
         await self.health.check_all()
         self.health.start()
+
+    async def _check_eviction_policy(self) -> None:
+        """Warn if Redis may evict keys when full (issue 40): one tenant's stored
+        responses could then push out a managed key, a budget's spend or a bucket."""
+        try:
+            policy = await asyncio.wait_for(eviction_policy(self.redis), timeout=2.0)
+        except TimeoutError:
+            return
+        if policy is not None and policy != "noeviction":
+            log.warning(
+                "Redis's maxmemory-policy is %s: when full it may evict managed keys, spend "
+                "and rate-limit buckets; set it to noeviction (docs/deployment.md, "
+                '"Redis memory")',
+                policy,
+            )
 
     async def close(self) -> None:
         if self.demand_reporter is not None:

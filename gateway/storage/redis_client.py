@@ -3,6 +3,8 @@ Sentinel), or fakeredis inside the process."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from redis.asyncio import BlockingConnectionPool, Redis, RedisCluster
 from redis.asyncio.sentinel import Sentinel
 from redis.connection import parse_url
@@ -75,3 +77,21 @@ def _sentinel_primary(settings: RedisConfig) -> Redis:
         settings.sentinel.service, max_connections=MAX_CONNECTIONS, **options
     )
     return primary
+
+
+async def eviction_policy(redis: RedisClient) -> str | None:
+    """Redis's `maxmemory-policy`, or None where this client may not read it (managed
+    services often refuse CONFIG) or Redis does not answer. The gateway needs
+    `noeviction`: an evicting Redis could drop a managed key, a budget's spend or a
+    rate-limit bucket to make room (docs/deployment.md, "Redis memory")."""
+    try:
+        found: Any = await redis.config_get("maxmemory-policy")
+    except (RedisError, OSError, TimeoutError, NotImplementedError):
+        return None
+    # A cluster client may answer per node: {node: {name: value}}.
+    while isinstance(found, dict) and found and "maxmemory-policy" not in found:
+        found = next(iter(found.values()))
+    if not isinstance(found, dict) or "maxmemory-policy" not in found:
+        return None
+    value = found["maxmemory-policy"]
+    return value.decode() if isinstance(value, bytes) else str(value)

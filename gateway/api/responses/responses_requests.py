@@ -44,7 +44,8 @@ from gateway.api.body import (
     tools_value,
 )
 from gateway.api.errors import APIError, bad_request, renamed
-from gateway.api.tool_lists import ToolListCache, ToolsJSON, key_of
+from gateway.api.responses.hosted_tools import echoed_tool
+from gateway.api.tool_lists import ToolListCache, key_of
 from gateway.inference.types import (
     ChatMessage,
     ChatOptions,
@@ -154,11 +155,11 @@ def parse_responses(
         metadata=_metadata(data.get("metadata")),
         store=optional_bool(data, "store") is not False,
         previous_response_id=previous if isinstance(previous, str) else None,
-        tools=_as_sent(raw_tools),
-        tool_choice=data.get("tool_choice") or "auto",
+        tools=offered.echo,
+        tool_choice=_echoed_choice(data.get("tool_choice")),
         namespaced=offered.namespaced,
         custom=frozenset(offered.custom),
-        text_format=text_format or {"type": "text"},
+        text_format=_echoed_format(text_format),
         parallel_tool_calls=parallel is not False,
         max_output_tokens=max_tokens,
         conversation=conversation,
@@ -347,15 +348,6 @@ def _lists_key(lists: list[tuple[str, object]]) -> bytes | None:
     return b"\n".join(parts)
 
 
-def _as_sent(raw_tools: object) -> Sequence[Mapping[str, Any]] | orjson.Fragment:
-    """`tools` as the answer echoes them: the client's own JSON when it is still text."""
-    if isinstance(raw_tools, ToolsJSON):
-        # Whole JSON (parsed once, when the cache first met it), so a line break in it is
-        # whitespace: taken out, or it would end a streamed event's `data:` line.
-        return orjson.Fragment(raw_tools.text.translate(None, b"\r\n"))
-    return raw_tools if isinstance(raw_tools, list) else ()
-
-
 def _offer_tools(lists: list[tuple[str, object]]) -> tuple[_OfferedTools, tuple[Tool, ...]]:
     """The request's tool lists ((where, list) pairs) as the model is offered them."""
     offered = _offered_tools(lists)
@@ -376,11 +368,14 @@ class _OfferedTools:
     namespaced: dict[str, tuple[str, str]] = field(default_factory=dict)
     custom: set[str] = field(default_factory=set)
     omitted: tuple[str, ...] = ()
+    # `tools` as the answer echoes them: each tool's known fields, bounded (`hosted_tools`).
+    echo: orjson.Fragment = field(default_factory=lambda: orjson.Fragment(b"[]"))
 
 
 def _offered_tools(lists: Iterable[tuple[str, object]]) -> _OfferedTools:
     offered = _OfferedTools()
     omitted: dict[str, None] = {}  # an ordered set
+    echo: list[dict[str, Any]] = []
     entries = 0
     for place, raw in lists:
         raw = tools_value(raw)
@@ -413,12 +408,15 @@ def _offered_tools(lists: Iterable[tuple[str, object]]) -> _OfferedTools:
                     _offer(offered, member, at, member_kind, namespace)
             else:
                 omitted[kind] = None
+            if place == "tools":  # the top-level list alone is echoed
+                echo.append(echoed_tool(tool, kind, where))
     if len(offered.functions) > MAX_TOOLS:
         raise bad_request(
             f"`tools` may hold at most {MAX_TOOLS} function tools, counting those of namespaces.",
             "tools",
         )
     offered.omitted = tuple(omitted)
+    offered.echo = orjson.Fragment(orjson.dumps(echo))
     return offered
 
 
@@ -578,6 +576,28 @@ def _tool_choice(
             "tool_choice.name",
         )
     return "required", name
+
+
+def _echoed_choice(raw: object) -> Any:
+    """`tool_choice` (accepted by `_tool_choice`) as the answer echoes it: its own fields
+    only."""
+    if not isinstance(raw, dict):
+        return raw or "auto"
+    return {k: raw[k] for k in ("type", "name", "namespace") if isinstance(raw.get(k), str)}
+
+
+_FORMAT_FIELDS = ("type", "name", "schema", "strict", "description")
+
+
+def _echoed_format(raw: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    """`text.format` (accepted by `_response_format`) as the answer echoes it: its own
+    fields only."""
+    if not raw:
+        return {"type": "text"}
+    echoed = {k: raw[k] for k in _FORMAT_FIELDS if k in raw}
+    if not isinstance(echoed.get("description", ""), str):
+        del echoed["description"]  # not read: not echoed
+    return echoed
 
 
 def _forced_hosted(kind: str) -> str:

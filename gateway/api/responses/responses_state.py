@@ -15,6 +15,7 @@ from redis.exceptions import RedisError
 from starlette.requests import Request
 from starlette.responses import Response
 
+from gateway.api import errors
 from gateway.api.body import Parser
 from gateway.api.counted import CountRequest, serve_counted
 from gateway.api.endpoints import runtime_of
@@ -22,8 +23,10 @@ from gateway.api.errors import APIError
 from gateway.api.responses.responses_answers import conversation_after, state_of
 from gateway.api.responses.responses_requests import parse_responses
 from gateway.inference.types import ChatMessage, InferenceRequest, ToolCall
+from gateway.observability import metrics
 from gateway.observability.access import RequestRecord
 from gateway.serving.auth import Identity
+from gateway.storage.response_store import StoreFull, StoreQuota
 
 if TYPE_CHECKING:
     from gateway.serving.runtime import Runtime
@@ -40,42 +43,88 @@ def not_found(response_id: str, param: str | None = None) -> APIError:
     )
 
 
-async def prepare(runtime: Runtime, tenant: str, data: Mapping[str, Any]) -> Parser:
+async def prepare(
+    runtime: Runtime, identity: Identity, data: Mapping[str, Any], body_bytes: int
+) -> Parser:
     """The parser of a request: one that continues the previous response's conversation
     when `previous_response_id` names one (a 404 when it is unknown, expired or another
-    tenant's; a 503 when Redis cannot tell)."""
+    tenant's; a 503 when Redis cannot tell). A request that would store its answer is
+    refused first (429) when its tenant's stored responses have no room left for it: for
+    a record of at least its body and the conversation it continues (`body_bytes`, and
+    the previous record's size)."""
+    store = data.get("store") is not False
     previous = data.get("previous_response_id")
     if previous is None:
+        if store:
+            await _room(runtime, identity, body_bytes)
         return parse_responses
     if not isinstance(previous, str) or not previous:
         raise APIError(
             400, "`previous_response_id` must be a string.", param="previous_response_id"
         )
     try:
-        stored = await runtime.responses.load(tenant, previous)
+        stored = await runtime.responses.load(identity.name, previous)
     except RedisError as exc:
         raise _unavailable() from exc
     if stored is None:
         raise not_found(previous, "previous_response_id")
-    history = tuple(_message(m) for m in stored["messages"])
+    if store:
+        await _room(runtime, identity, body_bytes + stored.size)
+    history = tuple(_message(m) for m in stored.record["messages"])
     # The conversation's first response names its session, unless the client did.
-    session = stored.get("session") or previous
+    session = stored.record.get("session") or previous
     return functools.partial(parse_responses, history=history, session=session)
 
 
-async def keep(
-    runtime: Runtime, tenant: str, request: InferenceRequest, answer: dict[str, Any] | bytes
-) -> None:
-    """Store a whole answer and its conversation, when the request says `store`. A
-    response that cannot be stored (Redis down) is still answered, and logged."""
-    if not state_of(request).store:
+def quota_of(identity: Identity) -> StoreQuota:
+    """The caller's tenant's quota on stored responses (tenants.yaml)."""
+    settings = identity.tenant.stored_responses
+    return StoreQuota(settings.max_bytes, settings.max_count)
+
+
+async def _room(runtime: Runtime, identity: Identity, need: int) -> None:
+    """A 429 naming the quota if the tenant's stored responses have no room for one more
+    of `need` bytes. Redis down: the request runs, and its answer is not stored (as
+    `keep` does)."""
+    try:
+        usage = await runtime.responses.room(identity.name, quota_of(identity), need)
+    except StoreFull as full:
+        metrics.stored_responses(full.tenant, full.usage, full.limits)
+        raise errors.client_error(full) from None
+    except RedisError:
         return
+    metrics.stored_responses(identity.name, usage, quota_of(identity))
+
+
+# The header of an answer that was not stored (its tenant's quota had no room for it).
+NOT_STORED_HEADER = "x-gateway-not-stored"
+
+
+async def keep(
+    runtime: Runtime, identity: Identity, request: InferenceRequest, answer: dict[str, Any] | bytes
+) -> dict[str, str]:
+    """Store a whole answer and its conversation, when the request says `store`. A
+    response that cannot be stored (Redis down, or its tenant's quota has no room left
+    for it) is still answered, and logged; the headers the answer gets then say why."""
+    if not state_of(request).store:
+        return {}
     response = orjson.loads(answer) if isinstance(answer, bytes) else answer
     messages = [_record(m) for m in conversation_after(request, response)]
+    tenant, quota = identity.name, quota_of(identity)
     try:
-        await runtime.responses.save(tenant, response, messages, request.session)
+        usage = await runtime.responses.save(tenant, response, messages, quota, request.session)
+    except StoreFull as full:
+        metrics.stored_responses(tenant, full.usage, full.limits, refused=full.quota)
+        log.warning(
+            "response %s not stored: tenant %s at stored_responses.%s (%d of %d)",
+            response["id"], tenant, full.quota, full.used, full.limit,
+        )  # fmt: skip
+        return {NOT_STORED_HEADER: f"stored_responses.{full.quota}"}
     except RedisError as exc:
         log.warning("response %s not stored: %s", response["id"], exc)
+        return {NOT_STORED_HEADER: "unavailable"}
+    metrics.stored_responses(tenant, usage, quota)
+    return {}
 
 
 async def retrieve(request: Request) -> Response:
@@ -99,7 +148,7 @@ async def _retrieve(
         raise _with(limits, _unavailable()) from exc
     if stored is None:
         raise _with(limits, not_found(response_id))
-    body = orjson.dumps(stored["response"])
+    body = orjson.dumps(stored.record["response"])
     return Response(body, media_type="application/json", headers=limits)
 
 

@@ -773,6 +773,22 @@ def test_only_gateways_reach_triton_and_redis(
     assert _policies_for(objects, {"app.kubernetes.io/name": "redis"})
 
 
+def test_the_dev_redis_refuses_writes_when_full_instead_of_evicting(
+    rendered: dict[str, list[Manifest]],
+) -> None:
+    # Issue 40: an eviction policy could drop managed keys, spend or rate-limit buckets
+    # to make room for one tenant's stored responses; noeviction refuses the write.
+    (container,) = one(rendered["dev"], "Deployment", "redis")["spec"]["template"]["spec"][
+        "containers"
+    ]
+    args = container["args"]
+    assert args[args.index("--maxmemory-policy") + 1] == "noeviction"
+    maxmemory = args[args.index("--maxmemory") + 1]
+    assert maxmemory.endswith("mb")
+    limit = container["resources"]["limits"]["memory"]
+    assert limit.endswith("Mi") and int(maxmemory[:-2]) * 10**6 < int(limit[:-2]) * 2**20
+
+
 @pytest.mark.parametrize("overlay", OVERLAYS)
 def test_gateway_ingress(rendered: dict[str, list[Manifest]], overlay: str) -> None:
     objects = rendered[overlay]
