@@ -226,7 +226,7 @@ def normalize(text: str) -> Normalized:
     if not edits:
         return Normalized(text)
     normalized = Normalized.build(text, edits, None)
-    if any(_ESCAPE_STARTS.search(replacement) for _, _, replacement in edits):
+    if _ESCAPE_STARTS.search("".join([replacement for _, _, replacement in edits])):
         # An escape decoded to the start of another (`%252F` to `%2F`, `&amp;#47;` to
         # `&#47;`): the text is read once more, no more (each level is a pass).
         again = _rewrites(normalized.text)
