@@ -19,7 +19,7 @@ from gateway.api import errors
 from gateway.api.errors import APIError
 from gateway.api.tool_lists import ToolsJSON
 from gateway.inference.types import InferenceRequest
-from gateway.serving.auth import Identity
+from gateway.serving.auth import Identity, owner_of
 from gateway.serving.runtime import Runtime
 from gateway.storage.idempotency_store import (
     IN_PROGRESS_RETRY_AFTER_S,
@@ -41,6 +41,8 @@ class IdempotencyClaim:
 
     store: IdempotencyStore | None = None
     tenant: str = ""
+    # The API key that sent it: each key has a key space of its own.
+    owner: str = ""
     key: str | None = None
 
     async def complete(self, response: Response) -> None:
@@ -50,7 +52,12 @@ class IdempotencyClaim:
         headers = {k: v for k, v in response.headers.items() if k.startswith("x-")}
         try:
             await self.store.complete(
-                self.tenant, self.key, response.status_code, bytes(response.body), headers
+                self.tenant,
+                self.owner,
+                self.key,
+                response.status_code,
+                bytes(response.body),
+                headers,
             )
         except REDIS_ERRORS as exc:
             log.warning("idempotency result not stored (%s)", type(exc).__name__)
@@ -60,7 +67,7 @@ class IdempotencyClaim:
         if self.store is None or self.key is None:
             return
         try:
-            await self.store.abandon(self.tenant, self.key)
+            await self.store.abandon(self.tenant, self.owner, self.key)
         except REDIS_ERRORS as exc:
             log.warning("idempotency key not released (%s)", type(exc).__name__)
 
@@ -88,15 +95,18 @@ async def claim(
     if key is None or inference.stream:
         return _NONE
     store = runtime.idempotency
+    owner = owner_of(identity)
     try:
-        begin = await store.begin(identity.name, key, fingerprint(request.url.path, _as_json(data)))
+        begin = await store.begin(
+            identity.name, owner, key, fingerprint(request.url.path, _as_json(data))
+        )
     except InvalidIdempotencyKey as exc:
         raise errors.bad_request(f"{exc}.", "Idempotency-Key") from None
     except REDIS_ERRORS as exc:
         log.warning("idempotency unavailable (%s): running the request", type(exc).__name__)
         return _NONE
     if begin.state is BeginState.FRESH:
-        return IdempotencyClaim(store, identity.name, key)
+        return IdempotencyClaim(store, identity.name, owner, key)
     if begin.state is BeginState.DONE:
         assert begin.response is not None
         stored = begin.response

@@ -51,6 +51,16 @@ class Identity:
 
 
 KEY_ID_DIGITS = 12
+# The owner of what a caller without a key id stores (none is made so by the gateway).
+_NO_KEY_ID = "tenant"
+
+
+def owner_of(identity: Identity) -> str:
+    """Who owns what the caller stores (a stored response, an Idempotency-Key record):
+    its API key, by key id: a managed key's `key_...` (kept through rotations), or for
+    a key of tenants.yaml the first 12 hex digits of its hash (a new key there is a new
+    owner). Another key of the same tenant is another owner (issue 40)."""
+    return identity.key_id or _NO_KEY_ID
 
 
 class Authenticator:

@@ -8,9 +8,14 @@ As with Stripe and the IETF draft "The Idempotency-Key HTTP Header Field":
 - a repeat with a different request (fingerprint) gets MISMATCH (the caller answers 422);
 - a run that failed in a retryable way is abandoned, so the client's retry runs again.
 
-One Redis string per key, `{prefix}:{{tenant}}:idem:<sha256 of the client key>`: the
-tenant's hash tag keeps it in the tenant's Redis Cluster slot, the digest keeps the
-client's key (whatever it contains) out of Redis. The value is either
+One Redis string per key, `{prefix}:{{tenant}}:idem:<sha256 of owner NUL client key>`:
+the tenant's hash tag keeps it in the tenant's Redis Cluster slot, the digest keeps the
+client's key (whatever it contains) out of Redis. The owner is the API key that sent it
+(its key id): each API key has a key space of its own, so another key of the same
+tenant re-sending the same Idempotency-Key runs its own request and is never replayed
+the first key's answer (issue 40). Records written before the owner was part of the
+digest are not found again: a retry that straddles that upgrade runs once more. The
+value is either
 
     b"R" + fingerprint                                   in progress
     b"D" + fingerprint + b"\\n" + meta + b"\\n" + body   done; meta is JSON (status, headers)
@@ -139,20 +144,23 @@ class IdempotencyStore:
         self._complete = redis.register_script(_COMPLETE_LUA)
         self._abandon = redis.register_script(_ABANDON_LUA)
 
-    def key(self, tenant: str, key: str) -> str:
-        """The Redis key of the client's `key` for `tenant` (validated)."""
+    def key(self, tenant: str, owner: str, key: str) -> str:
+        """The Redis key of the client's `key` (validated), sent by the API key `owner`
+        of `tenant`."""
         check_key(key)
-        digest = hashlib.sha256(key.encode()).hexdigest()
+        if not owner or "\0" in owner:
+            raise ValueError(f"not a key id: {owner!r}")
+        digest = hashlib.sha256(owner.encode() + b"\0" + key.encode()).hexdigest()
         return f"{self._prefix}:{{{hash_tag(tenant)}}}:idem:{digest}"
 
-    async def begin(self, tenant: str, key: str, request_fingerprint: str) -> Begin:
+    async def begin(self, tenant: str, owner: str, key: str, request_fingerprint: str) -> Begin:
         """Claim `key` for a run of the request, or report what already holds it."""
         if not request_fingerprint or "\n" in request_fingerprint:
             # The fingerprint ends at the first newline of a stored record.
             raise ValueError("request fingerprint must be non-empty, without newlines")
         expected = request_fingerprint.encode()
         record: bytes | None = await self._begin(
-            [self.key(tenant, key)], [_RUNNING + expected, self._in_progress_ttl_ms]
+            [self.key(tenant, owner, key)], [_RUNNING + expected, self._in_progress_ttl_ms]
         )
         if record is None:
             return Begin(BeginState.FRESH)
@@ -171,6 +179,7 @@ class IdempotencyStore:
     async def complete(
         self,
         tenant: str,
+        owner: str,
         key: str,
         status: int,
         body: bytes,
@@ -185,16 +194,16 @@ class IdempotencyStore:
         kept = [[name, value] for name, value in pairs if name.lower() not in _SECRET_HEADERS]
         meta = orjson.dumps({"status": status, "headers": kept})
         stored: int = await self._complete(
-            [self.key(tenant, key)], [meta + b"\n" + body, self._ttl_ms]
+            [self.key(tenant, owner, key)], [meta + b"\n" + body, self._ttl_ms]
         )
         return stored == 1
 
-    async def abandon(self, tenant: str, key: str) -> bool:
+    async def abandon(self, tenant: str, owner: str, key: str) -> bool:
         """Drop the in-progress marker of a run that failed retryably, so a retry may run.
 
         A stored response is never dropped. False if there was no marker.
         """
-        deleted: int = await self._abandon([self.key(tenant, key)])
+        deleted: int = await self._abandon([self.key(tenant, owner, key)])
         return deleted == 1
 
 

@@ -1,11 +1,14 @@
 """Stored Responses API answers (`store: true`): the response object and the
 conversation that led to it, so that `previous_response_id` can continue it.
 
-One Redis string per response, `{prefix}:{{tenant}}:resp:<id>`, holding JSON
-`{"response": <the response object>, "messages": [<the conversation, as chat messages>],
-"session": ...}` with a TTL: the tenant's hash tag keeps it in the tenant's Redis Cluster
-slot, and a key is only ever read under the caller's own tenant, so another tenant's id
-is not found.
+One Redis string per response, `{prefix}:{{tenant}}:resp:<id>`, holding its owner (the
+id of the API key that made it) on a line of its own, then JSON `{"response": <the
+response object>, "messages": [<the conversation, as chat messages>], "session": ...}`,
+with a TTL. The tenant's hash tag keeps it in the tenant's Redis Cluster slot, and a key
+is only ever read under the caller's own tenant, so another tenant's id is not found;
+a response read, continued or deleted by another API key than its owner is not found
+either (issue 40). A record written before owners were kept (it starts with `{`) has
+no owner: no API key finds it, only the admin API (`owner=None`), until it expires.
 
 Each tenant's responses are under its quota (`StoreQuota`: bytes and count), kept
 atomically in Redis by `lua/responses_store.lua` beside them, in the same slot: an
@@ -33,6 +36,8 @@ _STORE_LUA = read_script("responses_store.lua")
 # What one response counts for beyond its record and id: its entries in the expiry index
 # and the sizes hash, and Redis's own overhead per key (measured: docs/coding-tools.md).
 ENTRY_OVERHEAD = 256
+# An owner is a key id (`key_<hex>`, or 12 hex digits): never a newline, never a `{`.
+_OWNER_END = b"\n"
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,10 +82,19 @@ class StoreFull(Exception):
 
 @dataclass(frozen=True, slots=True)
 class Stored:
-    """A stored response: its record, and its size as stored (bytes)."""
+    """A stored response: its record, its size as stored (bytes), and its owner (None:
+    written before owners were kept)."""
 
     record: dict[str, Any]
     size: int
+    owner: str | None = None
+
+
+def check_owner(owner: str) -> str:
+    """`owner` if it can head a record (a key id), else ValueError."""
+    if not owner or "\n" in owner or owner.startswith("{"):
+        raise ValueError(f"not a key id: {owner!r}")
+    return owner
 
 
 class ResponseStore:
@@ -121,16 +135,17 @@ class ResponseStore:
     async def save(
         self,
         tenant: str,
+        owner: str,
         response: dict[str, Any],
         messages: list[dict[str, Any]],
         quota: StoreQuota,
         session: str | None = None,
     ) -> StoreUsage:
         """Keep `response`, its conversation and the session it continues (the key that
-        keeps the conversation's requests on one replica); what the tenant's responses
-        hold now. `StoreFull` (nothing kept) if it does not fit."""
+        keeps the conversation's requests on one replica), as `owner`'s (a key id); what
+        the tenant's responses hold now. `StoreFull` (nothing kept) if it does not fit."""
         record = {"response": response, "messages": messages, "session": session}
-        value = orjson.dumps(record)
+        value = check_owner(owner).encode() + _OWNER_END + orjson.dumps(record)
         response_id = str(response["id"])
         key = self._key(tenant, response_id)
         size = len(value) + len(key) + ENTRY_OVERHEAD
@@ -141,18 +156,29 @@ class ResponseStore:
             raise StoreFull(tenant, f"max_{cap}", usage, quota, size)
         return usage
 
-    async def load(self, tenant: str, response_id: str) -> Stored | None:
+    async def load(self, tenant: str, response_id: str, owner: str | None) -> Stored | None:
         """The stored response and conversation, or None (unknown, expired, another
-        tenant's)."""
-        value = await self._redis.get(self._key(tenant, response_id))
-        if value is None:
+        tenant's, or another key's than `owner`; None: any key's, for the admin API)."""
+        found_value = await self._redis.get(self._key(tenant, response_id))
+        if found_value is None:
             return None
-        return Stored(orjson.loads(value), len(value))
+        # The client returns bytes (`decode_responses=False`).
+        value = found_value.encode() if isinstance(found_value, str) else bytes(found_value)
+        size = len(value)
+        found: str | None = None
+        if not value.startswith(b"{"):
+            head, _, value = value.partition(_OWNER_END)
+            found = head.decode()
+        if owner is not None and found != owner:
+            return None
+        return Stored(orjson.loads(value), size, found)
 
-    async def delete(self, tenant: str, response_id: str) -> bool:
-        """Forget a response, giving its room back; whether there was one."""
+    async def delete(self, tenant: str, response_id: str, owner: str | None) -> bool:
+        """Forget a response of `owner`'s (None: of any key's, for the admin API), giving
+        its room back; whether there was one."""
+        header = "" if owner is None else check_owner(owner) + "\n"
         done, _, _ = await self._call(
-            tenant, self._key(tenant, response_id), ["delete", response_id, ""]
+            tenant, self._key(tenant, response_id), ["delete", response_id, header]
         )
         return bool(done)
 

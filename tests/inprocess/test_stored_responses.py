@@ -11,9 +11,10 @@ from typing import Any
 
 import pytest
 
+from gateway.config import hash_key
 from gateway.inference.types import Completion, Usage
 from gateway.observability import metrics
-from tests.inprocess.conftest import InProcessGateway, started_gateway
+from tests.inprocess.conftest import KEYS, InProcessGateway, started_gateway
 
 JUNK = "x" * 500_000
 
@@ -164,3 +165,104 @@ async def test_worst_tools_are_a_400_never_a_500(
         answer = await client.post("/v1/responses", json=body(tools=tools))
     assert answer.status_code == 400
     assert answer.json()["error"]["param"].startswith("tools")
+
+
+# --- ownership: a stored response and an Idempotency-Key record are their key's ----------
+
+ADMIN_KEY = "sk-test-stored-admin"
+SECOND_ACME_KEY = "sk-test-acme-second"
+
+
+def two_acme_keys_and_an_admin(tenants: dict[str, Any]) -> None:
+    tenants["tenants"]["acme"]["api_keys"].append(hash_key(SECOND_ACME_KEY))
+    tenants["tenants"]["ops"] = {"api_keys": [hash_key(ADMIN_KEY)], "models": [], "admin": True}
+
+
+@pytest.fixture
+async def owners(
+    config_for: Callable[..., Path], monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[InProcessGateway]:
+    """acme with two keys of tenants.yaml, and an admin tenant."""
+    path = config_for(edit_tenants=two_acme_keys_and_an_admin)
+    async with started_gateway(path, monkeypatch) as started:
+        yield started
+
+
+async def test_another_key_of_the_tenant_cannot_read_continue_or_delete_a_response(
+    owners: InProcessGateway,
+) -> None:
+    gw = owners
+    gw.upstream.script("llm-large", Completion("secret answer", usage=Usage(1, 1)))
+    async with gw.http() as first, gw.http(SECOND_ACME_KEY) as second:
+        made = await first.post("/v1/responses", json=body(input="my secret question"))
+        response_id = made.json()["id"]
+        # Read, continued, deleted by the second key: 404, as an unknown id.
+        read = await second.get(f"/v1/responses/{response_id}")
+        assert read.status_code == 404
+        assert read.json()["error"]["code"] == "response_not_found"
+        calls = len(gw.upstream.calls)
+        continued = await second.post(
+            "/v1/responses", json=body(input="and?", previous_response_id=response_id)
+        )
+        assert continued.status_code == 404
+        assert continued.json()["error"]["param"] == "previous_response_id"
+        assert len(gw.upstream.calls) == calls  # nothing of it went upstream
+        assert (await second.delete(f"/v1/responses/{response_id}")).status_code == 404
+        # Its owner still has it whole.
+        assert (await first.get(f"/v1/responses/{response_id}")).status_code == 200
+        again = await first.post(
+            "/v1/responses", json=body(input="and?", previous_response_id=response_id)
+        )
+        assert again.status_code == 200
+    # The tenant's admin (here the global admin) reads it, and sees whose it is.
+    async with gw.http(ADMIN_KEY) as admin:
+        seen = await admin.get(f"/admin/responses/{response_id}", params={"tenant": "acme"})
+        assert seen.status_code == 200
+        assert seen.json()["owner"] == hash_key(KEYS["acme"]).removeprefix("sha256:")[:12]
+        assert seen.json()["response"]["output"][0]["content"][0]["text"] == "secret answer"
+        for params in ({}, {"tenant": "globex"}, {"tenant": "nobody"}):
+            missing = await admin.get(f"/admin/responses/{response_id}", params=params)
+            assert missing.status_code == 404
+    async with gw.http() as first:  # a tenant's own key is not an admin
+        refused = await first.get(f"/admin/responses/{response_id}", params={"tenant": "acme"})
+        assert refused.status_code == 403
+
+
+async def test_another_key_re_sending_an_idempotency_key_gets_its_own_run(
+    owners: InProcessGateway,
+) -> None:
+    gw = owners
+    request = {"model": "llm-large", "messages": [{"role": "user", "content": "hi"}]}
+    headers = {"idempotency-key": "order-42"}
+    gw.upstream.script("llm-large", Completion("first key's answer", usage=Usage(1, 1)))
+    async with gw.http() as first, gw.http(SECOND_ACME_KEY) as second:
+        one = await first.post("/v1/chat/completions", json=request, headers=headers)
+        assert one.status_code == 200
+        replayed = await first.post("/v1/chat/completions", json=request, headers=headers)
+        assert replayed.headers.get("idempotent-replayed") == "true"
+        assert replayed.json() == one.json()
+        calls = len(gw.upstream.calls)
+        gw.upstream.script("llm-large", Completion("second key's answer", usage=Usage(1, 1)))
+        two = await second.post("/v1/chat/completions", json=request, headers=headers)
+        assert two.status_code == 200
+        assert "idempotent-replayed" not in two.headers
+        assert two.json()["choices"][0]["message"]["content"] == "second key's answer"
+        assert len(gw.upstream.calls) == calls + 1  # its own run
+        # And each key's repeat gets its own answer.
+        again = await second.post("/v1/chat/completions", json=request, headers=headers)
+        assert again.json()["choices"][0]["message"]["content"] == "second key's answer"
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/admin/responses/" + "x" * 10_000,
+        "/admin/responses/%00%ff",
+        "/admin/responses/resp_1?tenant=" + "t" * 10_000,
+        "/admin/responses/resp_1?tenant=acme&tenant=globex",
+    ],
+)
+async def test_worst_admin_reads_are_a_4xx(owners: InProcessGateway, path: str) -> None:
+    async with owners.http(ADMIN_KEY) as admin:
+        answer = await admin.get(path)
+    assert 400 <= answer.status_code < 500

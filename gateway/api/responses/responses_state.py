@@ -1,7 +1,9 @@
 """The Responses API's state: `previous_response_id` continues a stored conversation,
 `store` keeps an answer (`gateway.storage.response_store`), and `GET` / `DELETE
-/v1/responses/{id}` read and forget one. Every response is the caller's tenant's: an id
-of another tenant's response is not found."""
+/v1/responses/{id}` read and forget one. Every response is the API key's that made it
+(issue 40): an id of another tenant's response, or of another key's of the same
+tenant, is not found. `GET /admin/responses/{id}?tenant=` reads any response of a
+tenant, with its owner, for the tenant's admin."""
 
 from __future__ import annotations
 
@@ -18,14 +20,14 @@ from starlette.responses import Response
 from gateway.api import errors
 from gateway.api.body import Parser
 from gateway.api.counted import CountRequest, serve_counted
-from gateway.api.endpoints import runtime_of
+from gateway.api.endpoints import admin_identity, runtime_of
 from gateway.api.errors import APIError
 from gateway.api.responses.responses_answers import conversation_after, state_of
 from gateway.api.responses.responses_requests import parse_responses
 from gateway.inference.types import ChatMessage, InferenceRequest, ToolCall
 from gateway.observability import metrics
 from gateway.observability.access import RequestRecord
-from gateway.serving.auth import Identity
+from gateway.serving.auth import Identity, owner_of
 from gateway.storage.response_store import StoreFull, StoreQuota
 
 if TYPE_CHECKING:
@@ -63,7 +65,7 @@ async def prepare(
             400, "`previous_response_id` must be a string.", param="previous_response_id"
         )
     try:
-        stored = await runtime.responses.load(identity.name, previous)
+        stored = await runtime.responses.load(identity.name, previous, owner_of(identity))
     except RedisError as exc:
         raise _unavailable() from exc
     if stored is None:
@@ -112,7 +114,9 @@ async def keep(
     messages = [_record(m) for m in conversation_after(request, response)]
     tenant, quota = identity.name, quota_of(identity)
     try:
-        usage = await runtime.responses.save(tenant, response, messages, quota, request.session)
+        usage = await runtime.responses.save(
+            tenant, owner_of(identity), response, messages, quota, request.session
+        )
     except StoreFull as full:
         metrics.stored_responses(tenant, full.usage, full.limits, refused=full.quota)
         log.warning(
@@ -143,7 +147,9 @@ async def _retrieve(
     limits = await count("")
     response_id = request.path_params["response_id"]
     try:
-        stored = await runtime_of(request).responses.load(identity.name, response_id)
+        stored = await runtime_of(request).responses.load(
+            identity.name, response_id, owner_of(identity)
+        )
     except RedisError as exc:
         raise _with(limits, _unavailable()) from exc
     if stored is None:
@@ -158,13 +164,41 @@ async def _delete(
     limits = await count("")
     response_id = request.path_params["response_id"]
     try:
-        deleted = await runtime_of(request).responses.delete(identity.name, response_id)
+        deleted = await runtime_of(request).responses.delete(
+            identity.name, response_id, owner_of(identity)
+        )
     except RedisError as exc:
         raise _with(limits, _unavailable()) from exc
     if not deleted:
         raise _with(limits, not_found(response_id))
     body = {"id": response_id, "object": "response", "deleted": True}
     return Response(orjson.dumps(body), media_type="application/json", headers=limits)
+
+
+async def admin_retrieve(request: Request) -> Response:
+    """`GET /admin/responses/{id}?tenant=NAME`: a stored response of the tenant, whichever
+    of its keys made it (and those stored before owners were kept), with its owner's key
+    id, for an admin."""
+    await admin_identity(request)
+    runtime = runtime_of(request)
+    tenant = request.query_params.get("tenant")
+    if tenant is None or tenant not in runtime.config.tenants.tenants:
+        raise APIError(404, "No tenant has that name.", param="tenant", code="tenant_not_found")
+    response_id = request.path_params["response_id"]
+    try:
+        stored = await runtime.responses.load(tenant, response_id, None)
+    except RedisError as exc:
+        raise _unavailable() from exc
+    if stored is None:
+        raise not_found(response_id)
+    body = {
+        "object": "stored_response",
+        "id": response_id,
+        "tenant": tenant,
+        "owner": stored.owner,
+        "response": stored.record["response"],
+    }
+    return Response(orjson.dumps(body), media_type="application/json")
 
 
 def _with(limits: dict[str, str], error: APIError) -> APIError:

@@ -12,7 +12,7 @@ from gateway.apikeys import ManagedKey
 from gateway.apikeys.managed_key import KeyLimits
 from gateway.config import Budget, Tenant, hash_key
 from gateway.ratelimit import KeyQuota
-from gateway.serving.auth import Authenticator, InvalidApiKey
+from gateway.serving.auth import Authenticator, InvalidApiKey, owner_of
 
 
 def tenant(*models: str) -> Tenant:
@@ -119,3 +119,20 @@ async def test_an_unknown_key_looks_in_the_store_once_more() -> None:
     key = managed("sk-managed-3")
     directory.keys[key.digest] = key
     assert (await auth.authenticate("Bearer sk-managed-3")).key_id == key.id
+
+
+def test_each_key_of_a_tenant_is_its_own_owner() -> None:
+    # Issue 40: what a key stores (responses, Idempotency-Key records) is that key's.
+    first, second = hash_key("sk-one").removeprefix("sha256:"), hash_key("sk-two")[7:]
+    key = managed("sk-managed-1")
+    auth = Authenticator(
+        {"acme": tenant("*")},
+        {first: "acme", second: "acme"},
+        _Directory(key),  # type: ignore[arg-type]
+    )
+    owners = [owner_of(auth.identify(f"Bearer {k}")) for k in ("sk-one", "sk-two", "sk-managed-1")]
+    assert owners == [first[:12], second[:12], key.id]
+    # A managed key keeps its id, so its owner, when it is rotated.
+    rotated = key.with_secret("sk-managed-new", time.time())
+    again = Authenticator({"acme": tenant("*")}, {}, _Directory(rotated))  # type: ignore[arg-type]
+    assert owner_of(again.identify("Bearer sk-managed-new")) == key.id
