@@ -64,6 +64,10 @@ class Autoscale(Strict):
     scale_down_after_s: PositiveFloat = 120.0
     # A replica runs at least this long before it is removed or reclaimed.
     min_runtime_s: Annotated[Float, Field(ge=0)] = 60.0
+    # A rise this soon after a scale-down is a flap: it doubles the quiet the next
+    # scale-down waits for (up to the longer of scale_down_after_s and this); a
+    # scale-down that no rise follows within it sets the wait back. 0: no such rule.
+    flap_window_s: Annotated[Float, Field(ge=0)] = 600.0
     # online: only demand outside `autoscaling.batch_classes` adds replicas (batch
     # demand keeps them, never adds one); batch: a model for batch work, any demand does.
     serves: Literal["online", "batch"] = "online"

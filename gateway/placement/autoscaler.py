@@ -175,6 +175,10 @@ class Autoscaler:
         for decision in decisions:
             if decision.direction == "down" and self._too_young(decision.model, now):
                 decision = _held(decision, "min_runtime")
+            if decision.direction == "none" and decision.reason in ("min_runtime", "quota"):
+                self._planner.held(decision.model)
+            elif decision.direction == "down" and decision.desired >= placed[decision.model]:
+                self._planner.held(decision.model, changed=True)  # only unplaced ones go
             _log(decision, placed.get(decision.model, 0))
             if decision.direction == "up":
                 self._growing_since.setdefault(decision.model, now)
@@ -274,17 +278,17 @@ def _log(decision: ScaleDecision, placed: int) -> None:
     log.log(
         level,
         "autoscale %s: %d -> %d (%s; placed %d, needed %d, kept %d, %.2f req/s of %.3f s "
-        "(%.2f of it batch), %.1f queued, ttft p95 %s)",
+        "(%.2f of it batch), %.1f queued, ttft p95 %s, a scale-down waits %.0f s)",
         decision.model, decision.current, decision.desired, decision.reason, placed,
         decision.needed, decision.needed if decision.kept is None else decision.kept,
         decision.arrival_rate or 0.0, decision.service_s or 0.0, decision.batch_rate,
-        decision.queued, decision.ttft_p95_s,
+        decision.queued, decision.ttft_p95_s, decision.down_wait_s or 0.0,
         extra={"fields": {
             "event": "autoscale", "model": decision.model, "current": decision.current,
             "desired": decision.desired, "reason": decision.reason, "placed": placed,
             "needed": decision.needed, "kept": decision.kept,
             "batch_rate": decision.batch_rate, "arrival_rate": decision.arrival_rate,
             "service_s": decision.service_s, "queued": decision.queued,
-            "ttft_p95_s": decision.ttft_p95_s,
+            "ttft_p95_s": decision.ttft_p95_s, "down_wait_s": decision.down_wait_s,
         }},
     )  # fmt: skip

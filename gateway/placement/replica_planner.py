@@ -20,6 +20,11 @@ cluster.yaml, from its demand (summed over every gateway: `demand_board`):
   model gives back all it does not need at once (`lent_back`): an idle share is lent,
   and returned within an interval when it is wanted. A model at zero that
   sees demand gets its first replica at once, interval or not (its requests are waiting).
+- **Held down after a flap.** A rise within `flap_window_s` of a scale-down (the
+  replica had to come back: a flap) doubles the quiet the next scale-down waits for:
+  `scale_down_after_s` x 2, x 4, ..., at most `max(scale_down_after_s, flap_window_s)`;
+  a scale-down that no rise follows within `flap_window_s` sets it back. Bursts that
+  come back sooner than the wait keep the replica instead of loading it again and again.
 - **Hold on missing data.** A model whose demand is missing or stale keeps its count:
   never scaled down on missing data.
 - **Batch demand keeps, never adds.** For an online model (`serves: online`, the
@@ -66,6 +71,8 @@ class ScaleDecision:
     # What all of the demand needs, batch classes too: replicas it keeps (None: `needed`).
     kept: int | None = None
     batch_rate: float = 0.0  # the batch classes' part of the last interval's arrival rate
+    # The quiet a scale-down waits for now (scale_down_after_s, doubled by each flap).
+    down_wait_s: float | None = None
 
     @property
     def direction(self) -> str:
@@ -84,6 +91,12 @@ class _ModelState:
     needed_now: int = 0
     queued_up: float = 0  # requests waiting whose demand may add replicas
     changed_at: float | None = None
+    # The last scale-down for quiet, while a rise within the flap window would make it a
+    # flap; and the flaps since a scale-down last held (each doubles the wait).
+    down_at: float | None = None
+    flaps: int = 0
+    # What the last decision changed of the above, for `held` to put back.
+    before: tuple[float | None, float | None, int] | None = None
 
 
 class ReplicaPlanner:
@@ -145,12 +158,43 @@ class ReplicaPlanner:
             contended = contended or claimed > room_milli
         decisions = []
         for model, need in needs.items():
+            scale = self._scaled[model]
             lends = contended and model not in waiting
-            decision = self._timed(need, self._scaled[model], now, lends, short)
-            if decision.desired != decision.current:
-                self._state[model].changed_at = now
-            decisions.append(decision)
+            state = self._state[model]
+            window = scale.flap_window_s
+            if state.down_at is not None and now - state.down_at > window:
+                state.down_at, state.flaps = None, 0  # the scale-down held: no flap
+            decision = self._timed(need, scale, now, lends, short)
+            state.before = None
+            if decision.direction != "none":
+                state.before = (state.changed_at, state.down_at, state.flaps)
+                state.changed_at = now
+            if decision.direction == "up" and state.down_at is not None:
+                state.down_at, state.flaps = None, state.flaps + 1  # a flap
+            elif decision.reason == "quiet" and window > 0:
+                state.down_at = now
+            decisions.append(replace(decision, down_wait_s=self._down_wait(scale, state)))
         return decisions
+
+    def held(self, model: str, *, changed: bool = False) -> None:
+        """The last decision on `model` was not carried out (a minimum runtime or a
+        quota held it): it counts neither as a change nor as a flap. `changed`: it was,
+        but it took only replicas that were not placed (nothing was unloaded), so a
+        rise after it is no flap."""
+        state = self._state[model]
+        if state.before is None:
+            return
+        changed_at, down_at, flaps = state.before
+        if not changed:
+            state.changed_at, state.flaps = changed_at, flaps
+        state.down_at = down_at
+        state.before = None
+
+    @staticmethod
+    def _down_wait(scale: Autoscale, state: _ModelState) -> float:
+        """The quiet a scale-down of this model waits for now."""
+        longest = max(scale.scale_down_after_s, scale.flap_window_s)
+        return min(scale.scale_down_after_s * 2.0 ** min(state.flaps, 30), longest)
 
     def _need(
         self, model: str, scale: Autoscale, current: int, seen: Demand | None
@@ -235,7 +279,7 @@ class ReplicaPlanner:
             return decided(current, "batch_demand" if kept > need.needed else "steady")
         if state.low_since is None:
             state.low_since = now
-        quiet = now - state.low_since >= scale.scale_down_after_s
+        quiet = now - state.low_since >= self._down_wait(scale, state)
         if not quiet and not lends:
             return decided(current, "waiting_to_scale_down")
         if recently:

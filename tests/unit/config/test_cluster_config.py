@@ -60,6 +60,7 @@ NODE = {"name": "a", "url": "http://127.0.0.1:8100", "gpus": 2}
         ({"max_replicas": 2, "scale_down_after_s": "soon"}, 1, "scale_down_after_s"),
         ({"max_replicas": 2, "surprise": 1}, 1, "surprise"),
         ({"max_replicas": 2, "serves": "sometimes"}, 1, "serves"),
+        ({"max_replicas": 2, "flap_window_s": -1}, 1, "flap_window_s"),
     ],
 )
 def test_bad_autoscale_bounds_and_targets_are_refused_at_their_line(
@@ -82,3 +83,4 @@ def test_autoscale_defaults_are_the_documented_ones(tmp_path: Path) -> None:
     assert (scale.targets.queue_wait_p95_s, scale.targets.utilization) == (0.5, 0.75)
     assert cluster.autoscaling.interval_s == 10.0
     assert (scale.serves, cluster.autoscaling.batch_classes) == ("online", ["batch"])
+    assert scale.flap_window_s == 600.0

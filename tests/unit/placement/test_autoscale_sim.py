@@ -112,3 +112,34 @@ def test_a_bad_trace_file_is_refused_at_its_line(
     )
     assert main(["simulate", "autoscale", "--cluster", str(cluster), "--trace", str(unknown)]) == 2
     assert "not deployed" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("trace", "most"),
+    [("globex", 0), ("acme", 3), ("both", 3)],  # 45, 41 and 9 before issue 40
+)
+def test_the_attacks_of_issue_40_do_not_make_the_loop_flap(
+    trace: str, most: int, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.ERROR)
+    workload, _ = load_trace(str(ATTACK / f"{trace}.yaml"))
+    assert workload is not None
+    loop = run_policy(load_cluster(str(ATTACK / "cluster.yaml")), workload, loop=True)
+    assert loop.changes_within(1800) <= most
+    assert loop.lost == 0
+
+
+def test_an_honest_ramp_still_scales_up_within_two_intervals_of_needing_it(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.ERROR)
+    workload, _ = load_trace(str(ATTACK / "ramp.yaml"))
+    assert workload is not None
+    cluster = load_cluster(str(ATTACK / "cluster.yaml"))
+    loop = run_policy(cluster, workload, loop=True)
+    # The ramp crosses what one replica holds at the 0.75 target (96 a second) at 226.7 s.
+    crossing = 60 + 300 * (96 - 16) / (160 - 16)
+    ups = [t for t, _, step in loop.changes if step > 0]
+    assert len(ups) == 1 and ups[0] <= crossing + 2 * cluster.autoscaling.interval_s
+    assert loop.changes_within(1800) == 2  # and back down once the demand went
+    assert loop.slo_attainment >= 0.99 and loop.refused == 0

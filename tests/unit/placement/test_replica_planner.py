@@ -210,3 +210,97 @@ def test_batch_requests_waiting_claim_no_gpu_of_another_model() -> None:
     moved = {"lender": Demand(0.2, 1.0), "taker": batch(12.0, 30, in_flight=8)}
     lent, took = p.decide(INTERVAL, {"lender": 2, "taker": 2}, moved, None, room)
     assert took.desired == 2 and lent.reason == "waiting_to_scale_down"
+
+
+BURST = Demand(arrival_rate=100.0, service_s=1.0, queued=128, in_flight=8)
+
+
+def replay(p: ReplicaPlanner, seen: Any, seconds: float, current: int = 1) -> list[float]:
+    """Decide every interval for `seconds` on `seen(now)`'s demand (changes carried
+    out); when the changes were."""
+    changes, now = [], 0.0
+    while now < seconds:
+        decision = one(p, now, current, seen(now))
+        if decision.direction != "none":
+            changes.append(now)
+        current, now = decision.desired, now + INTERVAL
+    return changes
+
+
+def bursts(now: float) -> Demand:
+    """One interval of a burst every 150 s, quiet between (its average decays in 50 s)."""
+    return BURST if now % 150 == 0 else QUIET
+
+
+def test_bursts_that_come_back_flap_once_and_are_then_held() -> None:
+    p = planner(deployment(max_replicas=2, scale_down_after_s=60))
+    changes = replay(p, bursts, 1800)
+    # Up, down after a minute of quiet, up at the next burst (a flap): the next
+    # scale-down waits 2 minutes, and the bursts come back before it is over.
+    assert len(changes) == 3
+
+
+def test_without_the_flap_rule_the_same_bursts_flap_all_along() -> None:
+    p = planner(deployment(max_replicas=2, scale_down_after_s=60, flap_window_s=0))
+    assert len(replay(p, bursts, 1800)) == 24  # up and down every 150 s
+
+
+def test_each_flap_doubles_the_wait_up_to_the_window_and_a_scale_down_that_holds_resets_it() -> (
+    None
+):
+    p = planner(deployment(max_replicas=2, scale_down_after_s=60, flap_window_s=300))
+    waits = []
+    now, current = 0.0, 1
+    for burst_at in (0, 200, 400, 800, 1800):
+        while now < burst_at:
+            decision = one(p, now, current, QUIET)
+            current, now = decision.desired, now + INTERVAL
+        decision = one(p, now, current, BURST)
+        assert (decision.direction, decision.reason) == ("up", "demand")  # at once, always
+        waits.append(decision.down_wait_s)
+        current, now = decision.desired, now + INTERVAL
+    # 60 s at first; doubled by each return within the window of a scale-down, at most
+    # the window's 300 s; the burst at 1800 came when the last scale-down had held for
+    # longer than the window: the wait is set back.
+    assert waits == [60, 120, 240, 300, 60]
+
+
+def test_a_scale_down_held_by_a_minimum_runtime_starts_no_flap() -> None:
+    p = planner(deployment(max_replicas=2, scale_down_after_s=60))
+    current, held = 1, 0
+    for now in range(0, 200, int(INTERVAL)):
+        decision = one(p, float(now), current, BURST if now == 0 else QUIET)
+        if decision.direction == "down":
+            p.held("llm")  # the autoscaler kept the replica: too young
+            held += 1
+            continue
+        current = decision.desired
+    assert current == 2 and held > 0
+    rise = one(p, 200.0, 2, BURST)
+    assert (rise.direction, rise.down_wait_s) == ("none", 60)  # no flap counted
+    # The same scale-down carried out: the rise after it is a flap.
+    assert one(p, 210.0, 2, QUIET).direction == "none"  # the wait starts again
+    at = 220.0
+    while one(p, at, 2, QUIET).direction != "down":
+        at += INTERVAL
+    assert one(p, at + INTERVAL, 1, BURST).down_wait_s == 120
+
+
+def test_sustained_demand_after_flaps_still_scales_up_at_once() -> None:
+    p = planner(deployment(max_replicas=4, scale_down_after_s=60))
+    replay(p, bursts, 400)
+    # The flaps lengthened the wait to scale down; a rise is as prompt as ever.
+    steady_rise = Demand(arrival_rate=9.0, service_s=1.0, queued=2, in_flight=8)
+    decision = one(p, 400.0, 2, steady_rise)
+    assert (decision.direction, decision.reason) == ("up", "demand")
+    assert decision.down_wait_s is not None and decision.down_wait_s > 60
+
+
+def test_a_scale_down_of_replicas_never_placed_starts_no_flap() -> None:
+    p = planner(deployment(max_replicas=2, scale_down_after_s=60))
+    now, current = 0.0, 2
+    while one(p, now, current, QUIET).direction != "down":
+        now += INTERVAL
+    p.held("llm", changed=True)  # it took a replica that was waiting for room
+    rise = one(p, now + INTERVAL, 1, BURST)
+    assert (rise.direction, rise.down_wait_s) == ("up", 60)
