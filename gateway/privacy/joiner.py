@@ -43,8 +43,13 @@ _SPLIT = re.compile(rf"[0-9](?P<join>{_JOIN})(?=[0-9])")
 # A join that is a table's (`<br>`, `</p><p>` and the like are line breaks).
 _CELL = re.compile(r"\||<(?i:/?t[dhr])\b")
 # Digit groups as the card pattern reads them, and such groups at the end of a text.
-_GROUPS = re.compile(r"[0-9]+(?:[ -][0-9]+)*")
+# Possessive (`*+`): a repeat that may backtrack keeps a mark per iteration, megabytes
+# of them on a hostile `1 1 1 ...`; these never need to.
+_GROUPS = re.compile(r"[0-9]++(?:[ -][0-9]++)*+")
 _GROUPS_AT_END = re.compile(r"(?:[0-9]+[ -])*[0-9]+\Z")
+# A number's groups and joins from a join's end on: a run that cannot be a card (too
+# long, or of one-digit groups: a hostile `1|1|1|...`) is skipped to its end in C.
+_REST = re.compile(rf"[0-9]++(?:(?:[ -]|{_JOIN})[0-9]++)*+")
 # What may stand in a row beside a number's cells: blanks, `|`, tags. A row starts at a
 # line's start or a `<tr>`, and ends at a line's end or a `</tr>`.
 _CELL_SYNTAX = re.compile(rf"(?:[ \t|\r]|{_TAG})*")
@@ -68,14 +73,20 @@ def join_split(read: Normalized) -> Normalized:
         return read  # most texts: no digit on both sides of a break
     edits: list[tuple[int, int, str]] = []
     run: _Run | None = None
-    for split in _SPLIT.finditer(text, first.start()):
+    split: re.Match[str] | None = first
+    while split is not None:
         start, end = split.span("join")
         if run is not None and run.continues(text, start):
             run.add(text, start, end)
-            continue
-        if run is not None:
-            edits.extend(run.edits(text))
-        run = _Run.before(text, start, end)
+        else:
+            if run is not None:
+                edits.extend(run.edits(text))
+            run = _Run.before(text, start, end)
+        if not run.alive:
+            rest = _REST.match(text, end)
+            assert rest is not None  # `_SPLIT` looked ahead to a digit
+            end, run = rest.end(), None
+        split = _SPLIT.search(text, end)
     if run is not None:
         edits.extend(run.edits(text))
     if not edits:
@@ -110,6 +121,11 @@ class _Run:
         run._alive = not reaches_back and _starts_number(text, groups.start())
         run.add(text, start, end)
         return run
+
+    @property
+    def alive(self) -> bool:
+        """Whether the run may still be a card."""
+        return self._alive
 
     def continues(self, text: str, start: int) -> bool:
         """Whether the join at `start` is in this run: only digit groups between the
