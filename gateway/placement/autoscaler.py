@@ -177,7 +177,11 @@ class Autoscaler:
                 decision = _held(decision, "min_runtime")
             if decision.direction == "none" and decision.reason in ("min_runtime", "quota"):
                 self._planner.held(decision.model)
-            elif decision.direction == "down" and decision.desired >= placed[decision.model]:
+            elif (
+                decision.direction == "down"
+                and not self._on_kubernetes(decision.model)
+                and decision.desired >= placed[decision.model]
+            ):
                 self._planner.held(decision.model, changed=True)  # only unplaced ones go
             _log(decision, placed.get(decision.model, 0))
             if decision.direction == "up":
