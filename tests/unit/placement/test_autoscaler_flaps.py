@@ -6,6 +6,7 @@ Kubernetes (nothing placed on the nodes) every scale-down counts."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any, cast
 
 import pytest
@@ -14,6 +15,7 @@ from gateway.config.cluster_config import ClusterConfig
 from gateway.placement.autoscaler import Autoscaler
 from gateway.placement.deployment import DeploymentPlan, plan_deployments
 from gateway.placement.queueing_model import Demand
+from gateway.placement.replica_planner import ScaleDecision
 
 BURST = Demand(arrival_rate=100.0, service_s=1.0, queued=128, in_flight=8)
 QUIET = Demand(arrival_rate=0.2, service_s=1.0)
@@ -40,11 +42,14 @@ class FakeScaler:
         return model == "llm"
 
 
-def run(loop: Autoscaler, config: ClusterConfig, seen: Any, until: float) -> tuple[float, list]:
+def run(
+    loop: Autoscaler, config: ClusterConfig, seen: Callable[[float], Demand], until: float
+) -> tuple[float, list[ScaleDecision]]:
     """Decide every 10 s on `seen(now)`, placing what is decided; (the last time, the
     changes)."""
     plan: DeploymentPlan = plan_deployments(loop.cluster_for(config))
-    changes, now = [], 0.0
+    changes: list[ScaleDecision] = []
+    now = 0.0
     while now < until:
         loop.observe(plan, now)
         decided = loop.decide(plan, now, {"llm": seen(now)})
