@@ -3,15 +3,16 @@
 A model marked `external` runs outside the cluster. Before a request is sent to one,
 every string it holds is scanned (`gateway.privacy.walker` finds them: message and
 content text of every role, tool definitions and their schemas, tool calls and results,
-stop sequences, ids, `user`, metadata), each read as written, normalized, with the
-separators inside numbers read as spaces and inside encoded runs (`Scanner.find_deep`),
-for secrets, personal data and internal host names (`gateway.privacy`); the policy of
-the tenant for that model (`mask`, `block` or `off`; the tenant's `outbound` section,
-else the model's own) decides:
+stop sequences, ids, `user`, metadata), each read as written, normalized (escapes,
+HTML references and percent-encoding decoded), with the separators inside numbers read
+as spaces, with card numbers split across lines or table cells joined, and inside
+encoded runs (`Scanner.find_deep`), for secrets, personal data and internal host names
+(`gateway.privacy`); the policy of the tenant for that model (`mask`, `block` or `off`;
+the tenant's `outbound` section, else the model's own) decides:
 
 - `mask`: each finding is replaced by a typed placeholder, the same value (in any form)
-  by the same placeholder everywhere in the request; what spelled it goes whole, an
-  encoded run too;
+  by the same placeholder everywhere in the request; what spelled it goes whole (every
+  escape, reference, line break or table cell boundary inside it), an encoded run too;
 - `block`: the request is refused with a 400 naming the categories found (never the
   values); a blocked fallback model is left out of the chain instead;
 - `off`: the request goes as it is.
