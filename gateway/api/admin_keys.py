@@ -11,6 +11,13 @@
 A record never holds the key's hash; the plain key is in the answer of a create or a
 rotate only, and in no log. Every gateway honours a change within a second
 (`gateway.apikeys.key_directory`).
+
+Who may (issue 40): a key of an `admin: true` tenant is a global admin, every tenant's
+keys are its to manage. A managed key with `admin_of` (its own tenant; only a global
+admin sets it) is that tenant's admin: it manages that tenant's keys and no other's. It
+cannot set `admin_of` on any key, itself included (no admin makes another, nor widens
+its own scope); another tenant's key, asked for by id, is a 404 as an unknown one, and
+another tenant named in a create is a 403 (in a list, a 404 as an unknown name).
 """
 
 from __future__ import annotations
@@ -24,7 +31,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from gateway.api.body import decode_json
-from gateway.api.endpoints import admin_identity, runtime_of
+from gateway.api.endpoints import GLOBAL, admin_identity, runtime_of, scoped_tenant
 from gateway.api.errors import APIError
 from gateway.api.exchange import read_body
 from gateway.apikeys import KeyStore, ManagedKey
@@ -77,13 +84,31 @@ async def _body(request: Request) -> dict[str, Any]:
     return dict(data)
 
 
-async def _key(store: KeyStore, key_id: str) -> ManagedKey:
+async def _key(store: KeyStore, key_id: str, admin: Identity) -> ManagedKey:
+    """The key `key_id`, if `admin` may see it (a scoped admin: a key of its tenant);
+    404 otherwise, as for an unknown id."""
     if len(key_id) > MAX_ID:
         raise _not_found(key_id)
     try:
-        return await store.get(key_id)
+        key = await store.get(key_id)
     except UnknownKey:
         raise _not_found(key_id) from None
+    if admin.admin_scope not in (GLOBAL, key.tenant):
+        raise _not_found(key_id)
+    return key
+
+
+def _may_set_admin_of(admin: Identity, data: dict[str, Any]) -> None:
+    """Only a global admin makes or unmakes a tenant's admin (`admin_of`)."""
+    if "admin_of" in data and admin.admin_scope != GLOBAL:
+        raise APIError(
+            403,
+            "Only the gateway's own admins may set `admin_of`: a tenant's admin cannot "
+            "make another admin nor change its own scope.",
+            type="permission_error",
+            param="admin_of",
+            code="not_global_admin",
+        )
 
 
 def _who(admin: Identity) -> str:
@@ -112,10 +137,20 @@ def _log(action: str, by: str, key: ManagedKey) -> None:
 
 async def create_key(request: Request) -> Response:
     """`POST /admin/keys`: a new key; the answer holds the key itself, this once."""
-    admin = await admin_identity(request)
+    admin = await admin_identity(request, scoped=True)
     runtime = runtime_of(request)
     store = _store(runtime)
     data = await _body(request)
+    _may_set_admin_of(admin, data)
+    scope = admin.admin_scope
+    if scope != GLOBAL and data.get("tenant") != scope:
+        raise APIError(
+            403,
+            f"This key administers the tenant {scope!r} only: it makes keys of that tenant.",
+            type="permission_error",
+            param="tenant",
+            code="tenant_not_administered",
+        )
     try:
         tenant, fields = create_fields(
             data, runtime.config.tenants.tenants, runtime.routes.keys(), time.time()
@@ -131,31 +166,33 @@ async def create_key(request: Request) -> Response:
 
 
 async def list_keys(request: Request) -> Response:
-    """`GET /admin/keys[?tenant=NAME]`: every key (of one tenant), without secrets."""
-    await admin_identity(request)
+    """`GET /admin/keys[?tenant=NAME]`: every key (of one tenant; a tenant's own admin:
+    of its tenant), without secrets."""
+    admin = await admin_identity(request, scoped=True)
     runtime = runtime_of(request)
-    tenant = request.query_params.get("tenant")
-    if tenant is not None and tenant not in runtime.config.tenants.tenants:
-        raise APIError(404, "No tenant has that name.", param="tenant", code="tenant_not_found")
+    tenant = scoped_tenant(
+        admin, request.query_params.get("tenant"), runtime.config.tenants.tenants
+    )
     keys = await _store(runtime).list(tenant)
     return _json({"object": "list", "data": [key.public() for key in keys]})
 
 
 async def get_key(request: Request) -> Response:
     """`GET /admin/keys/{id}`."""
-    await admin_identity(request)
-    key = await _key(_store(runtime_of(request)), request.path_params["key_id"])
+    admin = await admin_identity(request, scoped=True)
+    key = await _key(_store(runtime_of(request)), request.path_params["key_id"], admin)
     return _json(key.public())
 
 
 async def update_key(request: Request) -> Response:
     """`PATCH /admin/keys/{id}`: the fields given changed (null clears models, expiry,
     budget)."""
-    admin = await admin_identity(request)
+    admin = await admin_identity(request, scoped=True)
     runtime = runtime_of(request)
     store = _store(runtime)
-    key = await _key(store, request.path_params["key_id"])
+    key = await _key(store, request.path_params["key_id"], admin)
     data = await _body(request)
+    _may_set_admin_of(admin, data)
     tenant = runtime.config.tenants.tenants.get(key.tenant)
     if tenant is None:
         raise APIError(
@@ -163,7 +200,7 @@ async def update_key(request: Request) -> Response:
             code="tenant_not_found",
         )  # fmt: skip
     try:
-        fields = update_fields(data, tenant, runtime.routes.keys(), time.time())
+        fields = update_fields(data, key.tenant, tenant, runtime.routes.keys(), time.time())
         key = await store.update(key.id, fields)
     except KeyRequestInvalid as exc:
         raise _invalid(exc) from None
@@ -179,10 +216,10 @@ async def update_key(request: Request) -> Response:
 
 async def revoke_key(request: Request) -> Response:
     """`DELETE /admin/keys/{id}`: revoked, on every gateway within a second."""
-    admin = await admin_identity(request)
+    admin = await admin_identity(request, scoped=True)
     runtime = runtime_of(request)
     store = _store(runtime)
-    key = await _key(store, request.path_params["key_id"])
+    key = await _key(store, request.path_params["key_id"], admin)
     try:
         key = await store.revoke(key.id)
     except UnknownKey:
@@ -196,10 +233,10 @@ async def revoke_key(request: Request) -> Response:
 async def rotate_key(request: Request) -> Response:
     """`POST /admin/keys/{id}/rotate`: a new secret, shown this once; the old one stops
     working."""
-    admin = await admin_identity(request)
+    admin = await admin_identity(request, scoped=True)
     runtime = runtime_of(request)
     store = _store(runtime)
-    key = await _key(store, request.path_params["key_id"])
+    key = await _key(store, request.path_params["key_id"], admin)
     try:
         key, plain = await store.rotate(key.id)
     except UnknownKey:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import time
+from collections.abc import Collection
 
 import orjson
 from prometheus_client import CONTENT_TYPE_LATEST
@@ -80,14 +81,49 @@ async def retrieve_model(request: Request) -> Response:
     return Response(orjson.dumps(body), media_type="application/json")
 
 
-async def admin_identity(request: Request) -> Identity:
-    """The caller, who must hold an admin tenant's key (else 401 or 403)."""
+# `admin_scope` of a global admin: every tenant.
+GLOBAL = "*"
+
+
+async def admin_identity(request: Request, *, scoped: bool = False) -> Identity:
+    """The caller, who must hold an admin tenant's key (else 401 or 403); with `scoped`,
+    a tenant's own admin key (`admin_of`) will do too: the caller's `admin_scope` then
+    says which tenant it may see (issue 40)."""
     identity = await runtime_of(request).auth.authenticate(request.headers.get("authorization"))
-    if not identity.tenant.admin:
+    scope = identity.admin_scope
+    if scope is None:
         raise APIError(
             403, "This key may not use the admin API.", type="permission_error", code="not_admin"
         )
+    if scope != GLOBAL and not scoped:
+        raise APIError(
+            403,
+            f"This key administers the tenant {scope!r} only: this endpoint is for the "
+            "gateway's own admins.",
+            type="permission_error",
+            code="not_global_admin",
+        )
     return identity
+
+
+def scoped_tenant(identity: Identity, tenant: str | None, tenants: Collection[str]) -> str | None:
+    """The tenant an admin request is about: `tenant` as asked (None: every tenant, for a
+    global admin), checked against what the caller may see. A scoped admin sees its own
+    tenant only (None asks for it); any other name, like an unknown one, is a 404, so
+    that it learns no other tenant's name."""
+    scope = identity.admin_scope
+    if scope != GLOBAL:
+        tenant = scope if tenant is None else tenant
+        if tenant != scope:
+            raise tenant_not_found()
+        return tenant
+    if tenant is not None and tenant not in tenants:
+        raise tenant_not_found()
+    return tenant
+
+
+def tenant_not_found() -> APIError:
+    return APIError(404, "No tenant has that name.", param="tenant", code="tenant_not_found")
 
 
 async def reload_tenants(request: Request) -> Response:
@@ -106,13 +142,16 @@ async def reload_tenants(request: Request) -> Response:
 
 
 async def usage_report(request: Request) -> Response:
-    """`GET /admin/usage?by=tenant,key,model&since=24h&until=...&format=csv`: what each
-    group used and cost, from the usage ledger (admin tenants only). `since` and `until`
-    are ISO 8601 times or durations back from now (`gateway usage report`'s)."""
-    store = await _usage_store(request)
+    """`GET /admin/usage?by=tenant,key,model&since=24h&until=...&tenant=...&format=csv`:
+    what each group used and cost, from the usage ledger (admins only; a tenant's own
+    admin sees its tenant's records only). `since` and `until` are ISO 8601 times or
+    durations back from now (`gateway usage report`'s)."""
+    store, tenant = await _usage_store(request)
     params = request.query_params
     try:
-        query = ReportQuery(*_time_window(params), parse_group_by(params.get("by", "tenant")))
+        query = ReportQuery(
+            *_time_window(params), parse_group_by(params.get("by", "tenant")), tenant
+        )
     except ValueError as exc:
         raise APIError(400, f"Bad usage query: {exc}", code="invalid_value") from None
     rows = await store.query(query)
@@ -133,14 +172,18 @@ async def usage_report(request: Request) -> Response:
 
 async def usage_requests(request: Request) -> Response:
     """`GET /admin/usage/requests?key=ID&since=24h&until=...&limit=1000`: one key's
-    requests, each as the ledger recorded it, oldest first (admin tenants only). A
-    caller pages on with `since` set to the last record's `ts` (records at that time
-    come again, known by their `request_id`)."""
-    store = await _usage_store(request)
+    requests, each as the ledger recorded it, oldest first (admins only; a tenant's own
+    admin finds only its tenant's records: another tenant's key has none). A caller
+    pages on with `since` set to the last record's `ts` (records at that time come
+    again, known by their `request_id`)."""
+    store, tenant = await _usage_store(request)
     params = request.query_params
     try:
         query = RequestsQuery(
-            params.get("key", ""), *_time_window(params), int(params.get("limit", "1000"))
+            params.get("key", ""),
+            *_time_window(params),
+            int(params.get("limit", "1000")),
+            tenant,
         )
     except ValueError as exc:
         raise APIError(400, f"Bad usage query: {exc}", code="invalid_value") from None
@@ -153,14 +196,19 @@ async def usage_requests(request: Request) -> Response:
     return Response(orjson.dumps(body), media_type="application/json")
 
 
-async def _usage_store(request: Request) -> LedgerStore:
-    """The usage ledger's store, for an admin tenant's request (401 or 403 otherwise;
-    404 where the gateway keeps no ledger)."""
-    await admin_identity(request)
-    usage = runtime_of(request).usage
+async def _usage_store(request: Request) -> tuple[LedgerStore, str | None]:
+    """The usage ledger's store, for an admin's request (401 or 403 otherwise; 404 where
+    the gateway keeps no ledger), and the tenant whose records it may read (`?tenant=`,
+    a scoped admin's own; None: every tenant's)."""
+    identity = await admin_identity(request, scoped=True)
+    runtime = runtime_of(request)
+    tenant = scoped_tenant(
+        identity, request.query_params.get("tenant"), runtime.config.tenants.tenants
+    )
+    usage = runtime.usage
     if usage is None:
         raise APIError(404, "This gateway keeps no usage ledger (`ledger:` in gateway.yaml).")
-    return usage.writer.store
+    return usage.writer.store, tenant
 
 
 def _time_window(params: QueryParams) -> tuple[float, float]:

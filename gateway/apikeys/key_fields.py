@@ -25,7 +25,9 @@ MAX_LIMIT = 10**12
 MAX_AMOUNT = 10.0**12
 PERIODS: tuple[str, ...] = get_args(BudgetPeriod)
 
-CREATE_FIELDS = frozenset({"tenant", "name", "models", "expires_at", "budget", "limits"})
+CREATE_FIELDS = frozenset(
+    {"tenant", "name", "models", "expires_at", "budget", "limits", "admin_of"}
+)
 UPDATE_FIELDS = CREATE_FIELDS - {"tenant"}
 
 
@@ -43,6 +45,9 @@ class KeyFields:
     # Which of `limits`' fields were given: an update changes those and keeps the rest
     # (`limits: null` clears both).
     limits_given: frozenset[str] = frozenset()
+    # The tenant the key administers (its own), or None: not an admin. Who may set it
+    # (a global admin only) is the admin API's check.
+    admin_of: str | None = None
 
 
 def create_fields(
@@ -61,12 +66,16 @@ def create_fields(
         raise KeyRequestInvalid(f"No tenant is named {_shown(tenant_name)!r}.", "tenant")
     if "name" not in data:
         raise KeyRequestInvalid("`name` is required.", "name")
-    fields = _fields(data, tenant, known_models, now)
+    fields = _fields(data, tenant_name, tenant, known_models, now)
     return tenant_name, fields
 
 
 def update_fields(
-    data: Mapping[str, Any], tenant: Tenant, known_models: Collection[str], now: float
+    data: Mapping[str, Any],
+    tenant_name: str,
+    tenant: Tenant,
+    known_models: Collection[str],
+    now: float,
 ) -> KeyFields:
     """The changes of a `PATCH /admin/keys/{id}` body (for a key of `tenant`)."""
     if "tenant" in data:
@@ -74,9 +83,9 @@ def update_fields(
     _no_unknown(data, UPDATE_FIELDS)
     if not data:
         raise KeyRequestInvalid(
-            "Nothing to change: give name, models, expires_at, budget or limits."
+            "Nothing to change: give name, models, expires_at, budget, limits or admin_of."
         )
-    return _fields(data, tenant, known_models, now)
+    return _fields(data, tenant_name, tenant, known_models, now)
 
 
 def _no_unknown(data: Mapping[str, Any], allowed: frozenset[str]) -> None:
@@ -89,7 +98,11 @@ def _no_unknown(data: Mapping[str, Any], allowed: frozenset[str]) -> None:
 
 
 def _fields(
-    data: Mapping[str, Any], tenant: Tenant, known_models: Collection[str], now: float
+    data: Mapping[str, Any],
+    tenant_name: str,
+    tenant: Tenant,
+    known_models: Collection[str],
+    now: float,
 ) -> KeyFields:
     name = _name(data["name"]) if "name" in data else ""
     models = _models(data.get("models"), tenant, known_models)
@@ -102,7 +115,29 @@ def _fields(
         limits=_limits(data.get("limits")),
         given=frozenset(data),
         limits_given=_limits_given(data.get("limits")),
+        admin_of=_admin_of(data.get("admin_of"), tenant_name, tenant),
     )
+
+
+def _admin_of(value: Any, tenant_name: str, tenant: Tenant) -> str | None:
+    """`admin_of`: null, or the key's own tenant (a key administers its own tenant)."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise KeyRequestInvalid("`admin_of` must be the key's tenant's name, or null.", "admin_of")
+    if value != tenant_name:
+        raise KeyRequestInvalid(
+            f"`admin_of` may only name the key's own tenant ({_shown(tenant_name)!r}), not "
+            f"{_shown(value)!r}.",
+            "admin_of",
+        )
+    if tenant.admin:
+        raise KeyRequestInvalid(
+            "Every key of an admin tenant (`admin: true`) is a global admin already: "
+            "`admin_of` would not scope it.",
+            "admin_of",
+        )
+    return value
 
 
 def _shown(text: str, limit: int = 64) -> str:

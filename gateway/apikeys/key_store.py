@@ -91,6 +91,7 @@ class KeyStore:
             expires_at=fields.expires_at,
             budget=fields.budget,
             limits=fields.limits,
+            admin_of=fields.admin_of,
         )
         # A new id is random (collisions are not expected); written only if it is free.
         if not await self._write(key, expected=None, old_digest=None):
@@ -132,7 +133,7 @@ class KeyStore:
         in `fields.limits_given`)."""
         changes: dict[str, object] = {
             name: getattr(fields, name)
-            for name in ("name", "models", "expires_at", "budget")
+            for name in ("name", "models", "expires_at", "budget", "admin_of")
             if name in fields.given
         }
 

@@ -1,17 +1,20 @@
 """`gateway keys`: managed API keys, through the admin API (`/admin/keys`) over HTTP.
 
     gateway keys create --tenant acme --name ci --models llm-small --budget 0.05/day \\
-        --expires 2027-01-01 [--rpm 60] [--tpm 100000]
+        --expires 2027-01-01 [--rpm 60] [--tpm 100000] [--admin-of acme]
     gateway keys list [--tenant acme] [--json]
     gateway keys get key_0123456789abcdef
     gateway keys update key_... [--name N] [--models a,b | --all-models]
         [--budget 1/month | --no-budget] [--expires T | --no-expiry] [--rpm N] [--tpm N]
+        [--admin-of acme | --no-admin]
     gateway keys revoke key_...
     gateway keys rotate key_...
 
 `--url` is the ops listener (default http://127.0.0.1:8081), `--admin-key` an admin
-tenant's key (default: `$GATEWAY_ADMIN_KEY`). A create or a rotate prints the key, this
-once: it is kept nowhere.
+tenant's key, or a tenant's own admin key for that tenant's keys (default:
+`$GATEWAY_ADMIN_KEY`). `--admin-of TENANT` (the key's own tenant; a global admin's to
+give) makes the key that tenant's admin. A create or a rotate prints the key, this once:
+it is kept nowhere.
 """
 
 from __future__ import annotations
@@ -88,6 +91,7 @@ def add_keys_arguments(parser: argparse.ArgumentParser) -> None:
     update.add_argument("--all-models", action="store_true", help="all of the tenant's")
     update.add_argument("--no-budget", action="store_true")
     update.add_argument("--no-expiry", action="store_true")
+    update.add_argument("--no-admin", action="store_true", help="no longer its tenant's admin")
     parser.set_defaults(run=run_keys_command)
 
 
@@ -119,6 +123,12 @@ def _field_arguments(command: argparse.ArgumentParser) -> None:
     command.add_argument(
         "--tpm", type=int, help="the key's own tokens per minute (its tenant's still apply)"
     )
+    command.add_argument(
+        "--admin-of",
+        metavar="TENANT",
+        help="make the key its tenant's admin: it manages that tenant's keys and reads its "
+        "usage (the key's own tenant; only a global admin may set it)",
+    )
 
 
 def _fields(args: argparse.Namespace) -> dict[str, Any]:
@@ -142,6 +152,10 @@ def _fields(args: argparse.Namespace) -> dict[str, Any]:
     }
     if limits:
         body["limits"] = limits  # an update changes these and keeps the other
+    if args.admin_of is not None:
+        body["admin_of"] = args.admin_of
+    if getattr(args, "no_admin", False):
+        body["admin_of"] = None
     return body
 
 
@@ -165,7 +179,10 @@ def request(
 
 
 def _table(keys: list[dict[str, Any]]) -> str:
-    columns = ("id", "tenant", "name", "display", "status", "models", "budget", "expires_at")
+    columns = (
+        *("id", "tenant", "name", "display", "status", "models", "budget", "expires_at"),
+        "admin_of",
+    )
 
     def cell(key: dict[str, Any], column: str) -> str:
         value = key.get(column)

@@ -70,6 +70,11 @@ class ManagedKey:
     limits: KeyLimits = field(default_factory=KeyLimits)
     updated_at: float | None = None
     revoked_at: float | None = None
+    # The tenant this key administers (its own): a scoped admin, who may manage that
+    # tenant's keys and read its usage and stored responses, and nothing else of the
+    # admin API (issue 40). Only a global admin sets it. None: not an admin (unless its
+    # tenant is `admin: true` in tenants.yaml: then every key of it is a global admin).
+    admin_of: str | None = None
 
     @property
     def digest(self) -> str:
@@ -106,6 +111,7 @@ class ManagedKey:
             "updated_at": iso(self.updated_at),
             "revoked_at": iso(self.revoked_at),
             "status": self.status(),
+            "admin_of": self.admin_of,
         }
 
     def status(self, now: float | None = None) -> str:
@@ -131,6 +137,7 @@ class ManagedKey:
             "limits": self.limits.to_json(),
             "updated_at": self.updated_at,
             "revoked_at": self.revoked_at,
+            "admin_of": self.admin_of,
         }
 
     @classmethod
@@ -153,6 +160,8 @@ class ManagedKey:
             limits=KeyLimits(limits.get("requests_per_minute"), limits.get("tokens_per_minute")),
             updated_at=_float_or_none(data.get("updated_at")),
             revoked_at=_float_or_none(data.get("revoked_at")),
+            # Records written before scoped admins have none: not admins.
+            admin_of=None if data.get("admin_of") is None else str(data["admin_of"]),
         )
 
 

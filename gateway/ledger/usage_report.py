@@ -54,6 +54,8 @@ class ReportQuery:
     since: float
     until: float
     group_by: tuple[str, ...] = ()
+    # Only the records of this tenant (a tenant's own admin asks, issue 40); None: all.
+    tenant: str | None = None
 
     def __post_init__(self) -> None:
         unknown = [name for name in self.group_by if name not in GROUPS]
@@ -80,7 +82,7 @@ def _groups(query: ReportQuery) -> list[str]:
     return [GROUPS[name] for name in query.group_by]
 
 
-def postgres_sql(query: ReportQuery, table: str = TABLE) -> tuple[str, list[float]]:
+def postgres_sql(query: ReportQuery, table: str = TABLE) -> tuple[str, list[object]]:
     """The report as PostgreSQL (`ts` a timestamptz), and its arguments."""
     groups = _groups(query)
     selected = [
@@ -100,14 +102,19 @@ def postgres_sql(query: ReportQuery, table: str = TABLE) -> tuple[str, list[floa
         f" count(*) FILTER (WHERE status >= {ERROR_STATUS}) AS errors, "
         + ", ".join(percentiles)
         + f" FROM {table} WHERE ts >= to_timestamp($1) AND ts < to_timestamp($2)"
+        + ("" if query.tenant is None else " AND tenant = $3")
     )
     if groups:
         positions = ", ".join(str(i + 1) for i in range(len(groups)))
         sql += f" GROUP BY {positions} ORDER BY {positions}"
-    return sql, [float(query.since), float(query.until)]
+    return sql, [float(query.since), float(query.until), *_tenant(query)]
 
 
-def sqlite_sql(query: ReportQuery, table: str = TABLE) -> tuple[str, list[float]]:
+def _tenant(query: ReportQuery) -> list[object]:
+    return [] if query.tenant is None else [query.tenant]
+
+
+def sqlite_sql(query: ReportQuery, table: str = TABLE) -> tuple[str, list[object]]:
     """The report as SQLite (`ts` unix seconds), and its arguments.
 
     SQLite has no percentile function: each record's rank within its group (`rn` of `n`)
@@ -127,7 +134,8 @@ def sqlite_sql(query: ReportQuery, table: str = TABLE) -> tuple[str, list[float]
         "WITH ranked AS (SELECT *,"
         f" row_number() OVER ({partition}ORDER BY latency_ms) AS rn,"
         f" count(*) OVER ({partition.strip()}) AS n"
-        f" FROM {table} WHERE ts >= ? AND ts < ?) "
+        f" FROM {table} WHERE ts >= ? AND ts < ?"
+        f"{'' if query.tenant is None else ' AND tenant = ?'}) "
         f"SELECT {', '.join(selected) + ', ' if selected else ''}"
         "count(*) AS requests,"
         " coalesce(sum(prompt_tokens), 0) AS prompt_tokens,"
@@ -141,7 +149,7 @@ def sqlite_sql(query: ReportQuery, table: str = TABLE) -> tuple[str, list[float]
     if groups:
         positions = ", ".join(str(i + 1) for i in range(len(groups)))
         sql += f" GROUP BY {positions} ORDER BY {positions}"
-    return sql, [float(query.since), float(query.until)]
+    return sql, [float(query.since), float(query.until), *_tenant(query)]
 
 
 def as_rows(query: ReportQuery, rows: Iterable[Sequence[object]]) -> list[ReportRow]:

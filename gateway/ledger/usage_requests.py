@@ -24,6 +24,8 @@ class RequestsQuery:
     since: float
     until: float
     limit: int = 1000
+    # Only the records of this tenant (a tenant's own admin asks, issue 40); None: any.
+    tenant: str | None = None
 
     def __post_init__(self) -> None:
         if not self.key_id:
@@ -34,11 +36,13 @@ class RequestsQuery:
 
 def sqlite_sql(query: RequestsQuery, table: str = TABLE) -> tuple[str, list[object]]:
     """The query as SQLite (`ts` unix seconds), and its arguments."""
+    of_tenant = "" if query.tenant is None else " AND tenant = ?"
     sql = (
         f"SELECT {', '.join(COLUMNS)} FROM {table} WHERE key_id = ? AND ts >= ? AND ts < ?"
-        " ORDER BY ts, request_id LIMIT ?"
+        f"{of_tenant} ORDER BY ts, request_id LIMIT ?"
     )
-    return sql, [query.key_id, query.since, query.until, query.limit]
+    tenant = [] if query.tenant is None else [query.tenant]
+    return sql, [query.key_id, query.since, query.until, *tenant, query.limit]
 
 
 def postgres_sql(query: RequestsQuery, table: str = TABLE) -> tuple[str, list[object]]:
@@ -46,8 +50,10 @@ def postgres_sql(query: RequestsQuery, table: str = TABLE) -> tuple[str, list[ob
     selected = ", ".join(
         "extract(epoch from ts)::double precision" if name == "ts" else name for name in COLUMNS
     )
+    of_tenant = "" if query.tenant is None else " AND tenant = $5"
     sql = (
         f"SELECT {selected} FROM {table} WHERE key_id = $1 AND ts >= to_timestamp($2)"
-        " AND ts < to_timestamp($3) ORDER BY ts, request_id LIMIT $4"
+        f" AND ts < to_timestamp($3){of_tenant} ORDER BY ts, request_id LIMIT $4"
     )
-    return sql, [query.key_id, query.since, query.until, query.limit]
+    tenant = [] if query.tenant is None else [query.tenant]
+    return sql, [query.key_id, query.since, query.until, query.limit, *tenant]

@@ -37,11 +37,21 @@ class Identity:
     key_models: frozenset[str] | None = None
     # A managed key's name ("" for a key of tenants.yaml).
     key_name: str = ""
+    # The tenant a managed key administers (its own; `ManagedKey.admin_of`), else None.
+    admin_of: str | None = None
 
     @property
     def key_budgets(self) -> tuple[Budget, ...]:
         """The key's own budgets (none for a key of tenants.yaml)."""
         return () if self.key_quota is None else self.key_quota.budgets
+
+    @property
+    def admin_scope(self) -> str | None:
+        """The tenant whose part of the admin API this caller may use, "*" for all of it
+        (a key of an `admin: true` tenant), None for none of it."""
+        if self.tenant.admin:
+            return "*"
+        return self.admin_of if self.admin_of == self.name else None
 
     def may_use(self, model: str) -> bool:
         if self.key_models is not None and model not in self.key_models:
@@ -130,6 +140,7 @@ class Authenticator:
                 key_quota=_quota(key),
                 key_models=None if key.models is None else frozenset(key.models),
                 key_name=key.name,
+                admin_of=key.admin_of,
             )
         if len(self._managed) > 4 * len(self._directory) + 64:
             self._managed.clear()  # records replaced: forget the old ones

@@ -207,6 +207,29 @@ async def test_one_keys_requests_come_as_sqlite_gives_them(
     assert listed[1] == records[32]
 
 
+async def test_one_tenant_s_report_and_requests_come_as_sqlite_gives_them(
+    database: Database, tmp_path: Path
+) -> None:
+    # Issue 40: what a tenant's own admin reads of the ledger.
+    records = [sample(i, ts=T0 + i + 0.25) for i in range(120)]
+    report = ReportQuery(T0 + 10, T0 + 100, ("tenant", "key", "model"), tenant="globex")
+    requests = RequestsQuery("k2", T0 + 10, T0 + 100, limit=9, tenant="globex")
+    postgres = PostgresLedger(f"{SERVER}/{database.name}")
+    sqlite = SqliteLedger(tmp_path / "usage.db")
+    try:
+        await postgres.write(records)
+        await sqlite.write(records)
+        rows = await postgres.query(report)
+        assert rows == await sqlite.query(report)
+        assert rows and {row["tenant"] for row in rows} == {"globex"}
+        listed = await postgres.requests(requests)
+        assert listed == await sqlite.requests(requests)
+        assert listed and all(r.tenant == "globex" and r.key_id == "k2" for r in listed)
+    finally:
+        await postgres.close()
+        await sqlite.close()
+
+
 async def test_a_table_from_before_the_time_to_first_token_gets_the_column(
     database: Database,
 ) -> None:

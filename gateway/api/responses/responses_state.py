@@ -20,7 +20,7 @@ from starlette.responses import Response
 from gateway.api import errors
 from gateway.api.body import Parser
 from gateway.api.counted import CountRequest, serve_counted
-from gateway.api.endpoints import admin_identity, runtime_of
+from gateway.api.endpoints import admin_identity, runtime_of, scoped_tenant, tenant_not_found
 from gateway.api.errors import APIError
 from gateway.api.responses.responses_answers import conversation_after, state_of
 from gateway.api.responses.responses_requests import parse_responses
@@ -178,12 +178,14 @@ async def _delete(
 async def admin_retrieve(request: Request) -> Response:
     """`GET /admin/responses/{id}?tenant=NAME`: a stored response of the tenant, whichever
     of its keys made it (and those stored before owners were kept), with its owner's key
-    id, for an admin."""
-    await admin_identity(request)
+    id, for a global admin (who names the tenant) or the tenant's own admin."""
+    admin = await admin_identity(request, scoped=True)
     runtime = runtime_of(request)
-    tenant = request.query_params.get("tenant")
-    if tenant is None or tenant not in runtime.config.tenants.tenants:
-        raise APIError(404, "No tenant has that name.", param="tenant", code="tenant_not_found")
+    tenant = scoped_tenant(
+        admin, request.query_params.get("tenant"), runtime.config.tenants.tenants
+    )
+    if tenant is None:
+        raise tenant_not_found()
     response_id = request.path_params["response_id"]
     try:
         stored = await runtime.responses.load(tenant, response_id, None)

@@ -61,6 +61,24 @@ def test_commands_call_the_admin_api(
         assert calls[-1][2:4] == (method, path)
 
 
+def test_admin_of_makes_or_unmakes_a_tenant_s_admin(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[Any] = []
+
+    def request(url: str, key: str, method: str, path: str, body: Any = None) -> Any:
+        calls.append(body)
+        return 200, {"id": "key_1"}
+
+    monkeypatch.setattr(keys_cli, "request", request)
+    monkeypatch.setenv(keys_cli.ADMIN_KEY_ENV, "sk-admin")
+    argv = ["keys", "create", "--tenant", "acme", "--name", "ops", "--admin-of", "acme"]
+    assert main(argv) == 0
+    assert calls[-1] == {"tenant": "acme", "name": "ops", "admin_of": "acme"}
+    assert main(["keys", "update", "key_1", "--no-admin"]) == 0
+    assert calls[-1] == {"admin_of": None}
+    assert main(["keys", "update", "key_1", "--admin-of", "acme"]) == 0
+    assert calls[-1] == {"admin_of": "acme"}
+
+
 def test_an_error_answer_is_exit_1(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

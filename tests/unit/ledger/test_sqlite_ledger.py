@@ -124,3 +124,20 @@ def test_a_url_names_its_store(tmp_path: Path) -> None:
     assert store.path == tmp_path / "usage.db"
     with pytest.raises(ValueError):
         open_store("mysql://db/usage")
+
+
+async def test_a_report_and_a_key_s_requests_of_one_tenant_hold_only_its_records(
+    store: SqliteLedger,
+) -> None:
+    # Issue 40: what a tenant's own admin reads of the ledger.
+    records = [sample(i) for i in range(60)]
+    await store.write(records)
+    acme = [r for r in records if r.tenant == "acme"]
+    rows = await store.query(ReportQuery(T0, T0 + 100, ("tenant", "key"), tenant="acme"))
+    assert rows == expected_report(acme, T0, T0 + 100, ("tenant", "key"))
+    assert {row["tenant"] for row in rows} == {"acme"}
+    (total,) = await store.query(ReportQuery(T0, T0 + 100, tenant="acme"))
+    assert total["requests"] == len(acme)
+    listed = await store.requests(RequestsQuery("k1", T0, T0 + 100, tenant="acme"))
+    assert listed and all(r.tenant == "acme" and r.key_id == "k1" for r in listed)
+    assert await store.requests(RequestsQuery("k1", T0, T0 + 100, tenant="nobody")) == []
