@@ -1,8 +1,8 @@
 """The ledger's writer: a record per request taken in O(1), written later, in batches.
 
-`record()` is what the request path calls: it appends a line to the journal (one write
-to the page cache) and the record to a deque, and returns, never awaiting and never
-touching the network. A background task takes the records
+`record()` is what the request path calls: it adds a line to the journal (written to
+the page cache at the end of the event loop's turn) and the record to a deque, and
+returns, never awaiting and never touching the network. A background task takes the records
 every `flush_interval_ms` (sooner when `batch_max` are waiting) and writes them to the
 store in batches. When the store fails or takes longer than `write_timeout_ms` (the
 database is down), the batch goes to the on-disk spool, and so does every batch after it,
@@ -112,16 +112,16 @@ class LedgerWriter:
 
     # The request path.
 
-    def in_flight(self, record: UsageRecord) -> None:
-        """A request in flight, as far as it has got (status 0): in the journal only, so
-        that it has a record if this process ends before it does. O(1) and one write to
-        the page cache."""
+    def in_flight(self, record: UsageRecord, *, now: bool = False) -> None:
+        """A request in flight, as far as it has got: in the journal only, so that it has
+        a record if this process ends before it does. O(1); on disk by the end of this
+        turn of the event loop, or at once (`now`)."""
         if not self._closed:
-            self.journal.in_flight(record)
+            self.journal.in_flight(record, now=now)
 
     def record(self, record: UsageRecord) -> None:
-        """Take one record: O(1), never blocks (one write to the page cache, in the
-        journal, then memory). Call it on the writer's event loop."""
+        """Take one record: O(1), never blocks (a line for the journal, then memory).
+        Call it on the writer's event loop."""
         if self._closed:
             self._refused += 1
             return

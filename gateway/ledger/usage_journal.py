@@ -6,10 +6,12 @@ it died had no record at all (issue 40: 2 of 264 answered requests and all 8 str
 by a `kill -9`). The journal closes both gaps. A request writes a line when it is
 dispatched (`in_flight`, status 0), again as its usage builds up (a stream every
 `charge_batch_tokens`; a whole answer once settled, before it is sent), and its final
-record when it ends (`finished`). Each line is one `write(2)` on the request path, not
-synced: the page cache outlives the process, so any crash of the process keeps every
-line it wrote (a crash of the machine is another matter: the spool's `fsync` at close
-and the database's own durability cover the rest, as before).
+record when it ends (`finished`). The lines of one turn of the event loop go out in one
+`write(2)` at its end (under load, one system call for dozens of requests), except a
+whole answer's, written at once, before the answer is: once a client has its answer,
+its record is on disk. Not synced: the page cache outlives the process, so any crash of
+the process keeps every line written (a crash of the machine is another matter: the
+spool's `fsync` at close and the database's own durability cover the rest, as before).
 
 A process that starts reads what the one before it left (`recover`): every final record
 again (the ledger's store skips a request id it has: none is written twice), and for each
@@ -25,6 +27,7 @@ spool's lock holds for one process.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import re
@@ -63,6 +66,8 @@ class UsageJournal:
         self.size = 0
         # Lines that could not be written (counted, logged).
         self.failures = 0
+        # Lines of this turn of the event loop, written at its end.
+        self._pending: list[bytes] = []
 
     def recover(self) -> list[UsageRecord]:
         """What the last process left: the final records, and a record for each request
@@ -108,16 +113,36 @@ class UsageJournal:
             )
         return recovered
 
-    def in_flight(self, record: UsageRecord) -> None:
-        """A request in flight, as far as it has got (a later line replaces it)."""
+    def in_flight(self, record: UsageRecord, *, now: bool = False) -> None:
+        """A request in flight, as far as it has got (a later line replaces it); on
+        disk by the end of this turn of the event loop, or before this returns (`now`:
+        an answer about to be sent)."""
         line = _line(_IN_FLIGHT, record)
         self._in_flight[record.request_id] = line
-        self._append(line)
+        self._add(line)
+        if now:
+            self.write_pending()
 
     def finished(self, record: UsageRecord) -> None:
         """A request's final record."""
         self._in_flight.pop(record.request_id, None)
-        self._append(_line(_FINAL, record))
+        self._add(_line(_FINAL, record))
+
+    def write_pending(self) -> None:
+        """Write the lines waiting for the end of this turn of the event loop."""
+        if self._pending:
+            data = b"".join(self._pending)
+            self._pending.clear()
+            self._append(data)
+
+    def _add(self, line: bytes) -> None:
+        if not self._pending:
+            try:
+                asyncio.get_running_loop().call_soon(self.write_pending)
+            except RuntimeError:  # no loop (a tool, a test): at once
+                self._append(line)
+                return
+        self._pending.append(line)
 
     @property
     def due(self) -> bool:
@@ -128,6 +153,7 @@ class UsageJournal:
         """Replace the files with one holding the requests in flight and the final
         records not yet delivered (`undelivered`): the writer calls it once everything
         else is in the database or the spool."""
+        self._pending.clear()  # each is in flight still, or undelivered: written below
         lines = list(self._in_flight.values())
         lines += [_line(_FINAL, record) for record in undelivered]
         old = self._files
@@ -141,6 +167,7 @@ class UsageJournal:
 
     def close(self) -> None:
         """Close the file (its lines stay for the next process, if any are owed)."""
+        self.write_pending()
         self._close()
 
     def _append(self, data: bytes) -> None:

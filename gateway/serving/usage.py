@@ -49,7 +49,8 @@ class UsageLedger:
         record = self._usage_record(request, duration_s, status)
         if prompt_tokens is not None:
             record.prompt_tokens = prompt_tokens
-        self.writer.in_flight(record)
+        # An answer about to be sent is on disk first.
+        self.writer.in_flight(record, now=status != 0)
 
     def _usage_record(self, request: RequestRecord, duration_s: float, status: int) -> UsageRecord:
         price = self._prices.get(request.served_model) if request.served_model else None
