@@ -662,12 +662,13 @@ class Stream:
     meters: list[UsageMeter] = field(init=False)
     headers: dict[str, str] = field(init=False)
     closed: bool = False
-    # The tokens it had used when its usage was last journaled.
-    _journaled: int = 0
+    # The tokens past which its usage is journaled next.
+    _journal_at: int = 0
 
     def __post_init__(self) -> None:
         self.meters = [UsageMeter() for _ in self.opened]
         self.headers = self._admitted.headers(self.served)
+        self._journal_at = self._admitted.journal_every
 
     @property
     def served(self) -> Served:
@@ -699,8 +700,8 @@ class Stream:
         reservation = admitted.decision.reservation
         if reservation is not None:
             admitted.runtime.limiter.charge(reservation, used, self._spent)
-        if used - self._journaled >= admitted.journal_every:
-            self._journaled = used
+        if used >= self._journal_at:
+            self._journal_at = used + admitted.journal_every
             record, usage = admitted.record, self.usage()
             record.served_model = self.served.route.name
             record.prompt_tokens, record.completion_tokens = (
