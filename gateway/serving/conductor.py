@@ -482,42 +482,48 @@ class _Admitted:
         (its limits, the budgets that name it) take what it ran, the model the request
         named giving back what a fallback ran. The spend goes into the metrics."""
         record = self.record
-        used = sum(charge.tokens for charge in charges)
-        spent = sum(charge.micros for charge in charges)
+        named = self.route.name
+        used = spent = prompt = moved_tokens = moved_micros = 0
+        cut_at = ""
+        for charge in charges:  # one pass: this runs for every request
+            used += charge.tokens
+            spent += charge.micros
+            prompt += charge.prompt
+            if charge.cut and not cut_at:
+                cut_at = charge.model
+            if charge.model != named:
+                moved_tokens += charge.tokens
+                moved_micros += charge.micros
+            if charge.micros > 0:
+                metrics.labels(metrics.SPEND, self.work.tenant, charge.model).inc(charge.micros)
         record.cost_micros = spent
-        cut = [charge for charge in charges if charge.cut]
-        if cut and not record.served_model:
+        if cut_at and not record.served_model:
             # Cut before any answer was seen (the client left, or its deadline passed):
             # the record says what it is charged for, at the model that ran it, so that
             # the ledger's figures by model add up as the counters' do.
-            prompt = sum(charge.prompt for charge in charges)
-            record.served_model = cut[0].model
+            record.served_model = cut_at
             record.prompt_tokens = prompt
             record.completion_tokens = max(0, used - prompt)
-        for charge in charges:
-            if charge.micros > 0:
-                metrics.labels(metrics.SPEND, self.work.tenant, charge.model).inc(charge.micros)
         limiter = self.runtime.limiter
         reservation = self.decision.reservation
         if reservation is not None:  # None: the tenant has no limit on the model it named
             limiter.settle(reservation, used, spent)
-        named = self.route.name
-        moved = [charge for charge in charges if charge.model != named]
-        if moved and reservation is not None:
-            limiter.give_back(
-                reservation,
-                self.identity.name,
-                named,
-                self.identity.key_quota,
-                sum(charge.tokens for charge in moved),
-                sum(charge.micros for charge in moved),
-            )
-        for model, taken in self.fallback_takes.items():
-            ran = [charge for charge in charges if charge.model == model]
-            limiter.settle(taken[0], sum(c.tokens for c in ran), sum(c.micros for c in ran))
-            for rest in taken[1:]:
-                limiter.settle(rest, 0, 0)
-        self.fallback_takes.clear()
+            if moved_tokens or moved_micros:
+                limiter.give_back(
+                    reservation,
+                    self.identity.name,
+                    named,
+                    self.identity.key_quota,
+                    moved_tokens,
+                    moved_micros,
+                )
+        if self.fallback_takes:
+            for model, taken in self.fallback_takes.items():
+                ran = [charge for charge in charges if charge.model == model]
+                limiter.settle(taken[0], sum(c.tokens for c in ran), sum(c.micros for c in ran))
+                for rest in taken[1:]:
+                    limiter.settle(rest, 0, 0)
+            self.fallback_takes.clear()
 
     def charge(self, model: str, usage: Usage) -> Charge:
         """What `usage` costs on `model`."""
