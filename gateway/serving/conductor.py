@@ -412,10 +412,13 @@ class _Admitted:
     # The price table: what a request spends.
     prices: Mapping[str, Price]
     identity: Identity
-    # What each fallback model's own limits and budgets took (`gate`), by model.
+    # What each fallback model's own limits and budgets took (`gate`), by model, and
+    # the budget headers they answered.
     fallback_takes: dict[str, list[Reservation]] = field(default_factory=dict)
-    # The fallbacks those refused, as the record names them.
+    fallback_budgets: dict[str, dict[str, str]] = field(default_factory=dict)
+    # The fallbacks those refused, as the record names them, and as the client is told.
     refused: list[str] = field(default_factory=list)
+    refused_header: str = ""
 
     @property
     def work(self) -> Work:
@@ -471,9 +474,13 @@ class _Admitted:
             refusal = f"{work.chain[to - 1].name}->{route.name}:refused_{why}"
             self.refused.append(refusal)
             self.record.fallbacks.append(refusal)
+            self.refused_header = f"{route.name}; reason={why}"
             return False
         if decision.reservation is not None:
             self.fallback_takes.setdefault(route.name, []).append(decision.reservation)
+        budgets = {k: v for k, v in decision.headers.items() if k.startswith("x-budget-")}
+        if budgets:
+            self.fallback_budgets[route.name] = budgets
         return True
 
     def settle(self, charges: Sequence[Charge]) -> None:
@@ -567,6 +574,10 @@ class _Admitted:
         fallback = served.header()
         if fallback is not None:
             headers["x-gateway-fallback"] = fallback
+            # The budget the answer was charged to: the served model's own, if it has one.
+            headers.update(self.fallback_budgets.get(served.route.name, {}))
+        if self.refused_header:  # a fallback its own limits refused: never silently
+            headers["x-gateway-fallback-refused"] = self.refused_header
         if self.work.request.omitted_tools:  # never left out silently
             headers["x-gateway-omitted-tools"] = omitted_header(self.work.request.omitted_tools)
         return headers
@@ -614,7 +625,10 @@ class _Admitted:
             self.record.queue_model = exc.model
         elif self.work.admissions:  # admitted (at once, or after a wait), then failed
             self.record.queue_model, self.record.queue_wait_s = self.work.admissions[-1]
-        return NotServed(self.route.name, exc, dict(self.decision.headers))
+        headers = dict(self.decision.headers)
+        if self.refused_header:
+            headers["x-gateway-fallback-refused"] = self.refused_header
+        return NotServed(self.route.name, exc, headers)
 
 
 @dataclass(frozen=True, slots=True)

@@ -268,7 +268,7 @@ async def test_a_fallback_is_charged_to_the_budget_of_the_model_that_served_it(
         for url in ("http://large-a", "http://large-b"):
             gw.upstream.break_replica(url, lambda: UpstreamError(MODEL_FAILED))
         gw.upstream.script("llm-small", *[Completion("x", Usage(100, 100))] * 10)
-        statuses = []
+        answers = []
         try:
             async with gw.http() as client:
                 for _ in range(7):
@@ -280,10 +280,17 @@ async def test_a_fallback_is_charged_to_the_budget_of_the_model_that_served_it(
                             "max_tokens": 100,
                         },
                     )
-                    statuses.append(answer.status_code)
+                    answers.append(answer)
         finally:
             set_usage_sink(None)
+    statuses = [answer.status_code for answer in answers]
     assert statuses[:5] == [200] * 5
+    # Each answer tells the budget it was charged to: llm-small's, going down.
+    remaining = [float(answer.headers["x-budget-remaining"]) for answer in answers[:5]]
+    assert remaining == sorted(remaining, reverse=True) and remaining[0] < 0.001
+    # A refused fallback is never silent.
+    for refused_answer in answers[5:]:
+        assert refused_answer.headers["x-gateway-fallback-refused"] == "llm-small; reason=spend"
     assert all(status >= 500 for status in statuses[5:]), statuses
     assert await redis_spend(path, "spend:day:llm-small", 1000) == 1000
     served = [r for r in records if r.status == 200]
