@@ -48,7 +48,12 @@ class UsageLedger:
         duration_s = time.perf_counter() - request.started
         record = self._usage_record(request, duration_s, status)
         if prompt_tokens is not None:
+            # Dispatched, nothing seen yet: what it is recorded at if this process ends
+            # now is its prompt at the model it named (a replica had it, or was about to).
             record.prompt_tokens = prompt_tokens
+            record.model_served = record.model_served or request.model
+            price = self._prices.get(record.model_served)
+            record.cost_micros = 0 if price is None else price.cost_micros(prompt_tokens, 0, 0)
         # An answer about to be sent is on disk first.
         self.writer.in_flight(record, now=status != 0)
 

@@ -66,13 +66,15 @@ class Load:
                     return
 
 
-def ledger_rows(path: Path, ids: list[str]) -> dict[str, list[int]]:
-    """The statuses the ledger holds for each of `ids` (a list: a request twice is two)."""
-    found: dict[str, list[int]] = {}
+def ledger_rows(path: Path, ids: list[str]) -> dict[str, list[tuple[int, str]]]:
+    """The status and served model the ledger holds for each of `ids` (a list: a request
+    twice is two)."""
+    found: dict[str, list[tuple[int, str]]] = {}
     with sqlite3.connect(path) as db:
-        for request_id, status in db.execute("SELECT request_id, status FROM usage_ledger"):
+        query = "SELECT request_id, status, model_served FROM usage_ledger"
+        for request_id, status, served in db.execute(query):
             if request_id in ids:
-                found.setdefault(request_id, []).append(status)
+                found.setdefault(request_id, []).append((status, served))
     return found
 
 
@@ -117,9 +119,9 @@ def test_a_gateway_killed_under_load_loses_and_doubles_no_record(
     finally:
         stop(again.process)
     rows = ledger_rows(ledger, ids)
-    assert all(len(statuses) == 1 for statuses in rows.values()), "a record twice"
-    assert {rows[i][0] for i in answered} <= {200, 500}
-    assert all(rows[i][0] in (200, 500) for i in started)
-    cut = [i for i in started if rows[i][0] == 500]
+    assert all(len(found) == 1 for found in rows.values()), "a record twice"
+    assert {rows[i][0] for i in answered} <= {(200, "llm-large"), (500, "llm-large")}
+    assert {rows[i][0] for i in started} <= {(200, "llm-slow"), (500, "llm-slow")}
+    cut = [i for i in started if rows[i][0][0] == 500]
     assert cut, "no stream was cut by the kill: it came too late to test anything"
     assert "records recovered from the last process" in again.log
