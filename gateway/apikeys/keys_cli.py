@@ -105,7 +105,8 @@ def _connection_arguments(parser: argparse.ArgumentParser, url_default: str) -> 
     parser.add_argument(
         "--admin-key",
         default=None if url_default != argparse.SUPPRESS else argparse.SUPPRESS,
-        help=f"an admin tenant's key (default: ${ADMIN_KEY_ENV})",
+        help=f"an admin's key: an admin tenant's, or a tenant admin's (--admin-of) for its own "
+        f"tenant (default: ${ADMIN_KEY_ENV})",
     )
 
 

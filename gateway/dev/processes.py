@@ -22,7 +22,12 @@ _HTTP = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
 def port_is_free(port: int) -> bool:
+    """Whether a server can listen on `port` of 127.0.0.1 now. With SO_REUSEADDR, as the
+    servers it is asked for bind (uvicorn, redis-server): the connections a killed server
+    left in TIME_WAIT do not hold its port (a demo restarted after a `kill -9` was told
+    its port was taken)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind(("127.0.0.1", port))
         except OSError:

@@ -167,8 +167,10 @@ async def test_a_scoped_admin_reads_its_tenant_s_usage_and_responses_only(
             f"/admin/responses/{globex_response}", params={"tenant": "globex"}
         )
         assert hidden.status_code == 404
-        # The global admin names the tenant.
-        assert (await root.get(f"/admin/responses/{globex_response}")).status_code == 404
+        # The global admin names the tenant, and is told so when it does not.
+        unnamed = await root.get(f"/admin/responses/{globex_response}")
+        assert unnamed.status_code == 400 and "?tenant=NAME" in unnamed.json()["error"]["message"]
+        assert unnamed.json()["error"]["param"] == "tenant"
         found = await root.get(f"/admin/responses/{globex_response}", params={"tenant": "globex"})
         assert found.status_code == 200
 

@@ -220,9 +220,11 @@ async def test_another_key_of_the_tenant_cannot_read_continue_or_delete_a_respon
         assert seen.status_code == 200
         assert seen.json()["owner"] == hash_key(KEYS["acme"]).removeprefix("sha256:")[:12]
         assert seen.json()["response"]["output"][0]["content"][0]["text"] == "secret answer"
-        for params in ({}, {"tenant": "globex"}, {"tenant": "nobody"}):
+        for params in ({"tenant": "globex"}, {"tenant": "nobody"}):
             missing = await admin.get(f"/admin/responses/{response_id}", params=params)
             assert missing.status_code == 404
+        unnamed = await admin.get(f"/admin/responses/{response_id}")
+        assert unnamed.status_code == 400 and unnamed.json()["error"]["code"] == "missing_tenant"
     async with gw.http() as first:  # a tenant's own key is not an admin
         refused = await first.get(f"/admin/responses/{response_id}", params={"tenant": "acme"})
         assert refused.status_code == 403

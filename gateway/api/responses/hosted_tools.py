@@ -97,8 +97,9 @@ def echoed_tool(tool: dict[str, Any], kind: str, where: str) -> dict[str, Any]:
     rest = {name: value for name, value in kept.items() if name not in checked}
     if rest and len(orjson.dumps(rest)) > MAX_SETTINGS_BYTES:
         raise bad_request(
-            f"`{where}` holds more than {MAX_SETTINGS_BYTES} bytes of settings (as JSON) "
-            f"besides the fields the gateway uses ({', '.join(sorted(rest))}).",
+            f"`{where}` holds more than {MAX_SETTINGS_BYTES} bytes (as JSON) in its "
+            f"settings {', '.join(f'`{name}`' for name in sorted(rest))} "
+            "(fields the gateway does not know are dropped first).",
             where,
         )
     if kind == "custom" and isinstance(kept.get("format"), dict):

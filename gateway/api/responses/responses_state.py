@@ -20,7 +20,7 @@ from starlette.responses import Response
 from gateway.api import errors
 from gateway.api.body import Parser
 from gateway.api.counted import CountRequest, serve_counted
-from gateway.api.endpoints import admin_identity, runtime_of, scoped_tenant, tenant_not_found
+from gateway.api.endpoints import admin_identity, runtime_of, scoped_tenant
 from gateway.api.errors import APIError
 from gateway.api.responses.responses_answers import conversation_after, state_of
 from gateway.api.responses.responses_requests import parse_responses
@@ -184,8 +184,13 @@ async def admin_retrieve(request: Request) -> Response:
     tenant = scoped_tenant(
         admin, request.query_params.get("tenant"), runtime.config.tenants.tenants
     )
-    if tenant is None:
-        raise tenant_not_found()
+    if tenant is None:  # a global admin that named none: stored responses are by tenant
+        raise APIError(
+            400,
+            "Name the tenant whose stored response this is: `?tenant=NAME`.",
+            param="tenant",
+            code="missing_tenant",
+        )
     response_id = request.path_params["response_id"]
     try:
         stored = await runtime.responses.load(tenant, response_id, None)
