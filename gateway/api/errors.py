@@ -14,7 +14,7 @@ from gateway.ratelimit.errors import LimiterUnavailable, UnknownTenant
 from gateway.serving.auth import InvalidApiKey
 from gateway.serving.chain import ContextTooLong, MissingCapability
 from gateway.serving.conductor import shown_model
-from gateway.serving.dispatch import DeadlineMissed
+from gateway.serving.dispatch import DeadlineCut, DeadlineMissed
 from gateway.serving.errors import (
     InvalidRequest,
     InvalidStructuredOutput,
@@ -386,7 +386,7 @@ def dispatch_error(model: str, exc: Exception) -> APIError:
         return overloaded(model, exc.retry_after_s, shed=True)
     if isinstance(exc, Overloaded):
         return overloaded(model, exc.retry_after_s, shed=False)
-    if isinstance(exc, DeadlineMissed):
+    if isinstance(exc, (DeadlineMissed, DeadlineCut)):
         return deadline_exceeded(str(exc))
     if isinstance(exc, NoReplicaLeft):
         return no_replica(model)

@@ -275,6 +275,8 @@ class _StreamEnd:
     status: int = 499
     # Why the client stopped reading or left, if it did.
     cut: StreamCut | None = field(default=None)
+    # Why the gateway ended it with an error event, if it did (`deadline`, ...).
+    reason: str | None = None
 
     def cut_short(self, reason: StreamCut) -> None:
         """The client stopped reading or left: the stream ends here."""
@@ -282,7 +284,7 @@ class _StreamEnd:
         metrics.labels(metrics.STREAMS_CUT, self.model, reason.value).inc()
 
     async def __call__(self) -> None:
-        await self.stream.close(499 if self.cut is not None else self.status)
+        await self.stream.close(499 if self.cut is not None else self.status, self.reason)
 
 
 async def _sse_events(
@@ -343,7 +345,7 @@ async def _sse_events(
     except Exception as exc:
         # Headers are gone: the failure becomes a terminal error event.
         failed = errors.stream_failure(served.route.name, exc)
-        status = failed.status
+        status, end.reason = failed.status, failed.reason
         yield writer.error(failed)
     finally:
         end.status = status

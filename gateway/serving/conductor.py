@@ -765,9 +765,10 @@ class Stream:
         if problem is not None:
             raise InvalidStructuredOutput(self.served.route.name, problem)
 
-    async def close(self, status: int) -> None:
+    async def close(self, status: int, reason: str | None = None) -> None:
         """End the stream (its upstream requests are cancelled if still open), settle what
-        it used and finish its record with `status`. Later calls do nothing."""
+        it used and finish its record with `status` (and the `reason` it was refused
+        for, if it was). Later calls do nothing."""
         if self.closed:
             return
         self.closed = True
@@ -786,7 +787,7 @@ class Stream:
                 ]
             )
             admitted.served_by([served for _, _, served in self.opened], self.usage())
-            admitted.record.finish(status)
+            admitted.record.finish(status, reason)
 
 
 def omitted_header(types: tuple[str, ...]) -> str:

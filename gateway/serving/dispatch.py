@@ -54,6 +54,12 @@ class DeadlineMissed(Exception):
     """No model of the chain could answer before the request's deadline."""
 
 
+class DeadlineCut(UpstreamTimeout):
+    """A stream that had started, cut at the request's deadline (the client's
+    `x-request-timeout`, or its model's `timeouts.total_s`): the request's time, not a
+    slow backend."""
+
+
 @dataclass(frozen=True, slots=True)
 class Fallback:
     source: str
@@ -490,7 +496,7 @@ class _Rest(AsyncGenerator[Delta, None]):
             self._end(observe=True)
 
     def _timeout(self) -> UpstreamTimeout:
-        return UpstreamTimeout(f"{self._route.name} did not finish before the request deadline")
+        return DeadlineCut(f"{self._route.name} did not finish before the request deadline")
 
     def _end(self, *, observe: bool) -> None:
         """Give the slot back (once) with the tokens seen; when `observe`, record the

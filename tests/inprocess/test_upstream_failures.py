@@ -4,6 +4,12 @@ of the upstream's failure the client is (not) told."""
 
 from __future__ import annotations
 
+import asyncio
+import json
+import logging
+from collections.abc import AsyncGenerator
+from typing import Any
+
 import openai
 import orjson
 import pytest
@@ -181,3 +187,30 @@ async def test_a_failure_before_output_falls_back_streamed_or_not(
         response = await client.post("/v1/chat/completions", json={**CHAT, "stream": stream})
     assert response.status_code == 200
     assert response.headers["x-gateway-fallback"] == "llm-large->llm-small; reason=replica_error"
+
+
+async def test_a_stream_cut_at_its_deadline_says_so(
+    gw: InProcessGateway, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A stream that started, then ran past the client's `x-request-timeout`, ends with
+    a terminal `deadline_exceeded` event, recorded with reason `deadline`: the request's
+    own time, not a slow backend (the new-user review of issue 40 saw `timeout`, "the
+    backend did not answer in time", for its own deadline)."""
+    route = gw.app.app.state.runtime.routes["llm-large"]  # type: ignore[attr-defined]
+
+    async def first_then_nothing(url: str, call: Any) -> AsyncGenerator[Delta, None]:
+        yield Delta(text="Hello", output_tokens=1)
+        await asyncio.sleep(30)  # cut at the deadline
+        yield Delta(text="never")
+
+    monkeypatch.setattr(route.backend, "stream", first_then_nothing)
+    caplog.set_level(logging.INFO, "gateway.access")
+    async with gw.http(**{"x-request-timeout": "0.3"}) as client:
+        response = await client.post("/v1/chat/completions", json={**CHAT, "stream": True})
+    assert response.status_code == 200
+    last = [line for line in response.text.splitlines() if line.startswith("data: ")][-1]
+    error = json.loads(last.removeprefix("data: "))["error"]
+    assert error["code"] == "deadline_exceeded", error
+    assert "deadline" in error["message"]
+    [line] = [r.fields for r in caplog.records if r.name == "gateway.access"]  # type: ignore[attr-defined]
+    assert (line["status"], line["reason"]) == (504, "deadline")
