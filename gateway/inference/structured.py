@@ -28,5 +28,22 @@ def output_problem(fmt: ResponseFormat, text: str) -> str | None:
     error = next(iter(validator(fmt.schema).iter_errors(value)), None)
     if error is None:
         return None
-    where = "/".join(str(part) for part in error.instance_path) or "the top"
-    return f"the answer does not match the schema at {where}: {error.message}"
+    # Where, and which of the schema's rules, never the value: the answer is not sold
+    # (it is not charged), so no part of it may go out in the error (the hostile review
+    # of issue 40 had whole answers quoted by `"not": {}`). Keys of the answer are cut.
+    where = "/".join(_shown(part) for part in error.instance_path[:MAX_PATH]) or "the top"
+    if len(error.instance_path) > MAX_PATH:
+        where += "/..."
+    rule = "/".join(_shown(part) for part in error.schema_path[-MAX_PATH:])
+    keyword = _shown(error.schema_path[-1]) if error.schema_path else "schema"
+    return f"the answer does not match the schema at {where}: it fails `{keyword}` ({rule})"
+
+
+# Parts of a path shown, and characters of each.
+MAX_PATH = 8
+MAX_PART = 32
+
+
+def _shown(part: object) -> str:
+    text = str(part)
+    return text if len(text) <= MAX_PART else text[:MAX_PART] + "..."

@@ -33,8 +33,22 @@ def test_each_problem_is_named() -> None:
         "the answer is not a JSON object"
     )
     assert output_problem(CITY, '{"city": "Paris", "days": [1, "two"]}') == (
-        'the answer does not match the schema at days/1: "two" is not of type "integer"'
+        "the answer does not match the schema at days/1: it fails `type` "
+        "(properties/days/items/type)"
     )
     assert output_problem(CITY, '{"days": []}') == (
-        'the answer does not match the schema at the top: "city" is a required property'
+        "the answer does not match the schema at the top: it fails `required` (required)"
     )
+
+
+def test_no_part_of_the_answer_is_quoted() -> None:
+    """The answer is not charged when it fails, so the error must not carry it: not the
+    value (`"not": {}` quoted the whole answer), and keys of it only cut short."""
+    never = ResponseFormat("json_schema", "never", {"not": {}}, strict=True)
+    secret = '{"body": "the whole answer the tenant did not pay for", "items": ["x"]}'
+    problem = output_problem(never, secret)
+    assert problem == "the answer does not match the schema at the top: it fails `not` (not)"
+    keyed = ResponseFormat("json_schema", "k", {"additionalProperties": {"type": "integer"}})
+    long_key = "k" * 500
+    problem = output_problem(keyed, '{"' + long_key + '": "v"}')
+    assert problem is not None and long_key not in problem and '"v"' not in problem
