@@ -137,10 +137,11 @@ def test_the_first_whole_answer_teaches_its_time_per_token_in_full() -> None:
 
 def test_what_a_cut_request_can_have_made_is_bounded_by_its_time_and_max_tokens() -> None:
     """A request cut before its answer was seen is charged at most the tokens its time
-    allows at the model's measured rate (rounded up), never past `max_tokens`, and
-    `max_tokens` while no rate is known (issue 40: 50 ms were charged 1,000 tokens)."""
+    allows at the model's measured rate (rounded up), never past `max_tokens`; at 1,000
+    tokens a second while no rate is known (issue 40: 50 ms were charged 1,000 tokens)."""
     tracker = LatencyTracker()
-    assert tracker.most_generated(0.05, 1000) == 1000
+    assert tracker.most_generated(0.05, 1000) == 50
+    assert tracker.most_generated(5.0, 1000) == 1000
     tracker.observe(0.1, 1.1, 101, 10)  # 10 ms a token after the first
     assert tracker.most_generated(0.05, 1000) == 5
     assert tracker.most_generated(0.051, 1000) == 6
