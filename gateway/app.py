@@ -117,9 +117,11 @@ def build_app(config: Config) -> ASGIApp:
 
 def _key_routes() -> list[Route]:
     """`/admin/keys`: the managed API keys (`gateway.api.admin_keys`); and a stored
-    response of any of a tenant's keys (`responses_state.admin_retrieve`)."""
+    response of any of a tenant's keys, read or deleted (`responses_state.admin_retrieve`,
+    `admin_delete`)."""
     return [
         Route("/admin/responses/{response_id}", responses_state.admin_retrieve, methods=["GET"]),
+        Route("/admin/responses/{response_id}", responses_state.admin_delete, methods=["DELETE"]),
         Route("/admin/keys", admin_keys.create_key, methods=["POST"]),
         Route("/admin/keys", admin_keys.list_keys, methods=["GET"]),
         Route("/admin/keys/{key_id}", admin_keys.get_key, methods=["GET"]),

@@ -259,8 +259,9 @@ def stored_responses_full(full: StoreFull) -> APIError:
     return APIError(
         429,
         f"Your stored responses are at their quota: {held} (`stored_responses.{full.quota}` "
-        "of your tenant). Delete some (DELETE /v1/responses/{id}), wait for them to "
-        "expire, or send `store: false`.",
+        "of your tenant). Delete some (DELETE /v1/responses/{id}; another key's, your "
+        "tenant's admin can: DELETE /admin/responses/{id}), wait for them to expire, or "
+        "send `store: false`.",
         type="insufficient_quota",
         param="store",
         code="stored_responses_quota_exceeded",

@@ -225,6 +225,14 @@ async def test_another_key_of_the_tenant_cannot_read_continue_or_delete_a_respon
             assert missing.status_code == 404
         unnamed = await admin.get(f"/admin/responses/{response_id}")
         assert unnamed.status_code == 400 and unnamed.json()["error"]["code"] == "missing_tenant"
+        # And deletes it, whichever key made it: the way out when one key filled the
+        # quota all the tenant's keys share (a key cannot delete another's).
+        where = f"/admin/responses/{response_id}"
+        assert (await admin.delete(where, params={"tenant": "globex"})).status_code == 404
+        deleted = await admin.delete(where, params={"tenant": "acme"})
+        assert deleted.status_code == 200 and deleted.json()["deleted"] is True
+        assert (await admin.get(where, params={"tenant": "acme"})).status_code == 404
+        assert (await admin.delete(where, params={"tenant": "acme"})).status_code == 404
     async with gw.http() as first:  # a tenant's own key is not an admin
         refused = await first.get(f"/admin/responses/{response_id}", params={"tenant": "acme"})
         assert refused.status_code == 403

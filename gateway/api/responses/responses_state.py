@@ -179,18 +179,7 @@ async def admin_retrieve(request: Request) -> Response:
     """`GET /admin/responses/{id}?tenant=NAME`: a stored response of the tenant, whichever
     of its keys made it (and those stored before owners were kept), with its owner's key
     id, for a global admin (who names the tenant) or the tenant's own admin."""
-    admin = await admin_identity(request, scoped=True)
-    runtime = runtime_of(request)
-    tenant = scoped_tenant(
-        admin, request.query_params.get("tenant"), runtime.config.tenants.tenants
-    )
-    if tenant is None:  # a global admin that named none: stored responses are by tenant
-        raise APIError(
-            400,
-            "Name the tenant whose stored response this is: `?tenant=NAME`.",
-            param="tenant",
-            code="missing_tenant",
-        )
+    runtime, tenant = await _admin_tenant(request)
     response_id = request.path_params["response_id"]
     try:
         stored = await runtime.responses.load(tenant, response_id, None)
@@ -206,6 +195,42 @@ async def admin_retrieve(request: Request) -> Response:
         "response": stored.record["response"],
     }
     return Response(orjson.dumps(body), media_type="application/json")
+
+
+async def admin_delete(request: Request) -> Response:
+    """`DELETE /admin/responses/{id}?tenant=NAME`: delete a stored response of the tenant,
+    whichever of its keys made it, giving its room in the tenant's quota back: the way
+    out when one key has filled what all the tenant's keys share (a key cannot delete
+    another's). For a global admin (who names the tenant) or the tenant's own admin."""
+    runtime, tenant = await _admin_tenant(request)
+    response_id = request.path_params["response_id"]
+    try:
+        deleted = await runtime.responses.delete(tenant, response_id, None)
+    except RedisError as exc:
+        raise _unavailable() from exc
+    if not deleted:
+        raise not_found(response_id)
+    log.warning("stored response %s of tenant %s deleted by an admin", response_id, tenant)
+    body = {"id": response_id, "object": "response", "deleted": True}
+    return Response(orjson.dumps(body), media_type="application/json")
+
+
+async def _admin_tenant(request: Request) -> tuple[Runtime, str]:
+    """The gateway, and the tenant an admin's stored-response request is about (401, 403
+    or 404 otherwise; a global admin must name it)."""
+    admin = await admin_identity(request, scoped=True)
+    runtime = runtime_of(request)
+    tenant = scoped_tenant(
+        admin, request.query_params.get("tenant"), runtime.config.tenants.tenants
+    )
+    if tenant is None:  # a global admin that named none: stored responses are by tenant
+        raise APIError(
+            400,
+            "Name the tenant whose stored response this is: `?tenant=NAME`.",
+            param="tenant",
+            code="missing_tenant",
+        )
+    return runtime, tenant
 
 
 def _with(limits: dict[str, str], error: APIError) -> APIError:
