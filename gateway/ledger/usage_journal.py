@@ -4,8 +4,8 @@ The ledger's writer keeps records in memory until its next batch (up to
 `flush_interval_ms`): a process killed in between lost them, and a request in flight when
 it died had no record at all (issue 40: 2 of 264 answered requests and all 8 streams cut
 by a `kill -9`). The journal closes both gaps. A request writes a line when it is
-dispatched (`in_flight`, status 0), again as its usage builds up (a stream every
-`charge_batch_tokens`; a whole answer once settled, before it is sent), and its final
+dispatched (`in_flight`, status 0), again as its usage builds up (a stream every 16
+tokens; a whole answer once settled, before it is sent), and its final
 record when it ends (`finished`). The lines of one turn of the event loop go out in one
 `write(2)` at its end (under load, one system call for dozens of requests), except a
 whole answer's, written at once, before the answer is: once a client has its answer,
