@@ -16,7 +16,7 @@ from gateway.backends.base import (
     ReplicaUnavailable,
     UpstreamError,
 )
-from gateway.backends.http import LazySession, get_ok, post, sse_payloads
+from gateway.backends.http import LazySession, credential, get_ok, post, sse_payloads
 from gateway.inference.memo import ObjectMemo
 from gateway.inference.types import (
     ChatMessage,
@@ -96,13 +96,20 @@ class OpenAIBackend:
         return Completion(text="", usage=_usage(data.get("usage")) or Usage(), vectors=vectors)
 
     async def stream(self, url: str, call: UpstreamCall) -> AsyncGenerator[Delta, None]:
-        async with post(self._session.get(), _endpoint(url, call), _payload(call, True)) as r:
-            async for payload in sse_payloads(r):
-                if payload == b"[DONE]":
-                    return
-                delta = _chunk_delta(orjson.loads(payload), call.kind)
-                if delta is not None:
-                    yield delta
+        session = self._session.get()
+        async with post(session, _endpoint(url, call), _payload(call, True)) as r:
+            try:
+                async for payload in sse_payloads(r):
+                    if payload == b"[DONE]":
+                        return
+                    delta = _chunk_delta(orjson.loads(payload), call.kind)
+                    if delta is not None:
+                        yield delta
+            except UpstreamError as exc:  # an error event may quote the key it was sent
+                token = credential(session)
+                if token:
+                    exc.detail = exc.detail.replace(token, "[REDACTED]")
+                raise
         # An OpenAI stream ends with `[DONE]`: a body that ended before it was cut (a
         # connection closed mid-answer, which without chunked framing reads as an end).
         raise ReplicaUnavailable(CONNECTION_LOST, "the stream ended without [DONE]")

@@ -342,3 +342,41 @@ async def test_an_openai_stream_that_ends_without_done_was_cut(
     finally:
         await backend.close()
     assert_safe(failed.value, CONNECTION_LOST, "[DONE]")
+
+
+PROVIDER_KEY = "3f9a0c7e1b2d4f6a8c0e2b4d6f8a0c2e"  # an Azure-style key: no pattern knows it
+
+
+async def quotes_the_key_refusing(request: web.Request) -> web.StreamResponse:
+    """An upstream that quotes the key it was sent in its refusal."""
+    sent = request.headers["authorization"].removeprefix("Bearer ")
+    return web.json_response({"error": {"message": f"key {sent} is not valid"}}, status=400)
+
+
+async def quotes_the_key_mid_stream(request: web.Request) -> web.StreamResponse:
+    sent = request.headers["authorization"].removeprefix("Bearer ")
+    response = web.StreamResponse(headers={"content-type": "text/event-stream"})
+    await response.prepare(request)
+    await response.write(event({"choices": [{"index": 0, "delta": {"content": "Hel"}}]}))
+    await response.write(event({"error": {"message": f"quota of key {sent} spent"}}))
+    await response.write_eof()
+    return response
+
+
+@pytest.mark.parametrize("handler", [quotes_the_key_refusing, quotes_the_key_mid_stream])
+async def test_the_key_configured_for_an_upstream_never_goes_on(
+    upstream: Callable[[Handler], Awaitable[str]], handler: Handler
+) -> None:
+    """An upstream that quotes the key the gateway sent it: neither what the client is
+    told nor the log's detail carries it (the hostile review of issue 40 had a 32-hex
+    key relayed in a 400 and logged)."""
+    url = await upstream(handler)
+    backend = OpenAIBackend(5, 30, api_key=PROVIDER_KEY)
+    try:
+        with pytest.raises(UpstreamError) as failed:
+            await collect(backend, url)
+    finally:
+        await backend.close()
+    assert PROVIDER_KEY not in str(failed.value)
+    assert PROVIDER_KEY not in failed.value.detail
+    assert "[REDACTED]" in failed.value.detail
