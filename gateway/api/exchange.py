@@ -116,9 +116,9 @@ async def serve(request: Request, wire: Wire) -> Response:
             inference = with_session(inference, headers, data, route.config.routing)
             ask = Ask(
                 identity, route, inference, record, data,
-                headers.get("x-priority"), headers.get("x-request-timeout"),
+                headers.get("x-priority"), headers.get("x-request-timeout"), len(body),
             )  # fmt: skip
-            plan = conductor.plan(ask)
+            plan = await conductor.plan(ask)
         except errors.CLIENT_ERRORS as exc:
             # A context too long, a missing capability...: refused, and counted.
             error = errors.client_error(exc)

@@ -81,6 +81,11 @@ class OutboundGuard:
         if self._any_external:
             warm_up()  # the normalizer's tables, built now rather than on a request
 
+    def scans(self, chain: Sequence[str]) -> bool:
+        """Whether a request to `chain` may be scanned at all: a model of it is outside
+        the cluster (a tenant's policy may still be `off`)."""
+        return self._any_external and any(self._models[name].external for name in chain)
+
     def prepare(
         self, tenant: str, settings: Tenant, chain: Sequence[str], request: InferenceRequest,
         request_id: str,

@@ -63,6 +63,8 @@ class FakeSession:
         self.handler = handler
         self.requests: list[Request] = []
         self.timeout = aiohttp.ClientTimeout(total=30)
+        # The session's default headers (a key configured for the upstream goes here).
+        self.headers: dict[str, str] = {}
 
     @asynccontextmanager
     async def post(self, url: str, data: bytes, headers: Any = None) -> AsyncIterator[_Response]:
