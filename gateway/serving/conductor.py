@@ -51,7 +51,7 @@ from gateway.ratelimit.errors import LimiterUnavailable, UnknownTenant
 from gateway.ratelimit.limiter import Decision, Reservation
 from gateway.serving.auth import Identity
 from gateway.serving.chain import MissingCapability, check_context, fallback_chain
-from gateway.serving.dispatch import DeadlineMissed, Served, Work
+from gateway.serving.dispatch import DeadlineMissed, Fallback, Served, Work, fallback_header
 from gateway.serving.errors import (
     InvalidRequest,
     InvalidStructuredOutput,
@@ -612,10 +612,7 @@ class _Admitted:
         record.prompt_tokens = usage.prompt_tokens
         record.completion_tokens = usage.completion_tokens
         record.cached_tokens = usage.cached_tokens or 0
-        record.fallbacks = [
-            *(f"{f.source}->{f.target}:{f.reason.value}" for f in first.fallbacks),
-            *self.refused,
-        ]
+        record.fallbacks = [*_moved(first.fallbacks), *self.refused]
         for part in served:
             for step in part.fallbacks:
                 metrics.FALLBACKS.labels(step.source, step.target, step.reason.value).inc()
@@ -645,9 +642,18 @@ class _Admitted:
         elif self.work.admissions:  # admitted (at once, or after a wait), then failed
             self.record.queue_model, self.record.queue_wait_s = self.work.admissions[-1]
         headers = dict(self.decision.headers)
+        moves = self.work.fallbacks
+        if moves:  # it fell back, then failed there: said, and recorded
+            self.record.fallbacks = [*_moved(moves), *self.refused]
+            headers["x-gateway-fallback"] = fallback_header(moves) or ""
         if self.refused_header:
             headers["x-gateway-fallback-refused"] = self.refused_header
         return NotServed(self.route.name, exc, headers)
+
+
+def _moved(fallbacks: Sequence[Fallback]) -> list[str]:
+    """Moves along the chain as the record names them: `llm-large->llm-small:reason`."""
+    return [f"{f.source}->{f.target}:{f.reason.value}" for f in fallbacks]
 
 
 @dataclass(frozen=True, slots=True)

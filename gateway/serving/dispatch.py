@@ -79,10 +79,15 @@ class Served:
 
     def header(self) -> str | None:
         """`x-gateway-fallback`: `llm-large->llm-small; reason=ttft_timeout`."""
-        if not self.fallbacks:
-            return None
-        path = "->".join([self.fallbacks[0].source, *(f.target for f in self.fallbacks)])
-        return f"{path}; reason={self.fallbacks[-1].reason.value}"
+        return fallback_header(self.fallbacks)
+
+
+def fallback_header(fallbacks: Sequence[Fallback]) -> str | None:
+    """`x-gateway-fallback` for the moves `fallbacks` (None: there were none)."""
+    if not fallbacks:
+        return None
+    path = "->".join([fallbacks[0].source, *(f.target for f in fallbacks)])
+    return f"{path}; reason={fallbacks[-1].reason.value}"
 
 
 @dataclass(slots=True)
@@ -129,8 +134,10 @@ class Work:
     # Asked before the work falls back to a model: whether that model's own limits and
     # budgets take it (None: every model may). A fallback they refuse is not taken.
     gate: Gate | None = None
-    # Its calls to models, in order.
+    # Its calls to models, in order, and its moves along the chain (kept here, so that a
+    # request that fails after a fallback is recorded with it).
     attempts: list[Attempt] = field(default_factory=list)
+    fallbacks: list[Fallback] = field(default_factory=list)
 
     @property
     def cut_attempt(self) -> Attempt | None:
@@ -154,7 +161,7 @@ class Dispatcher:
 
     async def complete(self, work: Work) -> tuple[Completion, Served]:
         """The whole answer, from the first model of the chain that can give it in time."""
-        fallbacks: list[Fallback] = []
+        fallbacks = work.fallbacks
         for index, route in enumerate(work.chain):
             slot = await self._admit(work, index, fallbacks)
             if slot is None:
@@ -209,7 +216,7 @@ class Dispatcher:
         Its `aclose` gives the slot back even if it was never iterated (and again does
         nothing). With no first piece (an empty answer) the slot is back already.
         """
-        fallbacks: list[Fallback] = []
+        fallbacks = work.fallbacks
         for index, route in enumerate(work.chain):
             slot = await self._admit(work, index, fallbacks)
             if slot is None:

@@ -214,3 +214,20 @@ async def test_a_stream_cut_at_its_deadline_says_so(
     assert "deadline" in error["message"]
     [line] = [r.fields for r in caplog.records if r.name == "gateway.access"]  # type: ignore[attr-defined]
     assert (line["status"], line["reason"]) == (504, "deadline")
+
+
+async def test_a_request_that_fell_back_and_failed_there_says_so(
+    gw: InProcessGateway, caplog: pytest.LogCaptureFixture
+) -> None:
+    """llm-large fails, its fallback llm-small fails too: the 502 tells the client of the
+    move it made, and the record keeps it (the hostile review of issue 40 found a failed
+    fallback recorded as none)."""
+    gw.upstream.script("llm-large", UpstreamError(MODEL_FAILED), UpstreamError(MODEL_FAILED))
+    gw.upstream.script("llm-small", UpstreamError(MODEL_FAILED))
+    caplog.set_level(logging.INFO, "gateway.access")
+    async with gw.http() as client:
+        response = await client.post("/v1/chat/completions", json=CHAT)
+    assert response.status_code == 502
+    assert response.headers["x-gateway-fallback"] == "llm-large->llm-small; reason=replica_error"
+    [line] = [r.fields for r in caplog.records if r.name == "gateway.access"]  # type: ignore[attr-defined]
+    assert line["fallbacks"] == ["llm-large->llm-small:replica_error"]
