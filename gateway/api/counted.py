@@ -39,7 +39,9 @@ async def serve_counted(
     in the metrics and the access line), its answer carries `x-request-id`, and it
     counts against the tenant's request limit once: by `handle`'s own count, or, for a
     refusal before it, as a refused request is counted."""
-    record = RequestRecord("req_" + random_id(), endpoint=endpoint)
+    record = RequestRecord(
+        "req_" + random_id(), endpoint=endpoint, sink=runtime_of(request).record_sink
+    )
     try:
         conductor = conductor_of(request)
         identity = await runtime_of(request).auth.authenticate(credentials(request.headers))

@@ -98,9 +98,11 @@ async def serve(request: Request, wire: Wire) -> Response:
     """Serve one request of `wire`'s API, start to end."""
     # Counted and logged from the start, whatever happens: tenant and model are "-" until
     # known (a model only once it is a configured one).
-    record = RequestRecord(wire.id_prefix + random_id(), endpoint=wire.name)
+    runtime = runtime_of(request)
+    record = RequestRecord(
+        wire.id_prefix + random_id(), endpoint=wire.name, sink=runtime.record_sink
+    )
     try:
-        runtime = runtime_of(request)
         conductor = conductor_of(request)
         identity = await runtime.auth.authenticate(wire.credentials(request.headers))
         record.tenant, record.key_id = identity.name, identity.key_id

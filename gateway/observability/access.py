@@ -17,6 +17,12 @@ log = logging.getLogger("gateway.access")
 UNKNOWN = "-"
 
 
+# Told of a request once it is finished, with its duration in seconds: the usage ledger,
+# when one is configured (`gateway.serving.usage`), handed to each record as it is made
+# (`RequestRecord.sink`). It must not block.
+UsageSink = Callable[["RequestRecord", float], None]
+
+
 @dataclass(slots=True)
 class RequestRecord:
     """What happened to one request; filled in along the path, emitted once at the end.
@@ -56,6 +62,8 @@ class RequestRecord:
     # What it cost in micro-units, each part priced by the model that served it (the
     # figure charged to its budgets), once the conductor settled it; None: not settled.
     cost_micros: int | None = None
+    # Where the finished record goes next (`UsageSink`: the ledger; None: nowhere).
+    sink: UsageSink | None = None
     started: float = field(default_factory=time.perf_counter)
     _done: bool = False
 
@@ -111,20 +119,8 @@ class RequestRecord:
             if self.prompt is not None:
                 fields["prompt"] = redact(self.prompt)
             log.handle(_access_line(fields))
-        if _usage_sink is not None:
-            _usage_sink(self, duration)
-
-
-# Told of every request once it is finished, with its duration in seconds: the usage
-# ledger, when one is configured (`gateway.serving.usage`). It must not block.
-UsageSink = Callable[["RequestRecord", float], None]
-_usage_sink: UsageSink | None = None
-
-
-def set_usage_sink(sink: UsageSink | None) -> None:
-    """Where each finished request's record goes next (None: nowhere)."""
-    global _usage_sink
-    _usage_sink = sink
+        if self.sink is not None:
+            self.sink(self, duration)
 
 
 # Every access line's attributes but its time and fields, made once: a LogRecord made

@@ -24,6 +24,7 @@ from gateway.config import BackendKind, Config, ModelConfig, TenantsConfig, key_
 from gateway.config.loader import compile_pattern, is_pattern, pattern_rank
 from gateway.inference.prompt import PromptTemplate
 from gateway.observability import metrics
+from gateway.observability.access import UsageSink
 from gateway.placement.controller import ClusterPlacement
 from gateway.placement.demand_reporter import DemandReporter
 from gateway.ratelimit.limiter import RateLimiter
@@ -250,8 +251,10 @@ class Runtime:
         default_factory=lambda: Aliases({}, TenantsConfig.model_construct(tenants={}))
     )
     # Every request's usage record, priced, when gateway.yaml has a `ledger:` (from
-    # `start` on).
+    # `start` on); and where each request's record goes when it is finished: the
+    # ledger's `record`, handed to each record as it is made (a test may put its own).
     usage: UsageLedger | None = None
+    record_sink: UsageSink | None = None
     # The managed keys (`/admin/keys`): the store in Redis, and what this gateway knows
     # of it, polled (`auth` looks keys up there after tenants.yaml's).
     key_store: KeyStore | None = None
@@ -373,6 +376,7 @@ class Runtime:
         ledger = self.config.gateway.ledger
         if ledger is not None:
             self.usage = await start_usage_ledger(ledger, self.config.gateway.prices)
+            self.record_sink = self.usage.record
         await self.health.check_all()
         self.health.start()
 

@@ -1,9 +1,9 @@
 """Every finished request into the usage ledger, priced (issue 27).
 
-`RequestRecord.finish` hands each request's record here (`observability.access.
-set_usage_sink`); it becomes a `UsageRecord`, its cost from the price table, and goes to
-the ledger's writer, which takes it in O(1) and writes it later, in batches, off the
-request path (`gateway.ledger`).
+`RequestRecord.finish` hands each request's record here (the runtime gives each record
+`UsageLedger.record` as its sink when the request arrives); it becomes a `UsageRecord`,
+its cost from the price table, and goes to the ledger's writer, which takes it in O(1)
+and writes it later, in batches, off the request path (`gateway.ledger`).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from gateway.ledger.ledger_writer import LedgerStats, LedgerWriter, start_ledger
 from gateway.ledger.usage_records import UsageRecord
 from gateway.ledger.usage_spool import SpoolInUse
 from gateway.observability import metrics
-from gateway.observability.access import RequestRecord, set_usage_sink
+from gateway.observability.access import RequestRecord
 
 log = logging.getLogger("gateway")
 
@@ -84,7 +84,6 @@ class UsageLedger:
 
     async def close(self) -> None:
         """No more records; what is waiting is written (or spooled)."""
-        set_usage_sink(None)
         await self.writer.close()
 
 
@@ -107,7 +106,8 @@ class _Reporter:
 
 
 async def start_usage_ledger(config: LedgerConfig, prices: Prices) -> UsageLedger:
-    """The ledger of `config`, started, with every finished request going to it."""
+    """The ledger of `config`, started: each request's record goes to its `record` (the
+    runtime hands it to each `RequestRecord` as its sink)."""
     base = Path(config.spool_dir)
     for index in range(MAX_WORKERS):
         worker_config = config.model_copy(update={"spool_dir": str(base / str(index))})
@@ -116,7 +116,5 @@ async def start_usage_ledger(config: LedgerConfig, prices: Prices) -> UsageLedge
             writer = await start_ledger(worker_config, reporter)
         except SpoolInUse:
             continue  # another worker's
-        ledger = UsageLedger(writer, prices)
-        set_usage_sink(ledger.record)
-        return ledger
+        return UsageLedger(writer, prices)
     raise SpoolInUse(f"every spool directory under {base} is in use ({MAX_WORKERS} workers)")

@@ -25,6 +25,7 @@ import gateway.serving.runtime
 from gateway.app import build_app
 from gateway.config import hash_key
 from gateway.config.loader import load_config
+from gateway.observability.access import RequestRecord
 from tests.inprocess.fake_backend import FakeUpstream, backend_factory
 
 BASE_URL = "http://gateway.test"
@@ -122,6 +123,14 @@ class InProcessGateway:
     app: ASGIApp
     upstream: FakeUpstream
     config_dir: Path
+
+    def finished_records(self) -> list[RequestRecord]:
+        """From now on, each request's record once it is finished, in this list (what the
+        usage ledger would be handed)."""
+        records: list[RequestRecord] = []
+        runtime = self.app.app.state.runtime  # type: ignore[attr-defined]
+        runtime.record_sink = lambda record, _duration: records.append(record)
+        return records
 
     def http(self, key: str | None = KEYS["acme"], **headers: str) -> httpx.AsyncClient:
         """An httpx client of the app, authenticated as `key` (None: no key)."""

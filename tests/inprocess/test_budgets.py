@@ -19,7 +19,6 @@ from gateway.backends.base import MODEL_FAILED, UpstreamError
 from gateway.config import hash_key
 from gateway.inference.types import Completion, UpstreamCall, Usage
 from gateway.observability import metrics
-from gateway.observability.access import RequestRecord, set_usage_sink
 from tests.inprocess.conftest import started_gateway
 
 # 100 prompt tokens at 3.0 a million and 50 out at 15.0: 1,050 micro-units a request.
@@ -262,27 +261,23 @@ async def test_a_fallback_is_charged_to_the_budget_of_the_model_that_served_it(
     amount, not past it, and llm-large's own buckets are not charged what it did not
     serve."""
     path = config_for(edit=one_a_token, edit_tenants=small_budgeted)
-    records: list[RequestRecord] = []
     async with started_gateway(path, monkeypatch) as gw:
-        set_usage_sink(lambda record, _duration: records.append(record))
+        records = gw.finished_records()
         for url in ("http://large-a", "http://large-b"):
             gw.upstream.break_replica(url, lambda: UpstreamError(MODEL_FAILED))
         gw.upstream.script("llm-small", *[Completion("x", Usage(100, 100))] * 10)
         answers = []
-        try:
-            async with gw.http() as client:
-                for _ in range(7):
-                    answer = await client.post(
-                        "/v1/chat/completions",
-                        json={
-                            "model": "llm-large",
-                            "messages": [{"role": "user", "content": "Hello"}],
-                            "max_tokens": 100,
-                        },
-                    )
-                    answers.append(answer)
-        finally:
-            set_usage_sink(None)
+        async with gw.http() as client:
+            for _ in range(7):
+                answer = await client.post(
+                    "/v1/chat/completions",
+                    json={
+                        "model": "llm-large",
+                        "messages": [{"role": "user", "content": "Hello"}],
+                        "max_tokens": 100,
+                    },
+                )
+                answers.append(answer)
     statuses = [answer.status_code for answer in answers]
     assert statuses[:5] == [200] * 5
     # Each answer tells the budget it was charged to: llm-small's, going down.
@@ -309,9 +304,8 @@ async def test_a_request_cut_by_its_deadline_pays_what_the_replica_can_have_made
     model that ran it and at most what that model can make in the time it ran, at its
     measured 10 ms a token: at least 5 (it ran 50 ms at least), far from 1,000."""
     path = config_for(edit=one_a_token)
-    records: list[RequestRecord] = []
     async with started_gateway(path, monkeypatch) as gw:
-        set_usage_sink(lambda record, _duration: records.append(record))
+        records = gw.finished_records()
         route = gw.app.app.state.runtime.routes["llm-large"]  # type: ignore[attr-defined]
         route.resilience.latency.per_token_s = 0.01
 
@@ -319,18 +313,15 @@ async def test_a_request_cut_by_its_deadline_pays_what_the_replica_can_have_made
             await asyncio.sleep(30)  # cut at the deadline
 
         monkeypatch.setattr(route.backend, "complete", computing)
-        try:
-            async with gw.http(**{"x-request-timeout": "0.05"}) as client:
-                answer = await client.post(
-                    "/v1/chat/completions",
-                    json={
-                        "model": "llm-large",
-                        "messages": [{"role": "user", "content": "Hello"}],
-                        "max_tokens": 1000,
-                    },
-                )
-        finally:
-            set_usage_sink(None)
+        async with gw.http(**{"x-request-timeout": "0.05"}) as client:
+            answer = await client.post(
+                "/v1/chat/completions",
+                json={
+                    "model": "llm-large",
+                    "messages": [{"role": "user", "content": "Hello"}],
+                    "max_tokens": 1000,
+                },
+            )
     assert answer.status_code == 504
     [record] = records
     assert record.served_model == "llm-large"
@@ -352,22 +343,18 @@ async def test_an_answer_the_gateway_rejects_is_not_charged_its_price(
         config["models"]["llm-large"]["fallback"] = []
 
     path = config_for(edit=structured, edit_tenants=budgeted)
-    records: list[RequestRecord] = []
     async with started_gateway(path, monkeypatch) as gw:
-        set_usage_sink(lambda record, _duration: records.append(record))
+        records = gw.finished_records()
         gw.upstream.script("llm-large", Completion("not json", Usage(100, 50)))
-        try:
-            async with gw.http() as client:
-                answer = await client.post(
-                    "/v1/chat/completions",
-                    json={
-                        "model": "llm-large",
-                        "messages": [{"role": "user", "content": "Hello"}],
-                        "response_format": {"type": "json_object"},
-                    },
-                )
-        finally:
-            set_usage_sink(None)
+        async with gw.http() as client:
+            answer = await client.post(
+                "/v1/chat/completions",
+                json={
+                    "model": "llm-large",
+                    "messages": [{"role": "user", "content": "Hello"}],
+                    "response_format": {"type": "json_object"},
+                },
+            )
     assert answer.status_code == 502, answer.text
     assert answer.json()["error"]["code"] == "invalid_structured_output"
     # Read once the gateway has stopped: its settles (sent in the background) are in.

@@ -10,7 +10,6 @@ from typing import Any
 import orjson
 import pytest
 
-from gateway.observability.access import RequestRecord, set_usage_sink
 from tests.inprocess.conftest import KEYS, started_gateway
 from tests.polling import wait_until
 
@@ -112,9 +111,8 @@ async def test_a_whole_answer_the_client_left_is_recorded_at_the_model_it_is_cha
     prompt and what the replica can have made meanwhile (at least a token, at most its
     `max_tokens`); its usage record says so, at that model (found by the hostile
     review: the record had no model and no tokens, only a cost)."""
-    records: list[RequestRecord] = []
     async with started_gateway(config_for(edit=priced), monkeypatch) as gw:
-        set_usage_sink(lambda record, _duration: records.append(record))
+        records = gw.finished_records()
         route = gw.app.app.state.runtime.routes["llm-large"]  # type: ignore[attr-defined]
         leaves = asyncio.Event()
 
@@ -124,10 +122,7 @@ async def test_a_whole_answer_the_client_left_is_recorded_at_the_model_it_is_cha
 
         monkeypatch.setattr(route.backend, "complete", computing)
         body = orjson.dumps({**CHAT, "max_tokens": 4000})
-        try:
-            assert await call(gw.app, body, leaves) == 499
-        finally:
-            set_usage_sink(None)
+        assert await call(gw.app, body, leaves) == 499
     [record] = records
     assert (record.status, record.served_model) == (499, "llm-large")
     assert 1 <= record.completion_tokens < 4000 and record.prompt_tokens > 0
