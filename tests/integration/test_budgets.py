@@ -10,7 +10,6 @@ import calendar
 import random
 import re
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,10 +22,10 @@ from gateway.ratelimit.buckets import bucket_key
 from gateway.ratelimit.limiter import RateLimiter
 from gateway.ratelimit.redis_store import RedisBuckets
 from gateway.serving.errors import RateLimited
+from gateway.storage.scripts import read_script
 
 PREFIX = "budget-test"
 KEY_HASH = "sha256:" + "0" * 64
-LUA = Path(__file__).resolve().parents[2] / "lua"
 
 
 def tenants(*budgets: dict[str, Any], **limits: Any) -> TenantsConfig:
@@ -254,9 +253,9 @@ async def test_four_gateways_at_once_never_spend_past_the_budget_and_the_spend_i
 
 
 def _period_function(script: str) -> str:
-    """A script's calendar code (take.lua and adjust.lua each carry a copy), to call on
-    chosen times."""
-    text = (LUA / script).read_text()
+    """A script's calendar code as Redis runs it (take.lua and adjust.lua include the one
+    in bucket_time.lua), to call on chosen times."""
+    text = read_script(script)
     start = text.index("local DAY_MS")
     end = text.index("local t = redis.call('TIME')")
     return text[start:end]

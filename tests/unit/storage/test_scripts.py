@@ -17,9 +17,23 @@ SCRIPTS = sorted(path.name for path in (ROOT / "lua").glob("*.lua"))
 
 def test_a_checkout_reads_the_scripts_from_the_top_level_lua_directory() -> None:
     assert scripts.LUA_DIR == ROOT / "lua"
-    assert {"take.lua", "adjust.lua"} <= set(SCRIPTS)
+    assert {"take.lua", "adjust.lua", "bucket_time.lua"} <= set(SCRIPTS)
     for name in SCRIPTS:
-        assert scripts.read_script(name) == (ROOT / "lua" / name).read_text(encoding="utf-8")
+        text = (ROOT / "lua" / name).read_text(encoding="utf-8")
+        if "-- #include " not in text:
+            assert scripts.read_script(name) == text
+
+
+def test_what_take_and_adjust_share_is_one_file_included_in_both() -> None:
+    """The shared code (the wait for a level, a budget's calendar) is written once, in
+    bucket_time.lua, and each script as Redis runs it holds it whole, once, in its place."""
+    shared = (ROOT / "lua" / "bucket_time.lua").read_text(encoding="utf-8")
+    for name in ("take.lua", "adjust.lua"):
+        written = (ROOT / "lua" / name).read_text(encoding="utf-8")
+        assert "local function period_bounds" not in written
+        run = scripts.read_script(name)
+        assert run == written.replace("-- #include bucket_time.lua\n", shared)
+        assert run.count("local function period_bounds") == 1
 
 
 def test_a_wheel_carries_every_script_and_an_installed_gateway_loads_them(
@@ -71,4 +85,4 @@ def test_a_wheel_carries_every_script_and_an_installed_gateway_loads_them(
     package_file, lua_dir, take_length = result.stdout.split()
     assert Path(package_file).is_relative_to(site)
     assert Path(lua_dir) == site / "gateway" / "lua"
-    assert int(take_length) == len((ROOT / "lua" / "take.lua").read_text(encoding="utf-8"))
+    assert int(take_length) == len(scripts.read_script("take.lua"))
