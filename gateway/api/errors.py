@@ -30,7 +30,7 @@ from gateway.transport.errors import APIError as APIError  # the shape, shared w
 from gateway.upstream.failover import NoReplicaLeft
 
 if TYPE_CHECKING:
-    from gateway.ratelimit.limiter import Decision
+    from gateway.ratelimit.decisions import Decision
 
 log = logging.getLogger("gateway")
 

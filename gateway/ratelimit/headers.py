@@ -30,3 +30,16 @@ def bucket_headers(kind: str, limit: int, remaining: float, reset_ms: float) -> 
         f"x-ratelimit-remaining-{kind}": str(max(0, int(remaining))),
         f"x-ratelimit-reset-{kind}": duration(reset_ms),
     }
+
+
+# The names of `bucket_headers`, by kind.
+HEADER_NAMES: dict[str, tuple[str, str, str]] = {
+    kind: (
+        f"x-ratelimit-limit-{kind}",
+        f"x-ratelimit-remaining-{kind}",
+        f"x-ratelimit-reset-{kind}",
+    )
+    for kind in ("requests", "tokens")
+}
+# `duration` of each wait under a second, made once: most waits are.
+MS_TEXT = [duration(ms) for ms in range(1000)]

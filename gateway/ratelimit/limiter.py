@@ -1,4 +1,6 @@
-"""The rate-limit policy: which buckets a request takes from, and what to do without Redis.
+"""The rate limiter: a request's reservation taken, charged and settled in the store, and
+what to do without Redis. Which buckets apply is `limit_plan.py`'s; what the answer says,
+`decisions.py`'s; the Redis calls, `redis_store.py`'s.
 
 One Redis call admits a request: it takes one request from each request bucket, the
 reserved tokens from each token bucket, and a concurrency lease, all or nothing.
@@ -22,47 +24,36 @@ import math
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from gateway.config import (
-    Budget,
     RateLimitConfig,
-    RateLimits,
     RedisFailureMode,
-    Tenant,
     TenantsConfig,
 )
 from gateway.inference.ids import unique_id
 from gateway.observability import metrics
 from gateway.ratelimit.buckets import (
-    DAY_BUDGET,
-    MONTH_BUDGET,
-    BucketResult,
     BucketSpec,
     LeaseSpec,
     LocalBuckets,
     LocalDebts,
     TakeResult,
-    bucket_key,
     monotonic_ms,
 )
-from gateway.ratelimit.coalescer import PackedCall
+from gateway.ratelimit.decisions import Decision, Reservation, allowed_headers, decide
 from gateway.ratelimit.errors import LimiterUnavailable, UnknownTenant
-from gateway.ratelimit.headers import bucket_headers, duration
 from gateway.ratelimit.key_quota import KeyQuota
+from gateway.ratelimit.limit_plan import Bucket, LimitPlan, PackedCalls, plan_for
 from gateway.ratelimit.redis_store import (
     NO_LEASE,
     RELEASE,
     RedisBuckets,
-    adjust_call,
     take_result,
 )
 from gateway.storage.redis_client import REDIS_ERRORS
 
 log = logging.getLogger("gateway.ratelimit")
-
-Kind = Literal["requests", "tokens", "spend"]
 
 # A concurrency slot outlives a gateway that died by at most this long.
 LEASE_TTL_S = 30.0
@@ -83,292 +74,6 @@ MAX_UNSENT_SETTLES = 10_000
 # goes out ahead of the first admissions instead (that order holds on a single Redis;
 # on a Cluster it is a round trip's worth of local admissions).
 DEBT_ROUNDS = 3
-# The names of `bucket_headers`, by kind.
-_HEADER_NAMES: dict[str, tuple[str, str, str]] = {
-    kind: (
-        f"x-ratelimit-limit-{kind}",
-        f"x-ratelimit-remaining-{kind}",
-        f"x-ratelimit-reset-{kind}",
-    )
-    for kind in ("requests", "tokens")
-}
-_MS_TEXT = [duration(ms) for ms in range(1000)]
-# A budget's period as take.lua knows it: its refill rate.
-_PERIOD_RATES = {"day": DAY_BUDGET, "month": MONTH_BUDGET, "total": 0.0}
-
-
-@dataclass(frozen=True, slots=True)
-class _Bucket:
-    """One configured bucket: a rate per minute and a burst size; or a spend budget
-    (kind `spend`): `per_minute` and `capacity` are its amount in micro-units, whole
-    again at the start of each period (`period_rate`, as take.lua knows it)."""
-
-    kind: Kind
-    key: str
-    per_minute: int
-    capacity: float
-    period_rate: float | None = None
-    # A budget's soft threshold (a share of it), and who and what it caps, for metrics:
-    # (tenant, key id or "", period, model or "").
-    soft: float = 1.0
-    scope: tuple[str, str, str, str] = ("", "", "", "")
-    # A managed key's own bucket (its `limits`), not its tenant's.
-    of_key: bool = False
-
-    @property
-    def refill_per_ms(self) -> float:
-        if self.period_rate is not None:
-            return self.period_rate
-        return self.per_minute / 60_000
-
-    def spec(self, cost: float, share: int = 1) -> BucketSpec:
-        """The bucket for the store; `share` divides it among gateway replicas."""
-        if self.period_rate is not None:  # a period is no rate: it is not divided
-            return BucketSpec(self.key, self.capacity / share, self.period_rate, cost)
-        return BucketSpec(self.key, self.capacity / share, self.refill_per_ms / share, cost)
-
-
-@dataclass(frozen=True, slots=True)
-class _Packers:
-    """A plan's calls packed once (where the store packs calls), for leases of `ttl_ms`:
-    a take, with a lease, a charge or refund of its token buckets, and one that also
-    releases the lease (None without token buckets)."""
-
-    take: PackedCall
-    take_lease: PackedCall | None
-    adjust: PackedCall | None
-    adjust_release: PackedCall | None
-    ttl_ms: int
-
-
-@dataclass(frozen=True, slots=True)
-class _Plan:
-    """Every limit that applies to one tenant calling one model, and the parts of its
-    take.lua call that are the same for every request (built once, not per request)."""
-
-    buckets: tuple[_Bucket, ...]
-    max_concurrent: int | None
-    inflight_key: str
-    shadow: bool
-    token_buckets: tuple[_Bucket, ...] = ()
-    # KEYS without and with the lease key.
-    keys: tuple[str, ...] = ()
-    lease_keys: tuple[str, ...] = ()
-    # ARGV up to the lease's part: each request bucket's cost is 1 already; a request's
-    # reserved tokens go at `token_cost_at`.
-    args: tuple[Any, ...] = ()
-    token_cost_at: tuple[int, ...] = ()
-    # The same for adjust.lua's charges and refunds of the token buckets: KEYS without
-    # and with the lease key, ARGV up to the lease's part (no lease operation, each
-    # change 0: a request's goes at `token_change_at`).
-    adjust_keys: tuple[str, ...] = ()
-    adjust_lease_keys: tuple[str, ...] = ()
-    adjust_args: tuple[Any, ...] = ()
-    token_change_at: tuple[int, ...] = ()
-    # With at most one bucket of each kind (the usual plan), each one's headers: their
-    # names, the limit's text, and where its remaining level is in take.lua's reply.
-    header_slots: tuple[tuple[str, str, str, str, int], ...] | None = None
-    # Its calls packed once, where the store packs calls (`RateLimiter._plan` adds them).
-    packers: _Packers | None = None
-    # Spend budgets: the buckets (after every rate bucket), where a request's reserved
-    # spend goes in take.lua's ARGV and its change in adjust.lua's, and each budget's
-    # place in take.lua's reply.
-    spend_buckets: tuple[_Bucket, ...] = ()
-    spend_cost_at: tuple[int, ...] = ()
-    spend_change_at: tuple[int, ...] = ()
-    spend_slots: tuple[tuple[_Bucket, int], ...] = ()
-    # The key's own caps it was made with.
-    key: KeyQuota | None = None
-
-    @property
-    def unlimited(self) -> bool:
-        return not self.buckets and self.max_concurrent is None
-
-    @property
-    def key_id(self) -> str:
-        """The managed key whose caps it holds ("" for none)."""
-        return "" if self.key is None else self.key.key_id
-
-    def costs(self, reserve_tokens: int, reserve_micros: int = 0) -> list[int]:
-        """What a request takes from each bucket, in the order of `buckets`."""
-        return [
-            1 if b.kind == "requests" else reserve_tokens if b.kind == "tokens" else reserve_micros
-            for b in self.buckets
-        ]
-
-
-@dataclass(slots=True)
-class Reservation:
-    """What an admitted request took, so it can be charged and settled later."""
-
-    token_buckets: tuple[_Bucket, ...]
-    lease: LeaseSpec | None
-    # Tokens taken so far (the reservation, then each charge).
-    charged: int
-    # Taken from the in-process buckets (Redis was down) rather than from Redis.
-    local: bool
-    # The request's deadline (time.monotonic()): its lease is not renewed after it, so a
-    # request that is never settled (a bug) cannot hold its slot for good.
-    deadline: float = math.inf
-    # Taken locally: the number of the outage it was taken in (0: taken from Redis).
-    outage: int = 0
-    # The plan it was admitted under (its adjust.lua call's parts).
-    plan: _Plan | None = None
-    # Its spend budgets, and the micro-units taken from them so far.
-    spend_buckets: tuple[_Bucket, ...] = ()
-    charged_micros: int = 0
-
-
-@dataclass(slots=True)
-class Decision:
-    """The answer to one request: allowed or not, why, and the headers to send."""
-
-    allowed: bool
-    headers: dict[str, str] = field(default_factory=dict)
-    refused_by: Literal["requests", "tokens", "spend", "concurrency"] | None = None
-    retry_after_s: float | None = None
-    # The request is larger than a bucket can ever hold: waiting will not help.
-    never_fits: bool = False
-    # The limit that refused: per minute (requests, tokens), at once (concurrency), or a
-    # budget in micro-units (spend).
-    limit: int | None = None
-    # The budget that refused (spend): its period.
-    period: str | None = None
-    # The limit that refused is the API key's own (its `limits`), not its tenant's.
-    of_key: bool = False
-    reservation: Reservation | None = None
-
-
-def _buckets(prefix: str, tenant: str, model: str | None, limits: RateLimits) -> list[_Bucket]:
-    found = []
-    for kind, per_minute, burst in (
-        ("requests", limits.requests_per_minute, limits.burst_requests),
-        ("tokens", limits.tokens_per_minute, limits.burst_tokens),
-    ):
-        if per_minute is not None:
-            key = bucket_key(prefix, tenant, kind, model)
-            found.append(_Bucket(kind, key, per_minute, float(burst or per_minute)))  # type: ignore[arg-type]
-    return found
-
-
-def _budget_buckets(
-    prefix: str,
-    tenant: str,
-    model: str,
-    budgets: Sequence[Budget],
-    key_id: str = "",
-    *,
-    model_only: bool = False,
-) -> list[_Bucket]:
-    """The spend buckets of `budgets` (the tenant's, or one key's) that cap `model` (with
-    `model_only`, those that name it: not the ones that cap every model)."""
-    found = []
-    for budget in budgets:
-        if budget.model != model and (model_only or budget.model is not None):
-            continue
-        owner = f"spend:key:{key_id}" if key_id else "spend"
-        key = bucket_key(prefix, tenant, f"{owner}:{budget.period}", budget.model)
-        micros = budget.amount_micros
-        scope = (tenant, key_id, budget.period, budget.model or "")
-        period_rate = _PERIOD_RATES[budget.period]
-        found.append(_Bucket("spend", key, micros, float(micros), period_rate, budget.soft, scope))
-    return found
-
-
-def _key_buckets(prefix: str, tenant: str, key: KeyQuota) -> list[_Bucket]:
-    """A managed key's own rate buckets (`{prefix}:{tenant}:key:<id>:requests`, ...),
-    their burst their rate per minute."""
-    found = []
-    for kind, per_minute in (
-        ("requests", key.requests_per_minute),
-        ("tokens", key.tokens_per_minute),
-    ):
-        if per_minute is not None:
-            bucket = bucket_key(prefix, tenant, f"key:{key.key_id}:{kind}")
-            found.append(_Bucket(kind, bucket, per_minute, float(per_minute), of_key=True))  # type: ignore[arg-type]
-    return found
-
-
-def plan_for(
-    prefix: str,
-    name: str,
-    tenant: Tenant,
-    model: str,
-    key: KeyQuota | None = None,
-    *,
-    model_only: bool = False,
-) -> _Plan:
-    """The buckets and lease of `tenant` calling `model`, with the spend budgets of the
-    tenant, and the caps of its managed key (`key`): its rates and its budgets.
-
-    `model_only`: only what caps `model` itself (the tenant's limits for it, the budgets
-    of the tenant and the key that name it), no lease: what a fallback to `model` takes
-    on top of the request's own admission, which took the rest."""
-    buckets = [] if model_only else _buckets(prefix, name, None, tenant.limits)
-    model_limits = tenant.limits.models.get(model)
-    if model_limits is not None:
-        buckets += _buckets(prefix, name, model, model_limits)
-    spend = _budget_buckets(prefix, name, model, tenant.budgets, model_only=model_only)
-    if key is not None:
-        if not model_only:
-            buckets += _key_buckets(prefix, name, key)
-        spend += _budget_buckets(
-            prefix, name, model, key.budgets, key.key_id, model_only=model_only
-        )
-    buckets += spend
-    inflight_key = bucket_key(prefix, name, "inflight", None)
-    # The store's arguments, as `RedisBuckets.take` would build them from each bucket's
-    # `spec` (which checks the limits here once, as it did on every take).
-    specs = [b.spec(1 if b.kind == "requests" else 0) for b in buckets]
-    rated = [b for b in buckets if b.kind != "spend"]
-    keys = tuple(spec.key for spec in specs)
-    args: list[Any] = [len(keys)]
-    for spec in specs:
-        args += (spec.capacity, spec.refill_per_ms, spec.cost)
-    # And as `RedisBuckets.adjust_soon` builds them.
-    token_buckets = tuple(b for b in buckets if b.kind == "tokens")
-    adjusted = [*token_buckets, *spend]
-    adjust_keys, adjust_args = adjust_call([b.spec(0) for b in adjusted], None, None)
-    changes_at = [4 + 3 * i for i in range(len(adjusted))]
-    return _Plan(
-        buckets=tuple(buckets),
-        max_concurrent=None if model_only else tenant.limits.max_concurrent,
-        inflight_key=inflight_key,
-        shadow=tenant.shadow,
-        token_buckets=token_buckets,
-        keys=keys,
-        lease_keys=(*keys, inflight_key),
-        args=_encoded(args),
-        token_cost_at=tuple(3 + 3 * i for i, b in enumerate(buckets) if b.kind == "tokens"),
-        adjust_keys=tuple(adjust_keys),
-        adjust_lease_keys=(*adjust_keys, inflight_key),
-        adjust_args=_encoded(adjust_args),
-        token_change_at=tuple(changes_at[: len(token_buckets)]),
-        header_slots=_header_slots(rated),
-        spend_buckets=tuple(spend),
-        spend_cost_at=tuple(3 + 3 * i for i, b in enumerate(buckets) if b.kind == "spend"),
-        spend_change_at=tuple(changes_at[len(token_buckets) :]),
-        spend_slots=tuple((b, 3 + 4 * (len(rated) + i)) for i, b in enumerate(spend)),
-        key=key,
-    )
-
-
-def _encoded(args: Sequence[Any]) -> tuple[Any, ...]:
-    """`args` with each float as the bytes it is sent as: hiredis and redis-py both send a
-    float as its repr, and bytes as they are. The same command, packed at a fraction of
-    the cost (a float's repr was most of what packing a call cost)."""
-    return tuple(repr(a).encode() if type(a) is float else a for a in args)
-
-
-def _header_slots(buckets: Sequence[_Bucket]) -> tuple[tuple[str, str, str, str, int], ...] | None:
-    kinds = [b.kind for b in buckets]
-    if len(set(kinds)) < len(kinds):
-        return None  # the tightest bucket of a kind is found per request
-    slots = []
-    for i, bucket in enumerate(buckets):
-        limit, left, reset = _HEADER_NAMES[bucket.kind]
-        slots.append((limit, str(bucket.per_minute), left, reset, 3 + 4 * i))
-    return tuple(slots)
 
 
 class RateLimiter:
@@ -395,14 +100,14 @@ class RateLimiter:
         self._outages_charged = 0
         # By (tenant, model, key id, model only): the key's own budgets are in its plan
         # (a key without budgets shares its tenant's plan, under key id "").
-        self._plans: dict[tuple[str, str, str, bool], _Plan] = {}
+        self._plans: dict[tuple[str, str, str, bool], LimitPlan] = {}
         # Redis's latest answer for each set of buckets, with the local clock it came at:
         # what the local buckets are seeded from when Redis goes away (`_seed_local`).
         # Seeding then rather than on every take gives the same local state at a fraction
         # of the cost, as nothing else writes bucket levels locally while Redis is up.
         # By the plan's key, as plans are.
         # The value: the plan's buckets, take.lua's reply, the clock.
-        self._reported: dict[tuple[str, str, str, bool], tuple[Sequence[_Bucket], Any, float]] = {}
+        self._reported: dict[tuple[str, str, str, bool], tuple[Sequence[Bucket], Any, float]] = {}
         self._tenants = tenants.tenants
         self._redis_down = False
         self._probe: asyncio.Task[None] | None = None
@@ -432,7 +137,7 @@ class RateLimiter:
 
     def _plan(
         self, tenant: str, model: str, key: KeyQuota | None = None, *, model_only: bool = False
-    ) -> _Plan:
+    ) -> LimitPlan:
         if key is not None and key.empty:
             key = None
         key_id = "" if key is None else key.key_id
@@ -453,7 +158,7 @@ class RateLimiter:
             self._plans[cached] = plan
         return plan
 
-    def _packers(self, plan: _Plan) -> _Packers | None:
+    def _packers(self, plan: LimitPlan) -> PackedCalls | None:
         """The plan's calls packed once, with placeholders (0, "") where a request's
         amount and lease member go; None where the store does not pack calls."""
         packer = self._store.packer
@@ -494,7 +199,7 @@ class RateLimiter:
                     len(plan.adjust_args),
                     plan.spend_change_at,
                 )
-        return _Packers(take, take_lease, adjust, adjust_release, ttl_ms)
+        return PackedCalls(take, take_lease, adjust, adjust_release, ttl_ms)
 
     async def admit(
         self,
@@ -543,8 +248,8 @@ class RateLimiter:
         local = reply is None
         if reply is not None and reply[0] == 1:
             # Allowed by Redis, as nearly every request is: the headers straight from the
-            # reply, as `_decide` would make them from its `TakeResult`.
-            decision = Decision(allowed=True, headers=_headers(plan, reply))
+            # reply, as `decide` would make them from its `TakeResult`.
+            decision = Decision(allowed=True, headers=allowed_headers(plan, reply))
         else:
             if local:
                 costs = plan.costs(reserve_tokens, reserve_micros)
@@ -553,7 +258,7 @@ class RateLimiter:
                     return Decision(allowed=True)
             else:
                 result = take_result(reply, len(plan.buckets), lease is not None)
-            decision = _decide(plan, result)
+            decision = decide(plan, result)
             if local and decision.never_fits:
                 # The local buckets hold a share of the limit; the whole one may fit.
                 fits = all(cost <= b.capacity for b, cost in zip(plan.buckets, costs, strict=True))
@@ -584,7 +289,7 @@ class RateLimiter:
         return decision
 
     def _take_in_redis(
-        self, plan: _Plan, reserve_tokens: int, lease: LeaseSpec | None, reserve_micros: int = 0
+        self, plan: LimitPlan, reserve_tokens: int, lease: LeaseSpec | None, reserve_micros: int = 0
     ) -> Awaitable[Any]:
         """take.lua's reply for one request: what `RedisBuckets.take` sends for the
         plan's buckets at their costs, built from the plan's parts."""
@@ -631,7 +336,7 @@ class RateLimiter:
 
     def _take_without_redis(
         self,
-        buckets: Sequence[_Bucket],
+        buckets: Sequence[Bucket],
         costs: Sequence[int],
         lease: LeaseSpec | None,
         shadow: bool,
@@ -744,7 +449,7 @@ class RateLimiter:
             self._send_adjust(specs, lease)
 
     def _send_planned_adjust(
-        self, plan: _Plan, delta: int, release: LeaseSpec | None, spend_delta: int = 0
+        self, plan: LimitPlan, delta: int, release: LeaseSpec | None, spend_delta: int = 0
     ) -> None:
         """`_send_adjust` of the plan's token buckets changed by `delta` and its budgets by
         `spend_delta`, with the call's KEYS and ARGV built from the plan's parts (nothing
@@ -961,138 +666,3 @@ def _by_tenant(charges: Sequence[BucketSpec]) -> list[list[BucketSpec]]:
     for charge in charges:
         groups.setdefault(charge.key[: charge.key.index("}") + 1], []).append(charge)
     return list(groups.values())
-
-
-def _headers(plan: _Plan, reply: Any) -> dict[str, str]:
-    """The headers `_decide` makes, from take.lua's reply itself: for each kind, the
-    bucket with the smallest share of its capacity left (the first of equals)."""
-    headers: dict[str, str] = {}
-    if plan.spend_slots:
-        _budget_headers(headers, [(b, float(reply[i]), reply[i + 2]) for b, i in plan.spend_slots])
-    if plan.header_slots is not None:
-        for limit, limit_text, left, reset, i in plan.header_slots:
-            headers[limit] = limit_text
-            headers[left] = str(max(0, int(float(reply[i]))))
-            reset_ms = reply[i + 2]
-            # Most waits are under a second: their text is `duration`'s, made once.
-            if type(reset_ms) is int and 0 <= reset_ms < 1000:
-                headers[reset] = _MS_TEXT[reset_ms]
-            else:
-                headers[reset] = duration(reset_ms)
-        return headers
-    tightest: dict[str, tuple[_Bucket, float, int]] = {}
-    i = 3
-    for bucket in plan.buckets:
-        if bucket.kind == "spend":
-            break  # after every rate bucket, done above
-        remaining = float(reply[i])
-        best = tightest.get(bucket.kind)
-        if best is None or remaining / bucket.capacity < best[1] / best[0].capacity:
-            tightest[bucket.kind] = (bucket, remaining, reply[i + 2])
-        i += 4
-    for bucket, remaining, reset_ms in tightest.values():
-        limit, left, reset = _HEADER_NAMES[bucket.kind]
-        headers[limit] = str(bucket.per_minute)
-        headers[left] = str(max(0, int(remaining)))
-        headers[reset] = duration(reset_ms)
-    return headers
-
-
-def _budget_headers(headers: dict[str, str], budgets: Sequence[tuple[_Bucket, float, int]]) -> None:
-    """The `x-budget-*` headers of the budget with the smallest share left (amounts in
-    the price table's currency), and each budget's use into the metrics."""
-    tightest = None
-    for bucket, remaining, reset_ms in budgets:
-        metrics.budget_used(bucket.scope, bucket.capacity, remaining, bucket.soft)
-        if tightest is None or remaining / bucket.capacity < tightest[1] / tightest[0].capacity:
-            tightest = (bucket, remaining, reset_ms)
-    if tightest is None:
-        return
-    bucket, remaining, reset_ms = tightest
-    headers["x-budget-limit"] = _amount(bucket.per_minute)
-    headers["x-budget-remaining"] = _amount(max(0, math.floor(remaining)))
-    headers["x-budget-period"] = bucket.scope[2]
-    if reset_ms >= 0 and bucket.period_rate:
-        headers["x-budget-reset"] = duration(reset_ms)
-
-
-def _ends(retry_after_ms: int) -> float:
-    """A budget's wait as a number to compare (never: the longest)."""
-    return math.inf if retry_after_ms < 0 else retry_after_ms
-
-
-def _amount(micros: int) -> str:
-    """Micro-units as an amount of the currency: `1.5`, `0.000001`, `12`."""
-    whole, part = divmod(micros, 1_000_000)
-    return f"{whole}.{part:06d}".rstrip("0").rstrip(".") if part else str(whole)
-
-
-def _decide(plan: _Plan, result: TakeResult) -> Decision:
-    headers: dict[str, str] = {}
-    tightest: dict[str, tuple[_Bucket, BucketResult]] = {}
-    budgets = [
-        (bucket, outcome.remaining, outcome.reset_ms)
-        for bucket, outcome in zip(plan.buckets, result.buckets, strict=True)
-        if bucket.kind == "spend"
-    ]
-    _budget_headers(headers, budgets)
-    for bucket, outcome in zip(plan.buckets, result.buckets, strict=True):
-        if bucket.kind == "spend":
-            continue
-        best = tightest.get(bucket.kind)
-        if (
-            best is None
-            or outcome.remaining / bucket.capacity < best[1].remaining / best[0].capacity
-        ):
-            tightest[bucket.kind] = (bucket, outcome)
-    for kind, (bucket, outcome) in tightest.items():
-        headers.update(bucket_headers(kind, bucket.per_minute, outcome.remaining, outcome.reset_ms))
-    if result.allowed:
-        return Decision(allowed=True, headers=headers)
-    refusing = [
-        (bucket, outcome)
-        for bucket, outcome in zip(plan.buckets, result.buckets, strict=True)
-        if not outcome.allowed
-    ]
-    if not refusing:
-        # Every bucket had room: the concurrency lease was full.
-        return Decision(
-            allowed=False,
-            headers=headers,
-            refused_by="concurrency",
-            retry_after_s=1.0,
-            limit=plan.max_concurrent,
-        )
-    over_budget = [(b, o) for b, o in refusing if b.kind == "spend"]
-    if over_budget:
-        # Waiting for the rate limits would not help: the budget that ends last names it.
-        ends_ms = [o.retry_after_ms for _, o in over_budget]
-        never = any(ms < 0 for ms in ends_ms)
-        named_budget = max(
-            over_budget, key=lambda r: math.inf if r[1].retry_after_ms < 0 else r[1].retry_after_ms
-        )[0]
-        return Decision(
-            allowed=False,
-            headers=headers,
-            refused_by="spend",
-            retry_after_s=None if never else max(ends_ms) / 1000,
-            never_fits=never,
-            limit=named_budget.per_minute,
-            period=named_budget.scope[2],
-        )
-    never_fits = any(outcome.retry_after_ms < 0 for _, outcome in refusing)
-    wait_ms = max(outcome.retry_after_ms for _, outcome in refusing)
-    refused_by: Kind = "tokens" if any(b.kind == "tokens" for b, _ in refusing) else "requests"
-    # Of that kind, the bucket that makes the client wait longest names the limit.
-    named, _ = max(
-        ((b, o) for b, o in refusing if b.kind == refused_by), key=lambda r: r[1].retry_after_ms
-    )
-    return Decision(
-        allowed=False,
-        headers=headers,
-        refused_by=refused_by,
-        retry_after_s=None if never_fits else wait_ms / 1000,
-        never_fits=never_fits,
-        limit=named.per_minute,
-        of_key=named.of_key,
-    )

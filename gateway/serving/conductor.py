@@ -47,8 +47,8 @@ from gateway.inference.types import (
 from gateway.observability import metrics
 from gateway.observability.access import RequestRecord
 from gateway.observability.logging import redact
+from gateway.ratelimit.decisions import Decision, Reservation
 from gateway.ratelimit.errors import LimiterUnavailable, UnknownTenant
-from gateway.ratelimit.limiter import Decision, Reservation
 from gateway.serving.auth import Identity
 from gateway.serving.chain import MissingCapability, check_context, fallback_chain
 from gateway.serving.dispatch import DeadlineMissed, Fallback, Served, Work, fallback_header

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from gateway.ratelimit.limiter import Decision
+    from gateway.ratelimit.decisions import Decision
 
 
 class InvalidRequest(Exception):

@@ -303,9 +303,9 @@ async def test_a_budget_left_from_an_earlier_period_is_whole_again(url: str) -> 
 
 
 def test_headers_show_amounts_in_the_currency() -> None:
-    from gateway.ratelimit.limiter import _amount
+    from gateway.ratelimit.decisions import amount_text
 
-    assert [_amount(m) for m in (0, 1, 1_500_000, 12_000_000, 10)] == [
+    assert [amount_text(m) for m in (0, 1, 1_500_000, 12_000_000, 10)] == [
         "0", "0.000001", "1.5", "12", "0.00001",
     ]  # fmt: skip
-    assert re.fullmatch(r"\d+(\.\d+)?", _amount(123_456_789))
+    assert re.fullmatch(r"\d+(\.\d+)?", amount_text(123_456_789))

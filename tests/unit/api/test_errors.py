@@ -7,7 +7,7 @@ import orjson
 from gateway.api import errors
 from gateway.api.errors import APIError
 from gateway.api.openai.openai_answers import sse_error
-from gateway.ratelimit.limiter import Decision
+from gateway.ratelimit.decisions import Decision
 from tests.unit.observability.secret_samples import ALL_SECRETS, SECRETS, leftovers_in
 
 

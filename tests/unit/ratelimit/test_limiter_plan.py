@@ -16,7 +16,9 @@ from redis._parsers.encoders import Encoder
 from gateway.config import RateLimitConfig, TenantsConfig
 from gateway.ratelimit.buckets import LeaseSpec
 from gateway.ratelimit.coalescer import PackedCall
-from gateway.ratelimit.limiter import RateLimiter, _decide, _encoded, _headers, plan_for
+from gateway.ratelimit.decisions import allowed_headers, decide
+from gateway.ratelimit.limit_plan import encoded, plan_for
+from gateway.ratelimit.limiter import RateLimiter
 from gateway.ratelimit.redis_store import RedisBuckets, adjust_call, take_result
 
 KEY_HASH = "sha256:" + "0" * 64
@@ -84,7 +86,7 @@ def wire(keys: list[str], args: list[Any]) -> tuple[bytes, list[bytes]]:
 
 @given(st.floats(allow_nan=False, allow_infinity=False))
 def test_a_float_is_sent_as_the_bytes_it_is_encoded_to(value: float) -> None:
-    assert wire([], list(_encoded([value]))) == wire([], [value])
+    assert wire([], list(encoded([value]))) == wire([], [value])
 
 
 remaining = st.one_of(st.floats(-1e6, 1e9), st.integers(-1000, 10**9).map(float))
@@ -105,9 +107,9 @@ def test_allowed_headers_are_those_of_decide(
     for level, reset in zip(levels, resets[: len(plan.buckets)], strict=False):
         reply += [1, repr(level), 0, reset]
     reply = reply[: 2 + 4 * len(plan.buckets)]
-    decision = _decide(plan, take_result(reply, len(plan.buckets), False))
+    decision = decide(plan, take_result(reply, len(plan.buckets), False))
     assert decision.allowed
-    assert list(_headers(plan, reply).items()) == list(decision.headers.items())
+    assert list(allowed_headers(plan, reply).items()) == list(decision.headers.items())
 
 
 @pytest.mark.parametrize("limits", LIMITS)
