@@ -9,26 +9,22 @@ at the end, off the request's critical path. A lease lives `LEASE_TTL_S` unless 
 the limiter renews the leases of running requests every `LEASE_RENEW_S`, so a request may
 run for as long as it needs while a gateway that dies frees its slots within `LEASE_TTL_S`.
 
-Without Redis, in `local` mode, in-process buckets decide, and what they hand out is owed
-to Redis (`LocalDebts`): when Redis answers again, the debt is charged to its buckets
-before it admits anything, so the refill of the outage is not handed out twice.
+Without Redis, `outage.py` decides (in `local` mode, in-process buckets whose takes are
+owed to Redis and charged to it before it admits again).
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
-import functools
 import logging
 import math
 import time
-from collections import deque
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from gateway.config import (
     RateLimitConfig,
-    RedisFailureMode,
     TenantsConfig,
 )
 from gateway.inference.ids import unique_id
@@ -36,15 +32,13 @@ from gateway.observability import metrics
 from gateway.ratelimit.buckets import (
     BucketSpec,
     LeaseSpec,
-    LocalBuckets,
-    LocalDebts,
-    TakeResult,
     monotonic_ms,
 )
 from gateway.ratelimit.decisions import Decision, Reservation, allowed_headers, decide
-from gateway.ratelimit.errors import LimiterUnavailable, UnknownTenant
+from gateway.ratelimit.errors import UnknownTenant
 from gateway.ratelimit.key_quota import KeyQuota
-from gateway.ratelimit.limit_plan import Bucket, LimitPlan, PackedCalls, plan_for
+from gateway.ratelimit.limit_plan import LimitPlan, PackedCalls, plan_for
+from gateway.ratelimit.outage import RedisOutage
 from gateway.ratelimit.redis_store import (
     NO_LEASE,
     RELEASE,
@@ -67,13 +61,6 @@ LEASE_AFTER_DEADLINE_S = 60.0
 # Plans kept (tenants x models x keys with caps of their own), past which they are made
 # again.
 MAX_PLANS = 65_536
-# Settles and lease releases kept while Redis is unreachable, sent when it is back.
-MAX_UNSENT_SETTLES = 10_000
-# Round trips of local debt waited for before Redis admits again. Local admissions go on
-# while one is in flight and owe more, so the wait ends after a few and what is left
-# goes out ahead of the first admissions instead (that order holds on a single Redis;
-# on a Cluster it is a round trip's worth of local admissions).
-DEBT_ROUNDS = 3
 
 
 class RateLimiter:
@@ -88,36 +75,17 @@ class RateLimiter:
         key_prefix: str,
     ) -> None:
         self._store = store
-        self._ping = ping
         self._config = config
         self._prefix = key_prefix
-        self._local = LocalBuckets()
-        # What the local buckets handed out while Redis was unreachable, owed to Redis.
-        self._debts = LocalDebts(self._local)
-        # Outages so far, and the last whose local takes Redis has been charged for: a
-        # local reservation of an outage up to that one is settled in Redis.
-        self._outages = 0
-        self._outages_charged = 0
+        # Redis down: the local buckets, what they owe, the settles held (`outage.py`).
+        self._outage = RedisOutage(store, ping, config, self._send_adjust)
         # By (tenant, model, key id, model only): the key's own budgets are in its plan
         # (a key without budgets shares its tenant's plan, under key id "").
         self._plans: dict[tuple[str, str, str, bool], LimitPlan] = {}
-        # Redis's latest answer for each set of buckets, with the local clock it came at:
-        # what the local buckets are seeded from when Redis goes away (`_seed_local`).
-        # Seeding then rather than on every take gives the same local state at a fraction
-        # of the cost, as nothing else writes bucket levels locally while Redis is up.
-        # By the plan's key, as plans are.
-        # The value: the plan's buckets, take.lua's reply, the clock.
-        self._reported: dict[tuple[str, str, str, bool], tuple[Sequence[Bucket], Any, float]] = {}
         self._tenants = tenants.tenants
-        self._redis_down = False
-        self._probe: asyncio.Task[None] | None = None
         # Charges and settles sent to Redis and not answered yet, with the lease each
         # one releases (if any).
         self._adjusting: dict[asyncio.Future[Any], LeaseSpec | None] = {}
-        # Settles that could not reach Redis: (buckets, lease to release).
-        self._unsent: deque[tuple[list[BucketSpec], LeaseSpec | None]] = deque(
-            maxlen=MAX_UNSENT_SETTLES
-        )
         # The reservations of running requests that hold a lease, by lease member.
         self._leased: dict[str, Reservation] = {}
         self._renewer: asyncio.Task[None] | None = None
@@ -126,13 +94,13 @@ class RateLimiter:
     @property
     def redis_up(self) -> bool:
         """False while Redis is unreachable and the fallback mode decides."""
-        return not self._redis_down
+        return not self._outage.down
 
     def update_tenants(self, tenants: TenantsConfig) -> None:
         """Apply reloaded limits; bucket levels in Redis carry over."""
         self._tenants = tenants.tenants
         # The levels Redis reported under the old limits, as they would have been seeded.
-        self._seed_local()
+        self._outage.seed()
         self._plans.clear()
 
     def _plan(
@@ -232,19 +200,15 @@ class RateLimiter:
                 plan.inflight_key, unique_id(), plan.max_concurrent, int(LEASE_TTL_S * 1000)
             )
         reply = None
-        if not self._redis_down:
+        outage = self._outage
+        if not outage.down:
             try:
                 reply = await self._take_in_redis(plan, reserve_tokens, lease, reserve_micros)
             except REDIS_ERRORS as exc:
                 metrics.REDIS_ERRORS.labels("take").inc()
-                self._mark_down(exc)
+                outage.mark_down(exc)
             else:
-                # Not while Redis is down (a call sent before the outage answering late):
-                # the local buckets are what the debt is measured against.
-                if self._config.on_redis_error is RedisFailureMode.LOCAL and not self._redis_down:
-                    self._reported[(tenant, model, plan.key_id, model_only)] = (
-                        plan.buckets, reply, monotonic_ms()
-                    )  # fmt: skip
+                outage.report((tenant, model, plan.key_id, model_only), plan.buckets, reply)
         local = reply is None
         if reply is not None and reply[0] == 1:
             # Allowed by Redis, as nearly every request is: the headers straight from the
@@ -253,7 +217,7 @@ class RateLimiter:
         else:
             if local:
                 costs = plan.costs(reserve_tokens, reserve_micros)
-                result = self._take_without_redis(plan.buckets, costs, lease, plan.shadow)
+                result = outage.take(plan.buckets, costs, lease, plan.shadow)
                 if result is None:  # `open` mode without Redis
                     return Decision(allowed=True)
             else:
@@ -272,7 +236,7 @@ class RateLimiter:
                 reserve_tokens,
                 local,
                 deadline,
-                outage=self._outages if local else 0,
+                outage=outage.outages if local else 0,
                 plan=plan,
                 spend_buckets=plan.spend_buckets,
                 charged_micros=reserve_micros,
@@ -318,44 +282,6 @@ class RateLimiter:
             return self._store.take_reply(plan.keys, args)
         args += (lease.member, lease.limit, lease.ttl_ms)
         return self._store.take_reply(plan.lease_keys, args)
-
-    def _seed_local(self) -> None:
-        """Give the local buckets this gateway's share of what each bucket held after
-        Redis's last decision on it, so that without Redis they go on from there: a tenant
-        that had used up its limit gets no fresh burst from every gateway when Redis goes
-        away. Applied oldest first, so a key shared by several plans (the tenant's own
-        buckets, under each of its models) ends at its latest level."""
-        share = self._config.gateway_replicas
-        reported = sorted(self._reported.values(), key=lambda entry: entry[2])
-        self._reported.clear()
-        for buckets, reply, now in reported:
-            for i, bucket in enumerate(buckets):
-                remaining = float(reply[3 + 4 * i])
-                capacity, rate = bucket.capacity / share, bucket.refill_per_ms / share
-                self._local.seed(bucket.key, remaining / share, capacity, rate, now)
-
-    def _take_without_redis(
-        self,
-        buckets: Sequence[Bucket],
-        costs: Sequence[int],
-        lease: LeaseSpec | None,
-        shadow: bool,
-    ) -> TakeResult | None:
-        mode = self._config.on_redis_error
-        metrics.RATELIMIT_FALLBACK_DECISIONS.labels(mode.value).inc()
-        # A shadow tenant's limits are never enforced, so `closed` does not refuse it.
-        if mode is RedisFailureMode.OPEN or (shadow and mode is RedisFailureMode.CLOSED):
-            return None
-        if mode is RedisFailureMode.CLOSED:
-            raise LimiterUnavailable(self._config.redis_retry_s)
-        share = self._config.gateway_replicas
-        specs = [b.spec(cost, share) for b, cost in zip(buckets, costs, strict=True)]
-        if lease is not None:
-            lease = LeaseSpec(lease.key, lease.member, math.ceil(lease.limit / share), lease.ttl_ms)
-        now = monotonic_ms()
-        for bucket, spec in zip(buckets, specs, strict=True):
-            self._debts.track(spec, bucket.spec(0), now)
-        return self._local.take(specs, lease, now)
 
     def charge(
         self, reservation: Reservation, used_tokens: int, spent: Callable[[], int] | None = None
@@ -420,31 +346,30 @@ class RateLimiter:
             self._leased.pop(lease.member, None)
         if not reservation.spend_buckets:
             spend_delta = 0
-        if reservation.local and reservation.outage > self._outages_charged:
+        outage = self._outage
+        if reservation.local and reservation.outage > outage.outages_charged:
             # Redis has not been charged for this outage yet: the change goes to the local
             # buckets, and so into what Redis will be charged.
             share = self._config.gateway_replicas
             specs = _changes(reservation, delta, spend_delta, share)
             if specs or lease is not None:
-                self._local.adjust(specs, lease, monotonic_ms())
+                outage.local.adjust(specs, lease, monotonic_ms())
             return
         if reservation.local:
             # Taken locally in an outage Redis has been charged for, take included: the
             # rest of its tokens are Redis's too (once, as a request admitted there), and
             # its lease was never in Redis.
             if lease is not None:
-                self._local.adjust(None, lease, monotonic_ms())
+                outage.local.adjust(None, lease, monotonic_ms())
             lease = None
-        elif not self._redis_down and reservation.plan is not None:
+        elif not outage.down and reservation.plan is not None:
             self._send_planned_adjust(reservation.plan, delta, lease, spend_delta)
             return
         specs = _changes(reservation, delta, spend_delta)
         if not specs and lease is None:
             return
-        if self._redis_down:
-            # Sent when Redis is back: a lease left held would keep the tenant's slot
-            # taken until it expires, and a refund would be lost.
-            self._unsent.append((specs, lease))
+        if outage.down:
+            outage.hold(specs, lease)
         else:
             self._send_adjust(specs, lease)
 
@@ -508,8 +433,8 @@ class RateLimiter:
             if lease is not None:
                 # Whether the charge was applied is unknown, so it is not sent twice;
                 # releasing a lease is safe to repeat.
-                self._unsent.append(([], lease))
-            self._mark_down(exc)
+                self._outage.hold([], lease)
+            self._outage.mark_down(exc)
         elif exc is not None:
             log.error("settling a rate-limit charge failed", exc_info=exc)
 
@@ -531,112 +456,9 @@ class RateLimiter:
                     del self._leased[member]
                     log.warning("a concurrency lease was never released; it expires now")
                 elif reservation.local:
-                    self._local.adjust(None, None, monotonic_ms(), renew=lease)
-                elif not self._redis_down:
+                    self._outage.local.adjust(None, None, monotonic_ms(), renew=lease)
+                elif not self._outage.down:
                     self._send_adjust([], None, renew=lease)
-
-    def _mark_down(self, exc: BaseException) -> None:
-        if self._redis_down:
-            return
-        self._redis_down = True
-        self._outages += 1
-        self._seed_local()
-        metrics.RATELIMIT_BACKEND_UP.set(0)
-        mode = self._config.on_redis_error.value
-        log.warning(
-            "Redis unreachable (%s: %s): rate limiting in %s mode until it is back",
-            type(exc).__name__,
-            exc,
-            mode,
-            extra={"fields": {"event": "fail_mode", "redis_up": False, "mode": mode}},
-        )
-        self._probe = asyncio.create_task(self._wait_for_redis())
-
-    async def _wait_for_redis(self) -> None:
-        charged = 0
-        while True:
-            await asyncio.sleep(self._config.redis_retry_s)
-            try:
-                await self._ping()
-                # Still down meanwhile: local decisions go on, owing what they take.
-                charged += await self._charge_debts()
-            except REDIS_ERRORS:
-                continue
-            except Exception:
-                # A bug must not keep the limiter off Redis for good.
-                log.exception("charging Redis for local admissions failed")
-            break
-        # What local admissions took during the last round trip goes out ahead of the
-        # first admissions Redis makes (queued before them, no await in between).
-        charged += self._send_debts()
-        self._debts.stop_tracking()
-        self._outages_charged = self._outages
-        self._redis_down = False
-        metrics.RATELIMIT_BACKEND_UP.set(1)
-        unsent = list(self._unsent)
-        self._unsent.clear()
-        log.warning(
-            "Redis reachable again: rate limiting in Redis (%d held settles sent, "
-            "%d buckets charged for local admissions)",
-            len(unsent),
-            charged,
-            extra={"fields": {"event": "fail_mode", "redis_up": True}},
-        )
-        for specs, lease in unsent:
-            self._send_adjust(specs, lease)
-
-    async def _charge_debts(self) -> int:
-        """Charge Redis what the local buckets handed out, waiting for its answer, for up
-        to `DEBT_ROUNDS` round trips; the number of bucket charges applied.
-
-        Raises a Redis error if a charge failed: it is owed again, and Redis is not back.
-        """
-        applied = 0
-        for _ in range(DEBT_ROUNDS):
-            charges = self._debts.collect(monotonic_ms())
-            if not charges:
-                break
-            groups = _by_tenant(charges)
-            # One call per tenant (its keys share a slot); on a single Redis all of them
-            # travel in one round trip.
-            replies = await asyncio.gather(
-                *(self._store.adjust(group) for group in groups), return_exceptions=True
-            )
-            failed: BaseException | None = None
-            for group, reply in zip(groups, replies, strict=True):
-                if isinstance(reply, BaseException):
-                    # Whether Redis applied it is unknown (an answer lost): it is charged
-                    # again, as a limiter errs on the strict side.
-                    self._debts.restore(group)
-                    failed = reply
-                else:
-                    applied += len(group)
-            if failed is not None:
-                metrics.REDIS_ERRORS.labels("adjust").inc()
-                raise failed
-        return applied
-
-    def _send_debts(self) -> int:
-        """Queue the charges still owed ahead of any other call; the number queued."""
-        charges = self._debts.collect(monotonic_ms())
-        for group in _by_tenant(charges):
-            sent = self._store.adjust_soon(group, urgent=True)
-            sent.add_done_callback(functools.partial(self._debt_sent, charges=group))
-        return len(charges)
-
-    def _debt_sent(self, sent: asyncio.Future[Any], *, charges: list[BucketSpec]) -> None:
-        if sent.cancelled():
-            return
-        exc = sent.exception()
-        if exc is None:
-            return
-        # Owed still, charged when Redis is back again.
-        self._debts.restore(charges)
-        if isinstance(exc, REDIS_ERRORS):
-            metrics.REDIS_ERRORS.labels("adjust").inc()
-            self._mark_down(exc)
-        else:
-            log.error("charging Redis for local admissions failed", exc_info=exc)
 
     async def close(self) -> None:
         """Finish pending settles (briefly) and stop probing."""
@@ -645,8 +467,7 @@ class RateLimiter:
         if self._adjusting:
             await asyncio.wait(list(self._adjusting), timeout=2.0)
         await self._store.close()
-        if self._probe is not None:
-            self._probe.cancel()
+        self._outage.close()
 
 
 def _changes(
@@ -658,11 +479,3 @@ def _changes(
     if spend_delta:
         specs += [b.spec(spend_delta, share) for b in reservation.spend_buckets]
     return specs
-
-
-def _by_tenant(charges: Sequence[BucketSpec]) -> list[list[BucketSpec]]:
-    """`charges` grouped by their key's hash tag (`prefix:{tenant}`), one group a call."""
-    groups: dict[str, list[BucketSpec]] = {}
-    for charge in charges:
-        groups.setdefault(charge.key[: charge.key.index("}") + 1], []).append(charge)
-    return list(groups.values())
