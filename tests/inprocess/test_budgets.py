@@ -26,14 +26,22 @@ COST = 300 + 750
 AMOUNT = 0.005
 
 
-def priced(config: dict[str, Any]) -> None:
-    config["prices"] = {
-        "currency": "EUR",
-        "models": {
-            name: {"input_per_million": 3.0, "output_per_million": 15.0}
-            for name in ("llm-large", "llm-small")
-        },
-    }
+def prices(per_million_in: float, per_million_out: float) -> Callable[[dict[str, Any]], None]:
+    """An edit of gateway.yaml: both chat models at these prices."""
+
+    def edit(config: dict[str, Any]) -> None:
+        config["prices"] = {
+            "currency": "EUR",
+            "models": {
+                name: {"input_per_million": per_million_in, "output_per_million": per_million_out}
+                for name in ("llm-large", "llm-small")
+            },
+        }
+
+    return edit
+
+
+priced = prices(3.0, 15.0)
 
 
 def budgeted(tenants: dict[str, Any]) -> None:
@@ -239,15 +247,8 @@ def small_budgeted(tenants: dict[str, Any]) -> None:
     ]
 
 
-def one_a_token(config: dict[str, Any]) -> None:
-    """Every model at one micro-unit a token, in and out."""
-    config["prices"] = {
-        "currency": "EUR",
-        "models": {
-            name: {"input_per_million": 1.0, "output_per_million": 1.0}
-            for name in ("llm-large", "llm-small")
-        },
-    }
+# One micro-unit a token, in and out.
+one_a_token = prices(1.0, 1.0)
 
 
 async def test_a_fallback_is_charged_to_the_budget_of_the_model_that_served_it(
