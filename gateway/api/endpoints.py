@@ -20,9 +20,14 @@ from gateway.api.errors import APIError, model_not_found
 from gateway.api.openapi import openapi_document
 from gateway.config import ModelConfig
 from gateway.ledger.ledger_store import LedgerStore
-from gateway.ledger.usage_cli import point_in_time
 from gateway.ledger.usage_records import COLUMNS
-from gateway.ledger.usage_report import ReportQuery, parse_group_by, render_csv, report_columns
+from gateway.ledger.usage_report import (
+    ReportQuery,
+    parse_group_by,
+    point_in_time,
+    render_csv,
+    report_columns,
+)
 from gateway.ledger.usage_requests import RequestsQuery
 from gateway.observability import metrics
 from gateway.serving.auth import Identity

@@ -29,10 +29,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from gateway.eval.records import Attempt
 from gateway.eval.reviews import Review
 from gateway.eval.yaml_files import load_yaml
-from gateway.scheduler.queueing import measures
 
 DIMENSIONS = (
     "correctness",
@@ -190,7 +191,7 @@ def _left_files(attempt: Attempt) -> bool:
 def percentile(values: list[float], p: float) -> float | None:
     """The p-th percentile, interpolated linearly between the closest ranks (numpy's
     default); None for no values."""
-    return measures.percentile(values, p) if values else None
+    return float(np.percentile(values, p)) if values else None
 
 
 def _pass_rate(attempts: list[Attempt]) -> Rate:

@@ -22,7 +22,6 @@ import os
 import re
 import sys
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 
 from gateway.ledger.errors import LedgerMissing, LedgerUnavailable
@@ -31,12 +30,11 @@ from gateway.ledger.usage_report import (
     ReportQuery,
     ReportRow,
     parse_group_by,
+    point_in_time,
     render_csv,
     report_columns,
 )
 
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhd])")
-_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 _ENV_REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)")
 EMPTY = "no usage in this window"
 
@@ -56,18 +54,6 @@ def add_usage_arguments(parser: argparse.ArgumentParser) -> None:
     report.add_argument("--until", default=None, help="ISO time or a duration back (now)")
     report.add_argument("--csv", action="store_true", help="CSV instead of a table")
     report.set_defaults(run=run_report)
-
-
-def point_in_time(text: str, now: float) -> float:
-    """Unix seconds of an ISO 8601 time (UTC unless it says) or of a duration back from
-    `now`; `ValueError` for anything else."""
-    duration = _DURATION.fullmatch(text.strip())
-    if duration is not None:
-        return now - float(duration.group(1)) * _SECONDS[duration.group(2)]
-    moment = datetime.fromisoformat(text.strip())
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    return moment.timestamp()
 
 
 def run_report(args: argparse.Namespace) -> int:

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 TABLE = "usage_ledger"
 
@@ -166,3 +168,20 @@ def render_csv(rows: Iterable[Mapping[str, object]], columns: Sequence[str]) -> 
     for row in rows:
         writer.writerow(["" if row.get(name) is None else row.get(name) for name in columns])
     return out.getvalue()
+
+
+# A report's window: a duration back from now (`24h`, `90m`), or an ISO 8601 time.
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhd])")
+_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def point_in_time(text: str, now: float) -> float:
+    """Unix seconds of an ISO 8601 time (UTC unless it says) or of a duration back from
+    `now`; `ValueError` for anything else."""
+    duration = _DURATION.fullmatch(text.strip())
+    if duration is not None:
+        return now - float(duration.group(1)) * _SECONDS[duration.group(2)]
+    moment = datetime.fromisoformat(text.strip())
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment.timestamp()
