@@ -27,7 +27,7 @@ import time
 from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
 from gateway.admission import (
     AdmissionController,
@@ -52,6 +52,21 @@ STARTING_RETRY_S = 10.0
 
 class DeadlineMissed(Exception):
     """No model of the chain could answer before the request's deadline."""
+
+
+@dataclass(frozen=True, slots=True)
+class _MoveOn:
+    """A model's failure that the next model of the chain may serve, if it falls back for
+    `reason`; `failure` is what the request ends with if it does not."""
+
+    reason: FallbackReason
+    failure: Exception
+
+
+_T = TypeVar("_T")
+# One way of calling a model of the chain (a whole answer, or a stream's first piece):
+# what it gives, or the failure it hands back to the fallback loop.
+_CallModel = Callable[["Work", Slot, "Attempt"], Awaitable["_T | _MoveOn"]]
 
 
 class DeadlineCut(UpstreamTimeout):
@@ -161,52 +176,7 @@ class Dispatcher:
 
     async def complete(self, work: Work) -> tuple[Completion, Served]:
         """The whole answer, from the first model of the chain that can give it in time."""
-        fallbacks = work.fallbacks
-        for index, route in enumerate(work.chain):
-            slot = await self._admit(work, index, fallbacks)
-            if slot is None:
-                continue
-            call = work.call_for(index, route)
-            started = time.monotonic()
-            attempt = Attempt(route, call, started)
-            work.attempts.append(attempt)
-            used = 0
-            try:
-                # A timeout, unlike wait_for, runs the call in this task: no new task.
-                with Timeout(work.deadline - started):
-                    completion = await failover.complete(route, call, work.deadline)
-                parser = parser_for(route, call)
-                if parser is not None:
-                    completion = read_completion(parser, completion)
-            except TimeoutError:
-                _learn_too_slow(route, work, call, time.monotonic() - started)
-                raise DeadlineMissed(f"{route.name} did not answer before the deadline") from None
-            except (UpstreamError, NoReplicaLeft) as exc:
-                # As a stream before its first piece (below): a failure that is not the
-                # request's own may be served by the next model of the chain.
-                if isinstance(exc, UpstreamRejected):
-                    raise  # the request's own fault: another model would refuse it too
-                if isinstance(exc, UpstreamTimeout):
-                    _learn_too_slow(route, work, call, time.monotonic() - started)
-                else:
-                    attempt.finished = True  # the replica's failure: not the client's cost
-                if await self._may_fall_back(work, index, FallbackReason.REPLICA_ERROR, fallbacks):
-                    continue
-                raise
-            else:
-                attempt.finished = True
-                used = completion.usage.total_tokens
-                route.resilience.latency.observe(
-                    None,
-                    time.monotonic() - started,
-                    completion.usage.completion_tokens,
-                    call.prompt_estimate,
-                )
-                return completion, Served(route, fallbacks, slot.waited_s)
-            finally:
-                attempt.ended = time.monotonic()
-                self._admission.release(slot, used)
-        raise DeadlineMissed("no model of the fallback chain could take the request in time")
+        return await self._through_chain(work, self._complete_on)
 
     async def stream(self, work: Work) -> tuple[Delta | None, AsyncGenerator[Delta, None], Served]:
         """The first piece of the answer, the rest of it, and who serves it.
@@ -216,64 +186,115 @@ class Dispatcher:
         Its `aclose` gives the slot back even if it was never iterated (and again does
         nothing). With no first piece (an empty answer) the slot is back already.
         """
-        fallbacks = work.fallbacks
+        return await self._through_chain(work, self._stream_on)
+
+    async def _through_chain(self, work: Work, call_model: _CallModel[_T]) -> _T:
+        """The one fallback loop, whole answers and streams alike: for each model of the
+        chain, a slot in its queue (or a move on, `_admit`), then `call_model` on it; a
+        failure it hands back (`_MoveOn`) moves the work to the next model if that
+        model falls back for it and takes it (`_may_fall_back`), and is raised if not."""
         for index, route in enumerate(work.chain):
-            slot = await self._admit(work, index, fallbacks)
+            slot = await self._admit(work, index, work.fallbacks)
             if slot is None:
                 continue
-            call = work.call_for(index, route)
-            started = time.monotonic()
-            # The first piece must come within the model's budget for this prompt (and the
-            # deadline); failover bounds each attempt by it, and blames a replica that
-            # stays silent.
-            budget = route.config.timeouts.first_token_budget(call.prompt_estimate)
-            first_by = started + min(budget, work.deadline - started)
-            deltas = failover.stream(route, call, work.deadline, first_by)
+            attempt = Attempt(route, work.call_for(index, route), time.monotonic())
+            work.attempts.append(attempt)
+            outcome = await call_model(work, slot, attempt)
+            if not isinstance(outcome, _MoveOn):
+                return outcome
+            if not await self._may_fall_back(work, index, outcome.reason, work.fallbacks):
+                raise outcome.failure
+        raise DeadlineMissed("no model of the fallback chain could take the request in time")
+
+    async def _complete_on(
+        self, work: Work, slot: Slot, attempt: Attempt
+    ) -> tuple[Completion, Served] | _MoveOn:
+        """The whole answer of `attempt`'s model, holding `slot` until it is in."""
+        route, call, started = attempt.route, attempt.call, attempt.started
+        used = 0
+        try:
+            # A timeout, unlike wait_for, runs the call in this task: no new task.
+            with Timeout(work.deadline - started):
+                completion = await failover.complete(route, call, work.deadline)
             parser = parser_for(route, call)
             if parser is not None:
-                deltas = read_stream(parser, deltas)
-            attempt = Attempt(route, call, started)
-            work.attempts.append(attempt)
-            first: Delta | None
-            try:
-                first = await anext(deltas)
-            except StopAsyncIteration:
-                first = None
-            except TimeoutError:
-                attempt.ended = time.monotonic()
-                await deltas.aclose()  # cancels the upstream request
-                self._admission.release(slot, 0)
+                completion = read_completion(parser, completion)
+        except TimeoutError:
+            _learn_too_slow(route, work, call, time.monotonic() - started)
+            raise DeadlineMissed(f"{route.name} did not answer before the deadline") from None
+        except (UpstreamError, NoReplicaLeft) as exc:
+            # As a stream before its first piece (below): a failure that is not the
+            # request's own may be served by the next model of the chain.
+            if isinstance(exc, UpstreamRejected):
+                raise  # the request's own fault: another model would refuse it too
+            if isinstance(exc, UpstreamTimeout):
+                _learn_too_slow(route, work, call, time.monotonic() - started)
+            else:
+                attempt.finished = True  # the replica's failure: not the client's cost
+            return _MoveOn(FallbackReason.REPLICA_ERROR, exc)
+        else:
+            attempt.finished = True
+            used = completion.usage.total_tokens
+            route.resilience.latency.observe(
+                None, time.monotonic() - started, completion.usage.completion_tokens,
+                call.prompt_estimate,
+            )  # fmt: skip
+            return completion, Served(route, work.fallbacks, slot.waited_s)
+        finally:
+            attempt.ended = time.monotonic()
+            self._admission.release(slot, used)
+
+    async def _stream_on(
+        self, work: Work, slot: Slot, attempt: Attempt
+    ) -> tuple[Delta | None, AsyncGenerator[Delta, None], Served] | _MoveOn:
+        """`attempt`'s model's first piece and the rest of its stream (which holds `slot`
+        from then on)."""
+        route, call, started = attempt.route, attempt.call, attempt.started
+        # The first piece must come within the model's budget for this prompt (and the
+        # deadline); failover bounds each attempt by it, and blames a replica that
+        # stays silent.
+        budget = route.config.timeouts.first_token_budget(call.prompt_estimate)
+        first_by = started + min(budget, work.deadline - started)
+        deltas = failover.stream(route, call, work.deadline, first_by)
+        parser = parser_for(route, call)
+        if parser is not None:
+            deltas = read_stream(parser, deltas)
+        first: Delta | None
+        try:
+            first = await anext(deltas)
+        except StopAsyncIteration:
+            first = None
+        except TimeoutError:
+            attempt.ended = time.monotonic()
+            await deltas.aclose()  # cancels the upstream request
+            self._admission.release(slot, 0)
+            _learn_slow_start(route, call, time.monotonic() - started)
+            missed = DeadlineMissed(f"no first token from {route.name} in time")
+            return _MoveOn(FallbackReason.TTFT_TIMEOUT, missed)
+        except (UpstreamError, NoReplicaLeft) as exc:
+            attempt.ended = time.monotonic()
+            attempt.finished = not isinstance(exc, UpstreamTimeout)
+            await deltas.aclose()
+            self._admission.release(slot, 0)
+            if isinstance(exc, UpstreamRejected):
+                raise  # the request's own fault: another model would refuse it too
+            if isinstance(exc, UpstreamTimeout):
                 _learn_slow_start(route, call, time.monotonic() - started)
-                if await self._may_fall_back(work, index, FallbackReason.TTFT_TIMEOUT, fallbacks):
-                    continue
-                raise DeadlineMissed(f"no first token from {route.name} in time") from None
-            except (UpstreamError, NoReplicaLeft) as exc:
-                attempt.ended = time.monotonic()
-                attempt.finished = not isinstance(exc, UpstreamTimeout)
-                await deltas.aclose()
-                self._admission.release(slot, 0)
-                if isinstance(exc, UpstreamRejected):
-                    raise  # the request's own fault: another model would refuse it too
-                if isinstance(exc, UpstreamTimeout):
-                    _learn_slow_start(route, call, time.monotonic() - started)
-                if await self._may_fall_back(work, index, FallbackReason.REPLICA_ERROR, fallbacks):
-                    continue
-                raise
-            except BaseException:  # cancelled (the client left): the slot goes back
-                attempt.ended = time.monotonic()
-                await deltas.aclose()
-                self._admission.release(slot, 0)
-                raise
-            # From its first piece on, a stream is metered piece by piece.
-            attempt.ended, attempt.finished = time.monotonic(), True
-            ttft = time.monotonic() - started
-            metrics.labels(metrics.TTFT, route.name).observe(ttft)
-            served = Served(route, fallbacks, slot.waited_s, ttft)
-            rest = _Rest(
-                self._admission, slot, route, call, first, deltas, started, ttft, work.deadline
-            )
-            return first, rest, served
-        raise DeadlineMissed("no model of the fallback chain could take the request in time")
+            return _MoveOn(FallbackReason.REPLICA_ERROR, exc)
+        except BaseException:  # cancelled (the client left): the slot goes back
+            attempt.ended = time.monotonic()
+            await deltas.aclose()
+            self._admission.release(slot, 0)
+            raise
+        # From its first piece on, a stream is metered piece by piece.
+        attempt.ended, attempt.finished = time.monotonic(), True
+        ttft = attempt.ended - started
+        metrics.labels(metrics.TTFT, route.name).observe(ttft)
+        served = Served(route, work.fallbacks, slot.waited_s, ttft)
+        rest = _Rest(
+            self._admission, slot, route, call, first, deltas, started, ttft, work.deadline
+        )
+        return first, rest, served
 
     async def _admit(self, work: Work, index: int, fallbacks: list[Fallback]) -> Slot | None:
         """A slot on the chain's model `index`, or None when the work moves on."""
