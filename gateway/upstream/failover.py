@@ -147,12 +147,8 @@ async def complete(route: ModelRoute, call: UpstreamCall, deadline: float) -> Co
             try:
                 completion = await route.backend.complete(replica.url, call)
             except UpstreamError as exc:
-                _log_failure(route, replica, exc)
-                if not isinstance(exc, ReplicaUnavailable):
-                    if isinstance(exc, UpstreamTimeout):
-                        _failed(route, replica)
+                if not _moves_on(route, replica, exc):
                     raise
-                _failed(route, replica)
                 last_error = exc
             else:
                 route.resilience.outlier.record_success(replica)
@@ -191,12 +187,8 @@ async def stream(
                     _served(route, replica, Usage())
                     return
                 except UpstreamError as exc:
-                    _log_failure(route, replica, exc)
-                    if not isinstance(exc, ReplicaUnavailable):
-                        if isinstance(exc, UpstreamTimeout):
-                            _failed(route, replica)
+                    if not _moves_on(route, replica, exc):
                         raise
-                    _failed(route, replica)
                     last_error = exc  # and on to the next replica
                 except TimeoutError:
                     if _slow_start(route, call, deadline, first_by, asked):
@@ -225,6 +217,17 @@ async def stream(
                 await upstream.aclose()
         replica = await attempts.retry()
     raise NoReplicaLeft(route.name, last_error)
+
+
+def _moves_on(route: ModelRoute, replica: Replica, exc: UpstreamError) -> bool:
+    """A replica's failure before any output, whole answers and streams alike: logged,
+    held against the replica if it is its fault (it could not take the request, or timed
+    out), and whether the request may move to another replica (only if nothing was
+    generated: `ReplicaUnavailable`)."""
+    _log_failure(route, replica, exc)
+    if isinstance(exc, ReplicaUnavailable | UpstreamTimeout):
+        _failed(route, replica)
+    return isinstance(exc, ReplicaUnavailable)
 
 
 def _slow_start(
