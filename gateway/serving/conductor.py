@@ -382,11 +382,12 @@ class Conductor:
         body_bytes: int,
     ) -> _PartPlan:
         runtime = self._runtime
+        names = [r.name for r in chain]
         scan = functools.partial(
-            runtime.outbound.prepare,
-            identity.name, identity.tenant, [r.name for r in chain], part, record.request_id,
+            runtime.outbound.prepare, identity.name, identity.tenant, names, part,
+            record.request_id,
         )  # fmt: skip
-        if body_bytes > SCAN_ON_THE_LOOP_BYTES and runtime.outbound.scans([r.name for r in chain]):
+        if body_bytes > SCAN_ON_THE_LOOP_BYTES and runtime.outbound.scans(names):
             # Scanning takes 0.3 to 1.7 ms a KB: a large body would hold the event loop,
             # and every other request with it, for up to seconds (the hostile review of
             # issue 40: 900 KB of digits held it 1.8 s). In a thread the loop keeps its
@@ -681,11 +682,19 @@ def _structured_output_problem(
     if fmt is None:
         return None
     for completion in completions:
-        if not completion.tool_calls and completion.finish_reason != "length":
-            problem = output_problem(fmt, completion.text)
-            if problem is not None:
-                return problem
+        called = bool(completion.tool_calls)
+        problem = _answer_problem(fmt, completion.text, called, completion.finish_reason)
+        if problem is not None:
+            return problem
     return None
+
+
+def _answer_problem(fmt: ResponseFormat | None, text: str, called: bool, finish: str) -> str | None:
+    """What is wrong with one answer's `text` for `fmt`; None for nothing, no format, a
+    tool call (its arguments are not the answer) or an answer cut at its token limit."""
+    if fmt is None or called or finish == "length":
+        return None
+    return output_problem(fmt, text)
 
 
 _Opened = tuple[Delta | None, AsyncGenerator[Delta, None], Served]
@@ -784,9 +793,7 @@ class Stream:
         """`InvalidStructuredOutput` unless part `index`'s whole text is what its
         `response_format` asks (a call's arguments and a cut answer are not checked)."""
         fmt = self._admitted.works[index].request.options.response_format
-        if fmt is None or called or finish == "length":
-            return
-        problem = output_problem(fmt, text)
+        problem = _answer_problem(fmt, text, called, finish)
         if problem is not None:
             raise InvalidStructuredOutput(self.served.route.name, problem)
 

@@ -153,6 +153,9 @@ class Work:
     # request that fails after a fallback is recorded with it).
     attempts: list[Attempt] = field(default_factory=list)
     fallbacks: list[Fallback] = field(default_factory=list)
+    # The calls to the chain's later models, by index, once rendered (the gate asks for
+    # one before the dispatcher sends it).
+    _later_calls: dict[int, UpstreamCall] = field(default_factory=dict)
 
     @property
     def cut_attempt(self) -> Attempt | None:
@@ -165,7 +168,11 @@ class Work:
         """The call to the chain's model `index` (`route`)."""
         if index == 0:
             return self.first_call
-        return route.upstream_call(self.request if self.outbound is None else self.outbound[index])
+        call = self._later_calls.get(index)
+        if call is None:
+            request = self.request if self.outbound is None else self.outbound[index]
+            call = self._later_calls[index] = route.upstream_call(request)
+        return call
 
 
 class Dispatcher:
