@@ -88,14 +88,15 @@ async def _room(runtime: Runtime, identity: Identity, need: int) -> None:
     """A 429 naming the quota if the tenant's stored responses have no room for one more
     of `need` bytes. Redis down: the request runs, and its answer is not stored (as
     `keep` does)."""
+    quota = quota_of(identity)
     try:
-        usage = await runtime.responses.room(identity.name, quota_of(identity), need)
+        usage = await runtime.responses.room(identity.name, quota, need)
     except StoreFull as full:
         metrics.stored_responses(full.tenant, full.usage, full.limits)
         raise errors.client_error(full) from None
     except RedisError:
         return
-    metrics.stored_responses(identity.name, usage, quota_of(identity))
+    metrics.stored_responses(identity.name, usage, quota)
 
 
 # The header of an answer that was not stored (its tenant's quota had no room for it).
