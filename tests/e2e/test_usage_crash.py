@@ -18,7 +18,8 @@ from tests.e2e.stack import KEYS, Gateway, default_tenants, model, start_gateway
 from tests.polling import wait_for
 
 CLIENTS = 8  # of each kind: whole answers and streams
-KILLED_AFTER_S = 3.5
+LOAD_BEFORE_KILL_S = 2.0  # at least: records are in flight to the ledger by then
+STREAMS_CUT = 2  # killed only while this many streams are part-way through
 
 
 class Load:
@@ -28,7 +29,12 @@ class Load:
         self.url = gateway.base_url + "/chat/completions"
         self.answered: list[str] = []  # whole answers received in full (200)
         self.started: list[str] = []  # streams whose headers came (200)
+        self.midway = 0  # streams that have sent a token and not yet ended
         self.lock = threading.Lock()
+
+    def streams_midway(self) -> int:
+        with self.lock:
+            return self.midway
 
     def whole(self) -> None:
         body = {
@@ -57,13 +63,28 @@ class Load:
             while True:
                 try:
                     with client.stream("POST", self.url, json=body, timeout=30) as answer:
-                        if answer.status_code == 200:
-                            with self.lock:
-                                self.started.append(answer.headers["x-request-id"])
-                        for _ in answer.iter_bytes():
-                            pass
+                        if answer.status_code != 200:
+                            answer.read()
+                            continue
+                        with self.lock:
+                            self.started.append(answer.headers["x-request-id"])
+                        self._read_through(answer)
                 except httpx.HTTPError:
                     return
+
+    def _read_through(self, answer: httpx.Response) -> None:
+        """Read a stream to its end, counted as midway from its first chunk on."""
+        chunks = answer.iter_bytes()
+        if next(chunks, None) is None:
+            return
+        with self.lock:
+            self.midway += 1
+        try:
+            for _ in chunks:
+                pass
+        finally:
+            with self.lock:
+                self.midway -= 1
 
 
 def ledger_rows(path: Path, ids: list[str]) -> dict[str, list[tuple[int, str]]]:
@@ -98,7 +119,10 @@ def test_a_gateway_killed_under_load_loses_and_doubles_no_record(
     try:
         for client in clients:
             client.start()
-        time.sleep(KILLED_AFTER_S)
+        time.sleep(LOAD_BEFORE_KILL_S)
+        # The kill must land mid-stream (on a loaded machine a fixed delay came when none
+        # was): the streams' tokens come every 40 ms for 1.6 s, so the moment comes soon.
+        wait_for(lambda: load.streams_midway() >= STREAMS_CUT, "streams part-way through", 20)
         gateway.process.kill()  # SIGKILL: no shutdown, no flush
         gateway.process.wait()
     finally:
@@ -107,7 +131,6 @@ def test_a_gateway_killed_under_load_loses_and_doubles_no_record(
             client.join(timeout=30)
     answered, started = list(load.answered), list(load.started)
     assert answered and started, (len(answered), len(started))
-    # Streams of 40 tokens at 40 ms: those started in the last 1.6 s were cut by the kill.
     again = start_gateway(tmp_path / "config", models, redis_url, gateway=settings, tenants=tenants)
     try:
         ids = answered + started
