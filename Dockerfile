@@ -25,6 +25,9 @@ WORKDIR /src
 COPY requirements/runtime.txt requirements/build.txt ./requirements/
 COPY pyproject.toml setup.py README.md ./
 COPY gateway ./gateway
+# The control plane runs in the server's process when gateway.yaml names a cluster file;
+# the offline tools (gateway_tools/) are not in the image.
+COPY gateway_control ./gateway_control
 COPY lua ./lua
 # The venv gets no pip of its own: the builder's pip installs into it (--python). What
 # goes in is uv.lock's runtime set, exported with hashes (requirements/runtime.txt, made

@@ -1,5 +1,7 @@
-"""The `gateway` command: serve | demo | check-config | place | usage | keys | eval | simulate |
-triton-sim | hash-key."""
+"""The `gateway` command: the server's sub-commands (serve | check-config | keys | hash-key),
+and those the other installed programs add (gateway_control: place | simulate;
+gateway_tools: demo | triton-sim | usage | eval | tools), found by entry point so that
+`gateway serve` loads nothing of them."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import socket
 import sys
 import tempfile
 from collections.abc import Sequence
+from importlib.metadata import entry_points
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -119,81 +122,27 @@ def _hash_key(args: argparse.Namespace) -> int:
     return 0
 
 
-def _tools_config(args: argparse.Namespace) -> int:
-    from pathlib import Path
+# The server's own sub-commands: for these, no other program's commands are loaded.
+SERVING_COMMANDS = frozenset({"serve", "check-config", "keys", "hash-key"})
+COMMANDS_GROUP = "inference_gateway.commands"
 
-    from gateway.clients.tool_config import config_for
 
-    if args.tool_default and args.model is not None:
-        print("tools config: --model and --tool-default-model exclude each other", file=sys.stderr)
-        return 2
-    model = None if args.tool_default else (args.model or "llm-large")
-    try:
-        config = config_for(args.tool, args.url, args.key, model)
-    except ValueError as exc:
-        print(f"tools config: {exc}", file=sys.stderr)
-        return 2
-    if args.write_home is not None:
-        if not config.files:
-            print(f"tools config: {args.tool} has no files: its configuration is the "
-                  "environment below", file=sys.stderr)  # fmt: skip
+def _add_other_programs(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """The sub-commands of the other installed programs (a program left out of an
+    install, as the image leaves out the tools, adds none)."""
+    for found in entry_points(group=COMMANDS_GROUP):
         try:
-            written = config.write(Path(args.write_home), replace=args.force)
-        except FileExistsError as exc:
-            print(f"tools config: {exc}; --force replaces it", file=sys.stderr)
-            return 2
-        for path in written:
-            print(f"wrote {path}", file=sys.stderr)
-    print(config.render(), end="")
-    return 0
+            add_commands = found.load()
+        except ModuleNotFoundError as exc:
+            if exc.name != found.module.partition(".")[0]:
+                raise  # the program is there and broken: say so
+            continue
+        add_commands(sub)
 
 
-def _triton_sim(args: argparse.Namespace) -> int:
-    from gateway.dev.sim.server import run_triton_sim
-
-    code: int = run_triton_sim(args.port, args.models)
-    return code
-
-
-def _demo(args: argparse.Namespace) -> int:
-    from gateway.dev.demo import run_demo
-
-    code: int = run_demo(port=args.port, config_path=args.config, ops_port=args.ops_port)
-    return code
-
-
-def _place(args: argparse.Namespace) -> int:
-    from gateway.placement.place_cli import run_place_command
-
-    return run_place_command(args)
-
-
-def _simulate_packing(args: argparse.Namespace) -> int:
-    from gateway.scheduler.experiments.packing_cli import run_packing_command
-
-    return run_packing_command(args)
-
-
-def _simulate_queue(args: argparse.Namespace) -> int:
-    from gateway.scheduler.experiments.queue_cli import run_queue_command
-
-    return run_queue_command(args)
-
-
-def _simulate_autoscale(args: argparse.Namespace) -> int:
-    from gateway.placement.autoscale_cli import run_autoscale_command
-
-    return run_autoscale_command(args)
-
-
-def _simulate_trace(args: argparse.Namespace) -> int:
-    from gateway.scheduler.experiments.queue_cli import run_trace_command
-
-    return run_trace_command(args)
-
-
-def parser() -> argparse.ArgumentParser:
-    """The command line, with one sub-command per job."""
+def parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The command line, with one sub-command per job (only the server's when `argv`
+    names one of them)."""
     top = argparse.ArgumentParser(prog="gateway", description=__doc__)
     sub = top.add_subparsers(dest="command", required=True)
 
@@ -204,44 +153,11 @@ def parser() -> argparse.ArgumentParser:
     serve.add_argument("--workers", type=int, default=1, help="worker processes")
     serve.set_defaults(run=_serve)
 
-    demo = sub.add_parser("demo", help="run local Triton replicas, Redis and the gateway")
-    demo.add_argument("--port", type=int, default=8080)
-    demo.add_argument(
-        "--ops-port", type=int, help="the ops listener's port (default: the config's, 8081)"
-    )
-    demo.add_argument(
-        "--config",
-        default="config/gateway.yaml",
-        help="gateway.yaml to run (default: config/gateway.yaml, from the current directory "
-        "or else from the source tree); checked before anything starts",
-    )
-    demo.set_defaults(run=_demo)
-
     check = sub.add_parser(
         "check-config", help="validate gateway.yaml (and its tenants) or tenants.yaml"
     )
     check.add_argument("--config", required=True)
     check.set_defaults(run=_check_config)
-
-    sim = sub.add_parser("triton-sim", help="serve simulated LLMs from a real tritonserver")
-    sim.add_argument("--port", type=int, required=True, help="HTTP port; gRPC is +1, metrics +2")
-    sim.add_argument(
-        "--models",
-        default="llm-large,llm-small",
-        help="comma-separated names; NAME=MS sets the per-token delay in milliseconds",
-    )
-    sim.set_defaults(run=_triton_sim)
-
-    from gateway.placement.place_cli import add_place_arguments
-
-    place = sub.add_parser("place", help="place cluster.yaml's model replicas on its nodes")
-    add_place_arguments(place)
-    place.set_defaults(run=_place)
-
-    from gateway.ledger.usage_cli import add_usage_arguments
-
-    usage = sub.add_parser("usage", help="usage and cost from the ledger: report")
-    add_usage_arguments(usage)
 
     from gateway.apikeys.keys_cli import add_keys_arguments
 
@@ -250,74 +166,19 @@ def parser() -> argparse.ArgumentParser:
     )
     add_keys_arguments(keys)
 
-    from gateway.eval.eval_cli import add_eval_arguments
-
-    evaluate = sub.add_parser("eval", help="evaluate models on a task suite: run, report, compare")
-    add_eval_arguments(evaluate)
-
-    from gateway.clients.tool_config import KEY_PLACEHOLDER, TOOLS
-
-    tools = sub.add_parser("tools", help="coding tools as clients of the gateway")
-    tool_commands = tools.add_subparsers(dest="tools_command", required=True)
-    tool_config = tool_commands.add_parser(
-        "config", help="print the files and environment that point a tool at the gateway"
-    )
-    tool_config.add_argument("tool", choices=sorted(TOOLS))
-    tool_config.add_argument("--url", default="http://127.0.0.1:8080", help="the gateway")
-    tool_config.add_argument(
-        "--key", default=KEY_PLACEHOLDER, help="a tenant's key (default: a placeholder)"
-    )
-    tool_config.add_argument(
-        "--model", help="the model the tool asks for (default: llm-large, the demo's)"
-    )
-    tool_config.add_argument(
-        "--tool-default-model",
-        dest="tool_default",
-        action="store_true",
-        help="name no model: the tool asks for its own default, which the gateway's aliases "
-        "route (Codex CLI, Claude Code)",
-    )
-    tool_config.add_argument(
-        "--write-home", metavar="DIR", help="also write the tool's files under this home"
-    )
-    tool_config.add_argument(
-        "--force", action="store_true", help="with --write-home: replace files that differ"
-    )
-    tool_config.set_defaults(run=_tools_config)
-
     hash_key = sub.add_parser("hash-key", help="print the stored form of an API key")
     hash_key.add_argument("key", help="the key, or - to read it from standard input")
     hash_key.set_defaults(run=_hash_key)
 
-    from gateway.scheduler.experiments.packing_cli import add_packing_arguments
-
-    simulate = sub.add_parser("simulate", help="offline scheduler experiments")
-    experiments = simulate.add_subparsers(dest="experiment", required=True)
-    packing = experiments.add_parser("packing", help="GPU packing on the openb trace")
-    add_packing_arguments(packing)
-    packing.set_defaults(run=_simulate_packing)
-    from gateway.scheduler.experiments.queue_cli import add_queue_arguments, add_trace_arguments
-
-    queue = experiments.add_parser(
-        "queue", help="replay a job trace: quotas, fair share, preemption, failures"
-    )
-    add_queue_arguments(queue)
-    queue.set_defaults(run=_simulate_queue)
-    trace = experiments.add_parser("trace", help="derive a job trace from the openb pod list")
-    add_trace_arguments(trace)
-    trace.set_defaults(run=_simulate_trace)
-    from gateway.placement.autoscale_cli import add_autoscale_arguments
-
-    autoscale = experiments.add_parser(
-        "autoscale", help="static placement against the closed loop on a shifting trace"
-    )
-    add_autoscale_arguments(autoscale)
-    autoscale.set_defaults(run=_simulate_autoscale)
+    words = sys.argv[1:] if argv is None else argv
+    if not words or words[0] not in SERVING_COMMANDS:
+        _add_other_programs(sub)
     return top
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    """Run the sub-command `argv` (default: the process's arguments) names."""
+    args = parser(argv).parse_args(argv)
     code: int = args.run(args)
     return code
 

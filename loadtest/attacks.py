@@ -23,8 +23,8 @@ from typing import Any
 
 import orjson
 
-from gateway.dev.processes import free_port, gateway_command, spawn, stop, wait_gateway_ready
 from gateway.observability.logging import redact
+from gateway_tools.dev.processes import free_port, gateway_command, spawn, stop, wait_gateway_ready
 
 ACME = "sk-acme-demo"
 GLOBEX = "sk-globex-demo"

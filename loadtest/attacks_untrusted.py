@@ -24,7 +24,7 @@ from typing import Any
 
 import orjson
 
-from gateway.dev.processes import free_port, gateway_command, spawn, stop, wait_gateway_ready
+from gateway_tools.dev.processes import free_port, gateway_command, spawn, stop, wait_gateway_ready
 from loadtest.attacks import ACME, GLOBEX, Row, call, chat, error_of, raw
 
 HELLO = [{"role": "user", "content": "hi"}]

@@ -21,9 +21,9 @@ import json
 import logging
 from pathlib import Path
 
-from gateway.config.cluster_config import load_cluster
-from gateway.placement.autoscale_cli import load_trace
-from gateway.placement.autoscale_sim import PolicyResult, run_policy
+from gateway_control.cluster_config import load_cluster
+from gateway_control.placement.autoscale_cli import load_trace
+from gateway_control.placement.autoscale_sim import PolicyResult, run_policy
 
 HERE = Path(__file__).resolve().parent / "autoscale-attack"
 TRACES = ("globex", "acme", "both", "ramp")
@@ -57,7 +57,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = parser.parse_args()
-    logging.getLogger("gateway.placement").setLevel(logging.ERROR)
+    logging.getLogger("gateway_control.placement").setLevel(logging.ERROR)
     cluster = load_cluster(str(HERE / "cluster.yaml"))
     rows = []
     for name in TRACES:

@@ -33,7 +33,9 @@ from pathlib import Path
 import httpx
 import yaml
 
-from gateway.dev.processes import (
+from gateway_control.placement.autoscale_cli import format_table, write_chart
+from gateway_control.placement.autoscale_sim import SHIFTING, PolicyResult, Sample, Workload
+from gateway_tools.dev.processes import (
     free_port,
     gateway_command,
     spawn,
@@ -41,9 +43,7 @@ from gateway.dev.processes import (
     stop,
     wait_gateway_ready,
 )
-from gateway.dev.sim.server import TritonSim
-from gateway.placement.autoscale_cli import format_table, write_chart
-from gateway.placement.autoscale_sim import SHIFTING, PolicyResult, Sample, Workload
+from gateway_tools.dev.sim.server import TritonSim
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = ROOT / "loadtest" / "autoscale-config"

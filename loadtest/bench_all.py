@@ -34,7 +34,7 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from gateway.dev.processes import (
+from gateway_tools.dev.processes import (
     free_port,
     gateway_command,
     spawn,

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import yaml
 
-from gateway.dev.processes import (
+from gateway_tools.dev.processes import (
     free_port,
     gateway_command,
     spawn,
@@ -36,7 +36,7 @@ from gateway.dev.processes import (
     stop,
     wait_gateway_ready,
 )
-from gateway.dev.sim.server import TritonSim
+from gateway_tools.dev.sim.server import TritonSim
 from loadtest.stack import ROOT, cpu_seconds, wrk, wrk_script
 
 KEY = "sk-bench-1234"

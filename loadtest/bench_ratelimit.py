@@ -24,9 +24,9 @@ import time
 from redis import Redis as SyncRedis
 from redis.asyncio import Redis
 
-from gateway.dev.processes import free_port, start_redis, stop
 from gateway.ratelimit.buckets import BucketSpec, LeaseSpec, bucket_key
 from gateway.ratelimit.redis_store import TAKE_LUA, RedisBuckets
+from gateway_tools.dev.processes import free_port, start_redis, stop
 from loadtest.stack import bench_stack, scrape_metrics, wrk, wrk_script
 
 BIG = 1e12  # buckets that never refuse: the benchmark measures cost, not refusals

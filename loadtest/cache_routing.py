@@ -74,7 +74,8 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.config import hash_key
-from gateway.dev.processes import (
+from gateway_control.scheduler.queueing.measures import percentile
+from gateway_tools.dev.processes import (
     free_port,
     gateway_command,
     spawn,
@@ -82,9 +83,8 @@ from gateway.dev.processes import (
     stop,
     wait_gateway_ready,
 )
-from gateway.dev.sim.repository import ModelProfile
-from gateway.dev.sim.server import TritonSim
-from gateway.scheduler.queueing.measures import percentile
+from gateway_tools.dev.sim.repository import ModelProfile
+from gateway_tools.dev.sim.server import TritonSim
 from loadtest.cache_workload import (
     Message,
     ScheduledRequest,

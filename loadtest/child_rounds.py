@@ -21,7 +21,7 @@ from pathlib import Path
 @contextmanager
 def own_redis() -> Iterator[str]:
     """A throwaway redis-server on a free port for the measurement: its URL."""
-    from gateway.dev.processes import free_port, start_redis, stop
+    from gateway_tools.dev.processes import free_port, start_redis, stop
 
     port = free_port()
     redis = start_redis(port)

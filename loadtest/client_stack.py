@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from gateway.dev.processes import free_port, spawn, stop, wait_http_ok
+from gateway_tools.dev.processes import free_port, spawn, stop, wait_http_ok
 from loadtest.bare_apps import uvicorn_command, wait_listening
 from loadtest.instant_upstream import UPSTREAM_PORTS, start_nginx
 from loadtest.stack import wrk, wrk_script

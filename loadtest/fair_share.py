@@ -26,7 +26,7 @@ import aiohttp
 import yaml
 
 from gateway.config import hash_key
-from gateway.dev.processes import (
+from gateway_tools.dev.processes import (
     free_port,
     gateway_command,
     spawn,
@@ -34,7 +34,7 @@ from gateway.dev.processes import (
     stop,
     wait_gateway_ready,
 )
-from gateway.dev.sim.server import TritonSim
+from gateway_tools.dev.sim.server import TritonSim
 
 SHORT = [{"role": "user", "content": "hi"}]
 LONG = [{"role": "user", "content": "tell me about " + "the weather " * 30}]

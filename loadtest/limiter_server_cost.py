@@ -32,7 +32,7 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from gateway.dev.processes import free_port, gateway_command, spawn, stop, wait_http_ok
+from gateway_tools.dev.processes import free_port, gateway_command, spawn, stop, wait_http_ok
 from loadtest.bench_all import redis_totals
 from loadtest.stack import (
     BENCH_CONFIG,

@@ -3,7 +3,7 @@
     .venv/bin/python -m loadtest.packing_table --data /path/to/openb [--jobs 2]
 
 For each workload (the default pod list, then the families of
-`gateway.scheduler.experiments.workloads` derived from it) and each policy, runs the packing
+`gateway_control.scheduler.experiments.workloads` derived from it) and each policy, runs the packing
 experiment once per seed and prints a Markdown table: median over the seeds of the unallocated GPU %
 at 100 % arrived, its range, the paper's value where it has one, and the mean time per
 placement. `--write DIR` also writes each derived family as an openb pod list, for
@@ -21,10 +21,10 @@ from concurrent.futures import ProcessPoolExecutor
 from functools import cache
 from pathlib import Path
 
-from gateway.scheduler.cluster import Node, Pod, load_nodes, load_pods
-from gateway.scheduler.experiments.packing import run_packing
-from gateway.scheduler.experiments.workloads import derive, family_names, write_pods
-from gateway.scheduler.policies.registry import POLICY_NAMES
+from gateway_control.scheduler.cluster import Node, Pod, load_nodes, load_pods
+from gateway_control.scheduler.experiments.packing import run_packing
+from gateway_control.scheduler.experiments.workloads import derive, family_names, write_pods
+from gateway_control.scheduler.policies.registry import POLICY_NAMES
 
 NODES_CSV = "openb_node_list_gpu_node.csv"
 PODS_CSV = "openb_pod_list_default.csv"

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
-from gateway.dev.processes import (
+from gateway_tools.dev.processes import (
     free_port,
     gateway_command,
     spawn,

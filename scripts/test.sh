@@ -10,7 +10,7 @@ if [ $# -eq 0 ]; then
   scripts/coding-tools.sh >/dev/null 2>&1 &
 fi
 
-.venv/bin/ruff check gateway tests loadtest deploy
-.venv/bin/ruff format --check gateway tests loadtest deploy
-.venv/bin/mypy gateway
+.venv/bin/ruff check gateway gateway_control gateway_tools tests loadtest deploy
+.venv/bin/ruff format --check gateway gateway_control gateway_tools tests loadtest deploy
+.venv/bin/mypy
 .venv/bin/python -m pytest "$@"

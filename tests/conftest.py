@@ -7,8 +7,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from gateway.dev.processes import free_port, redis_server_path, start_redis, stop
 from gateway.storage.redis_client import EMBEDDED_URL
+from gateway_tools.dev.processes import free_port, redis_server_path, start_redis, stop
 from tests.redis_cluster import redis_cluster
 
 __all__ = ["redis_cluster", "redis_url"]

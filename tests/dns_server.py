@@ -12,7 +12,7 @@ from typing import Any
 from dnslib import QTYPE, RCODE, RR, SRV, A, DNSRecord
 from dnslib.server import BaseResolver, DNSServer
 
-from gateway.dev.processes import free_port
+from gateway_tools.dev.processes import free_port
 from tests import ports
 
 

@@ -12,7 +12,13 @@ from pathlib import Path
 import pytest
 from redis import Redis as SyncRedis
 
-from gateway.dev.processes import free_port, port_is_free, redis_server_path, stop, wait_listening
+from gateway_tools.dev.processes import (
+    free_port,
+    port_is_free,
+    redis_server_path,
+    stop,
+    wait_listening,
+)
 from tests import ports
 
 CLUSTER_SIZE = 3

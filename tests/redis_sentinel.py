@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from redis import Redis as SyncRedis
 
-from gateway.dev.processes import free_port, redis_server_path, stop, wait_listening
+from gateway_tools.dev.processes import free_port, redis_server_path, stop, wait_listening
 from tests import ports
 
 SERVICE = "gateway-primary"

@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
-from gateway.config.cluster_config import check_cluster
+from gateway.config.extensions import NOT_INSTALLED, cluster_part
 from gateway.config.keys import HASH_PREFIX, InvalidKey, parse_key_entry
 from gateway.config.schema import (
     AdmissionConfig,
@@ -363,51 +363,13 @@ def _key_problems(source: Source) -> list[Problem]:
 
 
 def _cluster_problems(source: Source) -> list[Problem]:
-    """The cluster file's own problems, and how it fits gateway.yaml's models.
-
-    Every deployment must be of a model gateway.yaml defines, and every model without
-    `replicas` must be deployed. Problems are at the line of the file they are in.
-    """
-    path = _cluster_path(source)
-    if path is None:
+    """The cluster file's problems, as the control plane that reads it checks them."""
+    if _cluster_path(source) is None:
         return []
-    _, cluster_source, problems = check_cluster(path)
-    if not cluster_source.parsed:
-        return problems  # unreadable or not YAML: its deployments are unknown
-    # On the plain data, so these show up along with the file's own problems.
-    models = _as_dict(_as_dict(source.data).get("models"))
-    gateway_name = os.path.basename(source.file)
-    deployed = set()
-    for i, deployment in enumerate(_as_list(_as_dict(cluster_source.data).get("deployments"))):
-        model = _as_dict(deployment).get("model")
-        if not isinstance(model, str):
-            continue  # the file's own check reports it
-        deployed.add(model)
-        if model not in models:
-            loc: Loc = ("deployments", i, "model")
-            message = f"model '{model}' is not defined in {gateway_name}"
-            problems.append(cluster_source.problem(loc, at(loc, message)))
-    # The batch classes the closed loop tells apart are gateway.yaml's admission classes.
-    admission = _as_dict(_as_dict(source.data).get("admission"))
-    classes = _as_list(admission.get("classes")) or AdmissionConfig().classes
-    autoscaling = _as_dict(_as_dict(cluster_source.data).get("autoscaling"))
-    for i, name in enumerate(_as_list(autoscaling.get("batch_classes"))):
-        if isinstance(name, str) and name not in classes:
-            loc = ("autoscaling", "batch_classes", i)
-            known = ", ".join(str(c) for c in classes)
-            message = f"'{name}' is not an admission class of {gateway_name} ({known})"
-            problems.append(cluster_source.problem(loc, at(loc, message)))
-    cluster_name = os.path.basename(path)
-    for name, config in models.items():
-        if (
-            isinstance(config, dict)
-            and not config.get("replicas")
-            and not config.get("discovery")
-            and name not in deployed
-        ):
-            loc = ("models", name, "replicas")
-            message = f"no replicas, and {cluster_name} has no deployment of '{name}'"
-            problems.append(source.problem(loc, at(loc, message)))
+    check = cluster_part("check")
+    if check is None:
+        return [source.problem(("cluster_file",), at(("cluster_file",), NOT_INSTALLED))]
+    problems: list[Problem] = check(source, _cluster_path(source))
     return problems
 
 

@@ -230,7 +230,7 @@ class PlacementConfig(Strict):
 
     # `none`: this gateway places them (one gateway). `redis`: the gateways elect one
     # leader through a lease in Redis, which places and publishes the placement; the
-    # others serve from what it published (gateway/placement/leadership.py).
+    # others serve from what it published (gateway_control/placement/leadership.py).
     # `kubernetes`: the same through a Kubernetes Lease object (coordination.k8s.io/v1).
     leader_election: Literal["none", "redis", "kubernetes"] = "none"
     # The lease expires this long after its holder last renewed it (every third of it):

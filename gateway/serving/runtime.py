@@ -25,10 +25,9 @@ from gateway.config.loader import compile_pattern, is_pattern, pattern_rank
 from gateway.inference.prompt import PromptTemplate
 from gateway.observability import metrics
 from gateway.observability.access import UsageSink
-from gateway.placement.controller import ClusterPlacement
-from gateway.placement.demand_reporter import DemandReporter
 from gateway.ratelimit.limiter import RateLimiter
 from gateway.ratelimit.redis_store import RedisBuckets
+from gateway.serving.attachment import Attachment, ServerView, cluster_attachment
 from gateway.serving.auth import Authenticator
 from gateway.serving.dispatch import Dispatcher
 from gateway.serving.outbound import OutboundGuard
@@ -242,8 +241,9 @@ class Runtime:
     outbound: OutboundGuard
     # The Responses API's stored responses.
     responses: ResponseStore
-    # Models served where cluster.yaml's deployments are placed, when gateway.yaml says so.
-    placement: ClusterPlacement | None = None
+    # The control plane, when gateway.yaml names a cluster file: it places the models
+    # deployed there and points their pools at the nodes that host them.
+    placement: Attachment | None = None
     # Models whose replicas come from DNS (`discovery`), kept up to date.
     discovery: ReplicaDiscovery | None = None
     # The models' other names (`aliases`, and the tenants'), to the models' own.
@@ -259,9 +259,6 @@ class Runtime:
     # of it, polled (`auth` looks keys up there after tenants.yaml's).
     key_store: KeyStore | None = None
     key_directory: KeyDirectory | None = None
-    # This gateway's demand, reported for the placement leader's closed loop (with
-    # autoscaled deployments in cluster.yaml).
-    demand_reporter: DemandReporter | None = None
 
     @classmethod
     def build(cls, config: Config) -> Runtime:
@@ -276,12 +273,8 @@ class Runtime:
             config.gateway.redis.key_prefix,
         )
         admission = AdmissionController(config.gateway.admission.classes)
-        placement = ClusterPlacement.load(
-            config.gateway,
-            config.gateway_path,
-            routes,
-            on_change=admission.capacity_changed,
-            redis=redis,
+        placement = cluster_attachment(
+            ServerView(config, routes, admission, redis, admission.capacity_changed)
         )
         to_zero = set() if placement is None else placement.scales_to_zero
         for route in routes.values():
@@ -289,22 +282,6 @@ class Runtime:
             admission.configure_model(route.name, route.config.queue.max_queued, capacity)
             _follow_ejections(route, admission)
         discovery = ReplicaDiscovery(routes.values(), on_change=admission.capacity_changed)
-        demand_reporter = None
-        board = (
-            None
-            if placement is None or placement.autoscaler is None
-            else placement.autoscaler.board
-        )
-        if placement is not None and board is not None:
-            scaled = [d.model for d in placement.cluster.deployments if d.autoscale]
-            demand_reporter = DemandReporter(
-                board,
-                admission,
-                [model for model in scaled if model in routes],
-                placement.cluster.autoscaling.interval_s,
-                moves=placement.moves,
-            )
-            placement.gateway_id = demand_reporter.gateway
         key_store = KeyStore(redis, config.gateway.redis.key_prefix)
         key_directory = KeyDirectory(key_store)
         return cls(
@@ -335,7 +312,6 @@ class Runtime:
             discovery=discovery,
             key_store=key_store,
             key_directory=key_directory,
-            demand_reporter=demand_reporter,
         )
 
     def apply_tenants(self, tenants: TenantsConfig) -> None:
@@ -369,8 +345,6 @@ class Runtime:
             await self.key_directory.start()
         if self.placement is not None:
             await self.placement.start()
-        if self.demand_reporter is not None:
-            self.demand_reporter.start()
         if self.discovery is not None:
             await self.discovery.start()
         ledger = self.config.gateway.ledger
@@ -396,8 +370,6 @@ class Runtime:
             )
 
     async def close(self) -> None:
-        if self.demand_reporter is not None:
-            await self.demand_reporter.stop()
         if self.placement is not None:
             await self.placement.stop()
         if self.discovery is not None:

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from openai import OpenAI
 
-from gateway.dev.processes import free_port, stop
-from gateway.dev.sim.server import TritonSim
+from gateway_tools.dev.processes import free_port, stop
+from gateway_tools.dev.sim.server import TritonSim
 from tests import ports
 from tests.e2e.stack import KEYS, Gateway, model, start_gateway
 

@@ -17,7 +17,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.config import hash_key
-from gateway.dev.processes import (
+from gateway_tools.dev.processes import (
     free_port,
     gateway_command,
     spawn,

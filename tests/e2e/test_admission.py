@@ -19,8 +19,8 @@ import pytest
 from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
 
-from gateway.dev.processes import stop
-from gateway.dev.sim.server import TritonSim
+from gateway_tools.dev.processes import stop
+from gateway_tools.dev.sim.server import TritonSim
 from tests.e2e.stack import Gateway, model, start_gateway, tenant
 from tests.e2e.test_rate_limits import key
 from tests.e2e.upstreams import chat_upstream, serve_in_thread

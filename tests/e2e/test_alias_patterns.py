@@ -14,7 +14,7 @@ import openai
 import orjson
 import pytest
 
-from gateway.dev.sim.server import TritonSim
+from gateway_tools.dev.sim.server import TritonSim
 from tests.e2e.stack import Gateway, model, running_gateway, tenant
 
 ASK: Any = [{"role": "user", "content": "Hi"}]

@@ -17,10 +17,10 @@ import openai as openai_errors
 import pytest
 from openai import OpenAI
 
-from gateway.dev.sim.model_template import generate_pieces
-from gateway.dev.sim.server import TritonSim
 from gateway.inference.prompt import PromptTemplate
 from gateway.inference.types import ChatMessage
+from gateway_tools.dev.sim.model_template import generate_pieces
+from gateway_tools.dev.sim.server import TritonSim
 from tests.e2e.stack import Gateway, model, running_gateway, tenant
 
 HERMES = {"capabilities": {"tools": True, "tool_parser": "hermes"}, "max_tokens_limit": 512}

@@ -19,7 +19,7 @@ import pytest
 import yaml
 from openai import APIStatusError, OpenAI, OpenAIError
 
-from gateway.dev.sim.server import TritonSim
+from gateway_tools.dev.sim.server import TritonSim
 from tests.e2e.conftest import start_sim, two_sims
 from tests.e2e.stack import KEYS, Gateway, model, start_gateway
 

@@ -21,10 +21,10 @@ import yaml
 from openai import OpenAI, OpenAIError
 
 from gateway.config import ModelConfig
-from gateway.dev.sim.model_template import natural_length
-from gateway.dev.sim.server import TritonSim
 from gateway.inference.types import ChatMessage, InferenceRequest, RequestKind, SamplingParams
 from gateway.serving.runtime import _route
+from gateway_tools.dev.sim.model_template import natural_length
+from gateway_tools.dev.sim.server import TritonSim
 from tests.e2e.conftest import two_sims
 from tests.e2e.stack import KEYS, Gateway, default_tenants, model, start_gateway, tenant
 from tests.e2e.test_autoscaling import exposition, ready, replicas, wait_for

@@ -20,9 +20,9 @@ import pytest
 from openai import OpenAI
 from prometheus_client.parser import text_string_to_metric_families
 
-from gateway.dev.processes import stop
-from gateway.dev.sim.server import TritonSim
 from gateway.upstream.ring import HashRing, position
+from gateway_tools.dev.processes import stop
+from gateway_tools.dev.sim.server import TritonSim
 from tests.dns_server import Zone, dns_server
 from tests.e2e.conftest import start_sim
 from tests.e2e.stack import Gateway, model, replica_requests, start_gateway, tenant

@@ -9,9 +9,9 @@ from collections import defaultdict
 import pytest
 from openai import BadRequestError, OpenAI
 
-from gateway.dev.sim.model_template import generate_pieces
 from gateway.inference.prompt import PromptTemplate
 from gateway.inference.types import ChatMessage
+from gateway_tools.dev.sim.model_template import generate_pieces
 from tests.e2e.stack import Gateway, replica_requests
 
 ASK = [{"role": "user", "content": "Say something."}]

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.dev.processes import free_port, gateway_command
+from gateway_tools.dev.processes import free_port, gateway_command
 
 SHIPPED = Path(__file__).resolve().parents[2] / "config"
 

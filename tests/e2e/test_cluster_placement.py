@@ -12,7 +12,7 @@ import pytest
 import yaml
 from openai import OpenAI, OpenAIError
 
-from gateway.dev.sim.server import TritonSim
+from gateway_tools.dev.sim.server import TritonSim
 from tests.e2e.conftest import two_sims
 from tests.e2e.stack import KEYS, Gateway, model, start_gateway
 

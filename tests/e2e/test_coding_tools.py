@@ -26,10 +26,10 @@ from typing import Any
 import orjson
 import pytest
 
-from gateway.clients.tool_config import ToolConfig, config_for
-from gateway.dev.processes import stop
-from gateway.dev.replay import REPLAY_DIR
-from gateway.dev.sim.server import TritonSim
+from gateway_tools.clients.tool_config import ToolConfig, config_for
+from gateway_tools.dev.processes import stop
+from gateway_tools.dev.replay import REPLAY_DIR
+from gateway_tools.dev.sim.server import TritonSim
 from tests.e2e.conftest import start_sim
 from tests.e2e.stack import Gateway, model, start_gateway, tenant
 

@@ -17,8 +17,8 @@ from typing import Any
 import anthropic
 from openai import OpenAI, OpenAIError
 
-from gateway.dev.demo import NODE_RESTART_ENV
-from gateway.dev.processes import free_port, gateway_command, spawn, stop, wait_gateway_ready
+from gateway_tools.dev.demo import NODE_RESTART_ENV
+from gateway_tools.dev.processes import free_port, gateway_command, spawn, stop, wait_gateway_ready
 from tests import ports
 
 # A hang guard for each wait, far above what the demo needs.

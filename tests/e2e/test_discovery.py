@@ -11,8 +11,8 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from gateway.dev.processes import stop
-from gateway.dev.sim.server import TritonSim
+from gateway_tools.dev.processes import stop
+from gateway_tools.dev.sim.server import TritonSim
 from tests.dns_server import Zone, dns_server
 from tests.e2e.stack import KEYS, Gateway, replica_requests, start_gateway, tenant
 from tests.polling import wait_until

@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 from openai import BadRequestError, OpenAI, RateLimitError
 
-from gateway.dev.sim.embedding_template import count_input_tokens, embed_texts
-from gateway.dev.sim.repository import EMBEDDING_DIMENSIONS
-from gateway.dev.sim.server import TritonSim
+from gateway_tools.dev.sim.embedding_template import count_input_tokens, embed_texts
+from gateway_tools.dev.sim.repository import EMBEDDING_DIMENSIONS
+from gateway_tools.dev.sim.server import TritonSim
 from tests.e2e.stack import Gateway, model, replica_requests, running_gateway, tenant
 
 TEXTS = [

@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gateway.dev.processes import stop
-from gateway.dev.replay import REPLAY_DIR
-from gateway.eval.records import read_attempts, read_manifest
-from gateway.eval.suite import load_suite
+from gateway_tools.dev.processes import stop
+from gateway_tools.dev.replay import REPLAY_DIR
+from gateway_tools.eval.records import read_attempts, read_manifest
+from gateway_tools.eval.suite import load_suite
 from tests.e2e.conftest import start_sim
 from tests.e2e.stack import Gateway, model, start_gateway, tenant
 

@@ -21,9 +21,9 @@ from typing import Any
 import orjson
 import pytest
 
-from gateway.dev.processes import stop
-from gateway.dev.replay import REPLAY_DIR
-from gateway.eval.records import Attempt, read_attempts, read_manifest
+from gateway_tools.dev.processes import stop
+from gateway_tools.dev.replay import REPLAY_DIR
+from gateway_tools.eval.records import Attempt, read_attempts, read_manifest
 from tests.e2e.conftest import start_sim
 from tests.e2e.stack import Gateway, model, start_gateway, tenant
 from tests.polling import wait_for

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from gateway.dev.processes import stop
-from gateway.dev.sim.server import TritonSim
+from gateway_tools.dev.processes import stop
+from gateway_tools.dev.sim.server import TritonSim
 from tests.e2e.stack import KEYS, Gateway, default_tenants, model, start_gateway
 
 # Test cases per operation and phase: about 7,800 test cases in all, in about a minute.

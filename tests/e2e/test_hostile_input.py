@@ -11,8 +11,8 @@ import httpx
 import orjson
 import pytest
 
-from gateway.dev.processes import stop
-from gateway.dev.sim.server import TritonSim
+from gateway_tools.dev.processes import stop
+from gateway_tools.dev.sim.server import TritonSim
 from tests.e2e.stack import KEYS, Gateway, default_tenants, model, start_gateway
 from tests.listeners import silent_listener
 

@@ -14,9 +14,9 @@ from langchain_core.tools import tool
 from langchain_openai import ChatOpenAI, OpenAIEmbeddings
 from pydantic import BaseModel
 
-from gateway.dev.sim.embedding_template import embed_texts
-from gateway.dev.sim.repository import EMBEDDING_DIMENSIONS
-from gateway.dev.sim.server import TritonSim
+from gateway_tools.dev.sim.embedding_template import embed_texts
+from gateway_tools.dev.sim.repository import EMBEDDING_DIMENSIONS
+from gateway_tools.dev.sim.server import TritonSim
 from tests.e2e.stack import Gateway, model, running_gateway, tenant
 
 CAPABLE = {

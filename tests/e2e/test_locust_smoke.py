@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gateway.dev.processes import stop
-from gateway.dev.sim.server import TritonSim
+from gateway_tools.dev.processes import stop
+from gateway_tools.dev.sim.server import TritonSim
 from tests.e2e.stack import model, start_gateway, tenant
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -8,10 +8,10 @@ from collections.abc import Iterator
 import pytest
 from openai import BadRequestError, OpenAI
 
-from gateway.dev.sim.model_template import generate_pieces, token_logprob
-from gateway.dev.sim.server import TritonSim
 from gateway.inference.prompt import PromptTemplate
 from gateway.inference.types import ChatMessage
+from gateway_tools.dev.sim.model_template import generate_pieces, token_logprob
+from gateway_tools.dev.sim.server import TritonSim
 from tests.e2e.stack import Gateway, model, running_gateway, tenant
 
 ASK = [{"role": "user", "content": "How sure are you?"}]

@@ -16,8 +16,8 @@ import orjson
 import pytest
 import yaml
 
-from gateway.dev.processes import free_port, stop, wait_http_ok, wait_listening
-from gateway.dev.sim.server import TritonSim
+from gateway_tools.dev.processes import free_port, stop, wait_http_ok, wait_listening
+from gateway_tools.dev.sim.server import TritonSim
 from tests import ports
 from tests.e2e.stack import Gateway, model, start_gateway, tenant
 from tests.e2e.test_rate_limits import chat

@@ -10,8 +10,8 @@ import orjson
 import pytest
 from openai import OpenAI
 
-from gateway.dev.processes import stop
-from gateway.dev.sim.server import TritonSim
+from gateway_tools.dev.processes import stop
+from gateway_tools.dev.sim.server import TritonSim
 from tests.e2e.stack import KEYS, Gateway, model, start_gateway
 
 HELLO = [{"role": "user", "content": "Say hello to the gateway tests"}]

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gateway.dev.processes import gateway_command
-from gateway.dev.sim.server import TritonSim
+from gateway_tools.dev.processes import gateway_command
+from gateway_tools.dev.sim.server import TritonSim
 from tests.e2e.conftest import start_sim
 
 

@@ -21,13 +21,13 @@ import yaml
 from openai import OpenAI
 from redis.asyncio import Redis
 
-from gateway.config.cluster_config import load_cluster
-from gateway.dev.processes import free_port, spawn, stop, wait_listening
-from gateway.dev.sim.server import TritonSim
-from gateway.placement.controller import PUBLISH_LUA
-from gateway.placement.deployment import DeploymentPlan
-from gateway.placement.leadership import LostLeadership, RedisLease
-from gateway.placement.triton_repository import apply_plan, loaded_models
+from gateway_control.cluster_config import load_cluster
+from gateway_control.placement.controller import PUBLISH_LUA
+from gateway_control.placement.deployment import DeploymentPlan
+from gateway_control.placement.leadership import LostLeadership, RedisLease
+from gateway_control.placement.triton_repository import apply_plan, loaded_models
+from gateway_tools.dev.processes import free_port, spawn, stop, wait_listening
+from gateway_tools.dev.sim.server import TritonSim
 from tests import ports
 from tests.e2e.conftest import two_sims
 from tests.e2e.stack import KEYS, Gateway, model, start_gateway

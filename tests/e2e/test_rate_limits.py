@@ -16,8 +16,8 @@ import pytest
 from redis import Redis as SyncRedis
 from redis.crc import key_slot
 
-from gateway.dev.processes import free_port, start_redis, stop
-from gateway.dev.sim.server import TritonSim
+from gateway_tools.dev.processes import free_port, start_redis, stop
+from gateway_tools.dev.sim.server import TritonSim
 from tests import ports
 from tests.e2e.stack import Gateway, model, start_gateway, tenant
 from tests.polling import wait_until

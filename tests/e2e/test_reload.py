@@ -16,8 +16,8 @@ import orjson
 import pytest
 import yaml
 
-from gateway.dev.processes import stop
-from gateway.dev.sim.server import TritonSim
+from gateway_tools.dev.processes import stop
+from gateway_tools.dev.sim.server import TritonSim
 from tests.e2e.stack import Gateway, model, start_gateway, tenant
 from tests.e2e.test_rate_limits import chat, key
 from tests.polling import wait_until

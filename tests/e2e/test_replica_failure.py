@@ -12,7 +12,7 @@ import openai
 import pytest
 from openai import AsyncOpenAI, OpenAI
 
-from gateway.dev.sim.server import TritonSim
+from gateway_tools.dev.sim.server import TritonSim
 from tests.e2e.conftest import two_sims_and_gateway
 from tests.e2e.stack import KEYS, Gateway, default_tenants, model
 from tests.polling import wait_until

@@ -13,8 +13,8 @@ import orjson
 import pytest
 from aiohttp import web
 
-from gateway.dev.processes import stop
-from gateway.dev.sim.server import TritonSim
+from gateway_tools.dev.processes import stop
+from gateway_tools.dev.sim.server import TritonSim
 from tests.e2e.stack import Gateway, model, start_gateway, tenant
 from tests.e2e.test_rate_limits import key
 from tests.e2e.upstreams import chat_upstream, serve_in_thread

@@ -26,10 +26,10 @@ from agents import (
 from agents.models import get_default_model
 from openai import AsyncOpenAI, OpenAI
 
-from gateway.dev.sim.model_template import generate_pieces
-from gateway.dev.sim.server import TritonSim
 from gateway.inference.prompt import PromptTemplate
 from gateway.inference.types import ChatMessage
+from gateway_tools.dev.sim.model_template import generate_pieces
+from gateway_tools.dev.sim.server import TritonSim
 from tests.e2e.stack import Gateway, model, running_gateway, tenant
 
 HERMES = {"capabilities": {"tools": True, "tool_parser": "hermes", "structured_outputs": True}}

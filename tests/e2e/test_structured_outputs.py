@@ -11,7 +11,7 @@ import pytest
 from openai import OpenAI
 from pydantic import BaseModel
 
-from gateway.dev.sim.server import TritonSim
+from gateway_tools.dev.sim.server import TritonSim
 from tests.e2e.stack import Gateway, model, running_gateway, tenant
 from tests.e2e.tool_upstream import ToolModel
 from tests.e2e.upstreams import serve_in_thread

@@ -13,7 +13,7 @@ import openai
 import pytest
 from openai import OpenAI
 
-from gateway.dev.sim.server import TritonSim
+from gateway_tools.dev.sim.server import TritonSim
 from tests.e2e.stack import Gateway, model, running_gateway, tenant
 from tests.e2e.tool_upstream import ToolModel
 from tests.e2e.upstreams import serve_in_thread

@@ -10,7 +10,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from gateway.dev.sim.server import TritonSim
+from gateway_tools.dev.sim.server import TritonSim
 from tests.e2e.conftest import two_sims_and_gateway
 from tests.e2e.stack import Gateway, model, tenant
 from tests.e2e.test_admission import post

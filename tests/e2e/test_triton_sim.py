@@ -1,4 +1,4 @@
-"""End-to-end tests of `gateway.dev.sim`: a real tritonserver serving the simulated LLMs.
+"""End-to-end tests of `gateway_tools.dev.sim`: a real tritonserver serving the simulated LLMs.
 
 One server (two fast models) is shared by the behaviour tests; the shutdown tests start
 their own. Expected texts come from `generate_pieces`, the function the model runs.
@@ -26,9 +26,9 @@ import pytest
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.grpc._infer_result import InferResult
 
-from gateway.dev.sim import TritonSim, TritonSimError, parse_models
-from gateway.dev.sim.model_template import generate_pieces, natural_length
-from gateway.dev.sim.server import SHM_DIR, processes_mentioning
+from gateway_tools.dev.sim import TritonSim, TritonSimError, parse_models
+from gateway_tools.dev.sim.model_template import generate_pieces, natural_length
+from gateway_tools.dev.sim.server import SHM_DIR, processes_mentioning
 
 MODEL = "fast"  # token_delay 2 ms
 PROMPT = "Tell me about the weather in Lisbon."
@@ -283,7 +283,7 @@ def test_kill_restart_and_stop_leave_nothing_behind() -> None:
 def test_run_triton_sim_stops_on_sigint_even_if_ignored() -> None:
     port = free_base_port()
     code = (
-        "import sys; from gateway.dev.sim import run_triton_sim; "
+        "import sys; from gateway_tools.dev.sim import run_triton_sim; "
         f"sys.exit(run_triton_sim({port}, 'fast=1'))"
     )
     # Like `gateway triton-sim &` from a script: the child starts with SIGINT ignored.

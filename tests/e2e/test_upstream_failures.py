@@ -17,7 +17,7 @@ import orjson
 import pytest
 from aiohttp import web
 
-from gateway.dev.processes import stop
+from gateway_tools.dev.processes import stop
 from tests.e2e.stack import KEYS, Gateway, default_tenants, model, start_gateway
 from tests.e2e.upstreams import chat_upstream, serve_in_thread
 

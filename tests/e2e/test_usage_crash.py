@@ -12,8 +12,8 @@ from pathlib import Path
 
 import httpx
 
-from gateway.dev.processes import stop
-from gateway.dev.sim.server import TritonSim
+from gateway_tools.dev.processes import stop
+from gateway_tools.dev.sim.server import TritonSim
 from tests.e2e.stack import KEYS, Gateway, default_tenants, model, start_gateway
 from tests.polling import wait_for
 

@@ -9,7 +9,7 @@ from contextlib import contextmanager
 
 from aiohttp import web
 
-from gateway.dev.processes import free_port
+from gateway_tools.dev.processes import free_port
 from tests import ports
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]

@@ -13,8 +13,8 @@ import pytest
 
 from gateway.config.keys import hash_key
 from gateway.inference.types import Completion, Usage
-from gateway.ledger.usage_cli import run_report
 from gateway.observability import metrics
+from gateway_tools.usage_cli import run_report
 from tests.inprocess.conftest import KEYS, started_gateway
 from tests.polling import wait_until
 

@@ -13,18 +13,18 @@ from redis.asyncio import Redis, RedisCluster
 
 from gateway.admission import AdmissionController
 from gateway.config import ModelConfig
-from gateway.config.cluster_config import ClusterConfig
-from gateway.placement.autoscaler import Autoscaler
-from gateway.placement.controller import ClusterPlacement, placement_digest
-from gateway.placement.demand_board import (
+from gateway.serving.runtime import _route
+from gateway_control.cluster_config import ClusterConfig
+from gateway_control.placement.autoscaler import Autoscaler
+from gateway_control.placement.controller import ClusterPlacement, placement_digest
+from gateway_control.placement.demand_board import (
     ClassReport,
     DemandBoard,
     DemandTracker,
     GatewayReport,
     ModelReport,
 )
-from gateway.placement.demand_reporter import DemandReporter
-from gateway.serving.runtime import _route
+from gateway_control.placement.demand_reporter import DemandReporter
 from tests.polling import wait_until
 
 _prefixes = itertools.count()

@@ -9,9 +9,9 @@ import pytest
 
 from gateway.config import ModelConfig
 from gateway.config.schema import BackendKind, Discovery
-from gateway.dev.processes import free_port
 from gateway.serving.runtime import _route
 from gateway.upstream.discovery import ReplicaDiscovery
+from gateway_tools.dev.processes import free_port
 from tests import ports
 from tests.dns_server import Zone, dns_server
 from tests.fake_kube_api import FakeApi, kubeconfig, serving

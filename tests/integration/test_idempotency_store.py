@@ -12,7 +12,6 @@ from redis.asyncio import Redis, RedisCluster
 from redis.crc import key_slot
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from gateway.dev.processes import free_port
 from gateway.storage.idempotency_store import (
     Begin,
     BeginState,
@@ -21,6 +20,7 @@ from gateway.storage.idempotency_store import (
     StoredResponse,
     fingerprint,
 )
+from gateway_tools.dev.processes import free_port
 from tests.integration.redis_backends import fresh_tenant
 
 PREFIX = "gw"

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from gateway.config.schema import PlacementConfig
-from gateway.dev.processes import free_port
-from gateway.placement.kubernetes_lease import KubernetesLease
-from gateway.placement.leadership import LostLeadership
+from gateway_control.placement.kubernetes_lease import KubernetesLease
+from gateway_control.placement.leadership import LostLeadership
+from gateway_tools.dev.processes import free_port
 from tests import ports
 from tests.fake_kube_api import FakeApi, kubeconfig, serving
 

@@ -12,13 +12,13 @@ from pathlib import Path
 import pytest
 from redis.asyncio import Redis
 
-from gateway.config.cluster_config import Autoscale, ClusterConfig
-from gateway.dev.processes import free_port
 from gateway.observability import metrics
-from gateway.placement.autoscaler import Autoscaler
-from gateway.placement.demand_board import DemandBoard, GatewayReport, ModelReport
-from gateway.placement.deployment import DeploymentPlan, ReplicaPlacement
-from gateway.placement.kubernetes_scale import DeploymentScaler
+from gateway_control.cluster_config import Autoscale, ClusterConfig
+from gateway_control.placement.autoscaler import Autoscaler
+from gateway_control.placement.demand_board import DemandBoard, GatewayReport, ModelReport
+from gateway_control.placement.deployment import DeploymentPlan, ReplicaPlacement
+from gateway_control.placement.kubernetes_scale import DeploymentScaler
+from gateway_tools.dev.processes import free_port
 from tests import ports
 from tests.fake_kube_api import FakeApi, kubeconfig, serving
 

@@ -18,12 +18,12 @@ from redis.asyncio import Redis
 
 from gateway.api.errors import client_error
 from gateway.config import RateLimitConfig, RedisFailureMode, TenantsConfig
-from gateway.dev.processes import free_port, redis_server_path, start_redis, stop
 from gateway.ratelimit import limiter as limiter_module
 from gateway.ratelimit.buckets import bucket_key
 from gateway.ratelimit.errors import LimiterUnavailable, UnknownTenant
 from gateway.ratelimit.limiter import RateLimiter
 from gateway.ratelimit.redis_store import RedisBuckets
+from gateway_tools.dev.processes import free_port, redis_server_path, start_redis, stop
 from tests import ports
 from tests.polling import wait_until
 

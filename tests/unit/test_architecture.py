@@ -1,8 +1,12 @@
-"""The shape of `gateway/`: imports run one way, from the app down to the shared types.
+"""The shape of the three programs: the server (`gateway/`), the control plane
+(`gateway_control/`) and the offline tools (`gateway_tools/`).
 
-The import graph is built from the source (ast), function-level and TYPE_CHECKING
-imports included: a cycle or an upward import hidden in a function is still one.
-`docs/architecture.md` draws the layers below.
+Within each, imports run one way, from the top (the app, the CLI, the commands) down to
+the shared types. Between them, only downward: the tools may use the control plane and
+the server, the control plane the server, and the server neither (it finds the control
+plane by entry point, `gateway.config.extensions`). The import graph is built from the
+source (ast), function-level and TYPE_CHECKING imports included: a cycle or an upward
+import hidden in a function is still one. `docs/architecture.md` draws the layers below.
 """
 
 from __future__ import annotations
@@ -11,16 +15,19 @@ import ast
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2] / "gateway"
+REPO = Path(__file__).resolve().parents[2]
+ROOT = REPO / "gateway"
+# The programs, lowest first: each may import the ones before it, never those after.
+PROGRAMS = ("gateway", "gateway_control", "gateway_tools")
+ROOTS = tuple(REPO / name for name in PROGRAMS)
 
-# Each top-level module or package of `gateway/` and its layer: a module may import its own
-# package and the packages of lower layers, never those of its own layer or above.
+# Each top-level module or package of a program and its layer: a module may import its
+# own package and the packages of lower layers of its program, never those of its own
+# layer or above.
 LAYERS = {
     "gateway.inference": 0,  # the request and result types, prompts, token estimates, ids
-    "gateway.scheduler": 0,  # the offline laboratory: a library of placement policies
     "gateway.privacy": 0,  # what sensitive data looks like: log redaction, outbound masking
     "gateway.config": 1,
-    "gateway.clients": 1,  # the coding tools as clients: what points each at a gateway
     "gateway.observability": 1,
     "gateway.storage": 2,
     "gateway.backends": 2,
@@ -30,14 +37,27 @@ LAYERS = {
     "gateway.ratelimit": 3,
     "gateway.apikeys": 3,  # managed API keys: records and store in Redis, each gateway's directory
     "gateway.upstream": 3,
-    "gateway.placement": 4,
     "gateway.serving": 5,
     "gateway.api": 6,
-    "gateway.dev": 6,
-    "gateway.eval": 5,  # `gateway eval`: task suites, the sandbox, runs and reports
     "gateway.app": 7,
     "gateway.cli": 8,
 }
+CONTROL_LAYERS = {
+    "gateway_control.scheduler": 0,  # the offline laboratory: a library of placement policies
+    "gateway_control.cluster_config": 1,  # cluster.yaml: nodes and deployments
+    "gateway_control.cluster_check": 2,  # cluster.yaml against the gateway.yaml naming it
+    "gateway_control.placement": 2,  # placement, leadership, the closed loop
+    "gateway_control.attach": 3,  # placement attached to a server (its entry point)
+    "gateway_control.control_cli": 3,  # `gateway place`, `gateway simulate`
+}
+TOOLS_LAYERS = {
+    "gateway_tools.clients": 0,  # the coding tools as clients: what points each at a gateway
+    "gateway_tools.usage_cli": 0,  # `gateway usage report`
+    "gateway_tools.eval": 1,  # `gateway eval`: task suites, the sandbox, runs and reports
+    "gateway_tools.dev": 2,  # the demo, simulated Triton models, processes for tests
+    "gateway_tools.tools_cli": 3,  # `gateway demo`, `triton-sim`, `usage`, `eval`, `tools`
+}
+ALL_LAYERS = {**LAYERS, **CONTROL_LAYERS, **TOOLS_LAYERS}
 # Who may import the HTTP layer (the issue's rule, stated on its own).
 API = "gateway.api"
 API_USERS = ("gateway.api", "gateway.app", "gateway.cli")
@@ -69,9 +89,12 @@ def _imported(node: ast.AST, module: str, is_package: bool) -> Iterator[str]:
         yield from (f"{target}.{alias.name}" for alias in node.names)
 
 
-def import_graph(root: Path = ROOT) -> dict[str, set[str]]:
-    """Module to the modules of `root`'s package it imports."""
-    files = modules(root)
+def import_graph(roots: tuple[Path, ...] = ROOTS) -> dict[str, set[str]]:
+    """Module to the modules of the programs under `roots` it imports."""
+    files: dict[str, Path] = {}
+    for root in roots:
+        files |= modules(root)
+    names = tuple(root.name for root in roots)
 
     def owner(name: str) -> str | None:
         while name and name not in files:
@@ -84,7 +107,7 @@ def import_graph(root: Path = ROOT) -> dict[str, set[str]]:
         targets = set()
         for node in ast.walk(tree):
             for name in _imported(node, module, path.name == "__init__.py"):
-                found = owner(name) if name.startswith(root.name) else None
+                found = owner(name) if name.split(".")[0] in names else None
                 if found is not None and found != module:
                     targets.add(found)
         graph[module] = targets
@@ -131,17 +154,30 @@ def top_level(module: str) -> str:
     return ".".join(module.split(".")[:2])
 
 
+def program(module: str) -> str:
+    """`gateway_control.placement.controller` -> `gateway_control`."""
+    return module.split(".")[0]
+
+
 def upward_imports(
-    graph: Mapping[str, set[str]], layers: Mapping[str, int] = LAYERS
+    graph: Mapping[str, set[str]], layers: Mapping[str, int] = ALL_LAYERS
 ) -> list[tuple[str, str]]:
-    """(importer, imported) for every import of a package of the importer's layer or above."""
+    """(importer, imported) for every import of a package of the importer's layer or
+    above in its own program, and of a program after its own (PROGRAMS' order)."""
+    order = {name: i for i, name in enumerate(PROGRAMS)}
     return sorted(
         (module, target)
         for module, targets in graph.items()
         for target in targets
         if top_level(module) != top_level(target)
         and top_level(module) in layers
-        and layers[top_level(target)] >= layers[top_level(module)]
+        and (
+            order[program(target)] > order[program(module)]
+            or (
+                program(target) == program(module)
+                and layers[top_level(target)] >= layers[top_level(module)]
+            )
+        )
     )
 
 
@@ -167,9 +203,20 @@ def test_packages_import_only_lower_layers() -> None:
     assert upward_imports(import_graph()) == []
 
 
+def test_the_server_imports_neither_the_control_plane_nor_the_tools() -> None:
+    """Stated on its own: what `gateway serve` may load is `gateway/` and nothing else."""
+    graph = import_graph()
+    assert [
+        (module, target)
+        for module, targets in graph.items()
+        for target in targets
+        if program(module) == "gateway" and program(target) != "gateway"
+    ] == []
+
+
 def test_every_top_level_module_has_a_layer() -> None:
-    """A new package must be placed in LAYERS (and in docs/architecture.md)."""
-    assert {top_level(m) for m in import_graph() if m != "gateway"} == set(LAYERS)
+    """A new package must be placed in a program's layers (and in docs/architecture.md)."""
+    assert {top_level(m) for m in import_graph() if m not in PROGRAMS} == set(ALL_LAYERS)
 
 
 def test_gateway_top_level_holds_only_the_app_the_cli_and_packages() -> None:
@@ -181,7 +228,7 @@ def test_no_two_modules_share_a_name() -> None:
     """One name, one meaning: `errors` (each package's own errors) is the only module name
     used twice, and no module is named like a package."""
     seen: dict[str, list[str]] = {}
-    for module in modules(ROOT):  # packages too, by their __init__.py
+    for module in import_graph():  # packages too, by their __init__.py
         name = module.rpartition(".")[2]
         if name != "errors":
             seen.setdefault(name, []).append(module)
@@ -193,20 +240,27 @@ def test_the_checks_find_a_cycle_and_an_upward_import() -> None:
     graph = {
         "gateway.config.a": {"gateway.config.b"},
         "gateway.config.b": {"gateway.config.a", "gateway.serving.runtime"},
-        "gateway.serving.runtime": {"gateway.api.errors"},
+        "gateway.serving.runtime": {"gateway.api.errors", "gateway_control.attach"},
         "gateway.api.errors": set(),
+        # Down a program: allowed, whatever the layer.
+        "gateway_control.attach": {"gateway.serving.runtime"},
+        "gateway_tools.dev.demo": {"gateway_control.attach", "gateway.cli"},
     }
-    assert cycles(graph) == [["gateway.config.a", "gateway.config.b"]]
+    assert sorted(cycles(graph)) == [
+        ["gateway.config.a", "gateway.config.b"],
+        ["gateway.serving.runtime", "gateway_control.attach"],
+    ]
     assert upward_imports(graph) == [
         ("gateway.config.b", "gateway.serving.runtime"),
         ("gateway.serving.runtime", "gateway.api.errors"),
+        ("gateway.serving.runtime", "gateway_control.attach"),
     ]
     assert api_imports(graph) == [("gateway.serving.runtime", "gateway.api.errors")]
 
 
 def _package_rows() -> dict[str, str]:
-    """docs/architecture.md's table: each package's row, by the package's name."""
-    doc = (ROOT.parent / "docs" / "architecture.md").read_text()
+    """docs/architecture.md's tables: each package's row, by its path (`gateway/api`)."""
+    doc = (REPO / "docs" / "architecture.md").read_text()
     rows = {}
     for line in doc.splitlines():
         if line.startswith("| `") and "/` |" in line:
@@ -216,15 +270,18 @@ def _package_rows() -> dict[str, str]:
 
 def test_the_architecture_document_names_every_module() -> None:
     """The map stays true: each module of a package is named (`name.py`) in its package's
-    row of docs/architecture.md, and each package has a row."""
+    row of docs/architecture.md, each module at a program's top in the program's row,
+    and each package has a row."""
     rows = _package_rows()
     missing = []
-    for path in sorted(ROOT.rglob("*.py")):
-        relative = path.relative_to(ROOT)
-        if path.name == "__init__.py" or len(relative.parts) == 1:
-            continue  # a package's own __init__, or app.py and cli.py (the wiring)
-        row = rows.get(relative.parts[0], "")
-        if f"`{path.name}`" not in row:
-            missing.append(str(relative))
-    assert set(rows) >= {p.name for p in ROOT.iterdir() if (p / "__init__.py").exists()}
+    for root in ROOTS:
+        for path in sorted(root.rglob("*.py")):
+            relative = path.relative_to(REPO)
+            if path.name == "__init__.py" or relative.parts[:2] == ("gateway", path.name):
+                continue  # a package's own __init__, or the server's app.py and cli.py
+            package = "/".join(relative.parts[: 2 if len(relative.parts) > 2 else 1])
+            if f"`{path.name}`" not in rows.get(package, ""):
+                missing.append(str(relative))
+        packages = {f"{root.name}/{p.name}" for p in root.iterdir() if (p / "__init__.py").exists()}
+        assert set(rows) >= packages
     assert missing == []

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from gateway.cli import main
-from gateway.clients.tool_config import KEY_PLACEHOLDER, KEY_VARIABLE, TOOLS, config_for
+from gateway_tools.clients.tool_config import KEY_PLACEHOLDER, KEY_VARIABLE, TOOLS, config_for
 
 URL = "http://gateway.example:8080/"
 

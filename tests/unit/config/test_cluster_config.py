@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 import yaml
 
-from gateway.config.cluster_config import load_cluster
 from gateway.config.source import ConfigError
+from gateway_control.cluster_config import load_cluster
 
 
 def write(tmp_path: Path, data: dict[str, Any]) -> str:

@@ -66,7 +66,7 @@ def test_a_cost_is_exact_in_micro_units_and_never_rounded_down() -> None:
 
 def test_the_eval_prices_file_shape_reads_the_same_table() -> None:
     # `gateway eval`'s prices file is `currency` and `models` with the same names.
-    from gateway.eval.pricing import Prices as EvalPrices
+    from gateway_tools.eval.pricing import Prices as EvalPrices
 
     config = load_config(write("gateway.yaml", PRICES + GATEWAY))
     table = config.gateway.prices.model_dump()
@@ -74,7 +74,7 @@ def test_the_eval_prices_file_shape_reads_the_same_table() -> None:
 
 
 def test_gateway_eval_reads_a_gateway_yaml_as_its_prices_file() -> None:
-    from gateway.eval.pricing import load_prices
+    from gateway_tools.eval.pricing import load_prices
 
     prices = load_prices(Path(write("gateway.yaml", PRICES + GATEWAY)))
     assert prices.currency == "EUR"

@@ -59,8 +59,8 @@ import yaml
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from gateway.dev.processes import free_port, stop, wait_http_ok
 from gateway.storage.redis_client import EMBEDDED_URL
+from gateway_tools.dev.processes import free_port, stop, wait_http_ok
 from tests import ports
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from gateway.dev import demo
-from gateway.dev.processes import free_port
+from gateway_tools.dev import demo
+from gateway_tools.dev.processes import free_port
 
 # --- the demo's checks ----------------------------------------------------------------
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from gateway.dev.sim.embedding_template import embed_texts
-from gateway.dev.sim.repository import EMBED, render_config
+from gateway_tools.dev.sim.embedding_template import embed_texts
+from gateway_tools.dev.sim.repository import EMBED, render_config
 
 
 def test_vectors_are_deterministic_unit_vectors() -> None:

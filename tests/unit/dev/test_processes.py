@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from gateway.dev.processes import (
+from gateway_tools.dev.processes import (
     Cancelled,
     ephemeral_ports,
     free_port,

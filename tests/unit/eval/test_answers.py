@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.eval.answers import AnswerError, apply, parse_answer
+from gateway_tools.eval.answers import AnswerError, apply, parse_answer
 
 OLD = "def add(a, b):\n    return a - b\n"
 NEW = "def add(a, b):\n    return a + b\n"

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from gateway.eval.compare import NotComparable, compare
-from gateway.eval.records import Requests
+from gateway_tools.eval.compare import NotComparable, compare
+from gateway_tools.eval.records import Requests
 from tests.unit.eval.test_scoring import (
     attempt,
     large_attempts,

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from gateway.cli import main
-from gateway.eval import judge
-from gateway.eval.sandbox import SandboxUnavailable
+from gateway_tools.eval import judge
+from gateway_tools.eval.sandbox import SandboxUnavailable
 
 
 def test_check_suite_without_a_sandbox_refuses_in_one_line(

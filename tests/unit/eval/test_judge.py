@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from gateway.eval.records import Attempt
-from gateway.eval.runner import TEST_LIMITS, judge_answer
-from gateway.eval.suite import Task, load_task
+from gateway_tools.eval.records import Attempt
+from gateway_tools.eval.runner import TEST_LIMITS, judge_answer
+from gateway_tools.eval.suite import Task, load_task
 from tests.unit.eval.tasks import write_task
 
 LIMITS = dataclasses.replace(TEST_LIMITS, wall_s=8.0, file_bytes=1 << 20)

@@ -10,15 +10,15 @@ from typing import Any
 
 import pytest
 
-from gateway.dev.replay import DONE, REPLAY_DIR, ROOT, main
-from gateway.dev.sim.model_template import replay_pieces
-from gateway.eval.suite import load_suite
+from gateway_tools.dev.replay import DONE, REPLAY_DIR, ROOT, main
+from gateway_tools.dev.sim.model_template import replay_pieces
+from gateway_tools.eval.suite import load_suite
 
 SUITE = load_suite(ROOT / "evals" / "suites" / "gateway-python")
 
 
 def test_the_recorded_answers_are_current_with_the_suite_and_the_script() -> None:
-    # A task or script.yaml changed without `python -m gateway.dev.replay` fails here.
+    # A task or script.yaml changed without `python -m gateway_tools.dev.replay` fails here.
     assert main(["--check"]) == 0
 
 

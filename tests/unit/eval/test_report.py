@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.eval.reporting import (
+from gateway_tools.eval.reporting import (
     CATEGORY_CHART,
     COST_CHART,
     REPORT_DIR,
@@ -175,8 +175,8 @@ def test_a_bad_profile_stops_the_report_naming_the_file(run: Path, tmp_path: Pat
 
 
 def test_importing_the_report_does_not_load_matplotlib() -> None:
-    # The gateway imports gateway.eval at start; matplotlib is a dev dependency.
-    code = "import sys, gateway.eval.compare; print('matplotlib' in sys.modules)"
+    # The gateway imports gateway_tools.eval at start; matplotlib is a dev dependency.
+    code = "import sys, gateway_tools.eval.compare; print('matplotlib' in sys.modules)"
     result = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     )

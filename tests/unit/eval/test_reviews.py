@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.eval.reviews import load_review, load_reviews
+from gateway_tools.eval.reviews import load_review, load_reviews
 
 REVIEWS = Path(__file__).resolve().parents[3] / "evals" / "reviews"
 

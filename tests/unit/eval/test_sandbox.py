@@ -24,10 +24,10 @@ from pathlib import Path
 
 import pytest
 
-from gateway.eval import sandbox
-from gateway.eval.records import Attempt
-from gateway.eval.runner import judge_answer
-from gateway.eval.sandbox import (
+from gateway_tools.eval import sandbox
+from gateway_tools.eval.records import Attempt
+from gateway_tools.eval.runner import judge_answer
+from gateway_tools.eval.sandbox import (
     GROUP_PREFIX,
     SANDBOX_UID,
     Limits,
@@ -35,7 +35,7 @@ from gateway.eval.sandbox import (
     SandboxUnavailable,
     run,
 )
-from gateway.eval.suite import load_task
+from gateway_tools.eval.suite import load_task
 from tests.unit.eval.tasks import write_task
 
 PYTHON = sys.executable
@@ -456,8 +456,8 @@ ESCAPES = [
         "read the project's tenants file and code",
         """
 attempt("tenants file", lambda: open({tenants!r}).read())
-attempt("the gateway's code", lambda: open({project!r} + "/gateway/eval/judge.py").read())
-attempt("the gateway package", lambda: __import__("gateway.eval.judge"))
+attempt("the gateway's code", lambda: open({project!r} + "/gateway_tools/eval/judge.py").read())
+attempt("the gateway package", lambda: __import__("gateway_tools.eval.judge"))
 def checkout():
     names = sorted(set(os.listdir({project!r})) - {{os.path.basename({venv!r})}})
     if names:

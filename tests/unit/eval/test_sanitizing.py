@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gateway.config.schema import OutboundPolicy
-from gateway.eval.sanitizing import Blocked, Sanitizer
+from gateway_tools.eval.sanitizing import Blocked, Sanitizer
 
 TASK = [
     {"role": "system", "content": "You are a software engineer."},

@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from gateway.eval import manifest, records
-from gateway.eval.records import Attempt, Requests
-from gateway.eval.reviews import DataSecurity, Integration, Review
-from gateway.eval.scoring import (
+from gateway_tools.eval import manifest, records
+from gateway_tools.eval.records import Attempt, Requests
+from gateway_tools.eval.reviews import DataSecurity, Integration, Review
+from gateway_tools.eval.scoring import (
     Figures,
     Profile,
     Rate,

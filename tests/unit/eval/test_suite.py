@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from gateway.eval.judge import verify
-from gateway.eval.runner import TEST_LIMITS
-from gateway.eval.suite import SuiteError, load_suite, load_task
+from gateway_tools.eval.judge import verify
+from gateway_tools.eval.runner import TEST_LIMITS
+from gateway_tools.eval.suite import SuiteError, load_suite, load_task
 from tests.unit.eval.tasks import SNAPSHOT, SOLUTION, write_task
 
 SHIPPED = Path(__file__).resolve().parents[3] / "evals" / "suites" / "gateway-python"

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
-from gateway.eval.tool_sandbox import (
+from gateway_tools.eval.tool_sandbox import (
     TOOL_LIMITS,
     GatewayBridge,
     ToolOutcome,

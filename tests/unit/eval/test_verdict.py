@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from gateway.eval.verdict import Results, read
+from gateway_tools.eval.verdict import Results, read
 
 
 def written(path: Path, *lines: object) -> Path:

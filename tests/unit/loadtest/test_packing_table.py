@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.scheduler.cluster import load_pods
+from gateway_control.scheduler.cluster import load_pods
 from loadtest.packing_table import NODES_CSV, PODS_CSV, main, seed_range
 
 

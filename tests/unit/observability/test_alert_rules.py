@@ -165,8 +165,9 @@ def _series_names() -> set[str]:
     return names
 
 
-# A gateway metric's name, not part of a recording rule's (`level:gateway_x:op`).
-METRIC_NAME = re.compile(r"(?<![\w:])gateway_\w+(?![\w:])")
+# A gateway metric's name, not part of a recording rule's (`level:gateway_x:op`), nor the
+# name of one of the programs' packages (`gateway_tools`, `gateway_control`).
+METRIC_NAME = re.compile(r"(?<![\w:])gateway_(?!tools\b|control\b)\w+(?![\w:])")
 RECORDING_RULE_NAME = re.compile(r"(?<![\w:])\w+:\w+:\w+(?![\w:])")
 
 

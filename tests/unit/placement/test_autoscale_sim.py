@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from gateway.cli import main
-from gateway.config.cluster_config import load_cluster
-from gateway.placement.autoscale_cli import load_trace
-from gateway.placement.autoscale_sim import SHIFTING, run_policy
+from gateway_control.cluster_config import load_cluster
+from gateway_control.placement.autoscale_cli import load_trace
+from gateway_control.placement.autoscale_sim import SHIFTING, run_policy
 
 FLEET = Path(__file__).parents[3] / "loadtest" / "autoscale-config" / "cluster.yaml"
 

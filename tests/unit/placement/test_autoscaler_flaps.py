@@ -11,11 +11,11 @@ from typing import Any, cast
 
 import pytest
 
-from gateway.config.cluster_config import ClusterConfig
-from gateway.placement.autoscaler import Autoscaler
-from gateway.placement.deployment import DeploymentPlan, plan_deployments
-from gateway.placement.queueing_model import Demand
-from gateway.placement.replica_planner import ScaleDecision
+from gateway_control.cluster_config import ClusterConfig
+from gateway_control.placement.autoscaler import Autoscaler
+from gateway_control.placement.deployment import DeploymentPlan, plan_deployments
+from gateway_control.placement.queueing_model import Demand
+from gateway_control.placement.replica_planner import ScaleDecision
 
 BURST = Demand(arrival_rate=100.0, service_s=1.0, queued=128, in_flight=8)
 QUIET = Demand(arrival_rate=0.2, service_s=1.0)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from gateway.placement.demand_reporter import BucketCounts, TtftWindow
+from gateway_control.placement.demand_reporter import BucketCounts, TtftWindow
 
 
 def test_the_p95_is_the_bound_of_its_bucket_over_the_last_interval_only() -> None:

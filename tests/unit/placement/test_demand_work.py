@@ -11,14 +11,14 @@ from typing import Any, cast
 import pytest
 
 from gateway.admission import AdmissionController
-from gateway.placement.demand_board import (
+from gateway_control.placement.demand_board import (
     ClassReport,
     DemandBoard,
     DemandTracker,
     GatewayReport,
     ModelReport,
 )
-from gateway.placement.demand_reporter import DemandReporter, TtftWindow
+from gateway_control.placement.demand_reporter import DemandReporter, TtftWindow
 from tests.fake_clock import FakeClock
 
 

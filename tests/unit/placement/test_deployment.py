@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from gateway.config.cluster_config import ClusterConfig, load_cluster
-from gateway.placement.deployment import plan_deployments
+from gateway_control.cluster_config import ClusterConfig, load_cluster
+from gateway_control.placement.deployment import plan_deployments
 
 
 def cluster(nodes: dict[str, int], *deployments: dict[str, Any]) -> ClusterConfig:

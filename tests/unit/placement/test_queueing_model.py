@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from gateway.placement.queueing_model import Demand, erlang_c, replicas_for, wait_quantile_s
+from gateway_control.placement.queueing_model import Demand, erlang_c, replicas_for, wait_quantile_s
 
 
 @pytest.mark.parametrize(

@@ -7,9 +7,9 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from gateway.config.cluster_config import Deployment
-from gateway.placement.queueing_model import Demand
-from gateway.placement.replica_planner import ReplicaPlanner, ScaleDecision
+from gateway_control.cluster_config import Deployment
+from gateway_control.placement.queueing_model import Demand
+from gateway_control.placement.replica_planner import ReplicaPlanner, ScaleDecision
 
 INTERVAL = 10.0
 

@@ -3,10 +3,10 @@ models only within its GPUs, its higher priorities first; other tenants are not 
 
 from __future__ import annotations
 
-from gateway.config.cluster_config import ClusterConfig
-from gateway.placement.autoscaler import Autoscaler
-from gateway.placement.deployment import plan_deployments
-from gateway.placement.queueing_model import Demand
+from gateway_control.cluster_config import ClusterConfig
+from gateway_control.placement.autoscaler import Autoscaler
+from gateway_control.placement.deployment import plan_deployments
+from gateway_control.placement.queueing_model import Demand
 
 SURGE = Demand(arrival_rate=20.0, service_s=1.0, queued=40, in_flight=8)
 

@@ -11,9 +11,9 @@ import pytest
 from gateway.backends.base import ReplicaUnavailable
 from gateway.config import ModelConfig
 from gateway.inference.types import RequestKind
-from gateway.placement.warm_up import warm_up
 from gateway.serving.runtime import _route
 from gateway.upstream.route import ModelRoute
+from gateway_control.placement.warm_up import warm_up
 from tests.inprocess.fake_backend import FakeBackend, FakeUpstream
 
 NEW = "http://127.0.0.1:9010"

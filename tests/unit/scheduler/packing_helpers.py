@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gateway.scheduler.cluster import Cluster, Node, Placement, Pod
-from gateway.scheduler.fragmentation import target_workload
-from gateway.scheduler.policies.registry import make_policy
+from gateway_control.scheduler.cluster import Cluster, Node, Placement, Pod
+from gateway_control.scheduler.fragmentation import target_workload
+from gateway_control.scheduler.policies.registry import make_policy
 
 NODE_HEADER = "sn,cpu_milli,memory_mib,gpu,model\n"
 

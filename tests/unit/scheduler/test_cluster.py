@@ -1,4 +1,5 @@
-"""gateway.scheduler.cluster: fit checks (model, CPU, memory, GPU shares) and the CSV loaders."""
+"""gateway_control.scheduler.cluster: fit checks (model, CPU, memory, GPU shares) and
+the CSV loaders."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.scheduler.cluster import load_nodes, load_pods
+from gateway_control.scheduler.cluster import load_nodes, load_pods
 from tests.unit.scheduler.packing_helpers import NODE_HEADER, POD_HEADER, node, pod
 
 

@@ -1,10 +1,10 @@
-"""gateway.scheduler.fragmentation: hand-computed fragmentation; the target workload."""
+"""gateway_control.scheduler.fragmentation: hand-computed fragmentation; the target workload."""
 
 from __future__ import annotations
 
 import pytest
 
-from gateway.scheduler.fragmentation import Fragmentation, Shape, target_workload
+from gateway_control.scheduler.fragmentation import Fragmentation, Shape, target_workload
 from tests.unit.scheduler.packing_helpers import pod
 
 HALF_AND_WHOLE = (

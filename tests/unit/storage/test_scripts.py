@@ -41,7 +41,7 @@ def test_a_wheel_carries_every_script_and_an_installed_gateway_loads_them(
 ) -> None:
     # Built from a copy, so the checkout gets no build/ directory.
     source = tmp_path / "source"
-    for name in ("gateway", "lua"):
+    for name in ("gateway", "gateway_control", "gateway_tools", "lua"):
         shutil.copytree(ROOT / name, source / name, ignore=shutil.ignore_patterns("__pycache__"))
     for name in ("pyproject.toml", "setup.py", "README.md"):
         shutil.copy(ROOT / name, source / name)
@@ -60,10 +60,10 @@ def test_a_wheel_carries_every_script_and_an_installed_gateway_loads_them(
         names = archive.namelist()
     packed = sorted(n for n in names if n.endswith(".lua"))
     assert packed == [f"gateway/lua/{name}" for name in SCRIPTS]
-    templates = sorted(p.name for p in (ROOT / "gateway" / "eval" / "templates").glob("*.yaml"))
+    templates = sorted(p.name for p in (ROOT / "gateway_tools" / "eval" / "templates").glob("*.yaml"))
     assert templates
-    assert [n for n in names if n.startswith("gateway/eval/templates/")] == [
-        f"gateway/eval/templates/{name}" for name in templates
+    assert [n for n in names if n.startswith("gateway_tools/eval/templates/")] == [
+        f"gateway_tools/eval/templates/{name}" for name in templates
     ]
 
     # Installed (not editable) into a directory of its own, imported from there alone.

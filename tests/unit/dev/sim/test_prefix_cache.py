@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gateway.dev.sim.model_template import PrefixCache
+from gateway_tools.dev.sim.model_template import PrefixCache
 
 BLOCK = 64  # 16 tokens of 4 bytes
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from gateway.dev.processes import free_port
-from gateway.dev.sim import server
+from gateway_tools.dev.processes import free_port
+from gateway_tools.dev.sim import server
 
 # --- triton-sim's libpython ------------------------------------------------------------
 

@@ -1,10 +1,15 @@
-"""gateway.scheduler.experiments.jobtrace: job traces derived from openb rows."""
+"""gateway_control.scheduler.experiments.jobtrace: job traces derived from openb rows."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from gateway.scheduler.experiments.jobtrace import TraceOptions, derive_jobs, read_jobs, write_jobs
+from gateway_control.scheduler.experiments.jobtrace import (
+    TraceOptions,
+    derive_jobs,
+    read_jobs,
+    write_jobs,
+)
 from tests.unit.scheduler.experiments.openb_rows import write_openb
 
 

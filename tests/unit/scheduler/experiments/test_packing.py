@@ -1,4 +1,4 @@
-"""gateway.scheduler.experiments.packing: the workload and the packing experiment."""
+"""gateway_control.scheduler.experiments.packing: the workload and the packing experiment."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from gateway.scheduler.cluster import load_nodes, load_pods
-from gateway.scheduler.experiments.packing import build_workload, run_packing
-from gateway.scheduler.policies.registry import POLICY_NAMES
+from gateway_control.scheduler.cluster import load_nodes, load_pods
+from gateway_control.scheduler.experiments.packing import build_workload, run_packing
+from gateway_control.scheduler.policies.registry import POLICY_NAMES
 from tests.unit.scheduler.packing_helpers import write_slice
 
 

@@ -1,4 +1,4 @@
-"""gateway.scheduler.experiments.packing_cli: `gateway simulate packing`."""
+"""gateway_control.scheduler.experiments.packing_cli: `gateway simulate packing`."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""gateway.scheduler.experiments.plots: `simulate queue --plot` writes the charts."""
+"""gateway_control.scheduler.experiments.plots: `simulate queue --plot` writes the charts."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""gateway.scheduler.experiments.queue_cli: `simulate trace` then `simulate queue`."""
+"""gateway_control.scheduler.experiments.queue_cli: `simulate trace` then `simulate queue`."""
 
 from __future__ import annotations
 

@@ -6,8 +6,13 @@ from pathlib import Path
 
 import pytest
 
-from gateway.scheduler.cluster import Node, Pod, load_pods
-from gateway.scheduler.experiments.workloads import derive, family_names, parse_family, write_pods
+from gateway_control.scheduler.cluster import Node, Pod, load_pods
+from gateway_control.scheduler.experiments.workloads import (
+    derive,
+    family_names,
+    parse_family,
+    write_pods,
+)
 
 
 def base_pods() -> list[Pod]:

@@ -1,8 +1,8 @@
-"""gateway.scheduler.policies.best_fit."""
+"""gateway_control.scheduler.policies.best_fit."""
 
 from __future__ import annotations
 
-from gateway.scheduler.cluster import Placement
+from gateway_control.scheduler.cluster import Placement
 from tests.unit.scheduler.packing_helpers import choose, node, pod
 
 

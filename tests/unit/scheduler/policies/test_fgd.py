@@ -1,10 +1,10 @@
-"""gateway.scheduler.policies.fgd: least fragmentation increase; near ties to best-fit."""
+"""gateway_control.scheduler.policies.fgd: least fragmentation increase; near ties to best-fit."""
 
 from __future__ import annotations
 
-from gateway.scheduler.cluster import Cluster, Placement
-from gateway.scheduler.fragmentation import Shape
-from gateway.scheduler.policies.fgd import FragmentationGradient
+from gateway_control.scheduler.cluster import Cluster, Placement
+from gateway_control.scheduler.fragmentation import Shape
+from gateway_control.scheduler.policies.fgd import FragmentationGradient
 from tests.unit.scheduler.packing_helpers import node, pod
 
 

@@ -7,17 +7,17 @@ from pathlib import Path
 
 import pytest
 
-from gateway.scheduler.cluster import Cluster, Node, Placement, Pod, load_nodes, load_pods
-from gateway.scheduler.experiments.packing import run_packing
-from gateway.scheduler.experiments.workloads import derive
-from gateway.scheduler.fragmentation import Shape, target_workload
-from gateway.scheduler.policies.fgd import FragmentationGradient
-from gateway.scheduler.policies.fgd_plus import (
+from gateway_control.scheduler.cluster import Cluster, Node, Placement, Pod, load_nodes, load_pods
+from gateway_control.scheduler.experiments.packing import run_packing
+from gateway_control.scheduler.experiments.workloads import derive
+from gateway_control.scheduler.fragmentation import Shape, target_workload
+from gateway_control.scheduler.policies.fgd import FragmentationGradient
+from gateway_control.scheduler.policies.fgd_plus import (
     FragmentationGradientPlus,
     per_gpu_needs,
     restricted_demand,
 )
-from gateway.scheduler.policies.registry import BEST_POLICY, make_policy
+from gateway_control.scheduler.policies.registry import BEST_POLICY, make_policy
 from tests.unit.scheduler.packing_helpers import POD_HEADER
 
 ANY: frozenset[str] = frozenset()

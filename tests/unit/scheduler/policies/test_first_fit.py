@@ -1,8 +1,8 @@
-"""gateway.scheduler.policies.first_fit."""
+"""gateway_control.scheduler.policies.first_fit."""
 
 from __future__ import annotations
 
-from gateway.scheduler.cluster import Placement
+from gateway_control.scheduler.cluster import Placement
 from tests.unit.scheduler.packing_helpers import choose, node, pod
 
 

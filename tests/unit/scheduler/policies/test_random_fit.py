@@ -1,9 +1,9 @@
-"""gateway.scheduler.policies.random_fit: reproducible by seed."""
+"""gateway_control.scheduler.policies.random_fit: reproducible by seed."""
 
 from __future__ import annotations
 
-from gateway.scheduler.cluster import Cluster, Placement
-from gateway.scheduler.policies.registry import make_policy
+from gateway_control.scheduler.cluster import Cluster, Placement
+from gateway_control.scheduler.policies.registry import make_policy
 from tests.unit.scheduler.packing_helpers import node, pod
 
 

@@ -1,10 +1,10 @@
-"""gateway.scheduler.policies.registry: every policy by name; unknown names."""
+"""gateway_control.scheduler.policies.registry: every policy by name; unknown names."""
 
 from __future__ import annotations
 
 import pytest
 
-from gateway.scheduler.policies.registry import POLICY_NAMES, make_policy
+from gateway_control.scheduler.policies.registry import POLICY_NAMES, make_policy
 from tests.unit.scheduler.packing_helpers import choose, node, pod
 
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.scheduler.cluster import Cluster, Node, Placement, Pod
-from gateway.scheduler.fragmentation import target_workload
-from gateway.scheduler.policies.topology import TopologyAware, is_empty, node_domains
+from gateway_control.scheduler.cluster import Cluster, Node, Placement, Pod
+from gateway_control.scheduler.fragmentation import target_workload
+from gateway_control.scheduler.policies.topology import TopologyAware, is_empty, node_domains
 
 
 def node(name: str, gpus: int = 8, model: str = "G2", domain: str = "") -> Node:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.scheduler.cluster import Cluster, Node, Pod
-from gateway.scheduler.fragmentation import target_workload
-from gateway.scheduler.policies.registry import POLICY_NAMES, make_policy
+from gateway_control.scheduler.cluster import Cluster, Node, Pod
+from gateway_control.scheduler.fragmentation import target_workload
+from gateway_control.scheduler.policies.registry import POLICY_NAMES, make_policy
 
 
 @pytest.mark.parametrize("name", POLICY_NAMES)

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from gateway.scheduler.cluster import Node, Pod
-from gateway.scheduler.queueing.jobs import Job
-from gateway.scheduler.queueing.queue_config import QueueConfig
-from gateway.scheduler.queueing.runs import JobRun, QueueResult
-from gateway.scheduler.queueing.simulator import run_queue
-from gateway.scheduler.queueing.tenancy import QuotaTenant
+from gateway_control.scheduler.cluster import Node, Pod
+from gateway_control.scheduler.queueing.jobs import Job
+from gateway_control.scheduler.queueing.queue_config import QueueConfig
+from gateway_control.scheduler.queueing.runs import JobRun, QueueResult
+from gateway_control.scheduler.queueing.simulator import run_queue
+from gateway_control.scheduler.queueing.tenancy import QuotaTenant
 
 G = 1000  # one GPU in thousandths
 

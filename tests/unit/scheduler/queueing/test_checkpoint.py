@@ -1,10 +1,10 @@
-"""gateway.scheduler.queueing.checkpoint: optimal intervals and progress arithmetic."""
+"""gateway_control.scheduler.queueing.checkpoint: optimal intervals and progress arithmetic."""
 
 from __future__ import annotations
 
 import pytest
 
-from gateway.scheduler.queueing.checkpoint import (
+from gateway_control.scheduler.queueing.checkpoint import (
     daly_interval,
     progress,
     run_length,

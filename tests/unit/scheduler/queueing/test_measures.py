@@ -1,4 +1,4 @@
-"""gateway.scheduler.queueing.measures: percentiles and the timeline."""
+"""gateway_control.scheduler.queueing.measures: percentiles and the timeline."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from gateway.scheduler.queueing.measures import Timeline, percentile
+from gateway_control.scheduler.queueing.measures import Timeline, percentile
 
 
 def test_percentile_interpolates() -> None:

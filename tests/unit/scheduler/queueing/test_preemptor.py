@@ -1,4 +1,4 @@
-"""gateway.scheduler.queueing.preemptor: reclaim and priority preemption, checkpoints.
+"""gateway_control.scheduler.queueing.preemptor: reclaim and priority preemption, checkpoints.
 
 The golden cases are small enough to follow by hand; each states the timeline it expects."""
 
@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.scheduler.queueing.jobs import Job
-from gateway.scheduler.queueing.tenancy import QuotaTenant
+from gateway_control.scheduler.queueing.jobs import Job
+from gateway_control.scheduler.queueing.tenancy import QuotaTenant
 from tests.unit.scheduler.queueing.replay_helpers import (
     G,
     by_name,

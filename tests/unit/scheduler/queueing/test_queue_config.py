@@ -1,14 +1,14 @@
-"""gateway.scheduler.queueing.queue_config: where a job's checkpoint interval comes from."""
+"""gateway_control.scheduler.queueing.queue_config: where a job's checkpoint interval comes from."""
 
 from __future__ import annotations
 
 import pytest
 
-from gateway.scheduler.queueing.checkpoint import (
+from gateway_control.scheduler.queueing.checkpoint import (
     daly_interval,
     young_interval,
 )
-from gateway.scheduler.queueing.queue_config import checkpoint_interval
+from gateway_control.scheduler.queueing.queue_config import checkpoint_interval
 from tests.unit.scheduler.queueing.replay_helpers import job
 
 

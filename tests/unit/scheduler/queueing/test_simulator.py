@@ -1,4 +1,4 @@
-"""gateway.scheduler.queueing.simulator: fair share, cohorts, failures, rejection.
+"""gateway_control.scheduler.queueing.simulator: fair share, cohorts, failures, rejection.
 
 The golden cases are small enough to follow by hand; each states the timeline it expects."""
 
@@ -9,9 +9,9 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from gateway.scheduler.queueing.queue_config import QueueConfig
-from gateway.scheduler.queueing.simulator import run_queue
-from gateway.scheduler.queueing.tenancy import QuotaTenant
+from gateway_control.scheduler.queueing.queue_config import QueueConfig
+from gateway_control.scheduler.queueing.simulator import run_queue
+from gateway_control.scheduler.queueing.tenancy import QuotaTenant
 from tests.unit.scheduler.queueing.replay_helpers import (
     G,
     by_name,

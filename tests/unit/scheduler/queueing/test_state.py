@@ -1,4 +1,5 @@
-"""gateway.scheduler.queueing.state: model caps restrict placement; quotas are never exceeded."""
+"""gateway_control.scheduler.queueing.state: model caps restrict placement; quotas are
+never exceeded."""
 
 from __future__ import annotations
 
@@ -7,13 +8,13 @@ import random
 
 import pytest
 
-from gateway.scheduler.cluster import Placement, Pod
-from gateway.scheduler.policies.registry import POLICY_NAMES
-from gateway.scheduler.queueing.queue_config import QueueConfig
-from gateway.scheduler.queueing.runs import JobRun
-from gateway.scheduler.queueing.simulator import QueueSimulator
-from gateway.scheduler.queueing.state import QueueState
-from gateway.scheduler.queueing.tenancy import QuotaTenant
+from gateway_control.scheduler.cluster import Placement, Pod
+from gateway_control.scheduler.policies.registry import POLICY_NAMES
+from gateway_control.scheduler.queueing.queue_config import QueueConfig
+from gateway_control.scheduler.queueing.runs import JobRun
+from gateway_control.scheduler.queueing.simulator import QueueSimulator
+from gateway_control.scheduler.queueing.state import QueueState
+from gateway_control.scheduler.queueing.tenancy import QuotaTenant
 from tests.unit.scheduler.queueing.replay_helpers import G, by_name, job, node, replay
 
 

@@ -1,10 +1,10 @@
-"""gateway.scheduler.queueing.tenancy: quota and borrowing rules, caps, the YAML mapping."""
+"""gateway_control.scheduler.queueing.tenancy: quota and borrowing rules, caps, the YAML mapping."""
 
 from __future__ import annotations
 
 import pytest
 
-from gateway.scheduler.queueing.tenancy import (
+from gateway_control.scheduler.queueing.tenancy import (
     Quotas,
     QuotaTenant,
     equal_tenants,

@@ -1,8 +1,8 @@
-"""gateway.scheduler.queueing.victims: victim order and the minimal victim set."""
+"""gateway_control.scheduler.queueing.victims: victim order and the minimal victim set."""
 
 from __future__ import annotations
 
-from gateway.scheduler.queueing.victims import select_victims, victim_key
+from gateway_control.scheduler.queueing.victims import select_victims, victim_key
 
 
 def test_victim_key_order() -> None:
