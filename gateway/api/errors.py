@@ -16,6 +16,8 @@ from gateway.serving.chain import ContextTooLong, MissingCapability
 from gateway.serving.conductor import shown_model
 from gateway.serving.dispatch import DeadlineCut, DeadlineMissed
 from gateway.serving.errors import (
+    IdempotencyKeyInUse,
+    IdempotencyKeyReused,
     InvalidRequest,
     InvalidStructuredOutput,
     ModelNotAllowed,
@@ -327,6 +329,8 @@ DOMAIN_ERRORS = (
     InvalidStructuredOutput,
     NotServed,
     StoreFull,
+    IdempotencyKeyInUse,
+    IdempotencyKeyReused,
 )
 # What `client_error` takes: an error already the client's, or one of the layers below.
 CLIENT_ERRORS = (APIError, *DOMAIN_ERRORS)
@@ -364,6 +368,20 @@ def client_error(exc: Exception) -> APIError:
         return unsupported_parameter(exc.model, exc.field)
     if isinstance(exc, StoreFull):
         return stored_responses_full(exc)
+    if isinstance(exc, IdempotencyKeyInUse):
+        return APIError(
+            409,
+            "A request with this Idempotency-Key is still running; retry later.",
+            code="idempotency_key_in_use",
+            retry_after_s=exc.retry_after_s,
+        )
+    if isinstance(exc, IdempotencyKeyReused):
+        return APIError(
+            422,
+            "This Idempotency-Key was used with a different request.",
+            code="idempotency_key_reused",
+            param="Idempotency-Key",
+        )
     if isinstance(exc, ContextTooLong):
         return context_length_exceeded(
             exc.model, exc.limit, exc.prompt_tokens, exc.completion_tokens

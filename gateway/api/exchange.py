@@ -1,14 +1,12 @@
-"""The inference endpoints over HTTP: a request's body in, its wire's answer out.
+"""The inference endpoints over HTTP: what HTTP carries in, the wire's answer out.
 
-    key -> body -> authorize (conductor) -> the wire's parse -> plan (conductor)
-    -> Idempotency-Key -> answer or stream (conductor) -> the wire's JSON or events
-
-One function serves every inference API (`serve`, given the API's `Wire`): it reads
-what HTTP carries (the key, the body, the headers that ask for a priority, a timeout or
-a session), hands the parsed request to the conductor (`gateway.serving.conductor`,
-which alone knows the order of the steps between), and writes what comes back in the
-wire's format. Every refusal, whatever raised it, is turned into the client's error by
-`api/errors.client_error`.
+One function serves every inference API (`serve`, given the API's `Wire`): it opens the
+request's record, hands the conductor (`gateway.serving.conductor`, which alone knows
+the order of the steps) an `Incoming`: what HTTP carried (the key, the headers that ask
+for a priority, a timeout, idempotency or a session) and the wire's steps (read and
+decode the body, parse it, render a whole answer, the client's error). What comes back,
+a rendered answer or an open stream, it writes out. Every refusal, whatever raised it,
+is turned into the client's error by `api/errors.client_error`.
 
 Every request that arrives is answered (or its client is gone) and ends in one
 `RequestRecord`: counted and logged once, whatever ended it. While a request is queued
@@ -20,8 +18,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncGenerator, Iterator
+from collections.abc import AsyncGenerator, Iterator, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from starlette.background import BackgroundTask
 from starlette.requests import ClientDisconnect, Request
@@ -32,24 +31,28 @@ from gateway.api.anthropic import MESSAGES
 from gateway.api.body import decode_json, requested_model
 from gateway.api.endpoints import conductor_of, runtime_of
 from gateway.api.errors import APIError
-from gateway.api.idempotency import claim
 from gateway.api.openai import CHAT, COMPLETIONS, EMBEDDINGS
 from gateway.api.openai.openai_answers import SSE_DONE, ChunkWriter, sse_error
 from gateway.api.responses import RESPONSES
 from gateway.api.sessions import with_session
+from gateway.api.tool_lists import as_json
 from gateway.api.wire import Wire
 from gateway.inference.ids import random_id
-from gateway.inference.types import Delta
+from gateway.inference.types import Delta, InferenceRequest
 from gateway.observability import metrics
 from gateway.observability.access import RequestRecord
-from gateway.serving.conductor import Ask, Conductor, Plan, Stream
+from gateway.serving.auth import Identity
+from gateway.serving.conductor import Answer, Plan, Stream
+from gateway.serving.idempotency import Reply
 from gateway.serving.runtime import Runtime
+from gateway.storage.idempotency_store import fingerprint
 from gateway.transport.streaming import (
     ClientGone,
     DisconnectWatch,
     EventStreamResponse,
     StreamCut,
 )
+from gateway.upstream.route import ModelRoute
 
 log = logging.getLogger("gateway")
 
@@ -102,42 +105,18 @@ async def serve(request: Request, wire: Wire) -> Response:
     record = RequestRecord(
         wire.id_prefix + random_id(), endpoint=wire.name, sink=runtime.record_sink
     )
+    incoming = _HttpIncoming(request, wire, runtime, record)
     try:
-        conductor = conductor_of(request)
-        identity = await runtime.auth.authenticate(wire.credentials(request.headers))
-        record.tenant, record.key_id = identity.name, identity.key_id
-        try:
-            body = await read_body(request, runtime.config.gateway.server.max_body_bytes)
-            data = decode_json(body)
-            route = conductor.authorize(identity, requested_model(data), record)
-            parse = wire.parse
-            if wire.prepare is not None:  # a stored conversation to continue
-                parse = await wire.prepare(runtime, identity, data, len(body))
-            inference = parse(data, route.config.max_tokens_default)
-            headers = request.headers
-            inference = with_session(inference, headers, data, route.config.routing)
-            ask = Ask(
-                identity, route, inference, record, data,
-                headers.get("x-priority"), headers.get("x-request-timeout"), len(body),
-            )  # fmt: skip
-            plan = await conductor.plan(ask)
-        except errors.CLIENT_ERRORS as exc:
-            # A context too long, a missing capability...: refused, and counted.
-            error = errors.client_error(exc)
-            error.headers.update(await conductor.count_refused(identity, record, error.status))
-            if error is exc:
-                raise
-            raise error from exc
-        except ClientGone:
-            raise  # a 499, below: the client left while it sent its body
-        except Exception as exc:
-            # The gateway's own fault, on the client's request: counted as a 4xx is, so
-            # that no request shape is free to repeat (nor its traceback to log).
-            log.exception("unhandled error on %s %s", request.method, request.url.path)
-            failed = _unhandled(record)
-            failed.headers.update(await conductor.count_refused(identity, record, failed.status))
-            raise failed from exc
-        return await _serve_planned(request, wire, runtime, conductor, plan)
+        outcome = await conductor_of(request).conduct(incoming)
+        if isinstance(outcome, Stream):
+            return _stream(incoming, outcome)
+        return Response(
+            outcome.body,
+            outcome.status,
+            headers=outcome.headers,
+            media_type="application/json",
+            background=BackgroundTask(_answered, record, outcome.status),
+        )
     except errors.CLIENT_ERRORS as exc:
         error = errors.client_error(exc)
         record.finish(error.status, error.reason)
@@ -172,32 +151,73 @@ def _unhandled(record: RequestRecord) -> APIError:
     )
 
 
-async def _serve_planned(
-    request: Request, wire: Wire, runtime: Runtime, conductor: Conductor, plan: Plan
-) -> Response:
-    """A planned request, once: answered, or the stored answer of its Idempotency-Key."""
-    ask = plan.ask
-    try:
-        idempotency = await claim(runtime, ask.identity, request, plan.inference, ask.data)
-    except APIError as exc:  # a key in use, reused, or malformed: refused, and counted
-        exc.headers.update(await conductor.count_refused(ask.identity, ask.record, exc.status))
-        raise
-    if isinstance(idempotency, Response):
-        # The stored answer to an earlier run. It asks for no inference, but its body was
-        # read and parsed: it counts as one request, as count_tokens does.
-        idempotency.headers.update(await conductor.count(ask.identity, ask.route.name))
-        ask.record.finish(idempotency.status_code)
-        return idempotency
-    try:
-        if plan.inference.stream:
-            return await _stream(request, wire, runtime, conductor, plan)
-        response = await _complete(request, wire, runtime, conductor, plan)
-    except BaseException:
-        # Whatever failed, cancels included, a retry with the same key must be able to run.
-        await idempotency.abandon()
-        raise
-    await idempotency.complete(response)
-    return response
+class _HttpIncoming:
+    """A request as the conductor sees it (`serving.conductor.Incoming`): the headers
+    read, the body read and parsed by the wire, answers written by it."""
+
+    __slots__ = (
+        "_request",
+        "_runtime",
+        "_wire",
+        "credentials",
+        "idempotency_key",
+        "priority",
+        "record",
+        "timeout",
+        "watch",
+    )  # fmt: skip
+
+    def __init__(self, request: Request, wire: Wire, runtime: Runtime, record: RequestRecord):
+        headers = request.headers
+        self._request, self._wire, self._runtime, self.record = request, wire, runtime, record
+        self.credentials = wire.credentials(headers)
+        self.priority = headers.get("x-priority")
+        self.timeout = headers.get("x-request-timeout")
+        self.idempotency_key = headers.get("idempotency-key")
+        self.watch: DisconnectWatch | None = None
+
+    async def read(self, limit: int) -> tuple[Mapping[str, Any], int]:
+        body = await read_body(self._request, limit)
+        return decode_json(body), len(body)
+
+    def requested_model(self, data: Mapping[str, Any]) -> str:
+        return requested_model(data)
+
+    async def parse(
+        self, identity: Identity, route: ModelRoute, data: Mapping[str, Any], size: int
+    ) -> InferenceRequest:
+        wire, parse = self._wire, self._wire.parse
+        if wire.prepare is not None:  # a stored conversation to continue
+            parse = await wire.prepare(self._runtime, identity, data, size)
+        inference = parse(data, route.config.max_tokens_default)
+        return with_session(inference, self._request.headers, data, route.config.routing)
+
+    def fingerprint(self, data: Mapping[str, Any]) -> str:
+        return fingerprint(self._request.url.path, as_json(data))
+
+    def client(self) -> DisconnectWatch:
+        self.watch = DisconnectWatch(self._request.receive)
+        return self.watch
+
+    async def render(self, answer: Answer, identity: Identity) -> Reply:
+        wire, record = self._wire, self.record
+        body = wire.body(
+            answer.parts, answer.completions, response_id=record.request_id, model=answer.model
+        )
+        headers = _with_wire_headers(wire, answer.headers)
+        if wire.keep is not None:
+            headers.update(await wire.keep(self._runtime, identity, answer.parts[0], body))
+        return Reply(200, body, headers)
+
+    def refusal(self, exc: Exception) -> APIError:
+        if isinstance(exc, errors.CLIENT_ERRORS):
+            # A context too long, a missing capability...: refused, and counted.
+            return errors.client_error(exc)
+        # The gateway's own fault, on the client's request: counted as a 4xx is, so that
+        # no request shape is free to repeat (nor its traceback to log).
+        request = self._request
+        log.exception("unhandled error on %s %s", request.method, request.url.path)
+        return _unhandled(self.record)
 
 
 def _with_wire_headers(wire: Wire, headers: dict[str, str]) -> dict[str, str]:
@@ -206,45 +226,15 @@ def _with_wire_headers(wire: Wire, headers: dict[str, str]) -> dict[str, str]:
     return headers
 
 
-async def _complete(
-    request: Request, wire: Wire, runtime: Runtime, conductor: Conductor, plan: Plan
-) -> Response:
-    watch = DisconnectWatch(request.receive)
-    try:
-        answer = await conductor.answer(plan, watch)
-    finally:
-        watch.stop()  # before the answer goes out: its end looks like a disconnect
-    record = plan.ask.record
-    body = wire.body(
-        answer.parts, answer.completions, response_id=record.request_id, model=answer.model
-    )
-    headers = _with_wire_headers(wire, answer.headers)
-    if wire.keep is not None:
-        headers.update(await wire.keep(runtime, plan.ask.identity, answer.parts[0], body))
-    return Response(
-        body,
-        media_type="application/json",
-        headers=headers,
-        background=BackgroundTask(_answered, record),
-    )
-
-
-async def _answered(record: RequestRecord) -> None:
+async def _answered(record: RequestRecord, status: int) -> None:
     # Run once the answer is sent: its metrics and log line cost the client no time.
-    record.finish(200)
+    record.finish(status)
 
 
-async def _stream(
-    request: Request, wire: Wire, runtime: Runtime, conductor: Conductor, plan: Plan
-) -> Response:
-    # The conductor answers after the first piece, so a failure up to here is a plain
-    # HTTP error (and another replica or model could still be tried).
-    watch = DisconnectWatch(request.receive)
-    try:
-        stream = await conductor.stream(plan, watch)
-    except BaseException:
-        watch.stop()
-        raise
+def _stream(incoming: _HttpIncoming, stream: Stream) -> Response:
+    wire, runtime, plan = incoming._wire, incoming._runtime, stream.plan
+    watch = incoming.watch
+    assert watch is not None  # the conductor watched the client while it opened
     # From here the relay watches the client (no more cancelling this task).
     watch.on_gone = None
     headers = {**_SSE_HEADERS, **_with_wire_headers(wire, stream.headers)}

@@ -18,7 +18,7 @@ a new list each time pushes out nothing another tenant cannot get back by parsin
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
@@ -40,6 +40,15 @@ class ToolsJSON:
     """A request's `tools` as the client wrote them: JSON text, not parsed yet."""
 
     text: bytes
+
+
+def as_json(data: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A body as JSON values: its `tools`, left as the client's text, as that text (what
+    an Idempotency-Key's fingerprint is taken of)."""
+    tools = data.get("tools")
+    if not isinstance(tools, ToolsJSON):
+        return data
+    return {**data, "tools": orjson.Fragment(tools.text)}
 
 
 def key_of(raw: object) -> bytes | None:

@@ -1,17 +1,20 @@
 """A request conducted below the wire: the one place that knows the order of its steps.
 
-    authorize -> plan -> limit -> admit and dispatch (fallback chain, replicas, retries)
-    -> settle -> record
+    authenticate -> read and parse (the wire's) -> authorize -> plan -> Idempotency-Key
+    -> limit -> admit and dispatch (fallback chain, replicas, retries) -> settle -> record
 
-A wire (`gateway.api`) reads a body into an `InferenceRequest`, asks `authorize` for the
-model first (its parser needs the model's defaults), then `plan` and `answer` (or
-`stream`), and writes back what they return in its own format. Everything between is
-the same for every wire and happens here. Nothing here speaks HTTP: the client is
-something that may be `gone`, a refusal is one of `serving.errors`, and the answer is
-data: completions, who served them, what they used, what the client is told of it.
+`conduct` is the one entry, for every wire, whole answers and streams alike. The HTTP
+layer (`gateway.api.exchange`) hands it an `Incoming`: what HTTP carried (the key, the
+headers that ask for a priority, a timeout or idempotency) and the wire's own steps,
+which it calls at their turn (read and decode the body, parse it, render a whole
+answer, the client's error for a refusal). It returns a whole answer rendered (a
+`Reply`) or a `Stream` open, which the HTTP layer writes out. Nothing here speaks HTTP:
+the client is something that may be `gone`, a refusal is one of `serving.errors`, and
+the answer is data: completions, who served them, what they used, what the client is
+told of it.
 
 Every request ends in its `RequestRecord`: this module fills in who served it and what
-it used; the wire finishes it with the status it answered.
+it used; the HTTP layer finishes it with the status it answered.
 """
 
 from __future__ import annotations
@@ -62,7 +65,9 @@ from gateway.serving.errors import (
     WrongModelKind,
 )
 from gateway.serving.fanout import gather_all, interleave, split
+from gateway.serving.idempotency import UNCLAIMED, IdempotencyClaim, Reply, claim
 from gateway.serving.runtime import Runtime
+from gateway.transport.errors import APIError
 from gateway.transport.streaming import ClientGone
 from gateway.upstream.failover import NoReplicaLeft
 from gateway.upstream.route import ModelRoute
@@ -113,6 +118,70 @@ class Client(Protocol):
 
     def cancel_when_gone(self) -> None:
         """From now on, the client leaving cancels the calling task."""
+        ...
+
+    def stop(self) -> None:
+        """Stop watching the client (a whole answer is about to go out)."""
+        ...
+
+
+class Incoming(Protocol):
+    """A request as the HTTP layer hands it to `Conductor.conduct`: what HTTP carried,
+    and the wire's own steps, which the conductor calls at their turn."""
+
+    @property
+    def record(self) -> RequestRecord:
+        """The request's record, opened when it arrived."""
+        ...
+
+    @property
+    def credentials(self) -> str | None:
+        """The key the caller sent, as the wire carries it."""
+        ...
+
+    @property
+    def priority(self) -> str | None:
+        """`x-priority`, as sent."""
+        ...
+
+    @property
+    def timeout(self) -> str | None:
+        """`x-request-timeout`, as sent."""
+        ...
+
+    @property
+    def idempotency_key(self) -> str | None:
+        """`Idempotency-Key`, as sent."""
+        ...
+
+    async def read(self, limit: int) -> tuple[Mapping[str, Any], int]:
+        """The body read (refused past `limit` bytes) and decoded: its data, its size."""
+        ...
+
+    def requested_model(self, data: Mapping[str, Any]) -> str:
+        """The model the body names."""
+        ...
+
+    async def parse(
+        self, identity: Identity, route: ModelRoute, data: Mapping[str, Any], size: int
+    ) -> InferenceRequest:
+        """The wire's parse of the body, for `route`'s model."""
+        ...
+
+    def fingerprint(self, data: Mapping[str, Any]) -> str:
+        """What tells this request from another under one Idempotency-Key."""
+        ...
+
+    def client(self) -> Client:
+        """The client, watched from now on for leaving."""
+        ...
+
+    async def render(self, answer: Answer, identity: Identity) -> Reply:
+        """A whole answer to `identity` in the wire's format."""
+        ...
+
+    def refusal(self, exc: Exception) -> APIError:
+        """What the client is told of a refusal (a 500 for what nobody foresaw)."""
         ...
 
 
@@ -180,6 +249,79 @@ class Conductor:
 
     def __init__(self, runtime: Runtime) -> None:
         self._runtime = runtime
+
+    async def conduct(self, incoming: Incoming) -> Reply | Stream:
+        """Serve one request, whatever its wire and whether it streams: authenticate,
+        read and parse it (the wire's steps), authorize and plan it, claim its
+        Idempotency-Key, then limit, admit, dispatch and settle. A whole answer comes
+        back rendered by its wire (or the stored answer of its key), a stream open. A
+        refusal up to admission counts against the tenant's request limit."""
+        record = incoming.record
+        identity = await self._runtime.auth.authenticate(incoming.credentials)
+        record.tenant, record.key_id = identity.name, identity.key_id
+        try:
+            plan = await self._read_and_plan(identity, incoming)
+            claimed = await self._claim(identity, incoming, plan)
+        except ClientGone:
+            raise  # left while it sent its body
+        except Exception as exc:
+            # Reading, parsing and checking it cost the gateway work the client chose.
+            refusal = incoming.refusal(exc)
+            refusal.headers.update(await self.count_refused(identity, record, refusal.status))
+            if refusal is exc:
+                raise
+            raise refusal from exc
+        if isinstance(claimed, Reply):
+            # The stored answer to an earlier run. It asks for no inference, but its body
+            # was read and parsed: it counts as one request, as count_tokens does.
+            claimed.headers.update(await self.count(identity, plan.ask.route.name))
+            return claimed
+        try:
+            if plan.inference.stream:
+                return await self._opened(plan, incoming.client())
+            reply = await self._answered(plan, incoming)
+        except BaseException:
+            # Whatever failed, cancels included, a retry with the same key must run.
+            await claimed.abandon()
+            raise
+        await claimed.complete(reply)
+        return reply
+
+    async def _read_and_plan(self, identity: Identity, incoming: Incoming) -> Plan:
+        data, size = await incoming.read(self._runtime.config.gateway.server.max_body_bytes)
+        route = self.authorize(identity, incoming.requested_model(data), incoming.record)
+        inference = await incoming.parse(identity, route, data, size)
+        ask = Ask(
+            identity, route, inference, incoming.record, data,
+            incoming.priority, incoming.timeout, size,
+        )  # fmt: skip
+        return await self.plan(ask)
+
+    async def _claim(
+        self, identity: Identity, incoming: Incoming, plan: Plan
+    ) -> IdempotencyClaim | Reply:
+        key = incoming.idempotency_key
+        if key is None or plan.inference.stream:
+            return UNCLAIMED
+        fingerprint = incoming.fingerprint(plan.ask.data)
+        return await claim(self._runtime.idempotency, identity, key, fingerprint)
+
+    async def _answered(self, plan: Plan, incoming: Incoming) -> Reply:
+        client = incoming.client()
+        try:
+            answer = await self.answer(plan, client)
+        finally:
+            client.stop()  # before the answer goes out: its end looks like a disconnect
+        return await incoming.render(answer, plan.ask.identity)
+
+    async def _opened(self, plan: Plan, client: Client) -> Stream:
+        # The stream answers after its first piece, so a failure up to here is a plain
+        # refusal (and another replica or model could still be tried).
+        try:
+            return await self.stream(plan, client)
+        except BaseException:
+            client.stop()
+            raise
 
     def authorize(
         self, identity: Identity, model: str, record: RequestRecord | None = None
@@ -344,7 +486,7 @@ class Conductor:
             cut = client.gone or isinstance(exc, _CUT_BY_TIME)
             admitted.settle(admitted.cut_charges(admitted.works, whole=False) if cut else [])
             admitted.failed(exc, client, dispatched)
-        return Stream(admitted, opened)
+        return Stream(admitted, opened, plan)
 
     async def _admit(self, plan: Plan) -> _Admitted:
         """Take the request's cost from its tenant's limits; its parts made into work."""
@@ -713,6 +855,8 @@ class Stream:
 
     _admitted: _Admitted
     opened: list[_Opened]
+    # The request it answers.
+    plan: Plan
     meters: list[UsageMeter] = field(init=False)
     headers: dict[str, str] = field(init=False)
     closed: bool = False

@@ -74,3 +74,16 @@ class NotServed(Exception):
         self.model = model
         self.cause = cause
         self.headers = headers
+
+
+class IdempotencyKeyInUse(Exception):
+    """A request under the same Idempotency-Key is still running: retry after
+    `retry_after_s`."""
+
+    def __init__(self, retry_after_s: float) -> None:
+        super().__init__("in use")
+        self.retry_after_s = retry_after_s
+
+
+class IdempotencyKeyReused(Exception):
+    """The Idempotency-Key was used with a different request."""

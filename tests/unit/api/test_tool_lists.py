@@ -11,11 +11,10 @@ import pytest
 
 from gateway.api.body import decode_json, parse_tools
 from gateway.api.errors import APIError
-from gateway.api.idempotency import _as_json
 from gateway.api.openai.openai_requests import parse_chat, parse_embeddings
 from gateway.api.responses.responses_answers import response_body, response_object
 from gateway.api.responses.responses_requests import parse_responses
-from gateway.api.tool_lists import MAX_KEY_BYTES, ToolListCache, ToolsJSON
+from gateway.api.tool_lists import MAX_KEY_BYTES, ToolListCache, ToolsJSON, as_json
 from gateway.inference.types import Completion, Usage
 from gateway.storage.idempotency_store import fingerprint
 
@@ -79,7 +78,7 @@ def test_each_wire_gives_the_same_request_from_the_cache() -> None:
 def test_a_body_whose_tools_stay_text_has_a_stable_idempotency_fingerprint() -> None:
     # It was a 500: the fingerprint serialized the body, tools' text and all.
     def print_of(body: bytes) -> str:
-        return fingerprint("/v1/responses", _as_json(decode_json(body)))
+        return fingerprint("/v1/responses", as_json(decode_json(body)))
 
     body = b'{"model": "m", "input": "q", "tools": [{"type": "function", "name": "f"}]}'
     data = decode_json(body)

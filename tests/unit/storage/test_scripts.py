@@ -60,7 +60,9 @@ def test_a_wheel_carries_every_script_and_an_installed_gateway_loads_them(
         names = archive.namelist()
     packed = sorted(n for n in names if n.endswith(".lua"))
     assert packed == [f"gateway/lua/{name}" for name in SCRIPTS]
-    templates = sorted(p.name for p in (ROOT / "gateway_tools" / "eval" / "templates").glob("*.yaml"))
+    templates = sorted(
+        p.name for p in (ROOT / "gateway_tools" / "eval" / "templates").glob("*.yaml")
+    )
     assert templates
     assert [n for n in names if n.startswith("gateway_tools/eval/templates/")] == [
         f"gateway_tools/eval/templates/{name}" for name in templates
