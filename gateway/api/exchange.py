@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncGenerator, Iterator, Mapping
+from collections.abc import AsyncGenerator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,13 +32,13 @@ from gateway.api.body import decode_json, requested_model
 from gateway.api.endpoints import conductor_of, runtime_of
 from gateway.api.errors import APIError
 from gateway.api.openai import CHAT, COMPLETIONS, EMBEDDINGS
-from gateway.api.openai.openai_answers import SSE_DONE, ChunkWriter, sse_error
+from gateway.api.openai.openai_choices import choice_events
 from gateway.api.responses import RESPONSES
 from gateway.api.sessions import with_session
 from gateway.api.tool_lists import as_json
 from gateway.api.wire import Wire
 from gateway.inference.ids import random_id
-from gateway.inference.types import Delta, InferenceRequest
+from gateway.inference.types import InferenceRequest
 from gateway.observability import metrics
 from gateway.observability.access import RequestRecord
 from gateway.serving.auth import Identity
@@ -242,7 +242,7 @@ def _stream(incoming: _HttpIncoming, stream: Stream) -> Response:
     if len(stream.opened) == 1:
         events = _sse_events(wire, runtime, plan, stream, end)
     else:
-        events = _sse_choices(plan, stream, end)
+        events = choice_events(plan, stream, end.ended)
     server = runtime.config.gateway.server
     ping = wire.ping
     return EventStreamResponse(
@@ -277,6 +277,11 @@ class _StreamEnd:
 
     async def __call__(self) -> None:
         await self.stream.close(499 if self.cut is not None else self.status, self.reason)
+
+    async def ended(self, status: int) -> None:
+        """The events ended with `status` (200: to their end; 499: not)."""
+        self.status = status
+        await self()
 
 
 async def _sse_events(
@@ -340,64 +345,4 @@ async def _sse_events(
         status, end.reason = failed.status, failed.reason
         yield writer.error(failed)
     finally:
-        end.status = status
-        await end()
-
-
-async def _sse_choices(plan: Plan, stream: Stream, end: _StreamEnd) -> AsyncGenerator[bytes, None]:
-    """The events of a stream of several choices (`n`, or a completion's prompts): each
-    choice's pieces as they arrive, with its `index`; a choice's finish when it ends."""
-    parts = plan.parts
-    model = stream.served.route.name
-    writer = ChunkWriter(parts[0], response_id=plan.ask.record.request_id, model=model)
-    status = 499
-    checked = parts[0].options.response_format is not None
-    texts: list[list[str]] = [[] for _ in parts]
-    called = [False] * len(parts)
-    merged = stream.pieces()
-
-    def events(index: int, delta: Delta) -> Iterator[bytes]:
-        stream.add(delta, index)
-        if delta.text:
-            if checked:  # kept only to check it against `response_format`
-                texts[index].append(delta.text)
-            yield writer.text(delta.text, delta.logprobs, index)
-        if delta.tool_calls:
-            called[index] = True
-            yield writer.tool_calls(delta.tool_calls, index)
-
-    try:
-        for index, (first, _, _) in enumerate(stream.opened):
-            if parts[index].echo:
-                yield writer.text(parts[index].prompt, index=index)
-            if first is not None:
-                for event in events(index, first):
-                    yield event
-        async for index, piece in merged:
-            if piece is not None:
-                for event in events(index, piece):
-                    yield event
-                continue
-            finish = stream.finish_reason(index, called[index])
-            try:
-                stream.check(index, "".join(texts[index]), called[index], finish)
-            except errors.CLIENT_ERRORS as exc:
-                invalid = errors.client_error(exc)
-                status = invalid.status
-                yield sse_error(invalid.body())
-                return
-            yield writer.finish(finish, index)
-        if parts[0].include_usage:
-            yield writer.usage(stream.usage())
-        yield SSE_DONE
-        status = 200
-    except Exception as exc:
-        failed = errors.stream_failure(model, exc)
-        status = failed.status
-        yield sse_error(failed.body())
-    finally:
-        # Before the streams close: its readers of them must stop first (a client that
-        # left mid-stream ends this generator while they wait for pieces).
-        await merged.aclose()
-        end.status = status
-        await end()
+        await end.ended(status)
