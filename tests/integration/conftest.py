@@ -3,7 +3,9 @@ of the tests' own, and fakeredis with Lua. The shared Redis on 6379 is never tou
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import os
+import signal
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
 from fakeredis import FakeAsyncRedis
@@ -11,6 +13,9 @@ from redis.asyncio import Redis, RedisCluster
 
 from gateway.ratelimit.redis_store import RedisBuckets
 from gateway.storage.redis_client import EMBEDDED_URL
+from gateway_tools.dev.processes import free_port, redis_server_path, start_redis, stop
+from tests import ports
+from tests.integration.own_redis import OwnRedis
 from tests.integration.redis_backends import Backend
 
 BACKENDS = ["single", "cluster", "fakeredis"]
@@ -63,3 +68,18 @@ async def client(request: pytest.FixtureRequest) -> AsyncIterator[Redis | RedisC
         yield redis
     finally:
         await redis.aclose()
+
+
+@pytest.fixture
+def own_redis() -> Iterator[OwnRedis]:
+    """A redis-server of the test's own, which it may pause, kill and start again."""
+    if redis_server_path() is None:
+        pytest.fail("redis-server is not installed (scripts/bootstrap.sh installs it)")
+    port = free_port(start=ports.OWN_REDIS, end=ports.REDIS)
+    own = OwnRedis(start_redis(port), f"redis://127.0.0.1:{port}/0")
+    try:
+        yield own
+    finally:
+        if own.process.poll() is None:
+            os.kill(own.process.pid, signal.SIGCONT)
+        stop(own.process)

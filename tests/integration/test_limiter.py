@@ -1,160 +1,22 @@
-"""The rate-limit policy on a real redis-server of the test's own: what happens to
-leases and settles when Redis stops answering, the `local` and `closed` fallbacks, lease
-renewal, and tenants removed by a reload."""
+"""The rate limiter on a real redis-server of the test's own: lease renewal, leases of
+requests past their deadline, and tenants removed by a reload. (What happens while Redis
+does not answer is `test_outage.py`'s.)"""
 
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
-import subprocess
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass
-from typing import Any
 
 import pytest
 from redis.asyncio import Redis
 
 from gateway.api.errors import client_error
-from gateway.config import RateLimitConfig, RedisFailureMode, TenantsConfig
+from gateway.config import TenantsConfig
 from gateway.ratelimit import limiter as limiter_module
 from gateway.ratelimit.buckets import bucket_key
-from gateway.ratelimit.errors import LimiterUnavailable, UnknownTenant
-from gateway.ratelimit.limiter import RateLimiter
-from gateway.ratelimit.redis_store import RedisBuckets
-from gateway_tools.dev.processes import free_port, redis_server_path, start_redis, stop
-from tests import ports
+from gateway.ratelimit.errors import UnknownTenant
+from tests.integration.own_redis import KEY_HASH, PREFIX, OwnRedis, make_limiter, tenants
 from tests.polling import wait_until
-
-PREFIX = "limiter-test"
-KEY_HASH = "sha256:" + "0" * 64
-
-
-def tenants(**limits: Any) -> TenantsConfig:
-    shadow = limits.pop("shadow", False)
-    return TenantsConfig.model_validate(
-        {"tenants": {"t": {"api_keys": [KEY_HASH], "limits": limits, "shadow": shadow}}}
-    )
-
-
-@dataclass
-class OwnRedis:
-    process: subprocess.Popen[bytes]
-    url: str
-
-    def pause(self) -> None:
-        os.kill(self.process.pid, signal.SIGSTOP)
-
-    def resume(self) -> None:
-        os.kill(self.process.pid, signal.SIGCONT)
-
-    def kill(self) -> None:
-        stop(self.process)
-
-    def start_again(self) -> None:
-        """A new redis-server on the same port: empty, every bucket full."""
-        self.process = start_redis(int(self.url.rsplit(":", 1)[1].split("/")[0]))
-
-
-@pytest.fixture
-def own_redis() -> Iterator[OwnRedis]:
-    if redis_server_path() is None:
-        pytest.fail("redis-server is not installed (scripts/bootstrap.sh installs it)")
-    port = free_port(start=ports.OWN_REDIS, end=ports.REDIS)
-    own = OwnRedis(start_redis(port), f"redis://127.0.0.1:{port}/0")
-    try:
-        yield own
-    finally:
-        if own.process.poll() is None:
-            os.kill(own.process.pid, signal.SIGCONT)
-        stop(own.process)
-
-
-def make_limiter(url: str, tenants_config: TenantsConfig, **config: Any) -> RateLimiter:
-    redis = Redis.from_url(url, socket_timeout=0.3, socket_connect_timeout=0.3)
-    return RateLimiter(
-        RedisBuckets(redis),
-        redis.ping,
-        tenants_config,
-        RateLimitConfig(redis_retry_s=0.1, **config),
-        PREFIX,
-    )
-
-
-async def test_a_lease_released_while_redis_is_unreachable_is_released_when_it_is_back(
-    own_redis: OwnRedis,
-) -> None:
-    """A settle that cannot reach Redis is kept and sent later: otherwise the tenant's
-    concurrency slot stays taken until the lease expires."""
-    limiter = make_limiter(own_redis.url, tenants(max_concurrent=1, tokens_per_minute=10_000))
-    inspect = Redis.from_url(own_redis.url)
-    inflight = bucket_key(PREFIX, "t", "inflight", None)
-    try:
-        first = await limiter.admit("t", "m", 100)
-        assert first.allowed and first.reservation is not None
-        assert await inspect.zcard(inflight) == 1
-
-        own_redis.pause()
-        limiter.settle(first.reservation, 40)  # the request ends while Redis does not answer
-
-        async def down() -> bool:
-            return not limiter.redis_up
-
-        await wait_until(down)
-        own_redis.resume()
-
-        async def released() -> bool:
-            return limiter.redis_up and await inspect.zcard(inflight) == 0
-
-        await wait_until(released)
-        second = await limiter.admit("t", "m", 100)
-        assert second.allowed, "the slot of the settled request is free again"
-    finally:
-        await limiter.close()
-        await inspect.aclose()
-
-
-async def test_local_mode_refuses_for_a_while_what_only_the_whole_limit_holds() -> None:
-    """In `local` mode each gateway enforces its share of a limit. A request bigger than
-    the share but within the whole limit is refused with a wait, not as one that can
-    never fit; one bigger than the whole limit can never fit."""
-    dead = f"redis://127.0.0.1:{free_port(start=ports.OWN_REDIS, end=ports.REDIS)}/0"
-    limiter = make_limiter(dead, tenants(tokens_per_minute=1000), gateway_replicas=2)
-    try:
-        within_whole = await limiter.admit("t", "m", 600)
-        assert not within_whole.allowed
-        assert not within_whole.never_fits
-        assert within_whole.retry_after_s == pytest.approx(0.1)
-
-        beyond_whole = await limiter.admit("t", "m", 1500)
-        assert not beyond_whole.allowed
-        assert beyond_whole.never_fits
-
-        within_share = await limiter.admit("t", "m", 400)
-        assert within_share.allowed
-    finally:
-        await limiter.close()
-
-
-async def test_closed_mode_refuses_without_redis_except_shadow_tenants() -> None:
-    dead = f"redis://127.0.0.1:{free_port(start=ports.OWN_REDIS, end=ports.REDIS)}/0"
-    enforced = make_limiter(
-        dead, tenants(requests_per_minute=10), on_redis_error=RedisFailureMode.CLOSED
-    )
-    shadow = make_limiter(
-        dead,
-        tenants(requests_per_minute=10, shadow=True),
-        on_redis_error=RedisFailureMode.CLOSED,
-    )
-    try:
-        with pytest.raises(LimiterUnavailable) as refused:
-            await enforced.admit("t", "m", 1)
-        assert client_error(refused.value).status == 503
-        assert (await shadow.admit("t", "m", 1)).allowed
-    finally:
-        await enforced.close()
-        await shadow.close()
 
 
 async def test_a_running_request_keeps_its_lease_beyond_the_lease_ttl(
