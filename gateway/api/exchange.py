@@ -156,20 +156,20 @@ class _HttpIncoming:
     read, the body read and parsed by the wire, answers written by it."""
 
     __slots__ = (
-        "_request",
-        "_runtime",
-        "_wire",
         "credentials",
         "idempotency_key",
         "priority",
         "record",
+        "request",
+        "runtime",
         "timeout",
         "watch",
+        "wire",
     )  # fmt: skip
 
     def __init__(self, request: Request, wire: Wire, runtime: Runtime, record: RequestRecord):
         headers = request.headers
-        self._request, self._wire, self._runtime, self.record = request, wire, runtime, record
+        self.request, self.wire, self.runtime, self.record = request, wire, runtime, record
         self.credentials = wire.credentials(headers)
         self.priority = headers.get("x-priority")
         self.timeout = headers.get("x-request-timeout")
@@ -177,7 +177,7 @@ class _HttpIncoming:
         self.watch: DisconnectWatch | None = None
 
     async def read(self, limit: int) -> tuple[Mapping[str, Any], int]:
-        body = await read_body(self._request, limit)
+        body = await read_body(self.request, limit)
         return decode_json(body), len(body)
 
     def requested_model(self, data: Mapping[str, Any]) -> str:
@@ -186,27 +186,27 @@ class _HttpIncoming:
     async def parse(
         self, identity: Identity, route: ModelRoute, data: Mapping[str, Any], size: int
     ) -> InferenceRequest:
-        wire, parse = self._wire, self._wire.parse
+        wire, parse = self.wire, self.wire.parse
         if wire.prepare is not None:  # a stored conversation to continue
-            parse = await wire.prepare(self._runtime, identity, data, size)
+            parse = await wire.prepare(self.runtime, identity, data, size)
         inference = parse(data, route.config.max_tokens_default)
-        return with_session(inference, self._request.headers, data, route.config.routing)
+        return with_session(inference, self.request.headers, data, route.config.routing)
 
     def fingerprint(self, data: Mapping[str, Any]) -> str:
-        return fingerprint(self._request.url.path, as_json(data))
+        return fingerprint(self.request.url.path, as_json(data))
 
     def client(self) -> DisconnectWatch:
-        self.watch = DisconnectWatch(self._request.receive)
+        self.watch = DisconnectWatch(self.request.receive)
         return self.watch
 
     async def render(self, answer: Answer, identity: Identity) -> Reply:
-        wire, record = self._wire, self.record
+        wire, record = self.wire, self.record
         body = wire.body(
             answer.parts, answer.completions, response_id=record.request_id, model=answer.model
         )
         headers = _with_wire_headers(wire, answer.headers)
         if wire.keep is not None:
-            headers.update(await wire.keep(self._runtime, identity, answer.parts[0], body))
+            headers.update(await wire.keep(self.runtime, identity, answer.parts[0], body))
         return Reply(200, body, headers)
 
     def refusal(self, exc: Exception) -> APIError:
@@ -215,7 +215,7 @@ class _HttpIncoming:
             return errors.client_error(exc)
         # The gateway's own fault, on the client's request: counted as a 4xx is, so that
         # no request shape is free to repeat (nor its traceback to log).
-        request = self._request
+        request = self.request
         log.exception("unhandled error on %s %s", request.method, request.url.path)
         return _unhandled(self.record)
 
@@ -232,7 +232,7 @@ async def _answered(record: RequestRecord, status: int) -> None:
 
 
 def _stream(incoming: _HttpIncoming, stream: Stream) -> Response:
-    wire, runtime, plan = incoming._wire, incoming._runtime, stream.plan
+    wire, runtime, plan = incoming.wire, incoming.runtime, stream.plan
     watch = incoming.watch
     assert watch is not None  # the conductor watched the client while it opened
     # From here the relay watches the client (no more cancelling this task).
