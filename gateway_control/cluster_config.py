@@ -175,7 +175,8 @@ def check_cluster(path: str) -> tuple[ClusterConfig | None, Source, list[Problem
         problems += _duplicates(source, cluster)
         if cluster.policy != "best" and cluster.policy not in POLICY_NAMES:
             choices = ", ".join(("best", *POLICY_NAMES))
-            problems.append(source.problem(("policy",), f"policy: unknown, choose from {choices}"))
+            message = f"policy: unknown {cluster.policy!r}, choose from {choices}"
+            problems.append(source.problem(("policy",), message))
     return (None if problems else cluster), source, problems
 
 

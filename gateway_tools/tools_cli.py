@@ -57,7 +57,7 @@ def _demo(args: argparse.Namespace) -> int:
 def add_commands(sub: Commands) -> None:
     """Add the offline tools' sub-commands to the `gateway` command line."""
     demo = sub.add_parser("demo", help="run local Triton replicas, Redis and the gateway")
-    demo.add_argument("--port", type=int, default=8080)
+    demo.add_argument("--port", type=int, default=8080, help="the gateway's API port (8080)")
     demo.add_argument(
         "--ops-port", type=int, help="the ops listener's port (default: the config's, 8081)"
     )
@@ -74,7 +74,8 @@ def add_commands(sub: Commands) -> None:
     sim.add_argument(
         "--models",
         default="llm-large,llm-small",
-        help="comma-separated names; NAME=MS sets the per-token delay in milliseconds",
+        help="comma-separated names; NAME=MS sets the per-token delay in milliseconds, "
+        "NAME=@FILE replays recorded answers (docs/triton-sim.md)",
     )
     sim.set_defaults(run=_triton_sim)
 

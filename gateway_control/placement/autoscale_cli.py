@@ -200,11 +200,10 @@ def format_table(results: Sequence[PolicyResult]) -> str:
 
 def write_chart(results: Sequence[PolicyResult], path: str) -> Path:
     """Demand per model (requests a second) and ready replicas per model and policy,
-    over time, into one PNG (matplotlib: a dev dependency)."""
-    import matplotlib
+    over time, into one PNG (matplotlib: the `control` extra)."""
+    from gateway_control.scheduler.experiments.plots import pyplot
 
-    matplotlib.use("Agg")  # no display: files only
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(9, 6), sharex=True)
     first = results[0].timeline

@@ -563,11 +563,10 @@ def write_charts(
     directory: Path, attempts: list[Attempt], figures: dict[str, Figures], currency: str
 ) -> list[Path]:
     """The three PNG charts, written into `directory`; returns their paths."""
-    # Imported here: the gateway must not load matplotlib (a dev dependency) when it starts.
-    import matplotlib
+    # Imported here: matplotlib (the `tools` extra's) is loaded only to draw.
+    from gateway_control.scheduler.experiments.plots import pyplot
 
-    matplotlib.use("Agg")  # no display: files only
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     paths = []
     for name, draw in (

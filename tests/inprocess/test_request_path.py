@@ -55,6 +55,21 @@ async def test_an_idempotent_repeat_gets_the_stored_answer(gw: InProcessGateway)
     assert other.json()["error"]["param"] == "Idempotency-Key"
 
 
+async def test_a_messages_idempotency_refusal_is_an_invalid_request_to_anthropic(
+    gw: InProcessGateway,
+) -> None:
+    """Anthropic's error types: a 4xx without a type of its own (409, 422) is an
+    `invalid_request_error`, never `api_error`, which its clients read as the server's."""
+    body = {"model": "llm-large", "max_tokens": 8, "messages": HELLO}
+    headers = {"idempotency-key": "order-43", "x-api-key": KEYS["acme"]}
+    async with gw.http() as client:
+        first = await client.post("/v1/messages", json=body, headers=headers)
+        other = await client.post("/v1/messages", json={**body, "max_tokens": 9}, headers=headers)
+    assert first.status_code == 200
+    assert other.status_code == 422
+    assert other.json()["error"]["type"] == "invalid_request_error"
+
+
 def with_tools(config: dict[str, Any]) -> None:
     """llm-large and its fallback read Hermes-style tool calls from their text."""
     for name in ("llm-large", "llm-small"):

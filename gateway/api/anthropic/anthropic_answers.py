@@ -199,7 +199,9 @@ _INVALID_KEY = "Incorrect API key provided. Pass it as `x-api-key: KEY` (or as a
 
 def error_body(error: APIError) -> dict[str, Any]:
     """Anthropic's error object for `error`."""
-    kind = _ERROR_TYPES.get(error.status, "api_error")
+    # Anthropic's own rule: a 4xx without a type of its own is an invalid request.
+    other = "invalid_request_error" if 400 <= error.status < 500 else "api_error"
+    kind = _ERROR_TYPES.get(error.status, other)
     if error.code == "insufficient_quota":
         kind = "billing_error"  # Anthropic's word for an account out of credit
     message = _INVALID_KEY if error.code == "invalid_api_key" else error.message

@@ -1,19 +1,32 @@
-"""PNG charts of a queueing replay (matplotlib, Agg backend; a dev dependency)."""
+"""PNG charts of a queueing replay (matplotlib, Agg backend: the `control` extra)."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from gateway_control.scheduler.queueing.runs import QueueResult
+
+
+def pyplot() -> Any:
+    """matplotlib's pyplot, drawing into files only; a one-line exit naming the extra to
+    install when matplotlib is not installed (it is not the server's)."""
+    try:
+        import matplotlib
+    except ModuleNotFoundError:
+        raise SystemExit(
+            "charts need matplotlib: pip install 'inference-gateway[control]'"
+        ) from None
+    matplotlib.use("Agg")  # no display: files only
+    import matplotlib.pyplot as plt
+
+    return plt
 
 
 def write_plots(result: QueueResult, directory: str | Path) -> list[Path]:
     """Write utilization.png (allocated, fragmented and down GPU over time) and
     queueing_cdf.png (queueing-time CDF per tenant) into `directory`; returns the paths."""
-    import matplotlib
-
-    matplotlib.use("Agg")  # no display: files only
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)

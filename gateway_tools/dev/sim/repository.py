@@ -174,7 +174,9 @@ def tritonserver_dir() -> Path:
     """`pytriton/tritonserver` of the installed nvidia-pytriton wheel (not imported: slow)."""
     spec = importlib.util.find_spec("pytriton")
     if spec is None or spec.origin is None:
-        raise RuntimeError("nvidia-pytriton is not installed: pip install 'inference-gateway[tools]'")
+        raise RuntimeError(
+            "nvidia-pytriton is not installed: pip install 'inference-gateway[tools]'"
+        )
     return Path(spec.origin).parent / "tritonserver"
 
 

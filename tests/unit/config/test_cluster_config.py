@@ -43,7 +43,7 @@ def test_a_bad_cluster_file_is_refused_with_file_and_line(tmp_path: Path) -> Non
         load_cluster(write(tmp_path, fixed))
     lines = [str(p) for p in again.value.problems]
     assert any("duplicate name 'a'" in m and ":6:" in m for m in lines), lines
-    assert any("policy: unknown" in m and ":1:" in m for m in lines), lines
+    assert any("policy: unknown '" in m and ":1:" in m for m in lines), lines
 
 
 NODE = {"name": "a", "url": "http://127.0.0.1:8100", "gpus": 2}
