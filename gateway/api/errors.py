@@ -140,10 +140,13 @@ def model_not_allowed(model: str) -> APIError:
 
 
 def body_too_large(limit: int) -> APIError:
+    # The rest of the body is not read: the connection cannot carry another request, and
+    # a client that keeps it must be told so, or it sends its next one into a closed one.
     return APIError(
         413,
         f"Request body is larger than the limit of {limit} bytes.",
         code="request_too_large",
+        headers={"connection": "close"},
     )
 
 

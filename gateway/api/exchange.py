@@ -113,7 +113,8 @@ async def serve(request: Request, wire: Wire) -> Response:
         return Response(
             outcome.body,
             outcome.status,
-            headers=outcome.headers,
+            # A replay's too: only the gateway's own headers are stored with an answer.
+            headers=_with_wire_headers(wire, outcome.headers),
             media_type="application/json",
             background=BackgroundTask(_answered, record, outcome.status),
         )
@@ -204,7 +205,7 @@ class _HttpIncoming:
         body = wire.body(
             answer.parts, answer.completions, response_id=record.request_id, model=answer.model
         )
-        headers = _with_wire_headers(wire, answer.headers)
+        headers = answer.headers
         if wire.keep is not None:
             headers.update(await wire.keep(self.runtime, identity, answer.parts[0], body))
         return Reply(200, body, headers)
@@ -278,9 +279,12 @@ class _StreamEnd:
     async def __call__(self) -> None:
         await self.stream.close(499 if self.cut is not None else self.status, self.reason)
 
-    async def ended(self, status: int) -> None:
-        """The events ended with `status` (200: to their end; 499: not)."""
+    async def ended(self, status: int, reason: str | None = None) -> None:
+        """The events ended with `status` (200: to their end; 499: not), for `reason`
+        when the gateway ended them with an error event."""
         self.status = status
+        if reason is not None:
+            self.reason = reason
         await self()
 
 

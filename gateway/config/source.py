@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -99,18 +100,39 @@ class Source:
         return self.value_lines.get((), 1)
 
 
+# A config file is a few KB; a path that names something else (a device, a FIFO, a
+# huge file) is refused before it is read whole, and YAML aliases may not expand a small
+# file into a huge one (a "billion laughs" took 3 GB before it failed).
+MAX_FILE_BYTES = 4 * 1024 * 1024
+MAX_ALIAS_EXPANSIONS = 100_000
+
+
 def read_source(path: str, environ: Mapping[str, str] | None = None) -> Source:
     """Read and parse `path`; problems are collected in `Source.problems`."""
     source = Source(path)
     try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
-    except (OSError, UnicodeDecodeError) as e:
+        text = _read_text(path)
+    except (OSError, UnicodeDecodeError, _NotAConfig) as e:
         reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
         source.problems.append(Problem(path, None, f"cannot read file: {reason}"))
         return source
     _Walker(source, os.environ if environ is None else environ).parse(text)
     return source
+
+
+class _NotAConfig(Exception):
+    """The path names no file a config can be (a device, a FIFO, one too large)."""
+
+
+def _read_text(path: str) -> str:
+    # Checked before opening: opening a FIFO waits for a writer.
+    if not stat.S_ISREG(os.stat(path).st_mode):
+        raise _NotAConfig("not a regular file")
+    with open(path, "rb") as f:
+        data = f.read(MAX_FILE_BYTES + 1)
+    if len(data) > MAX_FILE_BYTES:
+        raise _NotAConfig(f"larger than {MAX_FILE_BYTES // (1024 * 1024)} MiB")
+    return data.decode("utf-8")
 
 
 def _syntax_problem(file: str, text: str, e: yaml.YAMLError) -> Problem:
@@ -135,6 +157,10 @@ def _syntax_problem(file: str, text: str, e: yaml.YAMLError) -> Problem:
     return Problem(file, mark.line + 1 if mark else None, message)
 
 
+class _TooManyExpansions(Exception):
+    """Aliases expand past `MAX_ALIAS_EXPANSIONS` values."""
+
+
 class _Walker:
     """Builds plain data from the node tree, recording lines on the way."""
 
@@ -144,6 +170,9 @@ class _Walker:
         self.loader: yaml.SafeLoader | None = None
         # Nodes being built, to refuse recursive aliases instead of looping.
         self.active: set[int] = set()
+        # Nodes built once, and how many were built again (through aliases) since.
+        self.built: set[int] = set()
+        self.expansions = 0
 
     def parse(self, text: str) -> None:
         try:
@@ -161,6 +190,10 @@ class _Walker:
             self.source.problems.append(
                 Problem(self.source.file, None, "invalid YAML: nested too deeply")
             )
+        except _TooManyExpansions:
+            self.source.data = None
+            message = f"invalid YAML: aliases expand to more than {MAX_ALIAS_EXPANSIONS:,} values"
+            self.source.problems.append(Problem(self.source.file, None, message))
         finally:
             if self.loader is not None:
                 self.loader.dispose()
@@ -170,6 +203,12 @@ class _Walker:
         if id(node) in self.active:
             self.source.problems.append(self.source.problem(loc, "recursive alias"))
             return None
+        if id(node) in self.built:
+            self.expansions += 1
+            if self.expansions > MAX_ALIAS_EXPANSIONS:
+                raise _TooManyExpansions
+        else:
+            self.built.add(id(node))
         self.active.add(id(node))
         try:
             if isinstance(node, yaml.MappingNode):

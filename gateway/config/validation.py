@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import TypeVar
 
 from pydantic import BaseModel, ValidationError
@@ -36,12 +37,22 @@ _MESSAGES = {
 }
 
 
+# A key repeated in a message only if it looks like a config key: a file that is no
+# config (a secrets file named by mistake) must not be echoed into the output.
+_KEY_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+
+
+def _shown_key(key: object) -> str:
+    text = str(key)
+    return f"'{text}'" if _KEY_NAME.fullmatch(text) else f"(not a name, {len(text)} characters)"
+
+
 def _error_problem(source: Source, error: ErrorDetails) -> Problem:
     loc: Loc = tuple(error["loc"])
     kind = error["type"]
     if kind in ("extra_forbidden", "missing"):
         what = "unknown key" if kind == "extra_forbidden" else "missing required key"
-        return source.problem(loc, at(loc[:-1], f"{what} '{loc[-1]}'"), at_key=True)
+        return source.problem(loc, at(loc[:-1], f"{what} {_shown_key(loc[-1])}"), at_key=True)
     if not loc and source.data is None:
         return source.problem(loc, "file is empty")
     message = _MESSAGES.get(kind, error["msg"])

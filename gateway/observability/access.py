@@ -53,6 +53,9 @@ class RequestRecord:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     fallbacks: list[str] = field(default_factory=list)
+    # Answered with the stored answer of an Idempotency-Key: the request id of the run
+    # that made it (which the client is told as its `x-request-id`).
+    replay_of: str = ""
     # The prompt, only with `server.log_prompts` on (redacted like every log line).
     prompt: str | None = None
     # Which of the tenant's keys (`serving.auth.Identity.key_id`), and the prompt tokens
@@ -110,6 +113,7 @@ class RequestRecord:
                 "status": status,
                 "reason": self.reason or None,
                 "fallbacks": self.fallbacks or None,
+                "replay_of": self.replay_of or None,
                 "queue_wait_ms": _ms(self.queue_wait_s),
                 "ttft_ms": _ms(self.ttft_s),
                 "duration_ms": _ms(duration),

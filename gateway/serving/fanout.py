@@ -44,7 +44,7 @@ def split(request: InferenceRequest, max_batch: int) -> list[InferenceRequest]:
         for choice in range(request.n):
             params = request.params
             if seed is not None and choice:
-                params = dataclasses.replace(params, seed=seed + choice)
+                params = dataclasses.replace(params, seed=_int64(seed + choice))
             parts.append(dataclasses.replace(request, prompt=prompt, prompts=(), params=params))
     return parts
 
@@ -105,3 +105,9 @@ async def interleave(
         await asyncio.gather(*pumps, return_exceptions=True)
         for stream in streams:
             await stream.aclose()
+
+
+def _int64(value: int) -> int:
+    """`value` wrapped into a signed 64-bit integer, as a seed's upstream field holds it
+    (the seed after 2**63 - 1 is -2**63; a client may send the largest)."""
+    return (value + 2**63) % 2**64 - 2**63

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import aiohttp
+import httpx
 import openai
 import orjson
 import pytest
@@ -197,6 +198,22 @@ def test_oversized_body_is_413(acme: OpenAI) -> None:
         acme.chat.completions.create(model="llm-small", messages=huge)
     assert caught.value.status_code == 413
     assert caught.value.code == "request_too_large"
+
+
+def test_a_413_closes_the_connection_and_says_so(gateway: Gateway) -> None:
+    """The rest of a refused body is not read, so the connection cannot carry another
+    request: the 413 says `connection: close`, and a keep-alive client's next request
+    goes out on a new connection (it met a closed one one time in five)."""
+    url = f"{gateway.base_url}/chat/completions"
+    headers = {"authorization": f"Bearer {KEYS['acme']}"}
+    small = {"model": "llm-small", "messages": [{"role": "user", "content": "Hi"}]}
+    huge = {**small, "messages": [{"role": "user", "content": "x" * 2_000_000}]}
+    with httpx.Client(headers=headers, timeout=30) as client:
+        for _ in range(5):
+            refused = client.post(url, json=huge)
+            assert refused.status_code == 413
+            assert refused.headers["connection"] == "close"
+            assert client.post(url, json=small).status_code == 200
 
 
 async def test_liveness_and_readiness(gateway: Gateway) -> None:

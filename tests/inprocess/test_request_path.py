@@ -37,6 +37,7 @@ async def test_every_answer_and_refusal_has_its_own_request_id(gw: InProcessGate
 async def test_an_idempotent_repeat_gets_the_stored_answer(gw: InProcessGateway) -> None:
     gw.upstream.script("llm-large", Completion("Once.", usage=Usage(3, 1)))
     headers = {"idempotency-key": "order-42"}
+    records = gw.finished_records()
     async with gw.http() as client:
         first = await client.post("/v1/chat/completions", json=CHAT, headers=headers)
         repeat = await client.post("/v1/chat/completions", json=CHAT, headers=headers)
@@ -50,6 +51,8 @@ async def test_an_idempotent_repeat_gets_the_stored_answer(gw: InProcessGateway)
     assert repeat.headers["idempotent-replayed"] == "true"
     assert repeat.headers["x-request-id"] == first.headers["x-request-id"]
     assert len(gw.upstream.calls) == 1  # the repeat did not run again
+    # The replay's own record names the run whose answer it is (its id is the client's).
+    assert [r.replay_of for r in records[:2]] == ["", first.headers["x-request-id"]]
     # The same key with another request is refused, not answered with the first's answer.
     assert other.status_code in (400, 409, 422)
     assert other.json()["error"]["param"] == "Idempotency-Key"
@@ -59,13 +62,17 @@ async def test_a_messages_idempotency_refusal_is_an_invalid_request_to_anthropic
     gw: InProcessGateway,
 ) -> None:
     """Anthropic's error types: a 4xx without a type of its own (409, 422) is an
-    `invalid_request_error`, never `api_error`, which its clients read as the server's."""
+    `invalid_request_error`, never `api_error`, which its clients read as the server's;
+    and a replay keeps Anthropic's own headers."""
     body = {"model": "llm-large", "max_tokens": 8, "messages": HELLO}
     headers = {"idempotency-key": "order-43", "x-api-key": KEYS["acme"]}
     async with gw.http() as client:
         first = await client.post("/v1/messages", json=body, headers=headers)
+        repeat = await client.post("/v1/messages", json=body, headers=headers)
         other = await client.post("/v1/messages", json={**body, "max_tokens": 9}, headers=headers)
-    assert first.status_code == 200
+    assert first.status_code == repeat.status_code == 200
+    # A replay has the headers Anthropic's clients read, as the first answer had.
+    assert repeat.headers["request-id"] == first.headers["request-id"]
     assert other.status_code == 422
     assert other.json()["error"]["type"] == "invalid_request_error"
 

@@ -13,7 +13,7 @@ from gateway.serving.conductor import Plan, Stream
 
 
 async def choice_events(
-    plan: Plan, stream: Stream, end: Callable[[int], Awaitable[None]]
+    plan: Plan, stream: Stream, end: Callable[[int, str | None], Awaitable[None]]
 ) -> AsyncGenerator[bytes, None]:
     """The events of a stream of several choices (`n`, or a completion's prompts): each
     choice's pieces as they arrive, with its `index`; a choice's finish when it ends."""
@@ -21,6 +21,7 @@ async def choice_events(
     model = stream.served.route.name
     writer = ChunkWriter(parts[0], response_id=plan.ask.record.request_id, model=model)
     status = 499
+    reason: str | None = None  # why the gateway ended it with an error event
     checked = parts[0].options.response_format is not None
     texts: list[list[str]] = [[] for _ in parts]
     called = [False] * len(parts)
@@ -63,10 +64,10 @@ async def choice_events(
         status = 200
     except Exception as exc:
         failed = errors.stream_failure(model, exc)
-        status = failed.status
+        status, reason = failed.status, failed.reason
         yield sse_error(failed.body())
     finally:
         # Before the streams close: its readers of them must stop first (a client that
         # left mid-stream ends this generator while they wait for pieces).
         await merged.aclose()
-        await end(status)
+        await end(status, reason)

@@ -36,6 +36,13 @@ def test_choices_without_a_seed_get_none() -> None:
     assert [p.params.seed for p in split(request, 1)] == [None, None, None]
 
 
+def test_the_seeds_after_the_largest_wrap_within_64_bits() -> None:
+    """A client may send the largest int64 seed with `n: 2`; the second choice's seed
+    must still be one Triton's int64 parameter holds (it was a 500)."""
+    request = dataclasses.replace(TEXT, n=3, params=SamplingParams(4, seed=2**63 - 1))
+    assert [p.params.seed for p in split(request, 1)] == [2**63 - 1, -(2**63), -(2**63) + 1]
+
+
 def test_embedding_inputs_come_in_batches_in_order() -> None:
     request = InferenceRequest(
         kind=RequestKind.EMBEDDING, model="e", params=SamplingParams(0), inputs=tuple("abcde")
