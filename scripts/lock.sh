@@ -2,8 +2,10 @@
 # Refreshes uv.lock from pyproject.toml, then exports the hashed requirement files that
 # every install reads (docs/development.md, "Dependencies"):
 #   requirements/runtime.txt  the gateway alone: the image (Dockerfile)
-#   requirements/dev.txt      runtime, the simulated models and the dev tools: bootstrap.sh
-#                             (the test command, CI and the demo)
+#   requirements/demo.txt     runtime and the tools extra (control plane, simulated models,
+#                             the demo's client): bootstrap.sh for the demo
+#   requirements/dev.txt      all of that and the dev tools: bootstrap.sh (the test command,
+#                             CI, the benchmarks)
 #   requirements/build.txt    what builds the project's own wheel (setuptools)
 #
 #   scripts/lock.sh             keeps every locked version pyproject.toml still allows
@@ -19,5 +21,6 @@ export_lock() {
   "$UV" export --quiet --frozen --no-emit-project --no-default-groups "$@"
 }
 export_lock --output-file requirements/runtime.txt
+export_lock --extra tools --output-file requirements/demo.txt
 export_lock --extra dev --output-file requirements/dev.txt
 export_lock --only-group build --output-file requirements/build.txt

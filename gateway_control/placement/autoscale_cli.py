@@ -200,7 +200,7 @@ def format_table(results: Sequence[PolicyResult]) -> str:
 
 def write_chart(results: Sequence[PolicyResult], path: str) -> Path:
     """Demand per model (requests a second) and ready replicas per model and policy,
-    over time, into one PNG (matplotlib: the `control` extra)."""
+    over time, into one PNG (matplotlib: the `charts` extra)."""
     from gateway_control.scheduler.experiments.plots import pyplot
 
     plt = pyplot()

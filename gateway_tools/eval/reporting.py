@@ -563,7 +563,7 @@ def write_charts(
     directory: Path, attempts: list[Attempt], figures: dict[str, Figures], currency: str
 ) -> list[Path]:
     """The three PNG charts, written into `directory`; returns their paths."""
-    # Imported here: matplotlib (the `tools` extra's) is loaded only to draw.
+    # Imported here: matplotlib (the `charts` extra) is loaded only to draw.
     from gateway_control.scheduler.experiments.plots import pyplot
 
     plt = pyplot()

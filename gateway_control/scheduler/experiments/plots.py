@@ -1,4 +1,4 @@
-"""PNG charts of a queueing replay (matplotlib, Agg backend: the `control` extra)."""
+"""PNG charts of a queueing replay (matplotlib, Agg backend: the `charts` extra)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ def pyplot() -> Any:
         import matplotlib
     except ModuleNotFoundError:
         raise SystemExit(
-            "charts need matplotlib: pip install 'inference-gateway[control]'"
+            "charts need matplotlib: pip install 'inference-gateway[charts]'"
         ) from None
     matplotlib.use("Agg")  # no display: files only
     import matplotlib.pyplot as plt

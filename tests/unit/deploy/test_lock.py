@@ -20,6 +20,7 @@ UV = Path(sys.executable).with_name("uv")
 # Each exported file and the `uv export` options it is made with (scripts/lock.sh).
 EXPORTS = {
     "requirements/runtime.txt": [],
+    "requirements/demo.txt": ["--extra", "tools"],
     "requirements/dev.txt": ["--extra", "dev"],
     "requirements/build.txt": ["--only-group", "build"],
 }
