@@ -22,6 +22,9 @@ FROM ${PYTHON_IMAGE} AS builder
 # the builder has no compilers either; --only-binary makes a dependency that ever needs
 # one fail here, loudly, instead of pulling in a toolchain.
 WORKDIR /src
+# Where a proxy re-signs TLS, pip needs that CA bundle: mounted at build time
+# (`--volume`) and named here, never copied into a layer (scripts/build-image.sh).
+ARG PIP_CERT
 COPY requirements/runtime.txt requirements/build.txt ./requirements/
 COPY pyproject.toml setup.py README.md ./
 COPY gateway ./gateway
@@ -35,16 +38,20 @@ COPY lua ./lua
 # versions CI tested. The wheel is built by the locked setuptools (no isolated build,
 # which would take the newest), and carries the top-level lua/ as gateway/lua/
 # (setup.py), where gateway.storage.scripts finds the Redis scripts in an installed gateway.
+# The tools that build go into a venv of their own (/opt/build), never into the base's
+# Python: a distribution's Python refuses that (PEP 668), and it keeps the image's venv to
+# what runs.
 RUN python -m venv --without-pip /opt/venv \
-    && pip install --no-cache-dir --disable-pip-version-check --root-user-action=ignore \
+    && python -m venv /opt/build \
+    && /opt/build/bin/pip install --no-cache-dir --disable-pip-version-check \
         --require-hashes --no-deps --only-binary=:all: -r requirements/build.txt \
-    && pip wheel --no-cache-dir --disable-pip-version-check --no-deps --no-build-isolation \
-        --wheel-dir /tmp/wheels . \
-    && pip --python /opt/venv/bin/python install --no-cache-dir --disable-pip-version-check \
-        --root-user-action=ignore --require-hashes --no-deps --only-binary=:all: \
+    && /opt/build/bin/pip wheel --no-cache-dir --disable-pip-version-check --no-deps \
+        --no-build-isolation --wheel-dir /tmp/wheels . \
+    && /opt/build/bin/pip --python /opt/venv/bin/python install --no-cache-dir \
+        --disable-pip-version-check --require-hashes --no-deps --only-binary=:all: \
         -r requirements/runtime.txt \
-    && pip --python /opt/venv/bin/python install --no-cache-dir --disable-pip-version-check \
-        --root-user-action=ignore --no-deps /tmp/wheels/inference_gateway-*.whl \
+    && /opt/build/bin/pip --python /opt/venv/bin/python install --no-cache-dir \
+        --disable-pip-version-check --no-deps /tmp/wheels/inference_gateway-*.whl \
     && rm -rf /tmp/wheels
 
 # --- the image: the venv, the default configs, a user without privileges ---

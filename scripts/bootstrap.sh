@@ -21,6 +21,7 @@ PYVER=3.11
 # - libpython3.11: the shared libpython that triton-sim's Python backend stub links;
 # - redis-server (demo, tests, bench); faketime (clock-skew tests) and prometheus/promtool
 #   (alert rules, scraping) for the tests; wrk and nginx for the benchmarks;
+# - podman, runc and mmdebstrap (tests): the image is built and run (scripts/build-image.sh);
 # - bubblewrap (demo, tests): `gateway eval` runs the code under evaluation in a bwrap
 #   sandbox and refuses to run it without one (docs/eval.md).
 BOOTSTRAP_FOR=${BOOTSTRAP_FOR:-test}
@@ -46,6 +47,10 @@ sys.exit(0 if found or ctypes.util.find_library(f"python{v}") else 1)'; then
   if [ "$BOOTSTRAP_FOR" = test ]; then
     command -v faketime >/dev/null || echo faketime
     command -v promtool >/dev/null || echo prometheus
+    # The image's test builds and runs it (scripts/build-image.sh).
+    command -v podman >/dev/null || echo podman
+    command -v runc >/dev/null || [ -x /usr/sbin/runc ] || echo runc
+    command -v mmdebstrap >/dev/null || echo mmdebstrap
   fi
   if [ "$BOOTSTRAP_FOR" = bench ]; then
     command -v wrk >/dev/null || echo wrk
