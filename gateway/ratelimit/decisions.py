@@ -53,9 +53,6 @@ class Decision:
     period: str | None = None
     # The limit that refused is the API key's own (its `limits`), not its tenant's.
     of_key: bool = False
-    # Refused by a request rate that caps every request of the tenant (or the key),
-    # whatever model it names: any request of the caller is refused until the wait ends.
-    every_request: bool = False
     reservation: Reservation | None = None
 
 
@@ -191,5 +188,4 @@ def decide(plan: LimitPlan, result: TakeResult) -> Decision:
         never_fits=never_fits,
         limit=named.per_minute,
         of_key=named.of_key,
-        every_request=refused_by == "requests" and not never_fits and named.every_model,
     )

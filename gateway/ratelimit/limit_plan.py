@@ -41,8 +41,6 @@ class Bucket:
     scope: tuple[str, str, str, str] = ("", "", "", "")
     # A managed key's own bucket (its `limits`), not its tenant's.
     of_key: bool = False
-    # It caps every request of its tenant (or key), whatever model it names.
-    every_model: bool = True
 
     @property
     def refill_per_ms(self) -> float:
@@ -134,8 +132,7 @@ def _buckets(prefix: str, tenant: str, model: str | None, limits: RateLimits) ->
     ):
         if per_minute is not None:
             key = bucket_key(prefix, tenant, kind, model)
-            capacity = float(burst or per_minute)
-            found.append(Bucket(kind, key, per_minute, capacity, every_model=model is None))  # type: ignore[arg-type]
+            found.append(Bucket(kind, key, per_minute, float(burst or per_minute)))  # type: ignore[arg-type]
     return found
 
 

@@ -66,7 +66,6 @@ from gateway.serving.errors import (
 )
 from gateway.serving.fanout import gather_all, interleave, split
 from gateway.serving.idempotency import UNCLAIMED, IdempotencyClaim, Reply, claim
-from gateway.serving.refused_callers import RefusedCallers
 from gateway.serving.runtime import Runtime
 from gateway.transport.errors import APIError
 from gateway.transport.streaming import ClientGone
@@ -250,7 +249,6 @@ class Conductor:
 
     def __init__(self, runtime: Runtime) -> None:
         self._runtime = runtime
-        self._refused = RefusedCallers()
 
     async def conduct(self, incoming: Incoming) -> Reply | Stream:
         """Serve one request, whatever its wire and whether it streams: authenticate,
@@ -261,17 +259,6 @@ class Conductor:
         record = incoming.record
         identity = await self._runtime.auth.authenticate(incoming.credentials)
         record.tenant, record.key_id = identity.name, identity.key_id
-        refused = self._refused.refusal(identity)
-        if refused is not None:
-            raise RateLimited(refused)  # its body unread: it would be refused whatever it is
-        try:
-            return await self._conduct(identity, incoming)
-        except RateLimited as exc:
-            self._refused.remember(identity, exc.decision)
-            raise
-
-    async def _conduct(self, identity: Identity, incoming: Incoming) -> Reply | Stream:
-        record = incoming.record
         try:
             plan = await self._read_and_plan(identity, incoming)
             claimed = await self._claim(identity, incoming, plan)

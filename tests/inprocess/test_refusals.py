@@ -128,48 +128,6 @@ async def test_rate_limit_is_429_with_retry_after(gw: InProcessGateway) -> None:
     assert len(gw.upstream.calls) == 2  # the refused request never went upstream
 
 
-async def test_a_caller_past_its_request_rate_is_refused_before_its_body_is_read(
-    gw: InProcessGateway,
-) -> None:
-    """Past its requests per minute, whatever a caller sends is refused: its next
-    requests are, before their bodies are read and parsed (a tenant at its limit made the
-    gateway parse a 1 MB body for each 429, and other tenants waited), with the wait
-    left; other callers are served meanwhile."""
-    records = gw.finished_records()
-    async with gw.http(KEYS["tight"]) as client:
-        for _ in range(3):
-            await client.post("/v1/chat/completions", json=CHAT)
-        big = [{"role": "user", "content": "x" * 100_000}]
-        unread = await client.post("/v1/chat/completions", json={**CHAT, "messages": big})
-    async with gw.http(KEYS["acme"]) as other:
-        served = await other.post("/v1/chat/completions", json=CHAT)
-    assert [r.status for r in records[:4]] == [200, 200, 429, 429]
-    # The third was read (its model is known); the fourth was not even parsed.
-    assert (records[2].model, records[3].model) == ("llm-large", "-")
-    assert unread.status_code == 429
-    assert 1 <= int(unread.headers["retry-after"]) <= 30
-    assert openai_error(unread.json())["code"] == "rate_limit_exceeded"
-    assert served.status_code == 200
-
-
-async def test_a_models_own_rate_refuses_only_that_model(
-    config_for: Callable[..., Path], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A rate of one model does not refuse the caller's requests for another."""
-
-    def one_model_limited(tenants: dict[str, Any]) -> None:
-        tenants["tenants"]["tight"]["limits"] = {
-            "models": {"llm-large": {"requests_per_minute": 1, "burst_requests": 1}}
-        }
-
-    path = config_for(edit_tenants=one_model_limited)
-    async with started_gateway(path, monkeypatch) as gw, gw.http(KEYS["tight"]) as client:
-        large = [await client.post("/v1/chat/completions", json=CHAT) for _ in range(2)]
-        small = await client.post("/v1/chat/completions", json={**CHAT, "model": "llm-small"})
-    assert [r.status_code for r in large] == [200, 429]
-    assert small.status_code == 200
-
-
 async def test_rate_limit_through_the_sdks(gw: InProcessGateway) -> None:
     client = gw.openai(KEYS["tight"])
     for _ in range(2):
