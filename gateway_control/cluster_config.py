@@ -11,7 +11,17 @@ from typing import Annotated, Literal
 
 from pydantic import Field, HttpUrl, model_validator
 
-from gateway.config.schema import Float, Int, NonNegativeInt, PositiveFloat, PositiveInt, Strict
+from gateway.config.schema import (
+    Float,
+    Int,
+    Kubeconfig,
+    KubernetesLabel,
+    KubernetesSubdomain,
+    NonNegativeInt,
+    PositiveFloat,
+    PositiveInt,
+    Strict,
+)
 from gateway.config.source import ConfigError, Problem, Source, read_source
 from gateway.config.validation import validate_source
 from gateway_control.scheduler.policies.registry import POLICY_NAMES
@@ -84,9 +94,9 @@ class KubernetesScaling(Strict):
     Deployment's scale (its `scale` subresource) instead of loading them on nodes."""
 
     # model -> the name of its Triton Deployment.
-    deployments: dict[str, str]
-    namespace: str | None = None  # default: the pod's own
-    kubeconfig: str | None = None  # default: in-cluster, else $KUBECONFIG
+    deployments: dict[str, KubernetesSubdomain]
+    namespace: KubernetesLabel | None = None  # default: the pod's own
+    kubeconfig: Kubeconfig | None = None  # default: in-cluster, else $KUBECONFIG
 
 
 class TenantQuota(Strict):

@@ -6,17 +6,21 @@ line number rather than a silently ignored setting.
 
 from __future__ import annotations
 
+import os
+import re
 from collections.abc import Callable
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
     Field,
     HttpUrl,
     IPvAnyNetwork,
+    PlainValidator,
     SecretStr,
     ValidationInfo,
     field_validator,
@@ -50,6 +54,53 @@ Float = Annotated[float, StrictMode(), BeforeValidator(_from_env(float))]  # int
 NonNegativeInt = Annotated[Int, Field(ge=0)]
 PositiveInt = Annotated[Int, Field(gt=0)]
 PositiveFloat = Annotated[Float, Field(gt=0)]
+
+
+def _existing_file(path: str) -> str:
+    if not os.path.isfile(os.path.expanduser(path)):
+        raise ValueError(f"no such file: {path}")
+    return path
+
+
+# What the Kubernetes API accepts as the names the gateway reads (checked here, so that
+# `check-config` says it, not the API at run time): a namespace or a Service is a DNS
+# label; a Deployment or a Lease a DNS subdomain; a Service's port name an IANA service
+# name; a kubeconfig a file that is there.
+_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+
+
+def _kubernetes_name(kind: str, most: int, dots: bool) -> Callable[[str], str]:
+    def check(name: str) -> str:
+        parts = name.split(".") if dots else [name]
+        if len(name) > most or not all(_LABEL.fullmatch(part) for part in parts):
+            raise ValueError(
+                f"not a Kubernetes {kind}: lowercase letters, digits and '-'"
+                f"{', dot-separated' if dots else ''}, starting and ending with a letter or"
+                f" digit, at most {most} characters"
+            )
+        return name
+
+    return check
+
+
+KubernetesLabel = Annotated[str, AfterValidator(_kubernetes_name("name (a DNS label)", 63, False))]
+KubernetesSubdomain = Annotated[
+    str, AfterValidator(_kubernetes_name("name (a DNS subdomain)", 253, True))
+]
+_port_name = _kubernetes_name("port name", 15, False)
+
+
+def _port(value: object) -> str | int:
+    """A Service's port: its number, or its name."""
+    if isinstance(value, int) and not isinstance(value, bool) and 0 < value < 65536:
+        return value
+    if isinstance(value, str):
+        return int(value) if value.isdigit() and 0 < int(value) < 65536 else _port_name(value)
+    raise ValueError("a port number (1 to 65535) or a port name")
+
+
+KubernetesPort = Annotated[str | int, PlainValidator(_port)]
+Kubeconfig = Annotated[str, AfterValidator(_existing_file)]
 
 
 class Strict(BaseModel):
@@ -239,9 +290,9 @@ class PlacementConfig(Strict):
     # With `kubernetes`: the Lease's name and namespace (default: $POD_NAMESPACE, else
     # the pod's service-account namespace), and a kubeconfig file (default: the pod's
     # service account in a cluster, else $KUBECONFIG or ~/.kube/config).
-    lease_name: str = "gateway-placement"
-    lease_namespace: str | None = None
-    kubeconfig: str | None = None
+    lease_name: KubernetesSubdomain = "gateway-placement"
+    lease_namespace: KubernetesLabel | None = None
+    kubeconfig: Kubeconfig | None = None
 
 
 class RedisFailureMode(StrEnum):
@@ -275,13 +326,13 @@ class Replica(Strict):
 class KubernetesEndpoints(Strict):
     """A Service's ready endpoints, from its EndpointSlices in the Kubernetes API."""
 
-    service: str
+    service: KubernetesLabel
     # The Service's port by name (`http`, `grpc`) or number.
-    port: str | PositiveInt
+    port: KubernetesPort
     # Default: $POD_NAMESPACE, else the pod's service-account namespace.
-    namespace: str | None = None
+    namespace: KubernetesLabel | None = None
     # Default: the pod's service account inside a cluster, else $KUBECONFIG.
-    kubeconfig: str | None = None
+    kubeconfig: Kubeconfig | None = None
 
 
 class Discovery(Strict):
