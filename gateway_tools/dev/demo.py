@@ -114,7 +114,8 @@ def _tools_lines(base: str, ops_port: int | None, python: str) -> str:
     return f"""
 And Codex CLI and Claude Code on them, in the sandbox, each run with a key of its own:
 
-  export GATEWAY_TOOLS_BIN=$(scripts/coding-tools.sh) GATEWAY_EVAL_ADMIN_KEY=sk-ops-demo
+  export GATEWAY_TOOLS_BIN=$(scripts/coding-tools.sh codex claude)
+  export GATEWAY_EVAL_ADMIN_KEY=sk-ops-demo
   {python} -m gateway.cli eval run --endpoint {base} --tool codex --tool claude \\
     --model coder-large --model coder-small --tenant evals \\
     --admin-url http://127.0.0.1:{ops_port} --prices evals/prices.yaml --out tools-run
