@@ -216,6 +216,29 @@ async def test_a_stream_cut_at_its_deadline_says_so(
     assert (line["status"], line["reason"]) == (504, "deadline")
 
 
+async def test_a_stream_of_several_choices_cut_at_its_deadline_says_so(
+    gw: InProcessGateway, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """As a stream of one choice: `n: 2` past its `x-request-timeout` ends with
+    `deadline_exceeded`, recorded with reason `deadline` (it was recorded with none)."""
+    route = gw.app.app.state.runtime.routes["llm-large"]  # type: ignore[attr-defined]
+
+    async def first_then_nothing(url: str, call: Any) -> AsyncGenerator[Delta, None]:
+        yield Delta(text="Hello", output_tokens=1)
+        await asyncio.sleep(30)  # cut at the deadline
+        yield Delta(text="never")
+
+    monkeypatch.setattr(route.backend, "stream", first_then_nothing)
+    caplog.set_level(logging.INFO, "gateway.access")
+    async with gw.http(**{"x-request-timeout": "0.3"}) as client:
+        response = await client.post("/v1/chat/completions", json={**CHAT, "stream": True, "n": 2})
+    assert response.status_code == 200
+    last = [line for line in response.text.splitlines() if line.startswith("data: ")][-1]
+    assert json.loads(last.removeprefix("data: "))["error"]["code"] == "deadline_exceeded"
+    [line] = [r.fields for r in caplog.records if r.name == "gateway.access"]  # type: ignore[attr-defined]
+    assert (line["status"], line["reason"]) == (504, "deadline")
+
+
 async def test_a_request_that_fell_back_and_failed_there_says_so(
     gw: InProcessGateway, caplog: pytest.LogCaptureFixture
 ) -> None:
