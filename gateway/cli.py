@@ -12,7 +12,6 @@ import socket
 import sys
 import tempfile
 from collections.abc import Sequence
-from importlib.metadata import entry_points
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -130,13 +129,9 @@ COMMANDS_GROUP = "inference_gateway.commands"
 def _add_other_programs(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """The sub-commands of the other installed programs (a program left out of an
     install, as the image leaves out the tools, adds none)."""
-    for found in entry_points(group=COMMANDS_GROUP):
-        try:
-            add_commands = found.load()
-        except ModuleNotFoundError as exc:
-            if exc.name != found.module.partition(".")[0]:
-                raise  # the program is there and broken: say so
-            continue
+    from gateway.config.extensions import installed_parts
+
+    for add_commands in installed_parts(COMMANDS_GROUP):
         add_commands(sub)
 
 
