@@ -4,21 +4,11 @@ and every load of gateway.yaml, through the entry point `check`)."""
 from __future__ import annotations
 
 import os
-from typing import Any
 
 from gateway.config.schema import AdmissionConfig
 from gateway.config.source import Loc, Problem, Source
-from gateway.config.validation import at
+from gateway.config.validation import as_dict, as_list, at
 from gateway_control.cluster_config import check_cluster
-
-
-def _as_dict(value: Any) -> dict[str, Any]:
-    """`value` if it is a mapping, else empty: the files' own checks report the rest."""
-    return value if isinstance(value, dict) else {}
-
-
-def _as_list(value: Any) -> list[Any]:
-    return value if isinstance(value, list) else []
 
 
 def cluster_problems(source: Source, path: str) -> list[Problem]:
@@ -32,11 +22,11 @@ def cluster_problems(source: Source, path: str) -> list[Problem]:
     if not cluster_source.parsed:
         return problems  # unreadable or not YAML: its deployments are unknown
     # On the plain data, so these show up along with the file's own problems.
-    models = _as_dict(_as_dict(source.data).get("models"))
+    models = as_dict(as_dict(source.data).get("models"))
     gateway_name = os.path.basename(source.file)
     deployed = set()
-    for i, deployment in enumerate(_as_list(_as_dict(cluster_source.data).get("deployments"))):
-        model = _as_dict(deployment).get("model")
+    for i, deployment in enumerate(as_list(as_dict(cluster_source.data).get("deployments"))):
+        model = as_dict(deployment).get("model")
         if not isinstance(model, str):
             continue  # the file's own check reports it
         deployed.add(model)
@@ -45,10 +35,10 @@ def cluster_problems(source: Source, path: str) -> list[Problem]:
             message = f"model '{model}' is not defined in {gateway_name}"
             problems.append(cluster_source.problem(loc, at(loc, message)))
     # The batch classes the closed loop tells apart are gateway.yaml's admission classes.
-    admission = _as_dict(_as_dict(source.data).get("admission"))
-    classes = _as_list(admission.get("classes")) or AdmissionConfig().classes
-    autoscaling = _as_dict(_as_dict(cluster_source.data).get("autoscaling"))
-    for i, name in enumerate(_as_list(autoscaling.get("batch_classes"))):
+    admission = as_dict(as_dict(source.data).get("admission"))
+    classes = as_list(admission.get("classes")) or AdmissionConfig().classes
+    autoscaling = as_dict(as_dict(cluster_source.data).get("autoscaling"))
+    for i, name in enumerate(as_list(autoscaling.get("batch_classes"))):
         if isinstance(name, str) and name not in classes:
             loc = ("autoscaling", "batch_classes", i)
             known = ", ".join(str(c) for c in classes)

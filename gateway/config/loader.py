@@ -12,7 +12,7 @@ import fnmatch
 import os
 import re
 from collections.abc import Iterator, Sequence
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from pydantic import BaseModel
 
@@ -27,7 +27,7 @@ from gateway.config.schema import (
     TenantsConfig,
 )
 from gateway.config.source import ConfigError, Loc, Problem, Source, read_source
-from gateway.config.validation import at, validate_source
+from gateway.config.validation import as_dict, as_list, at, validate_source
 from gateway.inference.prompt import template_problem
 
 REDIS_URL_ENV = "GATEWAY_REDIS_URL"
@@ -157,7 +157,7 @@ def _tenants_path(source: Source) -> str | None:
 
 def _cluster_path(source: Source) -> str | None:
     """The cluster file, relative to gateway.yaml; None if gateway.yaml names none."""
-    name = _as_dict(source.data).get("cluster_file") if source.parsed else None
+    name = as_dict(source.data).get("cluster_file") if source.parsed else None
     if not isinstance(name, str) or ("cluster_file",) in source.unresolved:
         return None
     return os.path.join(os.path.dirname(source.file), name)
@@ -182,7 +182,7 @@ def _sibling_gateway(tenants_path: str) -> tuple[set[str] | None, list[str]]:
 
 def _classes(source: Source) -> list[str]:
     """The priority classes gateway.yaml defines (or the default), even if it is invalid."""
-    admission = _as_dict(_as_dict(source.data).get("admission"))
+    admission = as_dict(as_dict(source.data).get("admission"))
     classes = admission.get("classes")
     if isinstance(classes, list) and classes and all(isinstance(c, str) for c in classes):
         return classes
@@ -191,7 +191,7 @@ def _classes(source: Source) -> list[str]:
 
 
 def _model_names(source: Source) -> set[str] | None:
-    models = _as_dict(source.data).get("models")
+    models = as_dict(source.data).get("models")
     return set(models) if isinstance(models, dict) else None
 
 
@@ -210,19 +210,10 @@ def _sorted(problems: list[Problem]) -> list[Problem]:
 # --- cross checks ----------------------------------------------------------
 
 
-def _as_dict(value: Any) -> dict[str, Any]:
-    """`value` if it is a mapping, else empty: cross checks skip what pydantic reports."""
-    return value if isinstance(value, dict) else {}
-
-
-def _as_list(value: Any) -> list[Any]:
-    return value if isinstance(value, list) else []
-
-
 def _fallbacks(source: Source) -> Iterator[tuple[str, Loc, str]]:
     """(model, loc of the entry, fallback model) for each fallback entry."""
-    for name, model in _as_dict(_as_dict(source.data).get("models")).items():
-        for i, target in enumerate(_as_list(_as_dict(model).get("fallback"))):
+    for name, model in as_dict(as_dict(source.data).get("models")).items():
+        for i, target in enumerate(as_list(as_dict(model).get("fallback"))):
             if isinstance(target, str):
                 yield name, ("models", name, "fallback", i), target
 
@@ -272,9 +263,9 @@ _CAPABILITIES = ("tools", "structured_outputs", "logprobs")
 def _dropped_capabilities(source: Source, loc: Loc, model: str, target: str) -> list[Problem]:
     """A fallback without a capability its model has: a request that uses it would never
     fall back there (the gateway leaves such a fallback out of the chain)."""
-    models = _as_dict(_as_dict(source.data).get("models"))
-    have = _as_dict(_as_dict(models.get(model)).get("capabilities"))
-    other = _as_dict(_as_dict(models.get(target)).get("capabilities"))
+    models = as_dict(as_dict(source.data).get("models"))
+    have = as_dict(as_dict(models.get(model)).get("capabilities"))
+    other = as_dict(as_dict(models.get(target)).get("capabilities"))
     missing = [c for c in _CAPABILITIES if have.get(c) is True and other.get(c) is not True]
     if not missing:
         return []
@@ -287,8 +278,8 @@ def _dropped_capabilities(source: Source, loc: Loc, model: str, target: str) -> 
 
 def _embedding_dimensions(source: Source, model: str) -> int | None:
     """The vector length of an embedding model; None for any other model."""
-    models = _as_dict(_as_dict(source.data).get("models"))
-    capabilities = _as_dict(_as_dict(models.get(model)).get("capabilities"))
+    models = as_dict(as_dict(source.data).get("models"))
+    capabilities = as_dict(as_dict(models.get(model)).get("capabilities"))
     embeddings = capabilities.get("embeddings")
     if not isinstance(embeddings, dict):
         return None
@@ -338,8 +329,8 @@ def _key_problems(source: Source) -> list[Problem]:
     """Refuse plain keys and repeated keys; replace env-held keys by their hash."""
     owners: dict[str, tuple[str, int]] = {}
     problems = []
-    for name, tenant in _as_dict(_as_dict(source.data).get("tenants")).items():
-        keys = _as_list(_as_dict(tenant).get("api_keys"))
+    for name, tenant in as_dict(as_dict(source.data).get("tenants")).items():
+        keys = as_list(as_dict(tenant).get("api_keys"))
         for i, entry in enumerate(keys):
             loc = ("tenants", name, "api_keys", i)
             if not isinstance(entry, str) or loc in source.unresolved:
@@ -376,9 +367,9 @@ def _cluster_problems(source: Source) -> list[Problem]:
 def _capability_problems(source: Source) -> list[Problem]:
     """Capabilities a model's backend cannot provide."""
     problems = []
-    for name, model in _as_dict(_as_dict(source.data).get("models")).items():
-        model = _as_dict(model)
-        capabilities = _as_dict(model.get("capabilities"))
+    for name, model in as_dict(as_dict(source.data).get("models")).items():
+        model = as_dict(model)
+        capabilities = as_dict(model.get("capabilities"))
         openai = model.get("backend") == BackendKind.OPENAI.value
         loc: Loc = ("models", name, "capabilities", "tools")
         if capabilities.get("tools") is True and not openai and not capabilities.get("tool_parser"):
@@ -541,12 +532,12 @@ def _pattern_problems(
 def _alias_problems(source: Source) -> list[Problem]:
     """An alias must name one model only: not a model, nor another model's alias; and
     patterns among them must not be ambiguous (`_pattern_problems`)."""
-    models = _as_dict(_as_dict(source.data).get("models"))
+    models = as_dict(as_dict(source.data).get("models"))
     owner: dict[str, str] = {}
     patterns: list[tuple[Loc, str, str]] = []
     problems = []
     for name, model in models.items():
-        for index, alias in enumerate(_as_list(_as_dict(model).get("aliases"))):
+        for index, alias in enumerate(as_list(as_dict(model).get("aliases"))):
             if not isinstance(alias, str):
                 continue  # pydantic reports it
             loc: Loc = ("models", name, "aliases", index)
@@ -570,10 +561,10 @@ def _tenant_alias_problems(source: Source, models: set[str] | None) -> list[Prob
     """A tenant's aliases name a defined model it may use, are no model's name, and
     its patterns are not ambiguous."""
     problems = []
-    for name, tenant in _as_dict(_as_dict(source.data).get("tenants")).items():
-        allowed = _as_list(_as_dict(tenant).get("models", ["*"]))
+    for name, tenant in as_dict(as_dict(source.data).get("tenants")).items():
+        allowed = as_list(as_dict(tenant).get("models", ["*"]))
         patterns: list[tuple[Loc, str, str]] = []
-        for alias, model in _as_dict(_as_dict(tenant).get("aliases")).items():
+        for alias, model in as_dict(as_dict(tenant).get("aliases")).items():
             if not isinstance(model, str):
                 continue  # pydantic reports it
             loc: Loc = ("tenants", name, "aliases", alias)
@@ -596,8 +587,8 @@ def _tenant_alias_problems(source: Source, models: set[str] | None) -> list[Prob
 
 def _ops_port_problems(source: Source) -> list[Problem]:
     """The ops listener on the API port would take the API's routes (or the reverse)."""
-    server = _as_dict(_as_dict(source.data).get("server"))
-    ops_port = _as_dict(server.get("ops")).get("port")
+    server = as_dict(as_dict(source.data).get("server"))
+    ops_port = as_dict(server.get("ops")).get("port")
     # As text: either may be a `${VAR}` substitution (text that spells a number).
     if ops_port is None or str(ops_port) != str(server.get("port", ServerConfig().port)):
         return []
@@ -607,7 +598,7 @@ def _ops_port_problems(source: Source) -> list[Problem]:
 
 def _replica_problems(source: Source) -> list[Problem]:
     """Models without replicas, unless a cluster file may place them."""
-    data = _as_dict(source.data)
+    data = as_dict(source.data)
     if data.get("cluster_file"):
         return []  # `_cluster_problems` checks them against the cluster's deployments
     return [
@@ -616,7 +607,7 @@ def _replica_problems(source: Source) -> list[Problem]:
             f"models.{name}.replicas: at least one is needed (or `discovery`, or a "
             "cluster_file that places the model)",
         )
-        for name, model in _as_dict(data.get("models")).items()
+        for name, model in as_dict(data.get("models")).items()
         if isinstance(model, dict) and not model.get("replicas") and not model.get("discovery")
     ]
 
@@ -624,8 +615,8 @@ def _replica_problems(source: Source) -> list[Problem]:
 def _template_problems(source: Source) -> list[Problem]:
     """A prompt template that does not compile would fail every chat request."""
     problems = []
-    for name, model in _as_dict(_as_dict(source.data).get("models")).items():
-        template = _as_dict(model).get("prompt_template")
+    for name, model in as_dict(as_dict(source.data).get("models")).items():
+        template = as_dict(model).get("prompt_template")
         if isinstance(template, str):
             why = template_problem(template)
             if why is not None:
@@ -637,7 +628,7 @@ def _template_problems(source: Source) -> list[Problem]:
 def _upstream_key_problems(source: Source) -> list[Problem]:
     """An upstream's key is a secret: only an environment reference may hold it."""
     problems = []
-    for name in _as_dict(_as_dict(source.data).get("models")):
+    for name in as_dict(as_dict(source.data).get("models")):
         loc = ("models", name, "api_key")
         if (
             loc in source.value_lines
@@ -654,8 +645,8 @@ def _priority_problems(source: Source, classes: Sequence[str] | None) -> list[Pr
     if classes is None:
         return []
     problems = []
-    for name, tenant in _as_dict(_as_dict(source.data).get("tenants")).items():
-        priority = _as_dict(tenant).get("priority")
+    for name, tenant in as_dict(as_dict(source.data).get("tenants")).items():
+        priority = as_dict(tenant).get("priority")
         loc: Loc = ("tenants", name, "priority")
         if isinstance(priority, str) and priority not in classes:
             message = f"priority '{priority}' is not a class ({', '.join(classes)})"
@@ -667,33 +658,33 @@ def _tenant_model_problems(source: Source, models: set[str] | None) -> list[Prob
     if models is None:
         return []
     problems = []
-    for name, tenant in _as_dict(_as_dict(source.data).get("tenants")).items():
-        for i, model in enumerate(_as_list(_as_dict(tenant).get("models"))):
+    for name, tenant in as_dict(as_dict(source.data).get("tenants")).items():
+        for i, model in enumerate(as_list(as_dict(tenant).get("models"))):
             loc = ("tenants", name, "models", i)
             if isinstance(model, str) and model != "*" and model not in models:
                 problems.append(source.problem(loc, at(loc, f"model '{model}' is not defined")))
-        limits = _as_dict(_as_dict(tenant).get("limits"))
-        for model in _as_dict(limits.get("models")):
+        limits = as_dict(as_dict(tenant).get("limits"))
+        for model in as_dict(limits.get("models")):
             limits_loc: Loc = ("tenants", name, "limits", "models", model)
             if model not in models:
                 message = f"limits for model '{model}', which is not defined"
                 problems.append(source.problem(limits_loc, at(limits_loc, message), at_key=True))
-        budgets = _as_list(_as_dict(tenant).get("budgets"))
+        budgets = as_list(as_dict(tenant).get("budgets"))
         seen: set[tuple[object, object]] = set()
         for i, budget in enumerate(budgets):
             budget_loc: Loc = ("tenants", name, "budgets", i)
-            model = _as_dict(budget).get("model")
+            model = as_dict(budget).get("model")
             if isinstance(model, str) and model not in models:
                 model_loc: Loc = (*budget_loc, "model")
                 message = f"a budget for model '{model}', which is not defined"
                 problems.append(source.problem(model_loc, at(model_loc, message)))
-            scope = (_as_dict(budget).get("period", "month"), model)
+            scope = (as_dict(budget).get("period", "month"), model)
             if scope in seen:  # one bucket in Redis: two amounts for it would fight
                 message = "a second budget for the same period and model"
                 problems.append(source.problem(budget_loc, at(budget_loc, message)))
             seen.add(scope)
-        outbound = _as_dict(_as_dict(tenant).get("outbound"))
-        for model in _as_dict(outbound.get("models")):
+        outbound = as_dict(as_dict(tenant).get("outbound"))
+        for model in as_dict(outbound.get("models")):
             outbound_loc: Loc = ("tenants", name, "outbound", "models", model)
             if model not in models:
                 message = f"outbound policy for model '{model}', which is not defined"

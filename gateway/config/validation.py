@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
@@ -59,6 +59,17 @@ def _error_problem(source: Source, error: ErrorDetails) -> Problem:
     if kind == "value_error":  # our own validators' words, without pydantic's "Value error, "
         message = str(error.get("ctx", {}).get("error", message))
     return source.problem(loc, at(loc, message))
+
+
+def as_dict(value: Any) -> dict[str, Any]:
+    """`value` if it is a mapping, else empty: cross checks on a file's plain data skip
+    what the schema's validation reports."""
+    return value if isinstance(value, dict) else {}
+
+
+def as_list(value: Any) -> list[Any]:
+    """`value` if it is a list, else empty (as `as_dict`)."""
+    return value if isinstance(value, list) else []
 
 
 def at(loc: Loc, message: str) -> str:
