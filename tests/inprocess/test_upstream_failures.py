@@ -189,13 +189,8 @@ async def test_a_failure_before_output_falls_back_streamed_or_not(
     assert response.headers["x-gateway-fallback"] == "llm-large->llm-small; reason=replica_error"
 
 
-async def test_a_stream_cut_at_its_deadline_says_so(
-    gw: InProcessGateway, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
-) -> None:
-    """A stream that started, then ran past the client's `x-request-timeout`, ends with
-    a terminal `deadline_exceeded` event, recorded with reason `deadline`: the request's
-    own time, not a slow backend (the new-user review of issue 40 saw `timeout`, "the
-    backend did not answer in time", for its own deadline)."""
+def stream_hello_then_nothing(gw: InProcessGateway, monkeypatch: pytest.MonkeyPatch) -> None:
+    """llm-large streams its first piece, then nothing more for 30 s."""
     route = gw.app.app.state.runtime.routes["llm-large"]  # type: ignore[attr-defined]
 
     async def first_then_nothing(url: str, call: Any) -> AsyncGenerator[Delta, None]:
@@ -204,6 +199,16 @@ async def test_a_stream_cut_at_its_deadline_says_so(
         yield Delta(text="never")
 
     monkeypatch.setattr(route.backend, "stream", first_then_nothing)
+
+
+async def test_a_stream_cut_at_its_deadline_says_so(
+    gw: InProcessGateway, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A stream that started, then ran past the client's `x-request-timeout`, ends with
+    a terminal `deadline_exceeded` event, recorded with reason `deadline`: the request's
+    own time, not a slow backend (the new-user review of issue 40 saw `timeout`, "the
+    backend did not answer in time", for its own deadline)."""
+    stream_hello_then_nothing(gw, monkeypatch)
     caplog.set_level(logging.INFO, "gateway.access")
     async with gw.http(**{"x-request-timeout": "0.3"}) as client:
         response = await client.post("/v1/chat/completions", json={**CHAT, "stream": True})
@@ -221,14 +226,7 @@ async def test_a_stream_of_several_choices_cut_at_its_deadline_says_so(
 ) -> None:
     """As a stream of one choice: `n: 2` past its `x-request-timeout` ends with
     `deadline_exceeded`, recorded with reason `deadline` (it was recorded with none)."""
-    route = gw.app.app.state.runtime.routes["llm-large"]  # type: ignore[attr-defined]
-
-    async def first_then_nothing(url: str, call: Any) -> AsyncGenerator[Delta, None]:
-        yield Delta(text="Hello", output_tokens=1)
-        await asyncio.sleep(30)  # cut at the deadline
-        yield Delta(text="never")
-
-    monkeypatch.setattr(route.backend, "stream", first_then_nothing)
+    stream_hello_then_nothing(gw, monkeypatch)
     caplog.set_level(logging.INFO, "gateway.access")
     async with gw.http(**{"x-request-timeout": "0.3"}) as client:
         response = await client.post("/v1/chat/completions", json={**CHAT, "stream": True, "n": 2})
