@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from gateway.admission import Overloaded, ReplicaStarting, Shed
 from gateway.backends.base import UpstreamError, UpstreamRejected, UpstreamTimeout
+from gateway.inference.prompt import PromptRefused
 from gateway.ratelimit.errors import LimiterUnavailable, UnknownTenant
 from gateway.serving.auth import InvalidApiKey
 from gateway.serving.chain import ContextTooLong, MissingCapability
@@ -334,6 +335,7 @@ DOMAIN_ERRORS = (
     StoreFull,
     IdempotencyKeyInUse,
     IdempotencyKeyReused,
+    PromptRefused,
 )
 # What `client_error` takes: an error already the client's, or one of the layers below.
 CLIENT_ERRORS = (APIError, *DOMAIN_ERRORS)
@@ -384,6 +386,11 @@ def client_error(exc: Exception) -> APIError:
             "This Idempotency-Key was used with a different request.",
             code="idempotency_key_reused",
             param="Idempotency-Key",
+        )
+    if isinstance(exc, PromptRefused):
+        return bad_request(
+            f"The chat template of `{exc.model}` refused these messages: {exc.message}",
+            "messages",
         )
     if isinstance(exc, ContextTooLong):
         return context_length_exceeded(

@@ -28,7 +28,7 @@ from gateway.config.schema import (
 )
 from gateway.config.source import ConfigError, Loc, Problem, Source, read_source
 from gateway.config.validation import as_dict, as_list, at, validate_source
-from gateway.inference.prompt import template_problem
+from gateway.inference.prompt import names_tokenizer_config, template_problem
 
 REDIS_URL_ENV = "GATEWAY_REDIS_URL"
 
@@ -617,6 +617,11 @@ def _template_problems(source: Source) -> list[Problem]:
     problems = []
     for name, model in as_dict(as_dict(source.data).get("models")).items():
         template = as_dict(model).get("prompt_template")
+        if isinstance(template, str) and names_tokenizer_config(template):
+            # A model's tokenizer_config.json, named from the config file's directory as
+            # the tenants and cluster files are; kept absolute for the server that reads it.
+            template = os.path.join(os.path.dirname(source.file), os.path.expanduser(template))
+            model["prompt_template"] = template
         if isinstance(template, str):
             why = template_problem(template)
             if why is not None:

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Sequence
+from datetime import datetime
+from typing import Any, NoReturn
 
 from jinja2 import Template, TemplateError
+from jinja2.ext import loopcontrols
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from gateway.inference.memo import ObjectMemo
@@ -78,6 +82,29 @@ BUILTIN_TEMPLATES: dict[str, str] = {
 
 # Templates come from ops' config; the sandbox keeps one from reaching Python internals.
 _ENV = ImmutableSandboxedEnvironment(keep_trailing_newline=True, autoescape=False)
+# A model's own chat template (its tokenizer_config.json) is rendered as Hugging Face's
+# `apply_chat_template` renders it, which is what vLLM does too: blocks trimmed, `break`
+# and `continue`, and the functions such templates call.
+_HF_ENV = ImmutableSandboxedEnvironment(
+    trim_blocks=True, lstrip_blocks=True, autoescape=False, extensions=[loopcontrols]
+)
+# The special tokens a tokenizer config names, which its template may use.
+_SPECIAL_TOKENS = (
+    "bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token",
+)  # fmt: skip
+# A tokenizer config is JSON of some KB (Qwen's 7 KB, Mistral's 130 KB with its token
+# map); a file larger than this is not one.
+MAX_TOKENIZER_CONFIG_BYTES = 16 * 1024 * 1024
+
+
+class PromptRefused(Exception):
+    """A model's chat template refused the conversation (its `raise_exception`, as when
+    roles do not alternate): the client's request is at fault, a 400."""
+
+    def __init__(self, message: str, model: str = "") -> None:
+        super().__init__(message)
+        self.message = message
+        self.model = model
 
 
 class _TemplateTool(dict[str, object]):
@@ -104,6 +131,37 @@ def _tojson(value: object) -> str:
 _ENV.filters["tojson"] = _tojson
 
 
+def _hf_tojson(
+    value: object,
+    ensure_ascii: bool = False,
+    indent: int | None = None,
+    separators: tuple[str, str] | None = None,
+    sort_keys: bool = False,
+) -> str:
+    # Hugging Face's own `tojson`: the arguments templates pass (Llama 3.1's `indent=4`).
+    if type(value) is _TemplateTool and (indent, separators, sort_keys, ensure_ascii) == (
+        None, None, False, False,
+    ):  # fmt: skip
+        return value.json
+    return json.dumps(
+        value, ensure_ascii=ensure_ascii, indent=indent, separators=separators,
+        sort_keys=sort_keys,
+    )  # fmt: skip
+
+
+def _raise_exception(message: str) -> NoReturn:
+    raise PromptRefused(str(message))
+
+
+def _strftime_now(format: str) -> str:
+    return datetime.now().strftime(format)
+
+
+_HF_ENV.filters["tojson"] = _hf_tojson
+_HF_ENV.globals["raise_exception"] = _raise_exception
+_HF_ENV.globals["strftime_now"] = _strftime_now
+
+
 # The tools of a shared tool list, made once for every render that uses that list.
 def _for_templates(tools: tuple[Tool, ...]) -> list[_TemplateTool]:
     return [_TemplateTool(tool) for tool in tools]
@@ -113,13 +171,29 @@ _template_tools = ObjectMemo("template", _for_templates)
 
 
 class PromptTemplate:
-    """A compiled chat template: a built-in name, or Jinja source that gets what Hugging
-    Face chat templates get: `messages` (with `tool_calls` and `tool_call_id`), `tools`
-    and `add_generation_prompt`; and `required`, the function the model must call."""
+    """A compiled chat template: a built-in name, Jinja source, or the path of a model's
+    `tokenizer_config.json` (its `chat_template` and special tokens, rendered as Hugging
+    Face renders them).
+
+    Templates get what Hugging Face chat templates get: `messages` (with `tool_calls` and
+    `tool_call_id`), `tools` and `add_generation_prompt`; the built-in and pasted ones
+    also `required`, the function the model must call.
+    """
 
     def __init__(self, name_or_source: str) -> None:
-        source = BUILTIN_TEMPLATES.get(name_or_source, name_or_source)
-        self._template: Template = _ENV.from_string(source)
+        self._tokens: dict[str, object] = {}
+        self._tool_template: Template | None = None
+        self._own = names_tokenizer_config(name_or_source)
+        if self._own:
+            config = read_tokenizer_config(name_or_source)
+            self._tokens = _special_tokens(config)
+            default, tool_use = _chat_templates(config)
+            self._template: Template = _HF_ENV.from_string(default)
+            if tool_use is not None:
+                self._tool_template = _HF_ENV.from_string(tool_use)
+        else:
+            source = BUILTIN_TEMPLATES.get(name_or_source, name_or_source)
+            self._template = _ENV.from_string(source)
 
     def render(
         self,
@@ -128,13 +202,92 @@ class PromptTemplate:
         required: str | None = None,
     ) -> str:
         """The prompt for these messages (and tools), ending where the assistant's answer
-        begins. `required`: the function the model must call, or "a function"."""
-        return self._template.render(
-            messages=[_message(m) for m in messages],
-            tools=_template_tools(tools) or None,
-            required=required,
-            add_generation_prompt=True,
-        )
+        begins. `required`: the function the model must call, or "a function".
+
+        Raises `PromptRefused` when a model's own template refuses the conversation."""
+        if not self._own:
+            return self._template.render(
+                messages=[_message(m) for m in messages],
+                tools=_template_tools(tools) or None,
+                required=required,
+                add_generation_prompt=True,
+            )
+        template = self._tool_template if tools and self._tool_template else self._template
+        try:
+            return template.render(
+                messages=[_hf_message(m) for m in messages],
+                tools=_template_tools(tools) or None,
+                add_generation_prompt=True,
+                **self._tokens,
+            )
+        except PromptRefused:
+            raise
+        except (TemplateError, TypeError, ValueError, LookupError, ArithmeticError) as exc:
+            # A model's template written for other inputs (content as a list, say): the
+            # conversation is what it cannot take, never the gateway.
+            raise PromptRefused(f"{type(exc).__name__}: {exc}") from None
+
+
+def names_tokenizer_config(value: str) -> bool:
+    """Whether a `prompt_template` value is the path of a tokenizer config (`.json`)."""
+    return value.endswith(".json") and "{" not in value and "\n" not in value
+
+
+def read_tokenizer_config(path: str) -> dict[str, Any]:
+    """A Hugging Face `tokenizer_config.json`. Raises ValueError saying what is wrong."""
+    try:
+        size = os.path.getsize(path)
+        if size > MAX_TOKENIZER_CONFIG_BYTES:
+            raise ValueError(f"{path} is {size} bytes: not a tokenizer config")
+        with open(path, encoding="utf-8") as file:
+            config = json.load(file)
+    except OSError as exc:
+        raise ValueError(f"cannot read {path}: {exc.strerror or exc}") from None
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        raise ValueError(f"{path} is not JSON: {exc}") from None
+    if not isinstance(config, dict):
+        raise ValueError(f"{path} is not a tokenizer config (not a JSON object)")
+    return config
+
+
+def _chat_templates(config: dict[str, Any]) -> tuple[str, str | None]:
+    """The config's default chat template and its `tool_use` one, if named apart.
+
+    `chat_template` is one string, or a list of `{"name", "template"}` (a template for
+    tools beside the default one, as Hugging Face keeps several)."""
+    value = config.get("chat_template")
+    if isinstance(value, str) and value:
+        return value, None
+    if isinstance(value, list):
+        named = {
+            item.get("name"): item.get("template")
+            for item in value
+            if isinstance(item, dict) and isinstance(item.get("template"), str)
+        }
+        default = named.get("default")
+        if isinstance(default, str):
+            tool_use = named.get("tool_use")
+            return default, tool_use if isinstance(tool_use, str) else None
+    raise ValueError(
+        "it has no chat_template (a string, or a list with one named 'default'): name a "
+        "built-in template or paste one instead"
+    )
+
+
+def _special_tokens(config: dict[str, Any]) -> dict[str, object]:
+    """The special tokens by name (`bos_token`...): a string, or an AddedToken's content."""
+    tokens: dict[str, object] = {}
+    for name in _SPECIAL_TOKENS:
+        value = config.get(name)
+        if isinstance(value, dict):
+            value = value.get("content")
+        if isinstance(value, str):
+            tokens[name] = value
+    extra = config.get("additional_special_tokens")
+    if isinstance(extra, list):
+        contents = [t.get("content") if isinstance(t, dict) else t for t in extra]
+        tokens["additional_special_tokens"] = [t for t in contents if isinstance(t, str)]
+    return tokens
 
 
 def _message(message: ChatMessage) -> dict[str, object]:
@@ -146,6 +299,15 @@ def _message(message: ChatMessage) -> dict[str, object]:
     ]  # fmt: skip
     if message.tool_call_id is not None:
         out["tool_call_id"] = message.tool_call_id
+    return out
+
+
+def _hf_message(message: ChatMessage) -> dict[str, object]:
+    """A message as a model's own template expects it: `tool_calls` only when there are
+    some (Llama 3.1's template takes any `tool_calls` key for calls)."""
+    out = _message(message)
+    if not message.tool_calls:
+        del out["tool_calls"]
     return out
 
 
@@ -171,4 +333,6 @@ def template_problem(name_or_source: str) -> str | None:
         PromptTemplate(name_or_source)
     except TemplateError as exc:
         return f"prompt_template does not compile: {exc}"
+    except ValueError as exc:
+        return f"prompt_template: {exc}"
     return None

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from gateway.backends.base import Backend
 from gateway.config import BackendKind, ModelConfig
-from gateway.inference.prompt import PromptTemplate
+from gateway.inference.prompt import PromptRefused, PromptTemplate
 from gateway.inference.tokens import (
     estimate_chat_tokens,
     estimate_request_tokens,
@@ -72,14 +72,7 @@ class ModelRoute:
         if request.kind is not RequestKind.CHAT:
             prompt, estimate = request.prompt, estimate_tokens(request.prompt)
         elif self.backend.renders_prompt:
-            options = request.options
-            if options.tools and options.tool_choice != "none":
-                required = options.forced_tool or (
-                    "one of the functions" if options.tool_choice == "required" else None
-                )
-                prompt = self.template.render(request.messages, options.tools, required)
-            else:
-                prompt = self.template.render(request.messages)
+            prompt = self._render(request)
             estimate = estimate_tokens(prompt)
         else:
             # The server renders the messages itself: no need to render them here.
@@ -94,6 +87,19 @@ class ModelRoute:
             options=request.options,
             session=request.session,
         )
+
+    def _render(self, request: InferenceRequest) -> str:
+        """The chat's prompt in this model's template."""
+        options = request.options
+        try:
+            if options.tools and options.tool_choice != "none":
+                required = options.forced_tool or (
+                    "one of the functions" if options.tool_choice == "required" else None
+                )
+                return self.template.render(request.messages, options.tools, required)
+            return self.template.render(request.messages)
+        except PromptRefused as exc:
+            raise PromptRefused(exc.message, self.name) from None
 
     def _embedding_call(self, request: InferenceRequest) -> UpstreamCall:
         embeddings = self.config.capabilities.embeddings

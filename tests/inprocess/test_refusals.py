@@ -191,3 +191,46 @@ async def test_a_count_tokens_answer_is_recorded_once(
     assert (line["endpoint"], line["tenant"], line["model"], line["status"]) == (
         "count_tokens", "acme", "llm-large", 200,
     )  # fmt: skip
+
+
+MISTRAL_CONFIG = (
+    Path(__file__).parents[1]
+    / "data/tokenizer_configs/mistral-7b-instruct-v0.3/tokenizer_config.json"
+)
+
+
+async def test_a_conversation_the_models_own_template_refuses_is_a_400(
+    config_for: Callable[..., Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Mistral's template refuses roles that do not alternate, as vLLM's server would: the
+    # client hears why, in OpenAI's and Anthropic's shape, and nothing goes upstream.
+    def mistral(config: dict[str, Any]) -> None:
+        config["models"]["llm-small"]["prompt_template"] = str(MISTRAL_CONFIG)
+
+    twice = [{"role": "user", "content": "a"}, {"role": "user", "content": "b"}]
+    async with started_gateway(config_for(mistral), monkeypatch) as gw:
+        async with gw.http() as http:
+            reply = await http.post(
+                "/v1/chat/completions", json={"model": "llm-small", "messages": twice}
+            )
+        assert reply.status_code == 400
+        error = openai_error(reply.json())
+        assert error["type"] == "invalid_request_error" and error["param"] == "messages"
+        assert error["message"] == (
+            "The chat template of `llm-small` refused these messages: After the optional "
+            "system message, conversation roles must alternate user/assistant/user/assistant/..."
+        )
+        with pytest.raises(anthropic.BadRequestError) as refused:
+            await gw.anthropic().messages.create(
+                model="llm-small",
+                max_tokens=16,
+                messages=twice,  # type: ignore[arg-type]
+            )
+        assert "roles must alternate" in refused.value.message
+        assert gw.upstream.calls == []
+        # An alternating conversation is served, in the model's own format.
+        await gw.openai().chat.completions.create(
+            model="llm-small", messages=[{"role": "user", "content": "Hi"}]
+        )
+        [sent] = gw.upstream.calls
+        assert sent.call.prompt == "<s>[INST] Hi[/INST]"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import textwrap
 from pathlib import Path
 
@@ -586,6 +587,40 @@ def test_prompt_template_that_does_not_compile_is_an_error_at_its_line() -> None
     assert problem.startswith(
         "gateway.yaml:4: models.llm-large.prompt_template: prompt_template does not compile"
     )
+
+
+def test_prompt_template_names_a_tokenizer_config_beside_the_config(tmp_path: Path) -> None:
+    # Named relative to gateway.yaml's directory, as the tenants file is, wherever the
+    # server was started from.
+    qwen = Path(__file__).parents[2] / "data/tokenizer_configs/qwen2.5-7b-instruct"
+    Path("models/qwen").mkdir(parents=True)
+    shutil.copy(qwen / "tokenizer_config.json", "models/qwen/tokenizer_config.json")
+    gateway = GATEWAY.replace(
+        "    backend: triton_http\n",
+        "    backend: triton_http\n    prompt_template: models/qwen/tokenizer_config.json\n",
+    )
+    assert problems(gateway) == []
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    os.chdir(elsewhere)
+    config = load_config(str(tmp_path / "gateway.yaml"))
+    named = config.gateway.models["llm-large"].prompt_template
+    assert named == str(tmp_path / "models/qwen/tokenizer_config.json")
+
+
+def test_a_tokenizer_config_that_cannot_be_used_is_an_error_at_its_line() -> None:
+    gateway = GATEWAY.replace(
+        "    backend: triton_http\n",
+        "    backend: triton_http\n    prompt_template: models/none/tokenizer_config.json\n",
+    )
+    (problem,) = problems(gateway)
+    assert problem.startswith(
+        "gateway.yaml:4: models.llm-large.prompt_template: prompt_template: cannot read "
+    )
+    assert problem.endswith("models/none/tokenizer_config.json: No such file or directory")
+    write("models/none/tokenizer_config.json", '{"bos_token": "<s>"}')
+    (problem,) = problems(gateway)
+    assert "has no chat_template" in problem
 
 
 def test_upstream_api_key_must_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:

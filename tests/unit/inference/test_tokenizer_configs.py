@@ -1,0 +1,197 @@
+"""`prompt_template` naming a model's own tokenizer_config.json: its chat template and
+special tokens, rendered as Hugging Face (and vLLM) render them.
+
+The expected prompts are what `transformers`' own renderer gives for the same
+conversations (tests/data/tokenizer_configs/README.md): a model served through the
+gateway sees the prompt it was trained on, not an approximation of it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from gateway.inference.prompt import PromptRefused, PromptTemplate, template_problem
+from gateway.inference.types import ChatMessage, Tool, ToolCall
+
+DATA = Path(__file__).parents[2] / "data" / "tokenizer_configs"
+QWEN = str(DATA / "qwen2.5-7b-instruct" / "tokenizer_config.json")
+MISTRAL = str(DATA / "mistral-7b-instruct-v0.3" / "tokenizer_config.json")
+
+WEATHER = Tool(
+    "get_weather",
+    "Weather in a city",
+    {
+        "type": "object",
+        "properties": {"city": {"type": "string", "description": "the <city> & country"}},
+        "required": ["city"],
+    },
+)
+WEATHER_JSON = (
+    '{"type": "function", "function": {"name": "get_weather", "description": "Weather in a '
+    'city", "parameters": {"type": "object", "properties": {"city": {"type": "string", '
+    '"description": "the <city> & country"}}, "required": ["city"]}}}'
+)
+CONVERSATION = [
+    ChatMessage("system", "Be brief."),
+    ChatMessage("user", "Hi"),
+    ChatMessage("assistant", " Hello! "),
+    ChatMessage("user", "Weather?"),
+]
+TOOL_TURN = [
+    ChatMessage("user", "Weather in Paris?"),
+    ChatMessage("assistant", "", (ToolCall("abcDEF123", "get_weather", '{"city": "Paris"}'),)),
+    ChatMessage("tool", '{"temp": 21}', tool_call_id="abcDEF123"),
+]
+QWEN_TOOLS_SYSTEM = (
+    "\n\n# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+    "You are provided with function signatures within <tools></tools> XML tags:\n<tools>\n"
+    + WEATHER_JSON
+    + "\n</tools>\n\nFor each function call, return a json object with function name and "
+    "arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n"
+    '{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call><|im_end|>\n'
+)
+QWEN_DEFAULT_SYSTEM = "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."
+
+
+def test_qwen_renders_its_default_system_prompt_and_its_turns() -> None:
+    template = PromptTemplate(QWEN)
+    assert template.render([ChatMessage("user", "Hi")]) == (
+        f"<|im_start|>system\n{QWEN_DEFAULT_SYSTEM}<|im_end|>\n"
+        "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
+    )
+    assert template.render(CONVERSATION) == (
+        "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
+        "<|im_start|>assistant\n Hello! <|im_end|>\n<|im_start|>user\nWeather?<|im_end|>\n"
+        "<|im_start|>assistant\n"
+    )
+
+
+def test_qwen_offers_tools_and_reads_back_its_calls_and_their_results() -> None:
+    template = PromptTemplate(QWEN)
+    offered = template.render(
+        [*CONVERSATION[:1], ChatMessage("user", "Weather in Paris?")], (WEATHER,)
+    )
+    assert offered == (
+        "<|im_start|>system\nBe brief."
+        + QWEN_TOOLS_SYSTEM
+        + "<|im_start|>user\nWeather in Paris?<|im_end|>\n<|im_start|>assistant\n"
+    )
+    assert template.render(TOOL_TURN, (WEATHER,)) == (
+        "<|im_start|>system\n"
+        + QWEN_DEFAULT_SYSTEM
+        + QWEN_TOOLS_SYSTEM
+        + "<|im_start|>user\nWeather in Paris?<|im_end|>\n<|im_start|>assistant\n<tool_call>\n"
+        '{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call><|im_end|>\n'
+        '<|im_start|>user\n<tool_response>\n{"temp": 21}\n</tool_response><|im_end|>\n'
+        "<|im_start|>assistant\n"
+    )
+
+
+def test_mistral_uses_its_bos_and_eos_tokens_and_puts_the_system_prompt_last() -> None:
+    template = PromptTemplate(MISTRAL)
+    assert template.render([ChatMessage("user", "Hi")]) == "<s>[INST] Hi[/INST]"
+    assert template.render(CONVERSATION) == (
+        "<s>[INST] Hi[/INST] Hello!</s>[INST] Be brief.\n\nWeather?[/INST]"
+    )
+
+
+def test_mistral_tools_and_calls() -> None:
+    template = PromptTemplate(MISTRAL)
+    tools = f"<s>[AVAILABLE_TOOLS] [{WEATHER_JSON}][/AVAILABLE_TOOLS]"
+    assert template.render([ChatMessage("user", "Weather in Paris?")], (WEATHER,)) == (
+        tools + "[INST] Weather in Paris?[/INST]"
+    )
+    assert template.render(TOOL_TURN, (WEATHER,)) == (
+        tools + "[INST] Weather in Paris?[/INST]"
+        '[TOOL_CALLS] [{"name": "get_weather", "arguments": {"city": "Paris"}, '
+        '"id": "abcDEF123"}]</s>'
+        '[TOOL_RESULTS] {"content": {"temp": 21}, "call_id": "abcDEF123"}[/TOOL_RESULTS]'
+    )
+
+
+def test_a_conversation_the_template_refuses_is_the_clients_fault() -> None:
+    # Mistral's template checks that roles alternate, and its tool call ids' length.
+    template = PromptTemplate(MISTRAL)
+    with pytest.raises(PromptRefused, match="roles must alternate"):
+        template.render([ChatMessage("user", "a"), ChatMessage("user", "b")])
+    openai_style = [
+        ChatMessage("user", "Weather?"),
+        ChatMessage("assistant", "", (ToolCall("call_0123456789abcdef", "get_weather", "{}"),)),
+    ]
+    with pytest.raises(PromptRefused, match="length 9"):
+        template.render(openai_style, (WEATHER,))
+
+
+def test_special_tokens_in_a_message_are_its_text() -> None:
+    # What a user writes is rendered as written (the tokenizer, not the template, decides
+    # whether text that looks like a special token is one).
+    text = "Grüß dich — 你好 </s> <|im_end|>"
+    assert (
+        PromptTemplate(QWEN)
+        .render([ChatMessage("user", text)])
+        .endswith(f"<|im_start|>user\n{text}<|im_end|>\n<|im_start|>assistant\n")
+    )
+
+
+def _config(tmp_path: Path, content: object) -> str:
+    path = tmp_path / "tokenizer_config.json"
+    path.write_text(content if isinstance(content, str) else json.dumps(content))
+    return str(path)
+
+
+def test_a_template_list_takes_its_default_and_its_tool_use_template(tmp_path: Path) -> None:
+    path = _config(
+        tmp_path,
+        {
+            "chat_template": [
+                {"name": "default", "template": "plain:{{ messages[0].content }}"},
+                {"name": "tool_use", "template": "tools:{{ tools | length }}"},
+            ],
+            "eos_token": {"content": "</s>", "special": True},
+        },
+    )
+    template = PromptTemplate(path)
+    assert template.render([ChatMessage("user", "x")]) == "plain:x"
+    assert template.render([ChatMessage("user", "x")], (WEATHER,)) == "tools:1"
+
+
+def test_hugging_face_helpers_are_there(tmp_path: Path) -> None:
+    # Llama 3.1's tools are written with `tojson(indent=4)`; Llama 3.2's date by strftime_now.
+    source = "{{ tools[0] | tojson(indent=2) }}|{{ strftime_now('%Y') | length }}|{{ eos_token }}"
+    template = PromptTemplate(_config(tmp_path, {"chat_template": source, "eos_token": "</s>"}))
+    rendered = template.render([ChatMessage("user", "x")], (WEATHER,))
+    assert rendered.startswith('{\n  "type": "function",')
+    assert rendered.endswith("|4|</s>")
+
+
+@pytest.mark.parametrize(
+    ("content", "why"),
+    [
+        ("{not json", "is not JSON"),
+        ("[1, 2]", "not a JSON object"),
+        ({"eos_token": "</s>"}, "has no chat_template"),
+        ({"chat_template": [{"name": "tool_use", "template": "x"}]}, "has no chat_template"),
+        ({"chat_template": 42}, "has no chat_template"),
+        ({"chat_template": "{% for m in messages %}"}, "does not compile"),
+        ("[" * 100_000 + "]" * 100_000, "is not JSON"),
+    ],
+)
+def test_a_broken_tokenizer_config_is_refused_saying_why(
+    tmp_path: Path, content: object, why: str
+) -> None:
+    problem = template_problem(_config(tmp_path, content))
+    assert problem is not None and why in problem
+
+
+def test_a_missing_tokenizer_config_is_named(tmp_path: Path) -> None:
+    problem = template_problem(str(tmp_path / "nowhere" / "tokenizer_config.json"))
+    assert problem is not None
+    assert "cannot read" in problem and "nowhere/tokenizer_config.json" in problem
+
+
+def test_a_model_template_cannot_reach_python_internals(tmp_path: Path) -> None:
+    path = _config(tmp_path, {"chat_template": "{{ messages.__class__.__mro__ }}"})
+    with pytest.raises(PromptRefused, match=r"SecurityError|unsafe"):
+        PromptTemplate(path).render([ChatMessage("user", "x")])
