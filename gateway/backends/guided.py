@@ -18,6 +18,14 @@ import orjson
 from gateway.inference.types import ResponseFormat
 
 
+def guided_decoding(fmt: ResponseFormat) -> dict[str, object]:
+    """vLLM's guided decoding (`GuidedDecodingParams`) for `fmt`, as an object: what its
+    Triton backend reads inside the `sampling_parameters` input."""
+    if fmt.type == "json_schema" and fmt.schema is not None:
+        return {"json": fmt.schema}
+    return {"json_object": True}
+
+
 def guided_decoding_parameters(fmt: ResponseFormat) -> dict[str, str]:
     """The request parameters that ask a Triton LLM backend for `fmt`."""
     if fmt.type == "json_schema" and fmt.schema is not None:

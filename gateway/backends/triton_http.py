@@ -15,8 +15,9 @@ from gateway.backends.base import (
     model_error,
     token_logprobs,
 )
-from gateway.backends.guided import guided_decoding_parameters
+from gateway.backends.guided import guided_decoding, guided_decoding_parameters
 from gateway.backends.http import LazySession, get_ok, post, sse_payloads
+from gateway.config.schema import TritonInterface
 from gateway.inference.types import (
     Completion,
     Delta,
@@ -29,14 +30,21 @@ from gateway.inference.types import (
 class TritonHTTPBackend:
     """Calls LLM models served by Triton through its generate endpoints.
 
-    The model takes `text_input`, `max_tokens` and `stream` (the convention of Triton's
-    vLLM and TensorRT-LLM backends); sampling settings travel as request parameters.
+    What a request's body holds depends on the model's Triton backend (`interface`):
+    the generic convention's `text_input`, `max_tokens` and `stream` with sampling as
+    request parameters, vLLM's `sampling_parameters`, or TensorRT-LLM's inputs.
     """
 
     renders_prompt = True
 
-    def __init__(self, connect_timeout_s: float, total_timeout_s: float) -> None:
+    def __init__(
+        self,
+        connect_timeout_s: float,
+        total_timeout_s: float,
+        interface: TritonInterface = TritonInterface.GENERIC,
+    ) -> None:
         self._session = LazySession(connect_timeout_s, total_timeout_s)
+        self._payload = _PAYLOADS[interface]
 
     async def complete(self, url: str, call: UpstreamCall) -> Completion:
         if call.kind is RequestKind.EMBEDDING:
@@ -45,7 +53,7 @@ class TritonHTTPBackend:
             # Log probabilities need each token's text: only a stream gives it.
             return await collect(self.stream(url, call), call)
         endpoint = f"{url}/v2/models/{call.upstream_model}/generate"
-        async with post(self._session.get(), endpoint, _payload(call, False)) as r:
+        async with post(self._session.get(), endpoint, self._payload(call, False)) as r:
             data = orjson.loads(await r.read())
         delta = _delta(data, before_output=True)
         usage = Usage(delta.input_tokens or 0, delta.output_tokens or 0, delta.cached_tokens)
@@ -77,7 +85,7 @@ class TritonHTTPBackend:
 
     async def stream(self, url: str, call: UpstreamCall) -> AsyncGenerator[Delta, None]:
         endpoint = f"{url}/v2/models/{call.upstream_model}/generate_stream"
-        async with post(self._session.get(), endpoint, _payload(call, True)) as r:
+        async with post(self._session.get(), endpoint, self._payload(call, True)) as r:
             first = True
             async for payload in sse_payloads(r):
                 yield _delta(orjson.loads(payload), before_output=first)
@@ -115,18 +123,15 @@ def _infer_outputs(raw: bytes, header_length: str | None) -> dict[str, Any]:
 
 
 def _payload(call: UpstreamCall, stream: bool) -> bytes:
+    """The generic convention: sampling settings as request parameters (the body's keys
+    that name no input), where Triton takes scalars only."""
     params = call.params
     body: dict[str, Any] = {
         "text_input": call.prompt,
         "max_tokens": params.max_tokens,
         "stream": stream,
     }
-    if params.temperature is not None:
-        body["temperature"] = params.temperature
-    if params.top_p is not None:
-        body["top_p"] = params.top_p
-    if params.seed is not None:
-        body["seed"] = params.seed
+    _sampling(body, call)
     if params.stop:
         # Triton parameters are scalars, so a list travels as a JSON string.
         body["stop"] = orjson.dumps(list(params.stop)).decode()
@@ -135,6 +140,72 @@ def _payload(call: UpstreamCall, stream: bool) -> bytes:
     if call.options.top_logprobs is not None:
         body["return_log_probs"] = True  # TensorRT-LLM's input; the simulator's too
     return orjson.dumps(body)
+
+
+def _vllm_payload(call: UpstreamCall, stream: bool) -> bytes:
+    """Triton's vLLM backend: the sampling settings in its `sampling_parameters` input,
+    JSON text read as vLLM's SamplingParams (so `stop` is a list, which a request
+    parameter cannot be); the prompt left out of a whole answer (vLLM's backend puts it
+    first unless told); the token counts asked for."""
+    params = call.params
+    sampling: dict[str, Any] = {"max_tokens": params.max_tokens}
+    _sampling(sampling, call)
+    if params.stop:
+        sampling["stop"] = list(params.stop)
+    if call.options.response_format is not None:
+        sampling["guided_decoding"] = guided_decoding(call.options.response_format)
+    body = {
+        "text_input": call.prompt,
+        "stream": stream,
+        "exclude_input_in_output": True,
+        "return_num_input_tokens": True,
+        "return_num_output_tokens": True,
+        "sampling_parameters": orjson.dumps(sampling).decode(),
+    }
+    return orjson.dumps(body)
+
+
+def _tensorrtllm_payload(call: UpstreamCall, stream: bool) -> bytes:
+    """TensorRT-LLM's in-flight batcher (`ensemble` or `tensorrt_llm_bls`): each setting
+    an input of its own, stop strings as the `stop_words` list, the prompt left out.
+    Output tokens are counted per answer, not per streamed piece (one token a piece)."""
+    params = call.params
+    body: dict[str, Any] = {
+        "text_input": call.prompt,
+        "max_tokens": params.max_tokens,
+        "stream": stream,
+        "exclude_input_in_output": True,
+        "return_num_input_tokens": True,
+        "return_num_output_tokens": not stream,
+    }
+    _sampling(body, call)
+    if params.stop:
+        body["stop_words"] = list(params.stop)
+    if call.options.response_format is not None:
+        guided = guided_decoding_parameters(call.options.response_format)
+        body["guided_decoding_guide_type"] = guided["guided_decoding_guide_type"]
+        body["guided_decoding_guide"] = guided["guided_decoding_guide"]
+    if call.options.top_logprobs is not None:
+        body["return_log_probs"] = True
+    return orjson.dumps(body)
+
+
+def _sampling(body: dict[str, Any], call: UpstreamCall) -> None:
+    """temperature, top_p and seed, where the request sets them."""
+    params = call.params
+    if params.temperature is not None:
+        body["temperature"] = params.temperature
+    if params.top_p is not None:
+        body["top_p"] = params.top_p
+    if params.seed is not None:
+        body["seed"] = params.seed
+
+
+_PAYLOADS = {
+    TritonInterface.GENERIC: _payload,
+    TritonInterface.VLLM: _vllm_payload,
+    TritonInterface.TENSORRTLLM: _tensorrtllm_payload,
+}
 
 
 def _scalar(value: Any) -> Any:

@@ -117,6 +117,20 @@ class BackendKind(StrEnum):
     OPENAI = "openai"  # any OpenAI-compatible server (vLLM, TGI, Triton's frontend)
 
 
+class TritonInterface(StrEnum):
+    """The inputs a Triton LLM model takes, which its Triton backend decides."""
+
+    # text_input, max_tokens and stream as inputs, sampling as request parameters (the
+    # simulated models and a Python model written to that convention).
+    GENERIC = "generic"
+    # Triton's vLLM backend: sampling in the `sampling_parameters` input (JSON text, so
+    # that `stop` stays a list), the prompt left out of the answer, token counts asked for.
+    VLLM = "vllm"
+    # TensorRT-LLM's in-flight batcher (its `ensemble` or `tensorrt_llm_bls` model):
+    # every setting an input of its own (`seed`, `stop_words`), token counts asked for.
+    TENSORRTLLM = "tensorrtllm"
+
+
 class OpsOnApiPort(StrEnum):
     """What `/metrics` and `/admin/*` do on the API port."""
 
@@ -543,8 +557,23 @@ class ModelConfig(Strict):
             raise ValueError("replicas and discovery exclude each other: choose one")
         return self
 
-    # A built-in template name (see gateway/inference/prompt.py) or a Jinja template.
+    @model_validator(mode="after")
+    def _interface_of_a_triton_http_model(self) -> ModelConfig:
+        interface = self.triton_interface
+        if interface is TritonInterface.GENERIC:
+            return self
+        if self.backend is not BackendKind.TRITON_HTTP:
+            raise ValueError(f"triton_interface {interface.value} is spoken over triton_http only")
+        if interface is TritonInterface.VLLM and self.capabilities.logprobs:
+            # vLLM's backend returns them as JSON of its own, which is not read yet.
+            raise ValueError("capabilities.logprobs is not served with triton_interface vllm")
+        return self
+
+    # A built-in template name (see gateway/inference/prompt.py), a Jinja template, or
+    # the path of the model's own tokenizer_config.json (from this file's directory).
     prompt_template: str = "chatml"
+    # For a Triton LLM (`triton_http`): the inputs its Triton backend takes.
+    triton_interface: TritonInterface = TritonInterface.GENERIC
     max_tokens_default: PositiveInt = 256
     max_tokens_limit: PositiveInt = 4096
     # A request asking for more: `clamp` serves it with the limit (an answer that reaches

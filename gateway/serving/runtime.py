@@ -52,7 +52,7 @@ log = logging.getLogger("gateway")
 def _backend(model: ModelConfig) -> Backend:
     connect_s, total_s = model.timeouts.connect_s, model.timeouts.total_s
     if model.backend is BackendKind.TRITON_HTTP:
-        return TritonHTTPBackend(connect_s, total_s)
+        return TritonHTTPBackend(connect_s, total_s, model.triton_interface)
     if model.backend is BackendKind.TRITON_GRPC:
         return TritonGRPCBackend(connect_s, total_s)
     api_key = model.api_key.get_secret_value() if model.api_key else None

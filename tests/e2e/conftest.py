@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -12,6 +12,7 @@ import pytest
 from openai import OpenAI
 
 from gateway_tools.dev.processes import free_port, stop
+from gateway_tools.dev.sim.repository import ModelProfile
 from gateway_tools.dev.sim.server import TritonSim
 from tests import ports
 from tests.e2e.stack import KEYS, Gateway, model, start_gateway
@@ -25,6 +26,12 @@ EMBED = "embed-small"
 
 
 def start_sim(models: str) -> TritonSim:
+    """A Triton server of the simulated models `models` names (`llm-small=1,...`)."""
+    return start_sim_profiles(models)
+
+
+def start_sim_profiles(models: str | Sequence[ModelProfile]) -> TritonSim:
+    """A Triton server of these simulated models, ready."""
     sim = TritonSim(free_port(span=3, start=ports.SIMS), models)
     sim.start()
     try:

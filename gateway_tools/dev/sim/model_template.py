@@ -17,6 +17,12 @@ Outputs: text_output BYTES [1], num_input_tokens INT32 [1], num_output_tokens IN
 Request parameters (JSON): seed (changes the text), stop (JSON list of strings, or one
 plain string), return_log_probs (TensorRT-LLM's name: the tokens' log probabilities);
 temperature, top_p and anything else are accepted and ignored.
+The `interface` model config parameter makes it take another backend's inputs instead:
+`vllm` (Triton's vLLM backend: `sampling_parameters` JSON text, or the request
+parameters; the prompt put before a whole answer unless `exclude_input_in_output`;
+token counts only when `return_num_input_tokens` / `return_num_output_tokens` ask) or
+`tensorrtllm` (TensorRT-LLM's ensemble: `max_tokens`, `seed` and `stop_words` inputs,
+`exclude_input_in_output`, counts when asked).
 Model config parameters (string values, seconds): token_delay, prefill_per_char;
 replay_file (a path): the model replays recorded answers instead (`replay_pieces`);
 prefix_cache_blocks (0: no cache) and block_tokens: the prefix cache (`PrefixCache`).
@@ -335,6 +341,13 @@ class _GenerateRequest:
     stop: list[str]
     guided: Any
     logprobs: bool
+    # What the answer carries beyond its text: the prompt before it (vLLM's and
+    # TensorRT-LLM's default for a whole answer), and the token counts (always, in the
+    # generic convention; when asked, in the others).
+    prepend_prompt: bool = False
+    input_count: bool = True
+    output_count: bool = True
+    cache_count: bool = True
 
 
 def _first(request: Any, name: str) -> Any:
@@ -345,6 +358,78 @@ def _first(request: Any, name: str) -> Any:
     if values.size == 0:
         raise ValueError(f"{name} is empty")
     return values[0]
+
+
+def _flag(request: Any, name: str) -> bool | None:
+    value = _first(request, name)
+    return None if value is None else bool(value)
+
+
+def _parse_vllm_request(request: Any) -> _GenerateRequest:
+    """As Triton's vLLM backend reads a request (its utils/request.py)."""
+    prompt = _prompt(request)
+    stream = bool(_flag(request, "stream"))
+    exclude = _flag(request, "exclude_input_in_output")
+    if stream and exclude is False:
+        raise ValueError("When streaming, `exclude_input_in_output` = False is not allowed.")
+    sampling = _first(request, "sampling_parameters")
+    params = json.loads(sampling if sampling is not None else request.parameters() or "{}")
+    max_tokens = int(params.get("max_tokens", DEFAULT_MAX_TOKENS))
+    return _GenerateRequest(
+        prompt=prompt,
+        max_tokens=max_tokens,
+        stream=stream,
+        seed=params.get("seed"),
+        stop=parse_stop(params.get("stop")),
+        guided=params.get("guided_decoding"),
+        logprobs=False,
+        prepend_prompt=not stream and not exclude,
+        input_count=bool(_flag(request, "return_num_input_tokens")),
+        output_count=bool(_flag(request, "return_num_output_tokens")),
+        cache_count=False,
+    )
+
+
+def _parse_tensorrtllm_request(request: Any) -> _GenerateRequest:
+    """As TensorRT-LLM's ensemble takes a request: every setting an input."""
+    prompt = _prompt(request)
+    max_tokens = _first(request, "max_tokens")
+    if max_tokens is None:
+        raise ValueError("max_tokens is required")
+    stop_words = pb_utils.get_input_tensor_by_name(request, "stop_words")
+    stop = [] if stop_words is None else [_text(w) for w in stop_words.as_numpy().reshape(-1)]
+    guide_type = _first(request, "guided_decoding_guide_type")
+    guided = None
+    if guide_type is not None:
+        guide = _text(_first(request, "guided_decoding_guide") or b"")
+        guided = {"json": json.loads(guide)} if guide else {"json_object": True}
+    seed = _first(request, "seed")
+    return _GenerateRequest(
+        prompt=prompt,
+        max_tokens=int(max_tokens),
+        stream=bool(_flag(request, "stream")),
+        seed=None if seed is None else int(seed),
+        stop=stop,
+        guided=guided,
+        logprobs=bool(_flag(request, "return_log_probs")),
+        prepend_prompt=not _flag(request, "exclude_input_in_output"),
+        input_count=bool(_flag(request, "return_num_input_tokens")),
+        output_count=bool(_flag(request, "return_num_output_tokens")),
+        cache_count=False,
+    )
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _prompt(request: Any) -> bytes:
+    prompt = _first(request, "text_input")
+    if isinstance(prompt, str):
+        prompt = prompt.encode()
+    if not prompt:
+        raise ValueError("text_input is required and must not be empty")
+    return bytes(prompt)
 
 
 def _parse_request(request: Any) -> _GenerateRequest:
@@ -371,22 +456,41 @@ def _parse_request(request: Any) -> _GenerateRequest:
 
 
 def _response(
+    parsed: _GenerateRequest,
     text: str,
     input_tokens: int,
     output_tokens: int,
     logprobs: list[float] | None = None,
     cached_tokens: int = 0,
 ) -> Any:
-    tensors = [
-        pb_utils.Tensor("text_output", np.array([text.encode()], dtype=np.object_)),
-        pb_utils.Tensor("num_input_tokens", np.array([input_tokens], dtype=np.int32)),
-        pb_utils.Tensor("num_output_tokens", np.array([output_tokens], dtype=np.int32)),
-        pb_utils.Tensor("num_cached_tokens", np.array([cached_tokens], dtype=np.int32)),
+    counts = (
+        ("num_input_tokens", input_tokens, parsed.input_count),
+        ("num_output_tokens", output_tokens, parsed.output_count),
+        ("num_cached_tokens", cached_tokens, parsed.cache_count),
+    )
+    tensors = [pb_utils.Tensor("text_output", np.array([text.encode()], dtype=np.object_))]
+    tensors += [
+        pb_utils.Tensor(name, np.array([count], dtype=np.int32))
+        for name, count, asked in counts
+        if asked
     ]
     if logprobs is not None:
         values = np.array(logprobs, dtype=np.float32)
         tensors.append(pb_utils.Tensor("output_log_probs", values))
     return pb_utils.InferenceResponse(output_tensors=tensors)
+
+
+# How a request is read, by the `interface` the model imitates.
+_PARSERS = {
+    "generic": _parse_request,
+    "vllm": _parse_vllm_request,
+    "tensorrtllm": _parse_tensorrtllm_request,
+}
+
+
+def _whole_text(parsed: _GenerateRequest, pieces: list[str]) -> str:
+    answer = "".join(pieces)
+    return parsed.prompt.decode(errors="replace") + answer if parsed.prepend_prompt else answer
 
 
 def _logprobs(parsed: _GenerateRequest, start: int, count: int) -> list[float] | None:
@@ -408,6 +512,8 @@ class TritonPythonModel:
         def seconds(key: str, default: float) -> float:
             return float(params.get(key, {}).get("string_value", default))
 
+        interface = params.get("interface", {}).get("string_value", "generic")
+        self.parse = _PARSERS[interface]
         self.token_delay = seconds("token_delay", 0.01)
         self.prefill_per_char = seconds("prefill_per_char", 0.0001)
         self.cache = PrefixCache(
@@ -492,7 +598,7 @@ class TritonPythonModel:
             sender = request.get_response_sender()
             try:
                 # Read the inputs now: the task outlives this call.
-                parsed = _parse_request(request)
+                parsed = self.parse(request)
             except Exception as exc:
                 sender.send(_error(str(exc)), flags=final)
                 continue
@@ -507,14 +613,15 @@ class TritonPythonModel:
 
     async def _whole(self, request: Any) -> Any:
         try:
-            parsed = _parse_request(request)
+            parsed = self.parse(request)
         except Exception as exc:
             return _error(str(exc))
         cached = await self._prefill(parsed.prompt)
         pieces, tokens, first_delay, token_delay = self._plan(parsed)
         await asyncio.sleep(first_delay + token_delay * len(pieces))
         return _response(
-            "".join(pieces),
+            parsed,
+            _whole_text(parsed, pieces),
             count_input_tokens(parsed.prompt),
             sum(tokens),
             _logprobs(parsed, 0, len(pieces)),
@@ -549,13 +656,15 @@ class TritonPythonModel:
                         sender.send(flags=final)
                         return
                     self.generated.increment(count)
-                text = "".join(pieces)
+                text = _whole_text(parsed, pieces)
                 logprobs = _logprobs(parsed, 0, len(pieces))
-                sender.send(_response(text, n_in, sum(tokens), logprobs, cached), flags=final)
+                answer = _response(parsed, text, n_in, sum(tokens), logprobs, cached)
+                sender.send(answer, flags=final)
                 return
             if not pieces:
                 # Still one data response, so every stream carries its usage counts.
-                sender.send(_response("", n_in, 0, _logprobs(parsed, 0, 0), cached), flags=final)
+                empty = _response(parsed, "", n_in, 0, _logprobs(parsed, 0, 0), cached)
+                sender.send(empty, flags=final)
                 return
             for i, piece in enumerate(pieces):
                 await asyncio.sleep(token_delay)
@@ -567,7 +676,7 @@ class TritonPythonModel:
                 last = i == len(pieces) - 1
                 logprobs = _logprobs(parsed, i, 1)
                 sender.send(
-                    _response(piece, n_in, tokens[i], logprobs, cached),
+                    _response(parsed, piece, n_in, tokens[i], logprobs, cached),
                     flags=final if last else 0,
                 )
         except Exception as exc:

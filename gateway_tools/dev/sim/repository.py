@@ -40,6 +40,10 @@ class ModelProfile:
     # Prompts the model computes at once (0: any number); 1 makes prefill a queue, as on
     # a GPU, so that time to first token grows with load and shrinks with cache hits.
     prefill_slots: int = 0
+    # The inputs it takes: the generic convention's, or those of Triton's vLLM backend
+    # or TensorRT-LLM's ensemble (`INTERFACE_INPUTS`), so that the gateway's
+    # `triton_interface` is tested against a real Triton.
+    interface: str = "generic"
 
     @property
     def decoupled(self) -> bool:
@@ -115,19 +119,45 @@ def parse_models(spec: str) -> list[ModelProfile]:
     return profiles
 
 
+# The inputs each interface declares beyond `text_input` (name, type, dims), as the
+# backends' own configs name them (vLLM's auto-completed config; TensorRT-LLM's ensemble).
+_FLAGS = ("stream", "exclude_input_in_output", "return_num_input_tokens",
+          "return_num_output_tokens")  # fmt: skip
+INTERFACE_INPUTS: dict[str, list[tuple[str, str, str]]] = {
+    "generic": [("max_tokens", "TYPE_INT32", "1"), ("stream", "TYPE_BOOL", "1")],
+    "vllm": [
+        *((flag, "TYPE_BOOL", "1") for flag in _FLAGS),
+        ("sampling_parameters", "TYPE_STRING", "1"),
+    ],
+    "tensorrtllm": [
+        ("max_tokens", "TYPE_INT32", "1"),
+        *((flag, "TYPE_BOOL", "1") for flag in _FLAGS),
+        ("return_log_probs", "TYPE_BOOL", "1"),
+        ("temperature", "TYPE_FP32", "1"),
+        ("top_p", "TYPE_FP32", "1"),
+        ("seed", "TYPE_UINT64", "1"),
+        ("stop_words", "TYPE_STRING", "-1"),
+        ("guided_decoding_guide_type", "TYPE_STRING", "1"),
+        ("guided_decoding_guide", "TYPE_STRING", "1"),
+    ],
+}
+
+
 def render_config(profile: ModelProfile) -> str:
     """The config.pbtxt of one simulated model."""
     if profile.embedding:
         return _render_embedding_config(profile)
     policy = "model_transaction_policy { decoupled: true }\n" if profile.decoupled else ""
+    inputs = "".join(
+        f',\n  {{ name: "{name}" data_type: {kind} dims: [ {dims} ] optional: true }}'
+        for name, kind, dims in INTERFACE_INPUTS[profile.interface]
+    )
     return f"""\
 name: "{profile.name}"
 backend: "python"
 max_batch_size: 0
 {policy}input [
-  {{ name: "text_input" data_type: TYPE_STRING dims: [ 1 ] }},
-  {{ name: "max_tokens" data_type: TYPE_INT32 dims: [ 1 ] optional: true }},
-  {{ name: "stream" data_type: TYPE_BOOL dims: [ 1 ] optional: true }}
+  {{ name: "text_input" data_type: TYPE_STRING dims: [ 1 ] }}{inputs}
 ]
 output [
   {{ name: "text_output" data_type: TYPE_STRING dims: [ 1 ] }},
@@ -142,6 +172,7 @@ parameters {{ key: "prefill_per_char" value {{ string_value: "{profile.prefill_p
 parameters {{ key: "prefix_cache_blocks" value {{ string_value: "{PREFIX_CACHE_BLOCKS}" }} }}
 parameters {{ key: "block_tokens" value {{ string_value: "{BLOCK_TOKENS}" }} }}
 parameters {{ key: "prefill_slots" value {{ string_value: "{profile.prefill_slots}" }} }}
+parameters {{ key: "interface" value {{ string_value: "{profile.interface}" }} }}
 {_replay_parameter(profile)}"""
 
 

@@ -623,6 +623,30 @@ def test_a_tokenizer_config_that_cannot_be_used_is_an_error_at_its_line() -> Non
     assert "has no chat_template" in problem
 
 
+@pytest.mark.parametrize(
+    ("settings", "why"),
+    [
+        (
+            "    backend: triton_grpc\n    triton_interface: vllm\n",
+            "triton_interface vllm is spoken over triton_http only",
+        ),
+        (
+            "    backend: triton_http\n    triton_interface: vllm\n"
+            "    capabilities: {logprobs: true}\n",
+            "capabilities.logprobs is not served with triton_interface vllm",
+        ),
+        (
+            "    backend: triton_http\n    triton_interface: sglang\n",
+            "Input should be 'generic', 'vllm' or 'tensorrtllm'",
+        ),
+    ],
+)
+def test_a_triton_interface_the_model_cannot_speak_is_refused(settings: str, why: str) -> None:
+    gateway = GATEWAY.replace("    backend: triton_http\n", settings)
+    (problem,) = problems(gateway)
+    assert problem.startswith("gateway.yaml:") and problem.endswith(why)
+
+
 def test_upstream_api_key_must_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     literal = GATEWAY.replace(
         "    backend: openai\n", "    backend: openai\n    api_key: sk-upstream-secret\n"
