@@ -44,7 +44,7 @@ class TritonHTTPBackend:
         interface: TritonInterface = TritonInterface.GENERIC,
     ) -> None:
         self._session = LazySession(connect_timeout_s, total_timeout_s)
-        self._payload = _PAYLOADS[interface]
+        self._payload = generate_body[interface]
 
     async def complete(self, url: str, call: UpstreamCall) -> Completion:
         if call.kind is RequestKind.EMBEDDING:
@@ -201,7 +201,8 @@ def _sampling(body: dict[str, Any], call: UpstreamCall) -> None:
         body["seed"] = params.seed
 
 
-_PAYLOADS = {
+# The body of a generate request, by the model's Triton backend: (call, stream) -> JSON.
+generate_body = {
     TritonInterface.GENERIC: _payload,
     TritonInterface.VLLM: _vllm_payload,
     TritonInterface.TENSORRTLLM: _tensorrtllm_payload,
