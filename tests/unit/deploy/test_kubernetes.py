@@ -906,3 +906,16 @@ def test_keda_scales_on_the_same_metric_in_its_own_namespace(
     (hpa,) = find(rendered["production"], "HorizontalPodAutoscaler")
     for setting in ("min", "max"):
         assert scaled["spec"][f"{setting}ReplicaCount"] == hpa["spec"][f"{setting}Replicas"]
+
+
+def test_the_gateway_image_is_set_in_one_place(rendered: dict[str, list[Manifest]]) -> None:
+    # An operator sets the registry and tag once (components/gateway-image), and every
+    # overlay runs that image: no overlay names an image of its own to forget.
+    component = yaml.safe_load((DEPLOY / "components/gateway-image/kustomization.yaml").read_text())
+    [entry] = component["images"]
+    expected = f"{entry['newName']}:{entry['newTag']}"
+    for overlay, objects in rendered.items():
+        assert gateway_container(objects)["image"] == expected, overlay
+    for kustomization in DEPLOY.rglob("kustomization.yaml"):
+        if kustomization.parent.name != "gateway-image":
+            assert "images" not in yaml.safe_load(kustomization.read_text()), kustomization
