@@ -111,8 +111,13 @@ class LatencyTracker:
         """The most output tokens a request could have had after running `ran_s` (cut
         then, before its answer was seen): that time over the measured time per token
         (`FASTEST_TOKEN_S` while none is measured yet), rounded up, at most `max_tokens`.
-        A bound, not a guess: the prefill and the first token's wait are not taken off."""
-        per_token = self.per_token_s or FASTEST_TOKEN_S
+        A bound, not a guess: the prefill and the first token's wait are not taken off.
+
+        Never faster than `FASTEST_TOKEN_S`: a fresh model's time per token is first learned
+        from a deadline's lower bound (`max_tokens` counted as made in the time waited:
+        50 ms over 1,000 tokens), which as a rate would charge all of `max_tokens` for any
+        cut (the second hostile review of issue 40)."""
+        per_token = max(self.per_token_s or 0.0, FASTEST_TOKEN_S)
         return min(max_tokens, math.ceil(max(0.0, ran_s) / per_token))
 
 

@@ -330,6 +330,40 @@ async def test_a_request_cut_by_its_deadline_pays_what_the_replica_can_have_made
     assert record.cost_micros == record.prompt_tokens + record.completion_tokens
 
 
+async def test_a_fresh_gateways_cut_pays_at_most_a_thousand_tokens_a_second(
+    config_for: Callable[..., Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The second hostile review of issue 40: on a fresh gateway (no answer measured), the
+    deadline's own lower bound (1,000 tokens "made" in 50 ms) became the rate the cut was
+    charged at: 1,000 tokens for a 504 in 50 ms. A gateway's first cuts, each twice."""
+    path = config_for(edit=one_a_token)
+    async with started_gateway(path, monkeypatch) as gw:
+        records = gw.finished_records()
+        route = gw.app.app.state.runtime.routes["llm-large"]  # type: ignore[attr-defined]
+
+        async def computing(url: str, upstream_call: Any) -> Any:
+            await asyncio.sleep(30)  # cut at the deadline
+
+        monkeypatch.setattr(route.backend, "complete", computing)
+        async with gw.http(**{"x-request-timeout": "0.05"}) as client:
+            for _ in range(2):
+                answer = await client.post(
+                    "/v1/chat/completions",
+                    json={
+                        "model": "llm-large",
+                        "messages": [{"role": "user", "content": "Hello"}],
+                        "max_tokens": 1000,
+                    },
+                )
+                assert answer.status_code == 504
+    assert len(records) == 2
+    for record in records:
+        assert record.served_model == "llm-large"
+        # It ran 50 ms and more: at 1,000 tokens a second, 50 and a little more, never
+        # all of max_tokens (a second would have to pass).
+        assert 50 <= record.completion_tokens < 1000
+
+
 async def test_an_answer_the_gateway_rejects_is_not_charged_its_price(
     config_for: Callable[..., Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:

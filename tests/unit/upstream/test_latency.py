@@ -12,7 +12,7 @@ import random
 
 import pytest
 
-from gateway.upstream.latency import LatencyTracker
+from gateway.upstream.latency import FASTEST_TOKEN_S, LatencyTracker
 
 BASE_S, PREFILL_S, DECODE_S = 0.05, 0.0003, 0.02
 HOSTILE_PROMPT, HOSTILE_OUTPUT = 100_000, 2
@@ -147,3 +147,13 @@ def test_what_a_cut_request_can_have_made_is_bounded_by_its_time_and_max_tokens(
     assert tracker.most_generated(0.051, 1000) == 6
     assert tracker.most_generated(60.0, 1000) == 1000
     assert tracker.most_generated(-1.0, 1000) == 0
+
+
+def test_a_deadlines_lower_bound_is_no_rate_to_charge_at() -> None:
+    # A fresh model whose first request was cut at 50 ms with max_tokens 1000: what the
+    # cut teaches (1,000 tokens in 50 ms) is a bound for predictions, not a rate that
+    # makes every later cut pay all of max_tokens.
+    tracker = LatencyTracker()
+    tracker.observe(None, 0.05, 1000, 14)
+    assert tracker.per_token_s is not None and tracker.per_token_s < FASTEST_TOKEN_S
+    assert tracker.most_generated(0.05, 1000) == 50
