@@ -36,8 +36,10 @@ from gateway.privacy.normalizer import Normalized
 _BLANKS = r"[ \t]{0,16}"
 _TAG = r"<(?i:/?(?:td|th|tr|br|p|div|span|li|thead|tbody|table))\b[^<>\n]{0,64}>"
 # Blanks, then breaks each followed by blanks: a blank is never a break, so there is one
-# way to read a join (no backtracking into the blanks), and it is bounded.
-_JOIN = rf"{_BLANKS}(?:(?:\r?\n|\||{_TAG}){_BLANKS}){{1,8}}"
+# way to read a join (no backtracking into the blanks), and it is bounded. A group's dash
+# may stand on either side of it (`4111-1111-` / `1111-1111`: the second hostile review of
+# issue 40 found such a card reach an external model).
+_JOIN = rf"-?{_BLANKS}(?:(?:\r?\n|\||{_TAG}){_BLANKS}){{1,8}}-?"
 # A digit, a join, a digit: where there is work.
 _SPLIT = re.compile(rf"[0-9](?P<join>{_JOIN})(?=[0-9])")
 # A join that is a table's (`<br>`, `</p><p>` and the like are line breaks).

@@ -41,6 +41,12 @@ def joined(text: str) -> Normalized:
         ("<p>4111 1111</p>\n<p>1111 1111</p>", "<p>4111 1111 1111 1111</p>"),
         # Separators the normalizer reads (dots) inside the pieces.
         ("4111.1111.1111\n1111", "4111 1111 1111 1111"),
+        # A dash-grouped number's dash on either side of the break (the second hostile
+        # review of issue 40: these reached an external model raw).
+        ("4111-1111-\n1111-1111", "4111-1111 1111-1111"),
+        ("4111-1111\n-1111-1111", "4111-1111 1111-1111"),
+        ("card 4111-1111-1111 \r\n -1111 ok", "card 4111-1111-1111 1111 ok"),
+        ("| 4111- | 1111 | 1111 | 1111 |", "| 4111 1111 1111 1111 |"),
     ],
 )
 def test_a_number_split_across_lines_or_cells_is_read_whole(written: str, read: str) -> None:

@@ -216,6 +216,7 @@ WEB_FORMS = (
     f"GET https://host/x?aws_access_key_id={AWS}&q={AWS_SECRET.replace('/', '%2F')}&x=1",
     f"<td>key</td><td>{AWS_SECRET.replace('/', '&#x2F;')}</td>, {AWS_SECRET.replace('/', '&sol;')}",
     "card 4111 1111\n1111 1111, on file as:\n| 4111 | 1111 | 1111 | 1111 |",
+    "or 4111-1111-\n1111-1111",
 )
 
 
@@ -228,13 +229,14 @@ def test_encoded_and_split_values_are_masked_whole_for_an_external_model() -> No
     call_message = ChatMessage("assistant", "", tool_calls=(call,))
     request = dataclasses.replace(base, messages=(*base.messages, call_message))
     sent = prepare(cfg, ["hosted"], request).requests[0]
-    assert [m.content for m in sent.messages[:3]] == [
+    assert [m.content for m in sent.messages[:4]] == [
         "GET https://host/x?aws_access_key_id=[API_KEY_1]&q=[API_KEY_2]&x=1",
         "<td>key</td><td>[API_KEY_2]</td>, [API_KEY_2]",
         "card [CARD_1], on file as:\n| [CARD_1] |",
+        "or [CARD_1]",
     ]
     assert (
-        sent.messages[3].tool_calls[0].arguments == '{"url": "https:\\/\\/host\\/?q=[API_KEY_2]"}'
+        sent.messages[4].tool_calls[0].arguments == '{"url": "https:\\/\\/host\\/?q=[API_KEY_2]"}'
     )
     # No piece of the secret or the card is left anywhere in what is sent.
     for piece in ("wJalr", "K7MDENG", "bPxRfiCY", "1111"):
@@ -247,6 +249,10 @@ def test_encoded_and_split_values_are_refused_by_block() -> None:
         (f"see https://host/x?q={AWS_SECRET.replace('/', '%2F')}&x=1", ["api_key"]),
         (f"key {AWS_SECRET.replace('/', '&amp;#47;')}", ["api_key"]),
         ("<td>4111</td><td>1111</td><td>1111</td><td>1111</td>", ["card"]),
+        # Grouped with dashes, a dash on either side of a line break (the second
+        # hostile review of issue 40: block answered 200 and sent it).
+        ("card 4111-1111-\n1111-1111", ["card"]),
+        ("card 4111-1111\n-1111-1111", ["card"]),
     ]:
         with pytest.raises(SensitiveDataBlocked) as refused:
             prepare(cfg, ["hosted"], chat(text))
