@@ -40,9 +40,13 @@ def test_parse_models() -> None:
     assert (small.token_delay, small.prefill_per_char) == (0.008, 0.00005)
     assert (other.name, other.token_delay) == ("other", small.token_delay)
     assert (fast.name, fast.token_delay, fast.prefill_per_char) == ("fast", 0.002, 0.00002)
-    for bad in ("", "a,a", "a=x", "a=-1", "bad/name"):
+    for bad in ("", "a,a", "a=x", "a=-1", "bad/name", "a:sglang", "a:vllm,a"):
         with pytest.raises(ValueError):
             parse_models(bad)
+    # Another backend's inputs: `name:vllm`, `name:tensorrtllm`, with a delay too.
+    vllm, trt = parse_models("qwen:vllm=2,trt:tensorrtllm")
+    assert (vllm.name, vllm.interface, vllm.token_delay) == ("qwen", "vllm", 0.002)
+    assert (trt.name, trt.interface, small.interface) == ("trt", "tensorrtllm", "generic")
 
 
 def test_start_refuses_a_busy_port() -> None:

@@ -16,7 +16,7 @@ import re
 import shutil
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 MODEL_TEMPLATE = Path(__file__).with_name("model_template.py")
@@ -91,25 +91,22 @@ def parse_models(spec: str) -> list[ModelProfile]:
     """Parse a `--models` value such as `llm-large,llm-small,fast=1,coder=@answers.json`.
 
     `name=MS` sets the per-token delay in milliseconds; `name=@FILE` makes a model that
-    replays the recorded answers in FILE.
+    replays the recorded answers in FILE; `name:vllm` or `name:tensorrtllm` one that takes
+    the inputs of Triton's vLLM backend or TensorRT-LLM's ensemble (`qwen:vllm=8`).
     """
     profiles: list[ModelProfile] = []
     for item in (part.strip() for part in spec.split(",")):
         if not item:
             continue
         name, sep, delay = item.partition("=")
-        name = name.strip()
-        if delay.startswith("@"):
-            if not Path(delay[1:]).is_file():
-                raise ValueError(f"{name}: no file of recorded answers at {delay[1:]!r}")
-            base = profile_for(name, REPLAY_TOKEN_DELAY * 1000)
-            profiles.append(ModelProfile(name, base.token_delay, base.prefill_per_char, delay[1:]))
-            continue
-        try:
-            delay_ms = float(delay) if sep else None
-        except ValueError:
-            raise ValueError(f"bad token delay in {item!r}: expected name=MILLISECONDS") from None
-        profiles.append(profile_for(name, delay_ms))
+        name, _, interface = name.strip().partition(":")
+        profile = _profile(name, sep, delay)
+        if interface:
+            if interface not in INTERFACE_INPUTS:
+                choices = " or ".join(sorted(INTERFACE_INPUTS))
+                raise ValueError(f"{item!r}: the inputs of {choices}, not {interface!r}")
+            profile = replace(profile, interface=interface)
+        profiles.append(profile)
     names = [p.name for p in profiles]
     if not names:
         raise ValueError("no models given")
@@ -117,6 +114,21 @@ def parse_models(spec: str) -> list[ModelProfile]:
     if duplicates:
         raise ValueError(f"duplicate model names: {', '.join(duplicates)}")
     return profiles
+
+
+def _profile(name: str, sep: str, delay: str) -> ModelProfile:
+    """One model of a `--models` value: its name, and what followed an `=`."""
+    if delay.startswith("@"):
+        if not Path(delay[1:]).is_file():
+            raise ValueError(f"{name}: no file of recorded answers at {delay[1:]!r}")
+        base = profile_for(name, REPLAY_TOKEN_DELAY * 1000)
+        return ModelProfile(name, base.token_delay, base.prefill_per_char, delay[1:])
+    try:
+        delay_ms = float(delay) if sep else None
+    except ValueError:
+        item = f"{name}{sep}{delay}"
+        raise ValueError(f"bad token delay in {item!r}: expected name=MILLISECONDS") from None
+    return profile_for(name, delay_ms)
 
 
 # The inputs each interface declares beyond `text_input` (name, type, dims), as the
