@@ -204,7 +204,9 @@ def test_the_gateway_config_passes_check_config_with_the_models_tokenizer_config
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     copy = tmp_path / "triton"
-    shutil.copytree(TRITON, copy)
+    copy.mkdir()
+    for name in ("gateway.yaml", "tenants.yaml"):
+        shutil.copy(TRITON / name, copy / name)
     monkeypatch.setenv("QWEN_TENANT_KEY", "sk-qwen-test-key")
     problems = check_config(str(copy / "gateway.yaml"))
     assert len(problems) == 2 and all("cannot read" in p for p in problems), problems
