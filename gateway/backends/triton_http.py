@@ -122,7 +122,7 @@ def _infer_outputs(raw: bytes, header_length: str | None) -> dict[str, Any]:
     return outputs
 
 
-def _payload(call: UpstreamCall, stream: bool) -> bytes:
+def _generic_payload(call: UpstreamCall, stream: bool) -> bytes:
     """The generic convention: sampling settings as request parameters (the body's keys
     that name no input), where Triton takes scalars only."""
     params = call.params
@@ -203,7 +203,7 @@ def _sampling(body: dict[str, Any], call: UpstreamCall) -> None:
 
 # The body of a generate request, by the model's Triton backend: (call, stream) -> JSON.
 generate_body = {
-    TritonInterface.GENERIC: _payload,
+    TritonInterface.GENERIC: _generic_payload,
     TritonInterface.VLLM: _vllm_payload,
     TritonInterface.TENSORRTLLM: _tensorrtllm_payload,
 }

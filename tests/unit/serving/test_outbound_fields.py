@@ -148,8 +148,13 @@ def test_nothing_a_backend_is_given_or_sends_holds_a_secret(
     given = " ".join(all_strings(dataclasses.replace(call, session=None)))
     sent = []
     if kind is not RequestKind.EMBEDDING:
-        module = openai_compatible if backend == "openai" else triton_http
-        sent = [module._payload(call, stream).decode() for stream in (False, True)]
+        # Every body a backend makes of it: OpenAI's, or each Triton interface's.
+        bodies = (
+            [openai_compatible._payload]
+            if backend == "openai"
+            else list(triton_http.generate_body.values())
+        )
+        sent = [body(call, stream).decode() for body in bodies for stream in (False, True)]
     for where, secret in secrets.by_field.items():
         assert secret not in given, where
         assert all(secret not in body for body in sent), where
