@@ -19,6 +19,7 @@ def _serve(args: argparse.Namespace) -> int:
 
     from gateway.app import CONFIG_ENV
     from gateway.config import ConfigError, load_config
+    from gateway.config.demo_keys import published_keys_served
     from gateway.observability.logging import configure_logging
     from gateway.transport.protocol import GuardedHttpToolsProtocol
 
@@ -44,6 +45,13 @@ def _serve(args: argparse.Namespace) -> int:
     port = args.port or server.port
     if server.ops.port == port:
         print(f"server.ops.port {port} is the API port: choose another", file=sys.stderr)
+        return 1
+    hosts = [args.host or server.host]
+    if server.ops.port is not None:
+        hosts.append(server.ops.host)
+    exposed = published_keys_served(config, hosts)
+    if exposed is not None:
+        print(exposed, file=sys.stderr)
         return 1
     settings = uvicorn.Config(
         "gateway.app:app_from_env",

@@ -131,3 +131,15 @@ def test_the_image_serves_as_its_user_on_a_read_only_root_and_stops_cleanly(
     assert state["ExitCode"] == 0, podman("logs", name).stderr[-2000:]
     logs = podman("logs", name)
     assert "Application shutdown complete" in logs.stdout + logs.stderr
+
+
+def test_the_image_refuses_to_serve_the_demos_published_keys_to_the_world(image: str) -> None:
+    # Its baked-in config is the demo's: on 0.0.0.0 `sk-ops-demo` would be an admin key
+    # anyone can read in the README (the new-user review of issue 42).
+    run = podman(
+        "run", "--rm", "--network", "none", "--read-only", "--no-healthcheck",
+        "-e", "GATEWAY_REDIS_URL=embedded://", image, check=False,
+    )  # fmt: skip
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert "holds the demo's published API keys" in run.stderr
+    assert "GATEWAY_DEMO_KEYS=allow" in run.stderr
