@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, NoReturn
 
-from jinja2 import Template, TemplateError
+from jinja2 import Template, TemplateError, TemplateSyntaxError
 from jinja2.ext import loopcontrols
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
@@ -187,10 +187,18 @@ class PromptTemplate:
         if self._own:
             config = read_tokenizer_config(name_or_source)
             self._tokens = _special_tokens(config)
-            default, tool_use = _chat_templates(config)
-            self._template: Template = _HF_ENV.from_string(default)
-            if tool_use is not None:
-                self._tool_template = _HF_ENV.from_string(tool_use)
+            try:
+                default, tool_use = _chat_templates(config)
+                self._template: Template = _HF_ENV.from_string(default)
+                if tool_use is not None:
+                    self._tool_template = _HF_ENV.from_string(tool_use)
+            except ValueError as exc:
+                raise ValueError(f"{name_or_source}: {exc}") from None
+            except TemplateError as exc:
+                where = f" (line {exc.lineno})" if isinstance(exc, TemplateSyntaxError) else ""
+                raise ValueError(
+                    f"{name_or_source}: its chat_template does not compile{where}: {exc}"
+                ) from None
         else:
             source = BUILTIN_TEMPLATES.get(name_or_source, name_or_source)
             self._template = _ENV.from_string(source)
@@ -258,6 +266,11 @@ def _chat_templates(config: dict[str, Any]) -> tuple[str, str | None]:
     value = config.get("chat_template")
     if isinstance(value, str) and value:
         return value, None
+    if value is not None and not isinstance(value, list | str):
+        raise ValueError(
+            f"its chat_template is a {type(value).__name__}: a string, or a list of "
+            "{name, template} with one named 'default', is what it can be"
+        )
     if isinstance(value, list):
         named = {
             item.get("name"): item.get("template")
@@ -327,12 +340,30 @@ def _tool(tool: Tool) -> dict[str, object]:
     return {"type": "function", "function": function}
 
 
+# What a model's own template is tried on when the config is checked: a template that
+# cannot render one user's "Hi" would refuse every request, each as the client's fault.
+_TRIAL = (ChatMessage("user", "Hi"),)
+_TRIAL_TOOLS = (Tool("get_time", "The time now", {"type": "object", "properties": {}}),)
+
+
 def template_problem(name_or_source: str) -> str | None:
-    """Why a configured template cannot be used, or None when it compiles."""
+    """Why a configured template cannot be used, or None when it compiles (and, for a
+    model's own, renders a one-message chat, with a tool and without)."""
     try:
-        PromptTemplate(name_or_source)
+        template = PromptTemplate(name_or_source)
     except TemplateError as exc:
         return f"prompt_template does not compile: {exc}"
     except ValueError as exc:
-        return f"prompt_template: {exc}"
+        return str(exc)
+    if not template._own:
+        return None
+    for tools in ((), _TRIAL_TOOLS):
+        try:
+            template.render(_TRIAL, tools)
+        except PromptRefused as exc:
+            offered = " offered a tool" if tools else ""
+            return (
+                f"{name_or_source}: its chat_template cannot render one user's 'Hi'"
+                f"{offered}: {exc.message}"
+            )
     return None

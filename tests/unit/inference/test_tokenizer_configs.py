@@ -173,16 +173,26 @@ def test_hugging_face_helpers_are_there(tmp_path: Path) -> None:
         ("[1, 2]", "not a JSON object"),
         ({"eos_token": "</s>"}, "has no chat_template"),
         ({"chat_template": [{"name": "tool_use", "template": "x"}]}, "has no chat_template"),
-        ({"chat_template": 42}, "has no chat_template"),
-        ({"chat_template": "{% for m in messages %}"}, "does not compile"),
+        ({"chat_template": 42}, "its chat_template is a int"),
+        ({"chat_template": "{% for m in messages %}"}, "does not compile (line 1)"),
+        # Compiles, but renders nothing for one user's "Hi" (the new-user review of
+        # issue 42: such a template answered every request 400, as the client's fault).
+        ({"chat_template": "{{ nosuchfn() }}"}, "cannot render one user's 'Hi'"),
+        ({"chat_template": "{{ raise_exception('always') }}"}, "'Hi': always"),
+        (
+            {"chat_template": "{% if tools %}{{ tools[0].nosuch.deeper }}{% endif %}x"},
+            "'Hi' offered a tool",
+        ),
         ("[" * 100_000 + "]" * 100_000, "is not JSON"),
     ],
 )
 def test_a_broken_tokenizer_config_is_refused_saying_why(
     tmp_path: Path, content: object, why: str
 ) -> None:
-    problem = template_problem(_config(tmp_path, content))
+    path = _config(tmp_path, content)
+    problem = template_problem(path)
     assert problem is not None and why in problem
+    assert problem.startswith(path)  # which file, always
 
 
 def test_a_missing_tokenizer_config_is_named(tmp_path: Path) -> None:
