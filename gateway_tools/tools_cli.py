@@ -75,7 +75,8 @@ def add_commands(sub: Commands) -> None:
         "--models",
         default="llm-large,llm-small",
         help="comma-separated names; NAME=MS sets the per-token delay in milliseconds, "
-        "NAME=@FILE replays recorded answers (docs/triton-sim.md)",
+        "NAME=@FILE replays recorded answers, NAME:vllm or NAME:tensorrtllm takes that "
+        "backend's inputs (docs/triton-sim.md)",
     )
     sim.set_defaults(run=_triton_sim)
 
