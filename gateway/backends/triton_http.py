@@ -179,6 +179,11 @@ def _tensorrtllm_payload(call: UpstreamCall, stream: bool) -> bytes:
         "return_num_output_tokens": not stream,
     }
     _sampling(body, call)
+    if params.seed is not None:
+        # Its `seed` input is UINT64: a negative seed as the same 64 bits, unsigned (Triton
+        # answered -1 with a 500, which ejected the replica for every tenant: issue 42's
+        # hostile review). One seed still gives one sequence.
+        body["seed"] = params.seed & _UINT64
     if params.stop:
         body["stop_words"] = list(params.stop)
     if call.options.response_format is not None:
@@ -188,6 +193,9 @@ def _tensorrtllm_payload(call: UpstreamCall, stream: bool) -> bytes:
     if call.options.top_logprobs is not None:
         body["return_log_probs"] = True
     return orjson.dumps(body)
+
+
+_UINT64 = (1 << 64) - 1
 
 
 def _sampling(body: dict[str, Any], call: UpstreamCall) -> None:

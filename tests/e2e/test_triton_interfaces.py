@@ -170,3 +170,19 @@ def test_a_json_schema_is_asked_for_as_the_backend_reads_it(client: OpenAI, inte
     )
     parsed = json.loads(answer.choices[0].message.content or "")
     assert set(parsed) == {"colour", "count"} and isinstance(parsed["count"], int)
+
+
+@pytest.mark.parametrize("interface", INTERFACES)
+def test_a_negative_seed_is_served_not_blamed_on_the_replica(
+    client: OpenAI, interface: str
+) -> None:
+    # TensorRT-LLM's seed input is unsigned: -1 made Triton answer 500, and the gateway
+    # ejected the replica for every tenant (issue 42's hostile review).
+    for _ in range(3):
+        answer = client.chat.completions.create(
+            model=f"qwen-{interface}",
+            messages=HELLO,  # type: ignore[arg-type]
+            max_tokens=8,
+            seed=-1,
+        )
+        assert answer.choices[0].message.content

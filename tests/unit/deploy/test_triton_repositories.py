@@ -213,3 +213,16 @@ def test_the_gateway_config_passes_check_config_with_the_models_tokenizer_config
     (copy / "qwen2.5-7b-instruct").mkdir()
     shutil.copy(QWEN_TOKENIZER, copy / "qwen2.5-7b-instruct" / "tokenizer_config.json")
     assert check_config(str(copy / "gateway.yaml")) == []
+
+
+def test_a_negative_seed_reaches_the_ensembles_unsigned_input_as_its_64_bits() -> None:
+    # TensorRT-LLM's `seed` is UINT64: -1 made Triton answer 500, which ejected the
+    # replica for every tenant (issue 42's hostile review).
+    call = UpstreamCall(
+        kind=RequestKind.CHAT, upstream_model="ensemble", prompt="x", messages=(),
+        params=SamplingParams(8, seed=-1), prompt_estimate=1,
+    )  # fmt: skip
+    body = orjson.loads(generate_body[TritonInterface.TENSORRTLLM](call, False))
+    assert body["seed"] == 2**64 - 1
+    seed = next(i for i in model_config(ENSEMBLE / "config.pbtxt").input if i.name == "seed")
+    assert seed.data_type == model_config_pb2.TYPE_UINT64
