@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Sequence
+import stat
+from collections.abc import Iterator, Sequence
+from contextvars import ContextVar
 from datetime import datetime
 from typing import Any, NoReturn
 
 from jinja2 import Template, TemplateError, TemplateSyntaxError
+from jinja2.exceptions import SecurityError
 from jinja2.ext import loopcontrols
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
@@ -82,12 +85,52 @@ BUILTIN_TEMPLATES: dict[str, str] = {
 
 # Templates come from ops' config; the sandbox keeps one from reaching Python internals.
 _ENV = ImmutableSandboxedEnvironment(keep_trailing_newline=True, autoescape=False)
+# Steps a model's own template may take in one render: the `range`s it counts through,
+# together (a chat template walks the messages and tools, which the request bounds).
+# Nested `range(100000)` loops passed a compile and froze the server for every model
+# (issue 42's hostile review).
+RANGE_STEPS = 100_000
+# The longest string or list one `*` may make, and the largest exponent of `**`.
+MAX_REPEAT = 1 << 20
+MAX_EXPONENT = 64
+_steps_left: ContextVar[list[int]] = ContextVar("template_steps")
+
+
+class _BudgetedSandbox(ImmutableSandboxedEnvironment):
+    """The sandbox, with what it lets a template compute bounded: `range`'s steps per
+    render, `*` repetition and `**`, and no `lipsum` (paragraphs of text on demand)."""
+
+    intercepted_binops = frozenset({"*", "**"})
+
+    def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
+        if operator == "**" and isinstance(right, int) and abs(right) > MAX_EXPONENT:
+            raise SecurityError(f"an exponent over {MAX_EXPONENT}")
+        if operator == "*":
+            for items, times in ((left, right), (right, left)):
+                repeats = isinstance(items, str | list | tuple) and isinstance(times, int)
+                if repeats and len(items) * times > MAX_REPEAT:
+                    raise SecurityError(f"a repetition over {MAX_REPEAT} items")
+        return super().call_binop(context, operator, left, right)
+
+
+def _budgeted_range(*args: int) -> Iterator[int]:
+    # Each step is taken from the render's budget, so that loops inside loops add up.
+    budget = _steps_left.get()
+    for value in range(*args):
+        budget[0] -= 1
+        if budget[0] < 0:
+            raise SecurityError(f"the template counted past {RANGE_STEPS} steps")
+        yield value
+
+
 # A model's own chat template (its tokenizer_config.json) is rendered as Hugging Face's
 # `apply_chat_template` renders it, which is what vLLM does too: blocks trimmed, `break`
 # and `continue`, and the functions such templates call.
-_HF_ENV = ImmutableSandboxedEnvironment(
+_HF_ENV = _BudgetedSandbox(
     trim_blocks=True, lstrip_blocks=True, autoescape=False, extensions=[loopcontrols]
 )
+_HF_ENV.globals["range"] = _budgeted_range
+del _HF_ENV.globals["lipsum"]
 # The special tokens a tokenizer config names, which its template may use.
 _SPECIAL_TOKENS = (
     "bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token",
@@ -95,6 +138,10 @@ _SPECIAL_TOKENS = (
 # A tokenizer config is JSON of some KB (Qwen's 7 KB, Mistral's 130 KB with its token
 # map); a file larger than this is not one.
 MAX_TOKENIZER_CONFIG_BYTES = 16 * 1024 * 1024
+# The longest prompt a template may make for a model with no `context_length`: 8 M
+# characters (about 2 M tokens, above any model's window). A model's own is 16 characters
+# a token of its context (`prompt_limit`).
+DEFAULT_MAX_PROMPT_CHARS = 8 * 1024 * 1024
 
 
 class PromptRefused(Exception):
@@ -194,10 +241,11 @@ class PromptTemplate:
                     self._tool_template = _HF_ENV.from_string(tool_use)
             except ValueError as exc:
                 raise ValueError(f"{name_or_source}: {exc}") from None
-            except TemplateError as exc:
+            except (TemplateError, RecursionError) as exc:
                 where = f" (line {exc.lineno})" if isinstance(exc, TemplateSyntaxError) else ""
                 raise ValueError(
-                    f"{name_or_source}: its chat_template does not compile{where}: {exc}"
+                    f"{name_or_source}: its chat_template does not compile{where}: "
+                    f"{exc or type(exc).__name__}"
                 ) from None
         else:
             source = BUILTIN_TEMPLATES.get(name_or_source, name_or_source)
@@ -208,32 +256,63 @@ class PromptTemplate:
         messages: Sequence[ChatMessage],
         tools: tuple[Tool, ...] = (),
         required: str | None = None,
+        max_chars: int = DEFAULT_MAX_PROMPT_CHARS,
     ) -> str:
         """The prompt for these messages (and tools), ending where the assistant's answer
         begins. `required`: the function the model must call, or "a function".
 
-        Raises `PromptRefused` when a model's own template refuses the conversation."""
+        Raises `PromptRefused` when a model's own template refuses the conversation, or
+        the prompt would be longer than `max_chars`."""
         if not self._own:
-            return self._template.render(
-                messages=[_message(m) for m in messages],
-                tools=_template_tools(tools) or None,
-                required=required,
-                add_generation_prompt=True,
+            return _bounded(
+                self._template.generate(
+                    messages=[_message(m) for m in messages],
+                    tools=_template_tools(tools) or None,
+                    required=required,
+                    add_generation_prompt=True,
+                ),
+                max_chars,
             )
         template = self._tool_template if tools and self._tool_template else self._template
+        token = _steps_left.set([RANGE_STEPS])
         try:
-            return template.render(
-                messages=[_hf_message(m) for m in messages],
-                tools=_template_tools(tools) or None,
-                add_generation_prompt=True,
-                **self._tokens,
+            return _bounded(
+                template.generate(
+                    messages=[_hf_message(m) for m in messages],
+                    tools=_template_tools(tools) or None,
+                    add_generation_prompt=True,
+                    **self._tokens,
+                ),
+                max_chars,
             )
         except PromptRefused:
             raise
-        except (TemplateError, TypeError, ValueError, LookupError, ArithmeticError) as exc:
+        except (
+            TemplateError, TypeError, ValueError, LookupError, ArithmeticError, RecursionError,
+        ) as exc:  # fmt: skip
             # A model's template written for other inputs (content as a list, say): the
             # conversation is what it cannot take, never the gateway.
             raise PromptRefused(f"{type(exc).__name__}: {exc}") from None
+        finally:
+            _steps_left.reset(token)
+
+
+def _bounded(pieces: Iterator[str], max_chars: int) -> str:
+    """The rendered prompt, stopped as soon as it is longer than `max_chars`: Mistral's
+    template writes the whole tool list before every user turn that equals the last, so
+    a 890 KB request made a 2 GB prompt and held the event loop 22 s (issue 42's hostile
+    review)."""
+    out: list[str] = []
+    size = 0
+    for piece in pieces:
+        size += len(piece)
+        if size > max_chars:
+            raise PromptRefused(
+                f"the prompt it makes of them is longer than the {max_chars} characters "
+                "the model takes"
+            )
+        out.append(piece)
+    return "".join(out)
 
 
 def names_tokenizer_config(value: str) -> bool:
@@ -244,11 +323,17 @@ def names_tokenizer_config(value: str) -> bool:
 def read_tokenizer_config(path: str) -> dict[str, Any]:
     """A Hugging Face `tokenizer_config.json`. Raises ValueError saying what is wrong."""
     try:
-        size = os.path.getsize(path)
-        if size > MAX_TOKENIZER_CONFIG_BYTES:
-            raise ValueError(f"{path} is {size} bytes: not a tokenizer config")
-        with open(path, encoding="utf-8") as file:
-            config = json.load(file)
+        # A regular file only, asked before opening it (opening a FIFO waits for a
+        # writer): /dev/zero or a FIFO hung check-config (issue 42's hostile review).
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            raise ValueError(f"{path} is not a regular file")
+        with open(path, "rb") as file:
+            text = file.read(MAX_TOKENIZER_CONFIG_BYTES + 1)  # at most the limit
+        if len(text) > MAX_TOKENIZER_CONFIG_BYTES:
+            raise ValueError(
+                f"{path} is over {MAX_TOKENIZER_CONFIG_BYTES} bytes: not a tokenizer config"
+            )
+        config = json.loads(text)
     except OSError as exc:
         raise ValueError(f"cannot read {path}: {exc.strerror or exc}") from None
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from gateway.backends.base import Backend
 from gateway.config import BackendKind, ModelConfig
-from gateway.inference.prompt import PromptRefused, PromptTemplate
+from gateway.inference.prompt import DEFAULT_MAX_PROMPT_CHARS, PromptRefused, PromptTemplate
 from gateway.inference.tokens import (
     estimate_chat_tokens,
     estimate_request_tokens,
@@ -88,16 +88,24 @@ class ModelRoute:
             session=request.session,
         )
 
+    @property
+    def prompt_limit(self) -> int:
+        """The longest prompt this model's template may make: 16 characters a token of its
+        context (a prompt that long is refused for its length anyway), or the default."""
+        context = self.config.context_length
+        return DEFAULT_MAX_PROMPT_CHARS if context is None else 16 * context
+
     def _render(self, request: InferenceRequest) -> str:
         """The chat's prompt in this model's template."""
         options = request.options
+        limit = self.prompt_limit
         try:
             if options.tools and options.tool_choice != "none":
                 required = options.forced_tool or (
                     "one of the functions" if options.tool_choice == "required" else None
                 )
-                return self.template.render(request.messages, options.tools, required)
-            return self.template.render(request.messages)
+                return self.template.render(request.messages, options.tools, required, limit)
+            return self.template.render(request.messages, max_chars=limit)
         except PromptRefused as exc:
             raise PromptRefused(exc.message, self.name) from None
 

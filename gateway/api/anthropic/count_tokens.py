@@ -3,6 +3,8 @@ count, counted against the request limit itself."""
 
 from __future__ import annotations
 
+import asyncio
+
 import orjson
 from starlette.requests import Request
 from starlette.responses import Response
@@ -16,6 +18,7 @@ from gateway.api.errors import APIError
 from gateway.api.exchange import read_body
 from gateway.observability.access import RequestRecord
 from gateway.serving.auth import Identity
+from gateway.serving.conductor import SCAN_ON_THE_LOOP_BYTES
 
 
 async def count_tokens(request: Request) -> Response:
@@ -31,15 +34,22 @@ async def _count_tokens(
     request: Request, identity: Identity, record: RequestRecord, count: CountRequest
 ) -> Response:
     runtime, conductor = runtime_of(request), conductor_of(request)
-    data = decode_json(await read_body(request, runtime.config.gateway.server.max_body_bytes))
+    body = await read_body(request, runtime.config.gateway.server.max_body_bytes)
+    data = decode_json(body)
     route = conductor.authorize(identity, requested_model(data), record)
     limits = await count(route.name)
     try:
         inference = parse_count_tokens(data, route.config.max_tokens_default)
-        tokens = route.upstream_call(inference).prompt_estimate
+        if len(body) > SCAN_ON_THE_LOOP_BYTES and route.backend.renders_prompt:
+            # Counted from the prompt the model's template renders: a large one in a
+            # thread, as the conductor renders it, not on the event loop.
+            call = await asyncio.to_thread(route.upstream_call, inference)
+        else:
+            call = route.upstream_call(inference)
+        tokens = call.prompt_estimate
     except APIError as exc:
         exc.headers.update(limits)
         raise
     headers = {**limits, **ratelimit_headers(limits)}
-    body = orjson.dumps({"input_tokens": tokens})
-    return Response(body, media_type="application/json", headers=headers)
+    answer = orjson.dumps({"input_tokens": tokens})
+    return Response(answer, media_type="application/json", headers=headers)

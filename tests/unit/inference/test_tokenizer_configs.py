@@ -8,6 +8,7 @@ gateway sees the prompt it was trained on, not an approximation of it."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -205,3 +206,70 @@ def test_a_model_template_cannot_reach_python_internals(tmp_path: Path) -> None:
     path = _config(tmp_path, {"chat_template": "{{ messages.__class__.__mro__ }}"})
     with pytest.raises(PromptRefused, match=r"SecurityError|unsafe"):
         PromptTemplate(path).render([ChatMessage("user", "x")])
+
+
+# What a hostile tenant or a broken config made of a model's own template (issue 42's
+# hostile review): each is refused, never computed in full.
+
+
+def test_a_prompt_that_would_be_longer_than_the_model_takes_is_refused_as_it_grows() -> None:
+    # Mistral's template writes every tool before each user turn equal to the last one:
+    # 890 KB of repeated turns and 128 large tools made a 2 GB prompt and held the event
+    # loop 22 s. The render stops once the prompt passes the limit.
+    big = Tool("t", "d" * 6000, {"type": "object", "properties": {}})
+    turns = [ChatMessage("user", "again"), ChatMessage("assistant", "ok")] * 2000
+    turns.append(ChatMessage("user", "again"))
+    with pytest.raises(PromptRefused, match="longer than the 1000000 characters"):
+        PromptTemplate(MISTRAL).render(turns, (big,) * 128, max_chars=1_000_000)
+
+
+def test_a_short_conversation_within_the_limit_is_rendered_whole() -> None:
+    rendered = PromptTemplate(QWEN).render(CONVERSATION, max_chars=10_000)
+    assert rendered.endswith("<|im_start|>assistant\n")
+
+
+@pytest.mark.parametrize(
+    ("source", "why"),
+    [
+        # Nested loops that pass a compile and counted 10^10 steps: the server froze.
+        (
+            "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}x",
+            "counted past 100000 steps",
+        ),
+        ("{{ 'a' * 100000000 }}", "a repetition over"),
+        ("{{ [1] * 100000000 }}", "a repetition over"),
+        ("{{ 7 ** 100000000 }}", "an exponent over 64"),
+        ("{{ lipsum(100000) }}", "'lipsum' is undefined"),
+        ("{% macro f(n) %}{{ f(n) }}{% endmacro %}{{ f(1) }}", "RecursionError"),
+    ],
+)
+def test_what_a_template_may_compute_is_bounded(tmp_path: Path, source: str, why: str) -> None:
+    path = _config(tmp_path, {"chat_template": source})
+    with pytest.raises(PromptRefused, match=why):
+        PromptTemplate(path).render([ChatMessage("user", "Hi")])
+    # check-config tries it, and says so at its line.
+    problem = template_problem(path)
+    assert problem is not None and "cannot render one user's 'Hi'" in problem
+
+
+def test_range_within_its_budget_counts_as_python_does(tmp_path: Path) -> None:
+    source = "{% for i in range(3) %}{{ i }}{% endfor %}|{{ 2 ** 10 }}|{{ 'ab' * 2 }}"
+    path = _config(tmp_path, {"chat_template": source})
+    assert PromptTemplate(path).render([ChatMessage("user", "Hi")]) == "012|1024|abab"
+
+
+def test_only_a_regular_file_is_read(tmp_path: Path) -> None:
+    # A FIFO, or a symlink to /dev/zero, had no size to check: check-config hung.
+    fifo = tmp_path / "fifo.json"
+    os.mkfifo(fifo)
+    zero = tmp_path / "zero.json"
+    zero.symlink_to("/dev/zero")
+    for path in (fifo, zero):
+        problem = template_problem(str(path))
+        assert problem is not None and "is not a regular file" in problem
+
+
+def test_a_template_nested_past_the_compilers_stack_is_refused(tmp_path: Path) -> None:
+    source = "{% if x %}" * 3000 + "{% endif %}" * 3000
+    problem = template_problem(_config(tmp_path, {"chat_template": source}))
+    assert problem is not None and "does not compile" in problem
