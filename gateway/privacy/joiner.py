@@ -33,13 +33,17 @@ import re
 
 from gateway.privacy.normalizer import Normalized
 
-_BLANKS = r"[ \t]{0,16}"
+_BLANKS = r"[ \t]{0,64}"
 _TAG = r"<(?i:/?(?:td|th|tr|br|p|div|span|li|thead|tbody|table))\b[^<>\n]{0,64}>"
 # Blanks, then breaks each followed by blanks: a blank is never a break, so there is one
-# way to read a join (no backtracking into the blanks), and it is bounded. A group's dash
-# may stand on either side of it (`4111-1111-` / `1111-1111`: the second hostile review of
-# issue 40 found such a card reach an external model).
-_JOIN = rf"-?{_BLANKS}(?:(?:\r?\n|\||{_TAG}){_BLANKS}){{1,8}}-?"
+# way to read a join (no backtracking into the blanks), and it is bounded. A group's
+# separator may stand on either side of it (`4111-1111-` / `1111-1111`, an en dash, a dot,
+# a slash), and an e-mail's quote marks after a break (`> 1111 1111`): the hostile reviews
+# of issues 40 and 42 found each reach an external model. Line breaks are Unicode's too.
+_SEPARATOR = "[-\u2010-\u2015\u2212./_]?"
+_BREAK = rf"(?:\r\n|[\n\r\u2028\u2029]|\||{_TAG})"
+_QUOTES = r"(?:>[ \t]{0,4}){0,8}"
+_JOIN = rf"{_SEPARATOR}{_BLANKS}(?:{_BREAK}{_BLANKS}{_QUOTES}){{1,8}}{_SEPARATOR}"
 # A digit, a join, a digit: where there is work.
 _SPLIT = re.compile(rf"[0-9](?P<join>{_JOIN})(?=[0-9])")
 # A join that is a table's (`<br>`, `</p><p>` and the like are line breaks).

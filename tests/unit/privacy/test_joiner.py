@@ -47,6 +47,15 @@ def joined(text: str) -> Normalized:
         ("4111-1111\n-1111-1111", "4111-1111 1111-1111"),
         ("card 4111-1111-1111 \r\n -1111 ok", "card 4111-1111-1111 1111 ok"),
         ("| 4111- | 1111 | 1111 | 1111 |", "| 4111 1111 1111 1111 |"),
+        # What issue 42's hostile review still sent raw: an en dash or a slash at the
+        # break, an e-mail's quote marks, Unicode's line separator, a lone CR, many blanks.
+        ("4111\u20131111\u2013\n1111\u20131111", "4111 1111 1111 1111"),
+        ("4111/1111/\n1111/1111", "4111 1111 1111 1111"),
+        ("> 4111 1111\n> 1111 1111", "> 4111 1111 1111 1111"),
+        ("4111 1111\n>> 1111 1111", "4111 1111 1111 1111"),
+        ("4111 1111\u20281111 1111", "4111 1111 1111 1111"),
+        ("4111 1111\r1111 1111", "4111 1111 1111 1111"),
+        ("4111 1111" + " " * 40 + "\n1111 1111", "4111 1111 1111 1111"),
     ],
 )
 def test_a_number_split_across_lines_or_cells_is_read_whole(written: str, read: str) -> None:
