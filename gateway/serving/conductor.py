@@ -30,6 +30,7 @@ from typing import Any, NoReturn, Protocol
 from gateway.admission import DeadlineExceeded, Overloaded, Shed
 from gateway.backends.base import UpstreamError, UpstreamTimeout
 from gateway.config.schema import Price
+from gateway.inference.prompt import PromptRefused
 from gateway.inference.structured import output_problem
 from gateway.inference.tokens import (
     estimate_request_tokens,
@@ -619,7 +620,13 @@ class _Admitted:
         A refusal is named in the record; the part stays where it is."""
         work = self.works[index]
         route = work.chain[to]
-        call = work.call_for(to, route)
+        try:
+            call = work.call_for(to, route)
+        except PromptRefused:
+            # The fallback's own template refuses the conversation: the work stays with
+            # the failure it had, which is the client's to hear (not the fallback's 400).
+            self._refuse(work, to, "template")
+            return False
         identity = self.identity
         budgeted = bool(identity.tenant.budgets or identity.key_budgets)
         limiter = self.runtime.limiter
@@ -639,11 +646,7 @@ class _Admitted:
         except (LimiterUnavailable, UnknownTenant):
             decision = Decision(allowed=False)  # its limits cannot be told: not taken
         if not decision.allowed:
-            why = decision.refused_by or "limiter_unavailable"
-            refusal = f"{work.chain[to - 1].name}->{route.name}:refused_{why}"
-            self.refused.append(refusal)
-            self.record.fallbacks.append(refusal)
-            self.refused_header = f"{route.name}; reason={why}"
+            self._refuse(work, to, decision.refused_by or "limiter_unavailable")
             return False
         if decision.reservation is not None:
             self.fallback_takes.setdefault(route.name, []).append(decision.reservation)
@@ -651,6 +654,14 @@ class _Admitted:
         if budgets:
             self.fallback_budgets[route.name] = budgets
         return True
+
+    def _refuse(self, work: Work, to: int, why: str) -> None:
+        """Name a fallback not taken, and why, in the record and to the client."""
+        route = work.chain[to]
+        refusal = f"{work.chain[to - 1].name}->{route.name}:refused_{why}"
+        self.refused.append(refusal)
+        self.record.fallbacks.append(refusal)
+        self.refused_header = f"{route.name}; reason={why}"
 
     def settle(self, charges: Sequence[Charge]) -> None:
         """Settle what the parts used and cost (micro-units), each at the model that ran

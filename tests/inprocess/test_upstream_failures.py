@@ -7,7 +7,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable
+from pathlib import Path
 from typing import Any
 
 import openai
@@ -24,7 +25,7 @@ from gateway.backends.base import (
     UpstreamTimeout,
 )
 from gateway.inference.types import Delta
-from tests.inprocess.conftest import InProcessGateway
+from tests.inprocess.conftest import InProcessGateway, started_gateway
 from tests.inprocess.sse import data_events, named_events
 
 HELLO = [{"role": "user", "content": "Hello"}]
@@ -252,3 +253,33 @@ async def test_a_request_that_fell_back_and_failed_there_says_so(
     assert response.headers["x-gateway-fallback"] == "llm-large->llm-small; reason=replica_error"
     [line] = [r.fields for r in caplog.records if r.name == "gateway.access"]  # type: ignore[attr-defined]
     assert line["fallbacks"] == ["llm-large->llm-small:replica_error"]
+
+
+async def test_a_fallback_whose_template_refuses_leaves_the_models_own_failure(
+    config_for: Callable[..., Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Issue 42's hostile review: llm-large's replicas failed, and its fallback's own
+    # template (Mistral's: roles must alternate) refused the conversation; the client
+    # was told 400, its messages at fault, of a model it never asked for.
+    mistral = (
+        Path(__file__).parents[1]
+        / "data/tokenizer_configs/mistral-7b-instruct-v0.3/tokenizer_config.json"
+    )
+
+    def fallback_with_its_own_template(config: dict[str, Any]) -> None:
+        config["models"]["llm-small"]["prompt_template"] = str(mistral)
+
+    twice = [{"role": "user", "content": "a"}, {"role": "user", "content": "b"}]
+    async with started_gateway(config_for(fallback_with_its_own_template), monkeypatch) as gw:
+        records = gw.finished_records()
+        for url in LARGE:
+            gw.upstream.break_replica(url, unavailable)
+        async with gw.http() as client:
+            answer = await client.post(
+                "/v1/chat/completions", json={"model": "llm-large", "messages": twice}
+            )
+    assert answer.status_code == 503, answer.text
+    assert answer.headers["x-gateway-fallback-refused"] == "llm-small; reason=template"
+    assert {c.call.upstream_model for c in gw.upstream.calls} == {"llm-large"}
+    [record] = records
+    assert "llm-large->llm-small:refused_template" in record.fallbacks
