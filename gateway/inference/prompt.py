@@ -138,6 +138,7 @@ _SPECIAL_TOKENS = (
 # A tokenizer config is JSON of some KB (Qwen's 7 KB, Mistral's 130 KB with its token
 # map); a file larger than this is not one.
 MAX_TOKENIZER_CONFIG_BYTES = 16 * 1024 * 1024
+MAX_TEMPLATE_CHARS = 256 * 1024
 # The longest prompt a template may make for a model with no `context_length`: 8 M
 # characters (about 2 M tokens, above any model's window). A model's own is 16 characters
 # a token of its context (`prompt_limit`).
@@ -350,7 +351,7 @@ def _chat_templates(config: dict[str, Any]) -> tuple[str, str | None]:
     tools beside the default one, as Hugging Face keeps several)."""
     value = config.get("chat_template")
     if isinstance(value, str) and value:
-        return value, None
+        return _not_too_long(value), None
     if value is not None and not isinstance(value, list | str):
         raise ValueError(
             f"its chat_template is a {type(value).__name__}: a string, or a list of "
@@ -365,11 +366,23 @@ def _chat_templates(config: dict[str, Any]) -> tuple[str, str | None]:
         default = named.get("default")
         if isinstance(default, str):
             tool_use = named.get("tool_use")
-            return default, tool_use if isinstance(tool_use, str) else None
+            tool_use = _not_too_long(tool_use) if isinstance(tool_use, str) else None
+            return _not_too_long(default), tool_use
     raise ValueError(
         "it has no chat_template (a string, or a list with one named 'default'): name a "
         "built-in template or paste one instead"
     )
+
+
+def _not_too_long(template: str) -> str:
+    # Real chat templates are some KB (Qwen's 2.5, Mistral's 4); compiling megabytes of
+    # one took check-config over 20 s (issue 42's hostile review).
+    if len(template) > MAX_TEMPLATE_CHARS:
+        raise ValueError(
+            f"its chat_template is {len(template)} characters, more than the "
+            f"{MAX_TEMPLATE_CHARS} a chat template is"
+        )
+    return template
 
 
 def _special_tokens(config: dict[str, Any]) -> dict[str, object]:

@@ -175,6 +175,7 @@ def test_hugging_face_helpers_are_there(tmp_path: Path) -> None:
         ({"eos_token": "</s>"}, "has no chat_template"),
         ({"chat_template": [{"name": "tool_use", "template": "x"}]}, "has no chat_template"),
         ({"chat_template": 42}, "its chat_template is a int"),
+        ({"chat_template": "{{ m }}" * 40000}, "more than the 262144 a chat template is"),
         ({"chat_template": "{% for m in messages %}"}, "does not compile (line 1)"),
         # Compiles, but renders nothing for one user's "Hi" (the new-user review of
         # issue 42: such a template answered every request 400, as the client's fault).
