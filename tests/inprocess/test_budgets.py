@@ -19,6 +19,7 @@ from gateway.backends.base import MODEL_FAILED, UpstreamError
 from gateway.config import hash_key
 from gateway.inference.types import Completion, UpstreamCall, Usage
 from gateway.observability import metrics
+from gateway.observability.access import RequestRecord
 from tests.inprocess.conftest import started_gateway
 
 # 100 prompt tokens at 3.0 a million and 50 out at 15.0: 1,050 micro-units a request.
@@ -297,6 +298,36 @@ async def test_a_fallback_is_charged_to_the_budget_of_the_model_that_served_it(
     assert all(r.cost_micros == 0 for r in refused)
 
 
+async def cut_at_the_deadline(
+    path: Path, monkeypatch: pytest.MonkeyPatch, times: int, per_token_s: float | None = None
+) -> list[RequestRecord]:
+    """`times` chats of `max_tokens: 1000` to llm-large, a model that never answers, each
+    cut by `x-request-timeout: 0.05` (a 504); their records. `per_token_s`: the model's
+    measured time per token before them (None: nothing measured, a fresh gateway)."""
+    async with started_gateway(path, monkeypatch) as gw:
+        records = gw.finished_records()
+        route = gw.app.app.state.runtime.routes["llm-large"]  # type: ignore[attr-defined]
+        route.resilience.latency.per_token_s = per_token_s
+
+        async def computing(url: str, upstream_call: Any) -> Any:
+            await asyncio.sleep(30)  # cut at the deadline
+
+        monkeypatch.setattr(route.backend, "complete", computing)
+        async with gw.http(**{"x-request-timeout": "0.05"}) as client:
+            for _ in range(times):
+                answer = await client.post(
+                    "/v1/chat/completions",
+                    json={
+                        "model": "llm-large",
+                        "messages": [{"role": "user", "content": "Hello"}],
+                        "max_tokens": 1000,
+                    },
+                )
+                assert answer.status_code == 504
+    assert len(records) == times
+    return records
+
+
 async def test_a_request_cut_by_its_deadline_pays_what_the_replica_can_have_made(
     config_for: Callable[..., Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -304,27 +335,7 @@ async def test_a_request_cut_by_its_deadline_pays_what_the_replica_can_have_made
     that never answers was recorded as 1,000 completion tokens. Now its record names the
     model that ran it and at most what that model can make in the time it ran, at its
     measured 10 ms a token: at least 5 (it ran 50 ms at least), far from 1,000."""
-    path = config_for(edit=one_a_token)
-    async with started_gateway(path, monkeypatch) as gw:
-        records = gw.finished_records()
-        route = gw.app.app.state.runtime.routes["llm-large"]  # type: ignore[attr-defined]
-        route.resilience.latency.per_token_s = 0.01
-
-        async def computing(url: str, upstream_call: Any) -> Any:
-            await asyncio.sleep(30)  # cut at the deadline
-
-        monkeypatch.setattr(route.backend, "complete", computing)
-        async with gw.http(**{"x-request-timeout": "0.05"}) as client:
-            answer = await client.post(
-                "/v1/chat/completions",
-                json={
-                    "model": "llm-large",
-                    "messages": [{"role": "user", "content": "Hello"}],
-                    "max_tokens": 1000,
-                },
-            )
-    assert answer.status_code == 504
-    [record] = records
+    [record] = await cut_at_the_deadline(config_for(edit=one_a_token), monkeypatch, 1, 0.01)
     assert record.served_model == "llm-large"
     assert 5 <= record.completion_tokens < 1000
     assert record.cost_micros == record.prompt_tokens + record.completion_tokens
@@ -336,28 +347,7 @@ async def test_a_fresh_gateways_cut_pays_at_most_a_thousand_tokens_a_second(
     """The second hostile review of issue 40: on a fresh gateway (no answer measured), the
     deadline's own lower bound (1,000 tokens "made" in 50 ms) became the rate the cut was
     charged at: 1,000 tokens for a 504 in 50 ms. A gateway's first cuts, each twice."""
-    path = config_for(edit=one_a_token)
-    async with started_gateway(path, monkeypatch) as gw:
-        records = gw.finished_records()
-        route = gw.app.app.state.runtime.routes["llm-large"]  # type: ignore[attr-defined]
-
-        async def computing(url: str, upstream_call: Any) -> Any:
-            await asyncio.sleep(30)  # cut at the deadline
-
-        monkeypatch.setattr(route.backend, "complete", computing)
-        async with gw.http(**{"x-request-timeout": "0.05"}) as client:
-            for _ in range(2):
-                answer = await client.post(
-                    "/v1/chat/completions",
-                    json={
-                        "model": "llm-large",
-                        "messages": [{"role": "user", "content": "Hello"}],
-                        "max_tokens": 1000,
-                    },
-                )
-                assert answer.status_code == 504
-    assert len(records) == 2
-    for record in records:
+    for record in await cut_at_the_deadline(config_for(edit=one_a_token), monkeypatch, 2):
         assert record.served_model == "llm-large"
         # It ran 50 ms and more: at 1,000 tokens a second, 50 and a little more, never
         # all of max_tokens (a second would have to pass).
