@@ -3,8 +3,6 @@ count, counted against the request limit itself."""
 
 from __future__ import annotations
 
-import asyncio
-
 import orjson
 from starlette.requests import Request
 from starlette.responses import Response
@@ -18,7 +16,7 @@ from gateway.api.errors import APIError
 from gateway.api.exchange import read_body
 from gateway.observability.access import RequestRecord
 from gateway.serving.auth import Identity
-from gateway.serving.conductor import SCAN_ON_THE_LOOP_BYTES
+from gateway.serving.conductor import upstream_call
 
 
 async def count_tokens(request: Request) -> Response:
@@ -40,13 +38,8 @@ async def _count_tokens(
     limits = await count(route.name)
     try:
         inference = parse_count_tokens(data, route.config.max_tokens_default)
-        if len(body) > SCAN_ON_THE_LOOP_BYTES and route.backend.renders_prompt:
-            # Counted from the prompt the model's template renders: a large one in a
-            # thread, as the conductor renders it, not on the event loop.
-            call = await asyncio.to_thread(route.upstream_call, inference)
-        else:
-            call = route.upstream_call(inference)
-        tokens = call.prompt_estimate
+        # Counted from the prompt the model's template renders, as a request is.
+        tokens = (await upstream_call(route, inference, len(body))).prompt_estimate
     except APIError as exc:
         exc.headers.update(limits)
         raise
