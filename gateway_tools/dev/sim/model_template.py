@@ -433,21 +433,16 @@ def _prompt(request: Any) -> bytes:
 
 
 def _parse_request(request: Any) -> _GenerateRequest:
-    prompt = _first(request, "text_input")
-    if isinstance(prompt, str):
-        prompt = prompt.encode()
-    if not prompt:
-        raise ValueError("text_input is required and must not be empty")
+    prompt = _prompt(request)
     max_tokens = _first(request, "max_tokens")
     max_tokens = DEFAULT_MAX_TOKENS if max_tokens is None else int(max_tokens)
     if max_tokens < 0:
         raise ValueError(f"max_tokens must be >= 0, got {max_tokens}")
-    stream = _first(request, "stream")
     params = json.loads(request.parameters() or "{}")
     return _GenerateRequest(
-        prompt=bytes(prompt),
+        prompt=prompt,
         max_tokens=max_tokens,
-        stream=bool(stream) if stream is not None else False,
+        stream=bool(_flag(request, "stream")),
         seed=params.get("seed"),
         stop=parse_stop(params.get("stop")),
         guided=params.get("guided_decoding"),
