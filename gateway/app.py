@@ -23,7 +23,7 @@ from gateway.config import Config, load_config
 from gateway.config.schema import OpsOnApiPort
 from gateway.inference import schemas
 from gateway.inference.schemas import SchemaLimits
-from gateway.observability import metrics
+from gateway.observability import metrics, trace_settings, tracing
 from gateway.observability.logging import configure_logging
 from gateway.serving.conductor import Conductor
 from gateway.serving.gateway_state import GatewayState
@@ -47,6 +47,9 @@ def build_app(config: Config) -> ASGIApp:
     logging.getLogger("uvicorn.error").addFilter(CUT_STREAM_LOG_FILTER)
     caps = config.gateway.server.json_schema
     schemas.configure(SchemaLimits(caps.max_bytes, caps.max_depth, caps.max_properties))
+    traced = trace_settings.settings(
+        config.gateway.tracing.model_dump(exclude_none=True), os.environ
+    )
     runtime = Runtime.build(config)
     reloader = TenantsReloader(runtime)
     metrics.watch_state(GatewayState(runtime.admission, runtime.routes.values()))
@@ -54,6 +57,8 @@ def build_app(config: Config) -> ASGIApp:
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        if traced is not None:
+            tracing.start(traced)  # per process: its export thread is this worker's
         await runtime.start()
         reloader.start()
         # What exists now lives as long as the process: the collector need not scan it
@@ -65,6 +70,7 @@ def build_app(config: Config) -> ASGIApp:
         finally:
             await reloader.stop()
             await runtime.close()
+            tracing.stop()
 
     hot_routes = {
         "/v1/chat/completions": exchange.chat_completions,

@@ -20,6 +20,7 @@ def _serve(args: argparse.Namespace) -> int:
     from gateway.app import CONFIG_ENV
     from gateway.config import ConfigError, load_config
     from gateway.config.demo_keys import published_keys_served
+    from gateway.observability import trace_settings
     from gateway.observability.logging import configure_logging
     from gateway.transport.protocol import GuardedHttpToolsProtocol
 
@@ -29,6 +30,11 @@ def _serve(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         for problem in exc.problems:
             print(problem, file=sys.stderr)
+        return 1
+    try:
+        trace_settings.settings(config.gateway.tracing.model_dump(exclude_none=True), os.environ)
+    except trace_settings.TracingError as exc:
+        print(exc, file=sys.stderr)
         return 1
     # Workers are separate processes: they find the config through the environment.
     os.environ[CONFIG_ENV] = os.path.abspath(args.config)

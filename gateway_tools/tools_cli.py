@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import TYPE_CHECKING
 
@@ -43,8 +44,20 @@ def _tools_config(args: argparse.Namespace) -> int:
 def _triton_sim(args: argparse.Namespace) -> int:
     from gateway_tools.dev.sim.server import run_triton_sim
 
-    code: int = run_triton_sim(args.port, args.models)
+    code: int = run_triton_sim(args.port, args.models, args.trace_url)
     return code
+
+
+def _otlp_receiver(args: argparse.Namespace) -> int:
+    from gateway_tools.dev.otlp_receiver import run_receiver
+
+    return run_receiver(args.port, args.grpc_port, args.file)
+
+
+def _traces(args: argparse.Namespace) -> int:
+    from gateway_tools.dev.trace_view import run_traces
+
+    return run_traces(args.file, args.trace, args.request_id, args.last)
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -78,7 +91,33 @@ def add_commands(sub: Commands) -> None:
         "NAME=@FILE replays recorded answers, NAME:vllm or NAME:tensorrtllm takes that "
         "backend's inputs (docs/triton-sim.md)",
     )
+    sim.add_argument(
+        "--trace-url",
+        help="send tritonserver's OpenTelemetry spans (of requests that come with a "
+        "traceparent) to this OTLP/HTTP endpoint, e.g. http://127.0.0.1:4318/v1/traces",
+    )
     sim.set_defaults(run=_triton_sim)
+
+    receiver = sub.add_parser(
+        "otlp-receiver", help="receive OTLP spans (HTTP, gRPC) into a file for `gateway traces`"
+    )
+    receiver.add_argument("--port", type=int, default=4318, help="OTLP/HTTP port (4318)")
+    receiver.add_argument("--grpc-port", type=int, help="OTLP/gRPC port (none unless given)")
+    receiver.add_argument("--file", help="append spans here, one JSON line each")
+    receiver.set_defaults(run=_otlp_receiver)
+
+    traces = sub.add_parser(
+        "traces", help="print traces the demo received as waterfalls (docs/observability.md)"
+    )
+    traces.add_argument(
+        "--file",
+        default=os.path.join(os.environ.get("GATEWAY_STATE_DIR", "."), "traces.jsonl"),
+        help="the spans file (default: $GATEWAY_STATE_DIR/traces.jsonl, as the demo writes it)",
+    )
+    traces.add_argument("--trace", help="a trace id (or its first characters)")
+    traces.add_argument("--request-id", help="the request's x-request-id")
+    traces.add_argument("--last", type=int, default=1, help="the last N traces (1)")
+    traces.set_defaults(run=_traces)
 
     from gateway_tools.usage_cli import add_usage_arguments
 

@@ -15,3 +15,4 @@ REDIS = 20000  # the session's redis-server (gateway_tools.dev.processes.free_po
 SENTINEL_GROUPS = 24000  # a primary, its replica and three sentinels on P .. P+4
 DNS_SERVERS = 28500  # the tests' own authoritative DNS servers (UDP and TCP on one port)
 FAILING_UPSTREAMS = 29000  # one range of 1000 per upstream
+COLLECTORS = 32000  # the tests' OTLP receivers (HTTP, gRPC) and silent collectors

@@ -12,6 +12,7 @@ from collections.abc import Collection
 
 import orjson
 from prometheus_client import CONTENT_TYPE_LATEST
+from prometheus_client.openmetrics.exposition import CONTENT_TYPE_LATEST as OPENMETRICS_TYPE
 from starlette.datastructures import QueryParams
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -225,7 +226,11 @@ def _time_window(params: QueryParams) -> tuple[float, float]:
 
 
 async def metrics_endpoint(request: Request) -> Response:
-    """`GET /metrics` on the ops listener: the Prometheus exposition, without a key."""
+    """`GET /metrics` on the ops listener: the Prometheus exposition, without a key; the
+    OpenMetrics one (with exemplars) to a scraper that asks for it, as Prometheus does
+    with `--enable-feature=exemplar-storage`."""
+    if "application/openmetrics-text" in request.headers.get("accept", ""):
+        return Response(metrics.render(openmetrics=True), media_type=OPENMETRICS_TYPE)
     return Response(metrics.render(), media_type=CONTENT_TYPE_LATEST)
 
 

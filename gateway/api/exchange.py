@@ -39,7 +39,7 @@ from gateway.api.tool_lists import as_json
 from gateway.api.wire import Wire
 from gateway.inference.ids import random_id
 from gateway.inference.types import InferenceRequest
-from gateway.observability import metrics
+from gateway.observability import metrics, tracing
 from gateway.observability.access import RequestRecord
 from gateway.serving.auth import Identity
 from gateway.serving.conductor import Answer, Plan, Stream
@@ -97,6 +97,16 @@ async def read_body(request: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
+# Each wire's operation in the GenAI semantic conventions (`gen_ai.operation.name`).
+_OPERATIONS = {
+    "chat": "chat",
+    "completions": "text_completion",
+    "embeddings": "embeddings",
+    "messages": "chat",
+    "responses": "chat",
+}
+
+
 async def serve(request: Request, wire: Wire) -> Response:
     """Serve one request of `wire`'s API, start to end."""
     # Counted and logged from the start, whatever happens: tenant and model are "-" until
@@ -105,6 +115,11 @@ async def serve(request: Request, wire: Wire) -> Response:
     record = RequestRecord(
         wire.id_prefix + random_id(), endpoint=wire.name, sink=runtime.record_sink
     )
+    if tracing.enabled():
+        headers = request.headers
+        record.trace = tracing.begin_request(
+            _OPERATIONS[wire.name], headers.get("traceparent"), headers.get("tracestate")
+        )
     incoming = _HttpIncoming(request, wire, runtime, record)
     try:
         outcome = await conductor_of(request).conduct(incoming)
@@ -330,6 +345,7 @@ async def _sse_events(
                     called = True
                     yield writer.tool_calls(delta.tool_calls)
         finish = stream.finish_reason(0, called)
+        record.finish_reasons = (finish,)
         try:
             stream.check(0, "".join(text), called, finish)
         except errors.CLIENT_ERRORS as exc:

@@ -22,8 +22,10 @@ from gateway.backends.base import (
     http_status_failure,
     plain_reason,
 )
+from gateway.observability import tracing
 
 JSON_HEADERS = {"content-type": "application/json"}
+TRACEPARENT = "traceparent"
 
 # Statuses that say "this replica, now" rather than "this request": another replica may serve it.
 _RETRYABLE_STATUS = frozenset({404, 408, 429, 500, 502, 503, 504})
@@ -156,7 +158,12 @@ class Post:
 
     async def __aenter__(self) -> aiohttp.ClientResponse:
         try:
-            request = self._session.post(self._url, data=self._payload, headers=JSON_HEADERS)
+            # A traced request's attempt: its context goes with it (W3C Trace Context).
+            traceparent = tracing.upstream_traceparent()
+            headers = (
+                JSON_HEADERS if traceparent is None else {**JSON_HEADERS, TRACEPARENT: traceparent}
+            )
+            request = self._session.post(self._url, data=self._payload, headers=headers)
             response = await request.__aenter__()
         except Exception as exc:
             mapped = _mapped(exc, self._session)

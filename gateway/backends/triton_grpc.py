@@ -36,6 +36,7 @@ from gateway.inference.types import (
     RequestKind,
     UpstreamCall,
 )
+from gateway.observability import tracing
 
 _UNAVAILABLE = frozenset(
     {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.NOT_FOUND, grpc.StatusCode.RESOURCE_EXHAUSTED}
@@ -103,7 +104,9 @@ class TritonGRPCBackend:
         texts.contents.bytes_contents.extend(text.encode() for text in call.inputs)
         stub = await self._connected_stub(url)
         try:
-            result = await stub.ModelInfer(request, timeout=self._total_timeout_s)
+            result = await stub.ModelInfer(
+                request, timeout=self._total_timeout_s, metadata=_trace_metadata()
+            )
         except grpc.aio.AioRpcError as exc:
             if exc.code() is grpc.StatusCode.UNAVAILABLE:
                 self._connected.discard(url)
@@ -123,7 +126,9 @@ class TritonGRPCBackend:
             yield request
 
         stub = await self._connected_stub(url)
-        responses = stub.ModelStreamInfer(requests(), timeout=self._total_timeout_s)
+        responses = stub.ModelStreamInfer(
+            requests(), timeout=self._total_timeout_s, metadata=_trace_metadata()
+        )
         before_output = True
         try:
             async for response in responses:
@@ -158,6 +163,12 @@ class TritonGRPCBackend:
             await channel.close()
         self._channels.clear()
         self._connected.clear()
+
+
+def _trace_metadata() -> tuple[tuple[str, str], ...] | None:
+    """A traced request's context, as gRPC metadata (Triton reads `traceparent` there)."""
+    traceparent = tracing.upstream_traceparent()
+    return None if traceparent is None else (("traceparent", traceparent),)
 
 
 async def _connect(channel: grpc.aio.Channel) -> grpc.ChannelConnectivity:

@@ -666,6 +666,44 @@ class Prices(Strict):
     models: dict[str, Price] = {}
 
 
+class TracingConfig(Strict):
+    """OpenTelemetry traces (docs/observability.md, "Traces"). Each key left out is taken
+    from the standard `OTEL_*` environment, as every OpenTelemetry program takes it; with
+    neither, tracing is off (and costs nothing)."""
+
+    # On or off whatever the environment says; None: on when `endpoint` is set here or
+    # the environment names an OTLP endpoint.
+    enabled: bool | None = None
+    # The collector: `http://host:4318/v1/traces` (HTTP), `http://host:4317` (gRPC).
+    endpoint: str | None = None
+    protocol: Literal["http/protobuf", "grpc"] | None = None
+    sampler: (
+        Literal[
+            "always_on",
+            "always_off",
+            "traceidratio",
+            "parentbased_always_on",
+            "parentbased_always_off",
+            "parentbased_traceidratio",
+        ]
+        | None
+    ) = None
+    # The ratio of the `*traceidratio` samplers.
+    sampler_arg: Annotated[Float, Field(ge=0, le=1)] | None = None
+    # Requests a second (per worker) traced because their client's `traceparent` said
+    # so, past the ratio: a client cannot make the gateway trace all it sends.
+    client_sampled_per_second: Annotated[Float, Field(ge=0)] | None = None
+    service_name: str | None = None
+    resource_attributes: dict[str, str] | None = None
+    # Sent with each export (a vendor's API key: write it as `${VAR}`).
+    headers: dict[str, str] | None = None
+    # Finished spans waiting for export; past it, spans are dropped (and counted).
+    max_queue_size: Annotated[Int, Field(ge=1, le=1_000_000)] | None = None
+    max_export_batch_size: Annotated[Int, Field(ge=1, le=100_000)] | None = None
+    schedule_delay_s: PositiveFloat | None = None
+    export_timeout_s: PositiveFloat | None = None
+
+
 class GatewayConfig(Strict):
     """`gateway.yaml`."""
 
@@ -689,6 +727,7 @@ class GatewayConfig(Strict):
     prices: Prices = Prices()
     # Where a usage record of every request goes (issue 27's ledger); None: nowhere.
     ledger: LedgerConfig | None = None
+    tracing: TracingConfig = TracingConfig()
     models: Annotated[dict[str, ModelConfig], Field(min_length=1)]
 
 

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 from gateway.observability import metrics
 from gateway.observability.logging import SCRUBBED, redact
+from gateway.observability.tracing import Attribute, RequestTrace
 
 log = logging.getLogger("gateway.access")
 
@@ -67,6 +68,11 @@ class RequestRecord:
     cost_micros: int | None = None
     # Where the finished record goes next (`UsageSink`: the ledger; None: nowhere).
     sink: UsageSink | None = None
+    # Its trace, when tracing is on and the sampler chose it (`observability.tracing`).
+    trace: RequestTrace | None = None
+    # The largest completion asked for, and why each answer ended: for the trace.
+    max_tokens: int = 0
+    finish_reasons: tuple[str, ...] = ()
     started: float = field(default_factory=time.perf_counter)
     _done: bool = False
 
@@ -82,7 +88,11 @@ class RequestRecord:
         requests = metrics.REQUESTS
         metrics.labels(requests, self.tenant, self.model, served, str(status), self.endpoint).inc()
         stream = "true" if self.stream else "false"
-        metrics.labels(metrics.DURATION, self.model, stream).observe(duration)
+        trace = self.trace
+        # A traced request's times are the latency histograms' exemplars: a slow bucket
+        # on the dashboard leads to a trace.
+        exemplar = None if trace is None else {"trace_id": trace.trace_id}
+        metrics.labels(metrics.DURATION, self.model, stream).observe(duration, exemplar)
         if self.reason:
             metrics.REFUSALS.labels(self.tenant, self.model, self.reason).inc()
         if self.served_model:
@@ -94,7 +104,7 @@ class RequestRecord:
             # Every request that was queued: served, shed, or still queued at its deadline.
             model = self.queue_model or self.served_model or self.model
             queue_wait = metrics.labels(metrics.QUEUE_WAIT, model, self.priority)
-            queue_wait.observe(self.queue_wait_s)
+            queue_wait.observe(self.queue_wait_s, exemplar)
         if log.isEnabledFor(logging.INFO):
             fields = {
                 "request_id": self.request_id,
@@ -120,11 +130,60 @@ class RequestRecord:
                 "prompt_tokens": self.prompt_tokens,
                 "completion_tokens": self.completion_tokens,
             }
+            if trace is not None:
+                fields["trace_id"], fields["span_id"] = trace.trace_id, trace.span_id
             if self.prompt is not None:
                 fields["prompt"] = redact(self.prompt)
             log.handle(_access_line(fields))
+        if trace is not None:
+            self._end_trace(trace, status, duration)
         if self.sink is not None:
             self.sink(self, duration)
+
+    def _end_trace(self, trace: RequestTrace, status: int, duration: float) -> None:
+        """The server span's last attributes (the GenAI conventions' and the gateway's
+        own), and its end."""
+        model = self.model if self.model != UNKNOWN else ""
+        attributes: dict[str, Attribute] = {
+            "gen_ai.operation.name": trace.operation,
+            "gen_ai.request.model": model,
+            "gen_ai.response.id": self.request_id,
+            "gen_ai.usage.input_tokens": self.prompt_tokens,
+            "gen_ai.usage.output_tokens": self.completion_tokens,
+            "http.response.status_code": status,
+            "gateway.request_id": self.request_id,
+            "gateway.endpoint": self.endpoint,
+            "gateway.tenant": self.tenant,
+            "gateway.stream": self.stream,
+            "gateway.outcome": self.reason or ("ok" if status < 400 else str(status)),
+            "gateway.duration_ms": round(duration * 1000, 2),
+        }
+        if self.key_id:
+            attributes["gateway.key_id"] = self.key_id
+        if self.priority:
+            attributes["gateway.priority"] = self.priority
+        if self.served_model:
+            attributes["gen_ai.response.model"] = self.served_model
+        if self.max_tokens:
+            attributes["gen_ai.request.max_tokens"] = self.max_tokens
+        if self.finish_reasons:
+            attributes["gen_ai.response.finish_reasons"] = self.finish_reasons
+        if self.fallbacks:
+            attributes["gateway.fallbacks"] = self.fallbacks
+        if self.queue_wait_s is not None:
+            attributes["gateway.queue_wait_ms"] = round(self.queue_wait_s * 1000, 2)
+        if self.ttft_s is not None:
+            attributes["gateway.ttft_ms"] = round(self.ttft_s * 1000, 2)
+        if self.replay_of:
+            attributes["gateway.replay_of"] = self.replay_of
+        if self.cost_micros is not None:
+            attributes["gateway.cost_micros"] = self.cost_micros
+        if self.prompt is not None:  # `server.log_prompts` only, redacted as the log is
+            attributes["gateway.prompt"] = redact(self.prompt)
+        name = f"{trace.operation} {model}" if model else trace.operation
+        # A server span is an error for the gateway's failures only, not a client's.
+        error = (self.reason or str(status)) if status >= 500 else None
+        trace.end(name, attributes, error)
 
 
 # Every access line's attributes but its time and fields, made once: a LogRecord made

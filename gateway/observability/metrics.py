@@ -28,6 +28,7 @@ from prometheus_client import (
 )
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.metrics import MetricWrapperBase
+from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
 from prometheus_client.registry import Collector
 
 # prometheus-client's multiprocess mode: each worker writes its samples here.
@@ -223,6 +224,18 @@ STREAMS_CUT = Counter(
     "gateway_streams_cut_total",
     "Streams ended early by the client: it left (client_gone) or stopped reading (client_stalled).",
     ["model", "reason"],
+    registry=REGISTRY,
+)
+TRACE_SPANS_EXPORTED = Counter(
+    "gateway_trace_spans_exported_total",
+    "Spans the OTLP collector took (gateway/observability/tracing.py).",
+    registry=REGISTRY,
+)
+TRACE_SPANS_DROPPED = Counter(
+    "gateway_trace_spans_dropped_total",
+    "Spans not exported: the export queue was full (queue_full), or the collector failed "
+    "or did not answer in time (export_failed).",
+    ["reason"],
     registry=REGISTRY,
 )
 REDIS_DURATION = Histogram(
@@ -601,15 +614,20 @@ def _multiprocess() -> bool:
     return bool(getattr(values.ValueClass, "_multiprocess", False))
 
 
-def render() -> bytes:
-    """The text exposition of every gateway metric.
+def render(openmetrics: bool = False) -> bytes:
+    """The text exposition of every gateway metric: Prometheus's, or OpenMetrics (which
+    alone carries the latency histograms' exemplars: the trace id of a request that fell
+    in a bucket, when tracing is on).
 
     With several worker processes (`PROMETHEUS_MULTIPROC_DIR` set by `gateway serve
     --workers N`), whichever worker answers: counters and histograms summed over all
-    workers, gauges combined over the running ones by their multiprocess mode.
+    workers, gauges combined over the running ones by their multiprocess mode; the
+    workers' files keep no exemplars (a prometheus-client limit), so only one worker
+    shows them.
     """
+    generate = generate_openmetrics if openmetrics else generate_latest
     if not _multiprocess():
-        return generate_latest(REGISTRY)
+        return generate(REGISTRY)
     path = os.environ[MULTIPROCESS_DIR_ENV]
     state = _state_collector
     if state is not None:
@@ -617,7 +635,7 @@ def render() -> bytes:
     forget_dead_workers(path)
     registry = CollectorRegistry()
     registry.register(_WorkersCollector(path, state.replicas() if state is not None else None))
-    return generate_latest(registry)
+    return generate(registry)
 
 
 class _WorkersCollector(Collector):

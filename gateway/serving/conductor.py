@@ -51,6 +51,7 @@ from gateway.inference.types import (
 from gateway.observability import metrics
 from gateway.observability.access import RequestRecord
 from gateway.observability.logging import redact
+from gateway.observability.tracing import Attribute
 from gateway.ratelimit.decisions import Decision, Reservation
 from gateway.ratelimit.errors import LimiterUnavailable, UnknownTenant
 from gateway.serving.auth import Identity
@@ -382,6 +383,7 @@ class Conductor:
             )
         identity = ask.identity
         priority = record.priority = self._priority(identity, ask.priority)
+        record.max_tokens = inference.params.max_tokens
         deadline = _deadline(route, ask.timeout)
         embeddings = route.config.capabilities.embeddings
         parts = split(inference, embeddings.max_batch if embeddings is not None else 1)
@@ -475,6 +477,8 @@ class Conductor:
         # limits (the replica made them), its price is not charged.
         admitted.settle(charges if problem is None else [c.unpriced() for c in charges])
         admitted.served_by(served, usage)
+        record = admitted.record
+        record.finish_reasons = tuple(c.finish_reason for c in completions)
         if problem is not None:
             raise InvalidStructuredOutput(model, problem)
         admitted.journal(200)  # answered: recorded so, should the gateway die sending it
@@ -509,6 +513,7 @@ class Conductor:
         identity = ask.identity
         budgeted = bool(identity.tenant.budgets or identity.key_budgets)
         prices = self._runtime.config.gateway.prices.models
+        asked = time.monotonic()
         decision = await self._runtime.limiter.admit(
             identity.name,
             ask.route.name,
@@ -517,6 +522,9 @@ class Conductor:
             reserve_micros=_most_spend(plan, prices) if budgeted else 0,
             key=identity.key_quota,
         )
+        trace = ask.record.trace
+        if trace is not None:
+            trace.step("gateway.ratelimit", asked, _limited(decision, plan.cost))
         if not decision.allowed:
             raise RateLimited(decision)
         admitted = _Admitted(self._runtime, ask.route, [], decision, ask.record, prices, identity)
@@ -525,6 +533,7 @@ class Conductor:
                 part, part_plan.chain, identity.name, identity.tenant.share, plan.priority,
                 part_plan.cost, plan.deadline, part_plan.call, outbound=part_plan.outbound,
                 gate=functools.partial(admitted.gate, part, len(admitted.works)),
+                trace=trace,
             )  # fmt: skip
             admitted.works.append(work)
         return admitted
@@ -820,6 +829,18 @@ class _Admitted:
         return NotServed(self.route.name, exc, headers)
 
 
+def _limited(decision: Decision, cost: int) -> dict[str, Attribute]:
+    """The limiter's decision, as its trace step shows it."""
+    attributes: dict[str, Attribute] = {
+        "gateway.ratelimit.allowed": decision.allowed,
+        "gateway.ratelimit.reserved_tokens": cost,
+    }
+    if decision.refused_by is not None:
+        attributes["gateway.ratelimit.refused_by"] = decision.refused_by
+        attributes["gateway.ratelimit.of_key"] = decision.of_key
+    return attributes
+
+
 def _moved(fallbacks: Sequence[Fallback]) -> list[str]:
     """Moves along the chain as the record names them: `llm-large->llm-small:reason`."""
     return [f"{f.source}->{f.target}:{f.reason.value}" for f in fallbacks]
@@ -989,7 +1010,16 @@ class Stream:
                 ]
             )
             admitted.served_by([served for _, _, served in self.opened], self.usage())
-            admitted.record.finish(status, reason)
+            record = admitted.record
+            if record.trace is not None:
+                # Its end, to the client's last byte (or its cut: the client left).
+                name = "gateway.stream.end" if status < 400 else "gateway.stream.cut"
+                ended: dict[str, Attribute] = {
+                    "gateway.stream.status": status,
+                    "gateway.stream.reason": reason or "",
+                }
+                record.trace.event(name, ended)
+            record.finish(status, reason)
 
 
 def omitted_header(types: tuple[str, ...]) -> str:

@@ -27,7 +27,7 @@ import time
 from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from gateway.admission import (
     AdmissionController,
@@ -39,11 +39,15 @@ from gateway.admission import (
 from gateway.backends.base import UpstreamError, UpstreamRejected, UpstreamTimeout
 from gateway.config import FallbackReason
 from gateway.inference.types import Completion, Delta, InferenceRequest, UpstreamCall, UsageMeter
-from gateway.observability import metrics
+from gateway.observability import metrics, tracing
+from gateway.observability.tracing import Attribute, RequestTrace
 from gateway.upstream import failover
 from gateway.upstream.failover import NoReplicaLeft, Timeout
 from gateway.upstream.route import ModelRoute
 from gateway.upstream.tool_calls import parser_for, read_completion, read_stream
+
+if TYPE_CHECKING:
+    from gateway.observability.tracing import Span
 
 # What a client is told to wait when a model scaled to zero has no replica by its
 # deadline: about a load of a model and a loop interval.
@@ -117,6 +121,8 @@ class Attempt:
     started: float
     ended: float | None = None
     finished: bool = False
+    # Its span, while it is the dispatcher's to end (a stream's rest ends it).
+    span: Span | None = None
 
     def ran_s(self) -> float:
         """How long it ran: to its end, or to now."""
@@ -149,6 +155,8 @@ class Work:
     # Asked before the work falls back to a model: whether that model's own limits and
     # budgets take it (None: every model may). A fallback they refuse is not taken.
     gate: Gate | None = None
+    # The request's trace, when it is traced.
+    trace: RequestTrace | None = None
     # Its calls to models, in order, and its moves along the chain (kept here, so that a
     # request that fails after a fallback is recorded with it).
     attempts: list[Attempt] = field(default_factory=list)
@@ -200,15 +208,28 @@ class Dispatcher:
         chain, a slot in its queue (or a move on, `_admit`), then `call_model` on it; a
         failure it hands back (`_MoveOn`) moves the work to the next model if that
         model falls back for it and takes it (`_may_fall_back`), and is raised if not."""
+        trace = work.trace
         for index, route in enumerate(work.chain):
-            slot = await self._admit(work, index, work.fallbacks)
-            if slot is None:
-                continue
-            attempt = Attempt(route, work.call_for(index, route), time.monotonic())
-            work.attempts.append(attempt)
-            outcome = await call_model(work, slot, attempt)
+            span = None if trace is None else _model_span(trace, route, index)
+            try:
+                slot = await self._admit(work, index, work.fallbacks)
+                if slot is None:
+                    if span is not None:
+                        _end_model_span(span, work.fallbacks[-1].reason.value)
+                    continue
+                attempt = Attempt(route, work.call_for(index, route), time.monotonic(), span=span)
+                work.attempts.append(attempt)
+                outcome = await call_model(work, slot, attempt)
+            except BaseException as exc:
+                if span is not None:
+                    _end_model_span(span, type(exc).__name__, failed=True)
+                raise
             if not isinstance(outcome, _MoveOn):
+                if attempt.span is not None:
+                    _end_model_span(attempt.span, "served")
                 return outcome
+            if span is not None:
+                _end_model_span(span, outcome.reason.value, failed=True)
             if not await self._may_fall_back(work, index, outcome.reason, work.fallbacks):
                 raise outcome.failure
         raise DeadlineMissed("no model of the fallback chain could take the request in time")
@@ -296,11 +317,15 @@ class Dispatcher:
         # From its first piece on, a stream is metered piece by piece.
         attempt.ended, attempt.finished = time.monotonic(), True
         ttft = attempt.ended - started
-        metrics.labels(metrics.TTFT, route.name).observe(ttft)
+        trace = work.trace
+        exemplar = None if trace is None else {"trace_id": trace.trace_id}
+        metrics.labels(metrics.TTFT, route.name).observe(ttft, exemplar)
         served = Served(route, work.fallbacks, slot.waited_s, ttft)
         rest = _Rest(
-            self._admission, slot, route, call, first, deltas, started, ttft, work.deadline
-        )
+            self._admission, slot, route, call, first, deltas, started, ttft, work.deadline,
+            attempt.span,
+        )  # fmt: skip
+        attempt.span = None  # the rest's to end, when the stream does
         return first, rest, served
 
     async def _admit(self, work: Work, index: int, fallbacks: list[Fallback]) -> Slot | None:
@@ -325,6 +350,7 @@ class Dispatcher:
                 work, index, FallbackReason.PREDICTED_WAIT, fallbacks
             ):
                 return None
+        queued, outcome = time.monotonic(), "cancelled"
         try:
             slot = await self._admission.acquire(
                 route.name,
@@ -334,15 +360,26 @@ class Dispatcher:
                 share=work.share,
                 deadline=work.deadline,
             )
+            outcome = "admitted"
         except DeadlineExceeded:
+            outcome = "deadline"
             if not route.pool.replicas:
                 # Scaled to zero: its first replica is on its way (docs/autoscaling.md).
                 raise ReplicaStarting(route.name, work.priority, STARTING_RETRY_S) from None
             raise DeadlineMissed(f"still queued for {route.name} at the deadline") from None
-        except Overloaded:
+        except Overloaded as exc:
+            outcome = type(exc).__name__
             if await self._may_fall_back(work, index, FallbackReason.QUEUE_FULL, fallbacks):
                 return None
             raise
+        finally:
+            if work.trace is not None:
+                waited = {
+                    "gateway.model": route.name,
+                    "gateway.priority": work.priority,
+                    "gateway.queue.outcome": outcome,
+                }
+                work.trace.step("gateway.queue", queued, waited)
         work.admissions.append((route.name, slot.waited_s))
         return slot
 
@@ -357,8 +394,33 @@ class Dispatcher:
             return False
         if work.gate is not None and not await work.gate(index + 1):
             return False
-        fallbacks.append(Fallback(route.name, work.chain[index + 1].name, reason))
+        fallback = Fallback(route.name, work.chain[index + 1].name, reason)
+        fallbacks.append(fallback)
+        if work.trace is not None:
+            work.trace.event("gateway.fallback", _fallback_attributes(fallback))
         return True
+
+
+def _model_span(trace: RequestTrace, route: ModelRoute, index: int) -> Span:
+    """The span of the chain's model `index` taking the work (its queue and its replica
+    calls under it), made the current step."""
+    attributes: dict[str, Attribute] = {"gateway.model": route.name, "gateway.chain_index": index}
+    span = trace.child(f"gateway.model {route.name}", attributes, parent=trace.span)
+    trace.enter(span)
+    return span
+
+
+def _end_model_span(span: Span, outcome: str, *, failed: bool = False) -> None:
+    """A model's turn is over: served, or moved on or failed for `outcome`."""
+    tracing.end_span(span, outcome if failed else None, {"gateway.model.outcome": outcome})
+
+
+def _fallback_attributes(fallback: Fallback) -> dict[str, Attribute]:
+    return {
+        "gateway.fallback.source": fallback.source,
+        "gateway.fallback.target": fallback.target,
+        "gateway.fallback.reason": fallback.reason.value,
+    }
 
 
 def _falls_back_for(work: Work, index: int, route: ModelRoute, reason: FallbackReason) -> bool:
@@ -420,6 +482,7 @@ class _Rest(AsyncGenerator[Delta, None]):
         "_reader",
         "_route",
         "_slot",
+        "_span",
         "_started",
         "_timer",
         "_ttft",
@@ -436,8 +499,11 @@ class _Rest(AsyncGenerator[Delta, None]):
         started: float,
         ttft: float,
         deadline: float,
+        span: Span | None = None,
     ) -> None:
         self._admission = admission
+        # The model's span, ended with the stream.
+        self._span = span
         self._slot = slot
         self._route = route
         self._prompt_tokens = call.prompt_estimate
@@ -545,6 +611,9 @@ class _Rest(AsyncGenerator[Delta, None]):
             self._timer = None
             timer.cancel()
         meter = self._meter
+        if self._span is not None:
+            self._span.set_attribute("gen_ai.usage.output_tokens", meter.completion_tokens)
+            _end_model_span(self._span, "served")
         if observe:
             self._route.resilience.latency.observe(
                 self._ttft,

@@ -24,6 +24,7 @@ first-token budget here and a whole answer's deadline in the dispatcher use it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import AsyncGenerator
@@ -32,7 +33,7 @@ from types import TracebackType
 from gateway.backends.base import ReplicaUnavailable, UpstreamError, UpstreamTimeout
 from gateway.config import RoutingPolicy
 from gateway.inference.types import Completion, Delta, UpstreamCall, Usage, UsageMeter
-from gateway.observability import metrics
+from gateway.observability import metrics, tracing
 from gateway.upstream.affinity import routing_key
 from gateway.upstream.outlier import ReplicaState
 from gateway.upstream.pool import Replica
@@ -99,6 +100,11 @@ class _Attempts:
         self._tried.append(replica)
         return replica
 
+    @property
+    def count(self) -> int:
+        """Replicas tried so far, the one being tried included."""
+        return len(self._tried)
+
     async def retry(self) -> Replica | None:
         """The next replica to try, after its backoff; None when no replica is left, the
         budget says no, or the backoff would end past the deadline. Raises TimeoutError
@@ -141,12 +147,15 @@ async def complete(route: ModelRoute, call: UpstreamCall, deadline: float) -> Co
     """
     last_error: Exception | None = None
     attempts = _Attempts(route, call, deadline, None)
+    trace = tracing.current()
     replica = attempts.first()
     while replica is not None:
-        with route.pool.lease(replica):
+        with route.pool.lease(replica), _traced(trace, route, replica, attempts) as traced:
             try:
                 completion = await route.backend.complete(replica.url, call)
             except UpstreamError as exc:
+                if traced is not None:
+                    traced.failed(exc)
                 if not _moves_on(route, replica, exc):
                     raise
                 last_error = exc
@@ -173,9 +182,10 @@ async def stream(
     last_error: Exception | None = None
     outlier = route.resilience.outlier
     attempts = _Attempts(route, call, deadline, first_by)
+    trace = tracing.current()
     replica = attempts.first()
     while replica is not None:
-        with route.pool.lease(replica):
+        with route.pool.lease(replica), _traced(trace, route, replica, attempts) as traced:
             upstream = route.backend.stream(replica.url, call)
             asked = time.monotonic()
             try:
@@ -187,6 +197,8 @@ async def stream(
                     _served(route, replica, Usage())
                     return
                 except UpstreamError as exc:
+                    if traced is not None:
+                        traced.failed(exc)
                     if not _moves_on(route, replica, exc):
                         raise
                     last_error = exc  # and on to the next replica
@@ -195,6 +207,8 @@ async def stream(
                         _failed(route, replica, doubtful=_long_prompt(route, call))
                     raise
                 else:
+                    if traced is not None:
+                        traced.first_piece()
                     outlier.record_success(replica)
                     meter = UsageMeter()
                     meter.add(first)
@@ -217,6 +231,19 @@ async def stream(
                 await upstream.aclose()
         replica = await attempts.retry()
     raise NoReplicaLeft(route.name, last_error)
+
+
+# What `_traced` gives for a request that is not traced: one shared, reusable block.
+_UNTRACED: contextlib.nullcontext[None] = contextlib.nullcontext()
+
+
+def _traced(
+    trace: tracing.RequestTrace | None, route: ModelRoute, replica: Replica, attempts: _Attempts
+) -> contextlib.AbstractContextManager[tracing.UpstreamAttempt | None]:
+    """The call to `replica` as a span of `trace` (nothing when it is None)."""
+    if trace is None:
+        return _UNTRACED
+    return trace.upstream(route.name, replica.url, route.config.backend.value, attempts.count)
 
 
 def _moves_on(route: ModelRoute, replica: Replica, exc: UpstreamError) -> bool:

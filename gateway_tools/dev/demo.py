@@ -140,6 +140,14 @@ def _ops_line(ops_port: int | None, state_dir: str) -> str:
     )
 
 
+def _traces_line(path: str) -> str:
+    python = shlex.quote(sys.executable)
+    return (
+        f"Traces:   {python} -m gateway.cli traces --file {shlex.quote(path)} --last 1   "
+        "(the last request's spans, the gateway's and Triton's; docs/observability.md)"
+    )
+
+
 def _check(config_path: str) -> str | None:
     """The config to run (absolute), after printing its problems; None when unusable."""
     from gateway.config import check_config
@@ -157,15 +165,19 @@ def _check(config_path: str) -> str | None:
 class _Node:
     """One node of the demo: a triton-sim that is started again after it dies."""
 
-    def __init__(self, name: str, port: int, models: str) -> None:
+    def __init__(self, name: str, port: int, models: str, trace_url: str) -> None:
         self.name, self.port, self.models = name, port, models
+        self.trace_url = trace_url
         # The names only (`coder-large=@FILE` is the model coder-large).
         self.model_names = [profile.name for profile in parse_models(models)]
         self.process: subprocess.Popen[bytes] | None = None
         self._restart_at: float | None = None
 
     def start(self) -> subprocess.Popen[bytes]:
-        command = gateway_command("triton-sim", "--port", str(self.port), "--models", self.models)
+        command = gateway_command(
+            "triton-sim", "--port", str(self.port), "--models", self.models,
+            "--trace-url", self.trace_url,
+        )  # fmt: skip
         self.process = spawn(command)
         return self.process
 
@@ -254,11 +266,21 @@ def run_demo(port: int, config_path: str, ops_port: int | None = None) -> int:
             env["GATEWAY_REDIS_URL"] = EMBEDDED_URL
             print("redis-server not found: using the embedded fakeredis")
 
+        # Traces: the gateway's and Triton's spans into this run's file, which `gateway
+        # traces` prints (an OTLP endpoint already set in the environment is kept).
+        traces_port = free_port()
+        traces_file = os.path.join(env[STATE_DIR_ENV], "traces.jsonl")
+        children.append(
+            spawn(
+                gateway_command("otlp-receiver", "--port", str(traces_port), "--file", traces_file)
+            )
+        )
+        trace_url = f"http://127.0.0.1:{traces_port}/v1/traces"
+        env.setdefault("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{traces_port}")
         nodes: list[_Node] = []
         for variable, models in _SERVERS:
-            node = _Node(
-                _node_name(variable), free_port(span=3, start=21000 + 100 * len(nodes)), models
-            )
+            port_span = free_port(span=3, start=21000 + 100 * len(nodes))
+            node = _Node(_node_name(variable), port_span, models, trace_url)
             nodes.append(node)
             children.append(node.start())
             env[variable] = f"http://127.0.0.1:{node.port}"
@@ -273,6 +295,7 @@ def run_demo(port: int, config_path: str, ops_port: int | None = None) -> int:
             f"http://127.0.0.1:{port}", timeout_s=60, process=gateway, cancel=stopping
         )
         print(_examples(port, ops_port, env[STATE_DIR_ENV]), flush=True)
+        print(_traces_line(traces_file), flush=True)
 
         restart_s = float(os.environ.get(NODE_RESTART_ENV, NODE_RESTART_S))
         essential = [c for c in children if all(c is not n.process for n in nodes)]

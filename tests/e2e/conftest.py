@@ -30,9 +30,12 @@ def start_sim(models: str) -> TritonSim:
     return start_sim_profiles(models)
 
 
-def start_sim_profiles(models: str | Sequence[ModelProfile]) -> TritonSim:
-    """A Triton server of these simulated models, ready."""
-    sim = TritonSim(free_port(span=3, start=ports.SIMS), models)
+def start_sim_profiles(
+    models: str | Sequence[ModelProfile], trace_url: str | None = None
+) -> TritonSim:
+    """A Triton server of these simulated models, ready (sending its spans to
+    `trace_url`, when given)."""
+    sim = TritonSim(free_port(span=3, start=ports.SIMS), models, trace_url)
     sim.start()
     try:
         sim.wait_ready(timeout=90)

@@ -61,3 +61,11 @@ def test_a_started_server_imports_nothing_of_the_other_programs(
     modules = imported(gateway.log)
     assert "gateway.serving.conductor" in modules  # the record is read whole
     assert sorted(m for m in modules if m.split(".")[0] in NOT_IN_A_SERVER) == []
+    # A server that does not trace loads nothing of tracing's SDK or its exporters
+    # (redis-py imports OpenTelemetry's API and metrics on its own, when installed).
+    tracing = (
+        "opentelemetry.sdk.trace",
+        "opentelemetry.exporter",
+        "gateway.observability.trace_export",
+    )
+    assert sorted(m for m in modules if m.startswith(tracing)) == []

@@ -46,8 +46,16 @@ class TritonSimError(RuntimeError):
 class TritonSim:
     """One tritonserver process serving simulated LLMs; see the module docstring."""
 
-    def __init__(self, port: int, models: str | Sequence[ModelProfile] = "llm-large,llm-small"):
+    def __init__(
+        self,
+        port: int,
+        models: str | Sequence[ModelProfile] = "llm-large,llm-small",
+        trace_url: str | None = None,
+    ):
         self.port = port
+        # An OTLP/HTTP endpoint (`http://host:4318/v1/traces`): Triton's own spans of the
+        # requests that come with a `traceparent` go there (`trace_arguments`).
+        self.trace_url = trace_url
         self.profiles: list[ModelProfile] = (
             parse_models(models) if isinstance(models, str) else list(models)
         )
@@ -126,6 +134,7 @@ class TritonSim:
             f"--metrics-address={HOST}",
             f"--metrics-port={self.port + 2}",
             "--exit-timeout-secs=3",
+            *trace_arguments(self.trace_url, f"triton-sim-{self.port}"),
         ]
         with self.log_path.open("wb") as log:
             self._process = subprocess.Popen(
@@ -228,6 +237,22 @@ class TritonSim:
         self.stop()
 
 
+def trace_arguments(url: str | None, service: str) -> list[str]:
+    """tritonserver's OpenTelemetry tracing (Triton 2.51: opentelemetry-cpp, OTLP/HTTP in
+    JSON), for the requests whose caller sends a `traceparent` only: `rate=0` samples none
+    of its own, and a caller's context is traced whatever its sampled flag (so the gateway
+    sends one only for a request it traces). `TIMESTAMPS` is the level that makes spans."""
+    if url is None:
+        return []
+    return [
+        "--trace-config=mode=opentelemetry",
+        "--trace-config=level=TIMESTAMPS",
+        "--trace-config=rate=0",
+        f"--trace-config=opentelemetry,url={url}",
+        f"--trace-config=opentelemetry,resource=service.name={service}",
+    ]
+
+
 def libpython_problem() -> str | None:
     """Why the Python backend stub cannot load this interpreter's libpython; None if it can.
 
@@ -323,7 +348,7 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def run_triton_sim(port: int, models: str) -> int:
+def run_triton_sim(port: int, models: str, trace_url: str | None = None) -> int:
     """Serve `models` until SIGINT or SIGTERM (the `gateway triton-sim` command).
 
     Prints one line when ready; returns the process exit code. Must run in the main
@@ -338,7 +363,7 @@ def run_triton_sim(port: int, models: str) -> int:
     previous = {sig: signal.signal(sig, request_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         try:
-            sim = TritonSim(port, models)
+            sim = TritonSim(port, models, trace_url)
         except ValueError as exc:
             print(f"triton-sim: {exc}", file=sys.stderr)
             return 2

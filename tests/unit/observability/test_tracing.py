@@ -1,0 +1,289 @@
+"""Tracing's settings, a client's trace context, the sampler and the bounded export
+(gateway/observability/tracing.py, trace_export.py); the spans themselves are checked
+end to end against an OTLP receiver and a real Triton in tests/e2e/test_tracing.py."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+
+from gateway.observability import metrics
+from gateway.observability.trace_export import BoundedExport
+from gateway.observability.trace_settings import TracingError, TracingSettings, settings
+from gateway.observability.tracing import Parent, Sampler, parse_parent
+from tests.unit.config.test_loader import GATEWAY, problems
+
+TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
+SPAN = "00f067aa0ba902b7"
+
+
+# -- settings: gateway.yaml over the standard environment ----------------------------------
+
+
+def test_tracing_is_off_without_an_endpoint_anywhere() -> None:
+    assert settings({}, {}) is None
+    assert settings({}, {"OTEL_SERVICE_NAME": "x", "OTEL_TRACES_SAMPLER": "always_on"}) is None
+
+
+def test_the_standard_environment_alone_turns_it_on() -> None:
+    on = settings(
+        {},
+        {
+            "OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318/",
+            "OTEL_TRACES_SAMPLER": "parentbased_traceidratio",
+            "OTEL_TRACES_SAMPLER_ARG": "0.01",
+            "OTEL_SERVICE_NAME": "edge-gateway",
+            "OTEL_RESOURCE_ATTRIBUTES": "deployment.environment=prod,team=ml%20platform",
+        },
+    )
+    assert on is not None
+    # The signal's path is added to the base endpoint for HTTP, as the specification says.
+    assert on.endpoint == "http://collector:4318/v1/traces"
+    assert (on.protocol, on.ratio, on.parent_based) == ("http/protobuf", 0.01, True)
+    assert on.resource_attributes == {
+        "deployment.environment": "prod",
+        "team": "ml platform",
+        "service.name": "edge-gateway",
+    }
+
+
+def test_a_traces_endpoint_is_taken_as_it_is_and_grpc_keeps_the_base() -> None:
+    traces = settings({}, {"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://c:9999/custom"})
+    assert traces is not None and traces.endpoint == "http://c:9999/custom"
+    grpc = settings(
+        {}, {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4317", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"}
+    )
+    assert grpc is not None and (grpc.endpoint, grpc.protocol) == ("http://c:4317", "grpc")
+
+
+def test_the_environment_can_turn_it_off_and_gateway_yaml_overrides_both_ways() -> None:
+    endpoint = {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318"}
+    assert settings({}, {**endpoint, "OTEL_SDK_DISABLED": "true"}) is None
+    assert settings({}, {**endpoint, "OTEL_TRACES_EXPORTER": "none"}) is None
+    assert settings({"enabled": False}, endpoint) is None
+    forced = settings({"enabled": True}, {})
+    assert forced is not None and forced.endpoint == "http://localhost:4318/v1/traces"
+    # An endpoint in gateway.yaml is enough, and wins over the environment's.
+    given = settings({"endpoint": "http://mine:4318/v1/traces"}, endpoint)
+    assert given is not None and given.endpoint == "http://mine:4318/v1/traces"
+
+
+def test_gateway_yaml_wins_over_the_environment_key_by_key() -> None:
+    chosen = settings(
+        {"sampler": "traceidratio", "sampler_arg": 0.5, "service_name": "gw", "max_queue_size": 7},
+        {
+            "OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318",
+            "OTEL_TRACES_SAMPLER": "always_on",
+            "OTEL_SERVICE_NAME": "other",
+        },
+    )
+    assert chosen is not None
+    assert (chosen.ratio, chosen.parent_based) == (0.5, False)
+    assert chosen.resource_attributes["service.name"] == "gw"
+    assert chosen.max_queue_size == 7
+
+
+def test_the_service_is_named_when_nothing_names_it() -> None:
+    on = settings({"enabled": True}, {})
+    assert on is not None and on.resource_attributes["service.name"] == "inference-gateway"
+
+
+@pytest.mark.parametrize(
+    ("environ", "named"),
+    [
+        ({"OTEL_TRACES_SAMPLER_ARG": "lots", "OTEL_TRACES_SAMPLER": "traceidratio"}, "SAMPLER_ARG"),
+        ({"OTEL_TRACES_SAMPLER_ARG": "1.5", "OTEL_TRACES_SAMPLER": "traceidratio"}, "SAMPLER_ARG"),
+        ({"OTEL_TRACES_SAMPLER": "jaeger_remote"}, "OTEL_TRACES_SAMPLER"),
+        ({"OTEL_EXPORTER_OTLP_PROTOCOL": "http/json"}, "OTEL_EXPORTER_OTLP_PROTOCOL"),
+    ],
+)
+def test_an_environment_value_that_cannot_be_used_is_refused_by_name(
+    environ: dict[str, str], named: str
+) -> None:
+    with pytest.raises(TracingError, match=named):
+        settings({"enabled": True}, environ)
+
+
+def test_gateway_yaml_refuses_a_bad_tracing_section_at_its_lines(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    tracing = "tracing:\n  sampler_arg: 2\n  protocol: http/json\n  endpont: http://x\n"
+    found = problems(gateway=GATEWAY + tracing)
+    assert found == [
+        "gateway.yaml:11: tracing.sampler_arg: Input should be less than or equal to 1",
+        "gateway.yaml:12: tracing.protocol: Input should be 'http/protobuf' or 'grpc'",
+        "gateway.yaml:13: tracing: unknown key 'endpont'",
+    ]
+
+
+# -- a client's trace context ---------------------------------------------------------------
+
+
+def test_a_valid_traceparent_and_tracestate_are_read() -> None:
+    parent = parse_parent(f"00-{TRACE}-{SPAN}-01", "congo=t61rcWkgMzE,rojo=00f067aa0ba902b7")
+    assert parent == Parent(
+        int(TRACE, 16),
+        int(SPAN, 16),
+        True,
+        (("congo", "t61rcWkgMzE"), ("rojo", "00f067aa0ba902b7")),
+    )
+    unsampled = parse_parent(f"00-{TRACE}-{SPAN}-00", None)
+    assert unsampled is not None and not unsampled.sampled
+    # A later version may add fields, which a version-00 reader reads past.
+    assert parse_parent(f"01-{TRACE}-{SPAN}-01-what-comes-next", None) is not None
+
+
+@pytest.mark.parametrize(
+    "traceparent",
+    [
+        None,
+        "",
+        "00-" + "a" * 10_240,
+        f"00-{TRACE}-{SPAN}-01" + "0" * 300,
+        f"00-{TRACE.upper()}-{SPAN}-01",
+        f"00-{'0' * 32}-{SPAN}-01",
+        f"00-{TRACE}-{'0' * 16}-01",
+        f"ff-{TRACE}-{SPAN}-01",
+        f"00-{TRACE}-{SPAN}-01-extra",
+        f"00-{TRACE}-{SPAN}",
+        f"00_{TRACE}_{SPAN}_01",
+        f"00-{TRACE}-{SPAN}-01, 00-{TRACE}-{SPAN}-01",
+        "\x00\x01\x02",
+    ],
+)
+def test_a_bad_traceparent_is_ignored(traceparent: str | None) -> None:
+    assert parse_parent(traceparent, "a=b") is None
+
+
+@pytest.mark.parametrize(
+    ("tracestate", "kept"),
+    [
+        (",".join(f"k{i}=v" for i in range(1000)), ()),  # over 32 members: dropped
+        ("a=1,a=2", ()),  # a key twice: dropped
+        ("a=1,Bad=2", ()),  # a malformed member: the whole header dropped
+        ("a=" + "v" * 10_000, ()),  # longer than any W3C header: not read
+        ("a=1,,  ,b=2", (("a", "1"), ("b", "2"))),  # empty members are allowed
+        # 600 characters of whole members: cut to the first 512's.
+        (
+            ",".join(f"k{i:02d}=" + "v" * 95 for i in range(6)),
+            tuple((f"k{i:02d}", "v" * 95) for i in range(5)),
+        ),
+    ],
+)
+def test_a_tracestate_is_kept_only_when_valid_and_cut_to_512_characters(
+    tracestate: str, kept: tuple[tuple[str, str], ...]
+) -> None:
+    parent = parse_parent(f"00-{TRACE}-{SPAN}-01", tracestate)
+    assert parent is not None and parent.state == kept
+
+
+# -- the sampler ----------------------------------------------------------------------------
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def sampled_parent(trace_id: int) -> Parent:
+    return Parent(trace_id, 1, True)
+
+
+def test_a_client_cannot_make_the_gateway_trace_past_its_rate() -> None:
+    clock = Clock()
+    sampler = Sampler(0.0, True, client_per_second=5, clock=clock)
+    burst = [sampler.sampled(sampled_parent(2**127 + i)) for i in range(1000)]
+    assert sum(burst) == 5  # the rate's burst, then the ratio (0) decides
+    clock.now += 1.0
+    assert sum(sampler.sampled(sampled_parent(2**127 + i)) for i in range(1000)) == 5
+
+
+def test_past_the_client_rate_the_ratio_decides_on_the_trace_id() -> None:
+    sampler = Sampler(0.5, True, client_per_second=0, clock=Clock())
+    low, high = sampled_parent(1), sampled_parent(2**64 - 1)
+    assert sampler.sampled(low) and not sampler.sampled(high)
+
+
+def test_a_client_that_says_not_sampled_is_followed_by_a_parent_based_sampler() -> None:
+    sampler = Sampler(1.0, True, client_per_second=100, clock=Clock())
+    assert not sampler.sampled(Parent(5, 1, False))
+    assert sampler.sampled(None)
+
+
+def test_a_sampler_that_is_not_parent_based_takes_its_ratio_only() -> None:
+    never = Sampler(0.0, False, client_per_second=100, clock=Clock())
+    assert not any(never.sampled(sampled_parent(i + 1)) for i in range(100))
+    always = Sampler(1.0, False, client_per_second=0, clock=Clock())
+    assert always.sampled(Parent(5, 1, False))
+
+
+def test_the_ratio_samples_about_its_share_of_new_traces() -> None:
+    sampler = Sampler(0.1, True, client_per_second=0, clock=Clock())
+    share = sum(sampler.sampled(None) for _ in range(20_000)) / 20_000
+    assert 0.08 < share < 0.12
+
+
+# -- the bounded export ---------------------------------------------------------------------
+
+
+class Exporter(SpanExporter):
+    """An exporter that hangs until released, or fails."""
+
+    def __init__(self, result: SpanExportResult) -> None:
+        self.result = result
+        self.release = threading.Event()
+        self.exported = 0
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        self.release.wait()
+        self.exported += len(spans)
+        return self.result
+
+    def shutdown(self) -> None:
+        self.release.set()
+
+
+def dropped(reason: str) -> float:
+    return metrics.TRACE_SPANS_DROPPED.labels(reason)._value.get()
+
+
+def config(**given: object) -> TracingSettings:
+    base: dict[str, object] = {"endpoint": "http://unused", "max_queue_size": 100}
+    return TracingSettings(
+        **{**base, "max_export_batch_size": 10, "schedule_delay_s": 0.01, **given}
+    )  # type: ignore[arg-type]
+
+
+def test_a_collector_that_never_answers_drops_spans_past_the_queue_and_holds_no_more() -> None:
+    exporter = Exporter(SpanExportResult.SUCCESS)
+    export = BoundedExport(exporter, config())
+    before = dropped("queue_full")
+    span = ReadableSpan(name="s")
+    for _ in range(10_000):
+        export.on_end(span)
+    # The thread holds one batch in its hung export; the queue the rest, at most 100.
+    assert len(export._queue) <= 100
+    assert dropped("queue_full") - before >= 10_000 - 100 - 10
+    exporter.release.set()
+    export.shutdown()
+    assert exporter.exported + dropped("queue_full") - before == 10_000
+
+
+def test_a_failed_export_drops_its_spans_and_counts_them() -> None:
+    exporter = Exporter(SpanExportResult.FAILURE)
+    exporter.release.set()
+    before = dropped("export_failed")
+    export = BoundedExport(exporter, config())
+    for _ in range(25):
+        export.on_end(ReadableSpan(name="s"))
+    export.shutdown()
+    assert dropped("export_failed") - before == 25
