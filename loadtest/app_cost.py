@@ -1,7 +1,7 @@
 """The gateway's own CPU per request: its ASGI app called in process, no HTTP server.
 
     .venv/bin/python -m loadtest.app_cost [--requests 20000] [--concurrency 32]
-        [--stream] [--profile 40] [--baseline DIR]
+        [--stream] [--profile 40] [--baseline DIR] [--tracing]
 
 Builds the app from loadtest/bench-config (auth, Redis Lua limits, admission, metrics,
 JSON access logs at INFO, all on) against a redis-server of its own, with every model's
@@ -12,6 +12,8 @@ upstream HTTP client cost is left out, so the figure is the part of a request's 
 that the gateway's own code decides; `--profile N` prints cProfile's top N functions
 by own time. Figures of one run only compare with figures of the same run (`--baseline`
 runs another source tree's app in a child process, interleaved round by round).
+`--tracing` also measures this tree with OpenTelemetry tracing on at 1% and at 100%,
+exporting over OTLP/HTTP to a receiver in this process (its CPU not counted).
 """
 
 from __future__ import annotations
@@ -183,6 +185,7 @@ def main() -> None:
     parser.add_argument("--profile", type=int, default=0, help="print cProfile's top N")
     parser.add_argument("--sort", default="tottime", help="cProfile's order (cumtime...)")
     parser.add_argument("--baseline", type=Path, help="another source tree, interleaved")
+    parser.add_argument("--tracing", action="store_true", help="also tracing at 1% and 100%")
     parser.add_argument("--redis-url", help=argparse.SUPPRESS)
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -200,8 +203,28 @@ def main() -> None:
             *(["--stream"] if args.stream else []),
         ]  # fmt: skip
         trees = trees_to_measure(ROOT, args.baseline)
-        figures = measure_by_turns("loadtest.app_cost", child_args, trees, args.rounds)
+        envs: dict[str, dict[str, str]] = {}
+        receiver = None
+        if args.tracing:
+            from gateway_tools.dev.otlp_receiver import OtlpReceiver, SpanFile
+            from gateway_tools.dev.processes import free_port
+
+            receiver = OtlpReceiver(SpanFile(None), free_port(start=24500)).start()
+            for name, ratio in (("tracing 1%", "0.01"), ("tracing 100%", "1.0")):
+                trees[name] = ROOT
+                envs[name] = {
+                    "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{receiver.http_port}",
+                    "OTEL_TRACES_SAMPLER": "parentbased_traceidratio",
+                    "OTEL_TRACES_SAMPLER_ARG": ratio,
+                }
+        try:
+            figures = measure_by_turns("loadtest.app_cost", child_args, trees, args.rounds, envs)
+        finally:
+            if receiver is not None:
+                receiver.stop()
         print_figures(figures, "µs per stream" if args.stream else "µs per request")
+        if receiver is not None:
+            print(f"spans received: {receiver.spans.received}")
         if args.profile:
             _profile(redis_url, args)
 

@@ -17,6 +17,11 @@ between the `bench:start` and `bench:end` markers.
 `--baseline DIR` also runs the gateway of another source tree (a `git worktree` of an
 earlier commit) at `--workers 1`, with this venv, interleaved with the others (both
 streams too): the one way to compare two versions on a machine whose speed drifts.
+
+`--tracing` also runs the gateway at `--workers 1` with OpenTelemetry tracing on, turned
+on by the standard environment only, sampling 1% and 100% of requests, exporting over
+OTLP/HTTP to nginx (which takes the spans and keeps none), interleaved with the rest:
+issue 43's table (the gateway above is tracing off).
 """
 
 from __future__ import annotations
@@ -63,6 +68,7 @@ START, END = "<!-- bench:start -->", "<!-- bench:end -->"
 UPSTREAM, RAW, PROXY = "upstream directly", "raw Starlette", "bare proxy (aiohttp)"
 GATEWAY, GATEWAY_2 = "gateway --workers 1", "gateway --workers 2"
 BASELINE = "baseline gateway --workers 1"
+TRACED_1, TRACED_100 = "gateway, tracing 1%", "gateway, tracing 100%"
 STREAM, TRITON_STREAM = " (stream)", " (Triton stream)"
 
 
@@ -107,6 +113,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--write", type=Path, help="the Markdown file to update")
     parser.add_argument("--baseline", type=Path, help="another source tree to compare with")
+    parser.add_argument("--tracing", action="store_true", help="also the gateway tracing")
     args = parser.parse_args()
     for tool in ("wrk", "nginx"):
         if shutil.which(tool) is None and not Path(f"/usr/sbin/{tool}").exists():
@@ -124,6 +131,8 @@ def main() -> None:
     to_start = [("gateway", 1), ("gateway", 2)]
     if args.baseline is not None:
         to_start.append(("baseline gateway", 1))
+    if args.tracing:
+        to_start += [(TRACED_1, 1), (TRACED_100, 1)]
     logs = Path(tempfile.mkdtemp(prefix="bench-"))
     try:
         for index, (name, workers) in enumerate(to_start):
@@ -136,9 +145,16 @@ def main() -> None:
             if name == "baseline gateway":
                 # The other tree's package first; the working directory not on the path.
                 own_env = {**env, "PYTHONPATH": str(args.baseline.resolve()), "PYTHONSAFEPATH": "1"}
+            if name in (TRACED_1, TRACED_100):
+                own_env = {
+                    **env,
+                    "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{upstream_port}",
+                    "OTEL_TRACES_SAMPLER": "parentbased_traceidratio",
+                    "OTEL_TRACES_SAMPLER_ARG": "0.01" if name == TRACED_1 else "1.0",
+                }
             # Logs on, as in production, into a file rather than the terminal.
             log = logs / f"gateway-{index}.log"
-            label = f"{name} --workers {workers}"
+            label = name if name in (TRACED_1, TRACED_100) else f"{name} --workers {workers}"
             gateways[label] = (spawn(command, env=own_env, log=log), port)
         proxy_env = {**env, UPSTREAM_ENV: f"http://127.0.0.1:{upstream_port}/v1/chat/completions"}
         for index, (label, factory, own_env) in enumerate(
@@ -225,7 +241,7 @@ def run(
         targets[name] = Target(f"http://127.0.0.1:{server.port}/v1/chat/completions", plain, server)
     direct_stream = f"http://127.0.0.1:{upstream_port + 1}/v1/chat/completions"
     stream_targets = {UPSTREAM + STREAM: Target(direct_stream, stream, None)}
-    for name in (GATEWAY, BASELINE):
+    for name in (GATEWAY, BASELINE, TRACED_1, TRACED_100):
         if name in targets:
             gateway = targets[name]
             stream_targets[name + STREAM] = Target(gateway.url, stream, gateway.server)
@@ -328,7 +344,42 @@ def goals(rows: dict[tuple[str, int], dict[str, float]]) -> list[str]:
     return [
         *(f"- issue 7, {'met' if ok else 'MISSED'}: {text}" for ok, text in checks),
         *(f"- issue 26, {'met' if ok else 'MISSED'}: {text}" for ok, text in issue_26),
+        *(f"- issue 43, {'met' if ok else 'MISSED'}: {text}" for ok, text in tracing(rows)),
     ]
+
+
+def tracing(rows: dict[tuple[str, int], dict[str, float]]) -> list[tuple[bool, str]]:
+    """Issue 43's goals, with `--tracing` (and `--baseline` for the first): tracing off
+    costs nothing against the earlier tree, 1% costs at most 3% of off's CPU per request,
+    and 100% as it is (reported, no goal)."""
+    if (TRACED_1, 32) not in rows:
+        return []
+    checks: list[tuple[bool, str]] = []
+    for connections in (1, 32):
+        off = rows[(GATEWAY, connections)]
+        if (BASELINE, connections) in rows:
+            before = rows[(BASELINE, connections)]
+            change = off["cpu_us"] / before["cpu_us"] - 1
+            checks.append((
+                change <= 0.03,
+                f"tracing off, CPU per request against the baseline (c{connections}): "
+                f"{change:+.1%} ({before['cpu_us']:.0f} -> {off['cpu_us']:.0f} µs)",
+            ))  # fmt: skip
+        one = rows[(TRACED_1, connections)]
+        change = one["cpu_us"] / off["cpu_us"] - 1
+        checks.append((
+            change <= 0.03,
+            f"tracing 1%, CPU per request against off (c{connections}): {change:+.1%} "
+            f"({off['cpu_us']:.0f} -> {one['cpu_us']:.0f} µs)",
+        ))  # fmt: skip
+        every = rows[(TRACED_100, connections)]
+        checks.append((
+            True,
+            f"tracing 100% (reported; no goal) (c{connections}): "
+            f"{every['cpu_us'] / off['cpu_us'] - 1:+.1%} CPU per request, "
+            f"{every['rps'] / off['rps']:.3f}x requests/s",
+        ))  # fmt: skip
+    return checks
 
 
 if __name__ == "__main__":

@@ -37,10 +37,15 @@ def trees_to_measure(root: Path, baseline: Path | None) -> dict[str, Path]:
 
 
 def measure_by_turns(
-    module: str, child_args: Sequence[str], trees: Mapping[str, Path], rounds: int
+    module: str,
+    child_args: Sequence[str],
+    trees: Mapping[str, Path],
+    rounds: int,
+    envs: Mapping[str, Mapping[str, str]] | None = None,
 ) -> dict[str, list[float]]:
     """Each tree's figures, one a round: `python -m module --child *child_args` in each
-    tree, asked in turn."""
+    tree, asked in turn; `envs` adds to a named one's environment (the same tree
+    measured with tracing on, say)."""
     children = {
         name: subprocess.Popen(
             [sys.executable, "-m", module, "--child", *child_args],
@@ -48,7 +53,7 @@ def measure_by_turns(
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
-            env={**os.environ, "PYTHONPATH": str(tree)},
+            env={**os.environ, **(envs or {}).get(name, {}), "PYTHONPATH": str(tree)},
         )
         for name, tree in trees.items()
     }

@@ -115,6 +115,11 @@ http {{
       default_type application/json;
       return 200 '{{"object":"list","data":[{{"id":"fake-llama-8b","object":"model"}}]}}';
     }}
+    # An OTLP/HTTP collector that takes every span and keeps none (the tracing bench).
+    location = /v1/traces {{
+      default_type application/x-protobuf;
+      return 200 '';
+    }}
   }}
   # The same model, streaming: every answer is a whole SSE stream.
   server {{

@@ -91,8 +91,8 @@ class RequestRecord:
         trace = self.trace
         # A traced request's times are the latency histograms' exemplars: a slow bucket
         # on the dashboard leads to a trace.
-        exemplar = None if trace is None else {"trace_id": trace.trace_id}
-        metrics.labels(metrics.DURATION, self.model, stream).observe(duration, exemplar)
+        trace_id = None if trace is None else trace.trace_id
+        metrics.observe(metrics.DURATION, (self.model, stream), duration, trace_id)
         if self.reason:
             metrics.REFUSALS.labels(self.tenant, self.model, self.reason).inc()
         if self.served_model:
@@ -103,8 +103,8 @@ class RequestRecord:
         if self.queue_wait_s is not None:
             # Every request that was queued: served, shed, or still queued at its deadline.
             model = self.queue_model or self.served_model or self.model
-            queue_wait = metrics.labels(metrics.QUEUE_WAIT, model, self.priority)
-            queue_wait.observe(self.queue_wait_s, exemplar)
+            queued = (model, self.priority)
+            metrics.observe(metrics.QUEUE_WAIT, queued, self.queue_wait_s, trace_id)
         if log.isEnabledFor(logging.INFO):
             fields = {
                 "request_id": self.request_id,

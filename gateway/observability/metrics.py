@@ -31,6 +31,8 @@ from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
 from prometheus_client.registry import Collector
 
+from gateway.observability import exemplars
+
 # prometheus-client's multiprocess mode: each worker writes its samples here.
 MULTIPROCESS_DIR_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
@@ -54,6 +56,25 @@ def labels(metric: MetricT, *values: str) -> MetricT:
     if child is None:
         child = _children[key] = metric.labels(*values)
     return child
+
+
+def observe(
+    metric: Histogram, values: tuple[str, ...], amount: float, trace_id: str | None
+) -> None:
+    """`amount` into latency histogram `metric` (its labels `values`), with the trace id
+    of a traced request as the bucket's exemplar, in every worker mode."""
+    child = labels(metric, *values)
+    if trace_id is None:
+        child.observe(amount)
+        return
+    child.observe(amount, {"trace_id": trace_id})
+    if _multiprocess():  # where prometheus-client drops it: this worker's file keeps it
+        global _worker_exemplars
+        if _worker_exemplars is None:
+            _worker_exemplars = exemplars.WorkerExemplars(os.environ[MULTIPROCESS_DIR_ENV])
+        family, names, bounds = _WITH_EXEMPLARS[metric]
+        given = dict(zip(names, values, strict=True))
+        _worker_exemplars.note(family, given, bounds, amount, trace_id)
 
 
 RATELIMIT_DECISIONS = Counter(
@@ -96,28 +117,44 @@ FALLBACKS = Counter(
     ["source", "target", "reason"],
     registry=REGISTRY,
 )
+# 2 and 30 are the default objectives of the online and batch classes.
+_QUEUE_WAIT_BUCKETS = (
+    0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 2.5, 5, 10, 30, 60, 120,
+)  # fmt: skip
+_TTFT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30)
+_DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 QUEUE_WAIT = Histogram(
     "gateway_queue_wait_seconds",
     "Time a request waited in a model's admission queue, by serving model and priority.",
     ["model", "priority"],
-    # 2 and 30 are the default objectives of the online and batch classes.
-    buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 2.5, 5, 10, 30, 60, 120),
+    buckets=_QUEUE_WAIT_BUCKETS,
     registry=REGISTRY,
 )
 TTFT = Histogram(
     "gateway_time_to_first_token_seconds",
     "Time from dispatch to the first streamed token, by serving model.",
     ["model"],
-    buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30),
+    buckets=_TTFT_BUCKETS,
     registry=REGISTRY,
 )
 DURATION = Histogram(
     "gateway_request_duration_seconds",
     "Time from arrival to the last byte of the answer, by requested model and streaming.",
     ["model", "stream"],
-    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120),
+    buckets=_DURATION_BUCKETS,
     registry=REGISTRY,
 )
+# The latency histograms that carry exemplars (a traced request's trace id): their
+# label names and bucket bounds, for the workers' exemplar files (`exemplars`).
+_INF = float("inf")
+_WITH_EXEMPLARS: dict[Histogram, tuple[str, tuple[str, ...], tuple[float, ...]]] = {
+    QUEUE_WAIT: ("gateway_queue_wait_seconds", ("model", "priority"), (*_QUEUE_WAIT_BUCKETS, _INF)),
+    TTFT: ("gateway_time_to_first_token_seconds", ("model",), (*_TTFT_BUCKETS, _INF)),
+    DURATION: ("gateway_request_duration_seconds", ("model", "stream"), (*_DURATION_BUCKETS, _INF)),
+}
+_worker_exemplars: exemplars.WorkerExemplars | None = None
+
+
 TOKENS = Counter(
     "gateway_tokens_total",
     "Tokens served, by tenant, serving model and kind (prompt, completion).",
@@ -635,6 +672,8 @@ def render(openmetrics: bool = False) -> bytes:
     forget_dead_workers(path)
     registry = CollectorRegistry()
     registry.register(_WorkersCollector(path, state.replicas() if state is not None else None))
+    if openmetrics and _worker_exemplars is not None:
+        _worker_exemplars.write()  # this worker's newest, current
     return generate(registry)
 
 
@@ -652,6 +691,7 @@ class _WorkersCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         files = multiprocess.MultiProcessCollector(None, self._path)  # type: ignore[no-untyped-call]
         family: Metric
+        families: list[Metric] = []
         for family in files.collect():  # type: ignore[no-untyped-call]
             if self._replicas is not None and family.name in _REPLICA_SERIES:
                 family.samples = [
@@ -663,7 +703,8 @@ class _WorkersCollector(Collector):
                 counter = Metric(TRITON_QUEUE_TIME.name, family.documentation, "counter")
                 counter.samples = family.samples
                 family = counter
-            yield family
+            families.append(family)
+        yield from exemplars.attached(families, self._path)
 
 
 def forget_dead_workers(path: str) -> list[int]:
@@ -677,15 +718,17 @@ def forget_dead_workers(path: str) -> list[int]:
     counted stays counted.
     """
     pids: set[int] = set()
-    for file in glob.glob(os.path.join(glob.escape(path), "gauge_live*_*.db")):
-        name = os.path.basename(file).rsplit("_", 1)[1].removesuffix(".db")
-        if name.isdigit():
-            pids.add(int(name))
+    for pattern, suffix in (("gauge_live*_*.db", ".db"), ("exemplars_*.json", ".json")):
+        for file in glob.glob(os.path.join(glob.escape(path), pattern)):
+            name = os.path.basename(file).rsplit("_", 1)[1].removesuffix(suffix)
+            if name.isdigit():
+                pids.add(int(name))
     dead = sorted(pid for pid in pids if not _running(pid))
     for pid in dead:
         # Another worker's scrape may remove them at the same time.
         with contextlib.suppress(FileNotFoundError):
             multiprocess.mark_process_dead(pid, path)  # type: ignore[no-untyped-call]
+    exemplars.forget(path, dead)
     return dead
 
 
@@ -726,6 +769,7 @@ def clear_multiprocess_dir(*, keep_own: bool) -> None:
     if not path:
         return
     os.makedirs(path, exist_ok=True)
+    exemplars.clear(path)
     own = f"_{os.getpid()}.db"
     for file in glob.glob(os.path.join(glob.escape(path), "*.db")):
         if not (keep_own and file.endswith(own)):

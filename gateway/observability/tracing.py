@@ -212,10 +212,33 @@ def begin_request(
         return None
     parent = parse_parent(traceparent, tracestate)
     if not tracing.sampler.sampled(parent):
+        # Set even so: a task made from one that served a traced request (a keep-alive
+        # connection's next, say) starts with a copy of that one's context.
+        _CURRENT.set(None)
         return None
     trace = RequestTrace(tracing.tracer, operation, parent)
     _CURRENT.set((trace, trace.span))
     return trace
+
+
+def begin_task(name: str, attributes: Attributes | None = None) -> RequestTrace | None:
+    """A trace of its own for a piece of the gateway's own work (a placement, a closed
+    loop's interval), if tracing is on: not sampled (there are few), never a client's."""
+    tracing = _tracing
+    if tracing is None:
+        return None
+    trace = RequestTrace(tracing.tracer, name, None, server=False)
+    if attributes:
+        trace.set(attributes)
+    return trace
+
+
+def step(
+    trace: RequestTrace | None, name: str, started: float, attributes: Attributes | None = None
+) -> None:
+    """`trace.step`, when there is a trace."""
+    if trace is not None:
+        trace.step(name, started, attributes)
 
 
 def current() -> RequestTrace | None:
@@ -235,11 +258,14 @@ def wall_ns(monotonic_s: float) -> int:
 
 
 class RequestTrace:
-    """One traced request: its server span, and the spans and events of its steps."""
+    """One traced request: its server span, and the spans and events of its steps (or
+    a task's, `begin_task`: its root span and its steps)."""
 
     __slots__ = ("_tracer", "operation", "span", "span_id", "trace_id")
 
-    def __init__(self, tracer: Tracer, operation: str, parent: Parent | None) -> None:
+    def __init__(
+        self, tracer: Tracer, operation: str, parent: Parent | None, *, server: bool = True
+    ) -> None:
         from opentelemetry import trace
         from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, TraceFlags
         from opentelemetry.trace.span import TraceState
@@ -256,8 +282,9 @@ class RequestTrace:
                 trace_state=TraceState(list(parent.state)),
             )
             context = trace.set_span_in_context(NonRecordingSpan(remote))
+        kind = SpanKind.SERVER if server else SpanKind.INTERNAL
         self.span: Span = tracer.start_span(  # type: ignore[assignment]
-            operation, context=context, kind=SpanKind.SERVER
+            operation, context=context, kind=kind
         )
         ids = self.span.get_span_context()
         self.trace_id = f"{ids.trace_id:032x}"

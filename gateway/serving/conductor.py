@@ -513,7 +513,8 @@ class Conductor:
         identity = ask.identity
         budgeted = bool(identity.tenant.budgets or identity.key_budgets)
         prices = self._runtime.config.gateway.prices.models
-        asked = time.monotonic()
+        trace = ask.record.trace
+        asked = 0.0 if trace is None else time.monotonic()
         decision = await self._runtime.limiter.admit(
             identity.name,
             ask.route.name,
@@ -522,7 +523,6 @@ class Conductor:
             reserve_micros=_most_spend(plan, prices) if budgeted else 0,
             key=identity.key_quota,
         )
-        trace = ask.record.trace
         if trace is not None:
             trace.step("gateway.ratelimit", asked, _limited(decision, plan.cost))
         if not decision.allowed:

@@ -317,9 +317,8 @@ class Dispatcher:
         # From its first piece on, a stream is metered piece by piece.
         attempt.ended, attempt.finished = time.monotonic(), True
         ttft = attempt.ended - started
-        trace = work.trace
-        exemplar = None if trace is None else {"trace_id": trace.trace_id}
-        metrics.labels(metrics.TTFT, route.name).observe(ttft, exemplar)
+        trace_id = None if work.trace is None else work.trace.trace_id
+        metrics.observe(metrics.TTFT, (route.name,), ttft, trace_id)
         served = Served(route, work.fallbacks, slot.waited_s, ttft)
         rest = _Rest(
             self._admission, slot, route, call, first, deltas, started, ttft, work.deadline,
@@ -350,7 +349,6 @@ class Dispatcher:
                 work, index, FallbackReason.PREDICTED_WAIT, fallbacks
             ):
                 return None
-        queued, outcome = time.monotonic(), "cancelled"
         try:
             slot = await self._admission.acquire(
                 route.name,
@@ -360,26 +358,18 @@ class Dispatcher:
                 share=work.share,
                 deadline=work.deadline,
             )
-            outcome = "admitted"
-        except DeadlineExceeded:
-            outcome = "deadline"
+        except DeadlineExceeded as exc:
+            _queued(work, route, "deadline", exc.waited_s)
             if not route.pool.replicas:
                 # Scaled to zero: its first replica is on its way (docs/autoscaling.md).
                 raise ReplicaStarting(route.name, work.priority, STARTING_RETRY_S) from None
             raise DeadlineMissed(f"still queued for {route.name} at the deadline") from None
         except Overloaded as exc:
-            outcome = type(exc).__name__
+            _queued(work, route, type(exc).__name__, 0.0)
             if await self._may_fall_back(work, index, FallbackReason.QUEUE_FULL, fallbacks):
                 return None
             raise
-        finally:
-            if work.trace is not None:
-                waited = {
-                    "gateway.model": route.name,
-                    "gateway.priority": work.priority,
-                    "gateway.queue.outcome": outcome,
-                }
-                work.trace.step("gateway.queue", queued, waited)
+        _queued(work, route, "admitted", slot.waited_s)
         work.admissions.append((route.name, slot.waited_s))
         return slot
 
@@ -399,6 +389,17 @@ class Dispatcher:
         if work.trace is not None:
             work.trace.event("gateway.fallback", _fallback_attributes(fallback))
         return True
+
+
+def _queued(work: Work, route: ModelRoute, outcome: str, waited_s: float) -> None:
+    """A traced request's wait in `route`'s queue, ended now with `outcome`."""
+    if work.trace is not None:
+        waited: dict[str, Attribute] = {
+            "gateway.model": route.name,
+            "gateway.priority": work.priority,
+            "gateway.queue.outcome": outcome,
+        }
+        work.trace.step("gateway.queue", time.monotonic() - waited_s, waited)
 
 
 def _model_span(trace: RequestTrace, route: ModelRoute, index: int) -> Span:

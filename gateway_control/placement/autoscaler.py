@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Mapping
 from dataclasses import replace
 
-from gateway.observability import metrics
+from gateway.observability import metrics, tracing
 from gateway.storage.redis_client import REDIS_ERRORS
 from gateway_control.cluster_config import ClusterConfig
 from gateway_control.placement.demand_board import DemandBoard, DemandTracker, GatewayReport
@@ -166,6 +167,8 @@ class Autoscaler:
         model's demand (None: missing or stale). Pure but for the metrics and the log:
         `gateway simulate autoscale` runs it on a trace."""
         placed = {model: len(plan.nodes_of(model)) for model in self.desired}
+        # The interval as a trace of its own (tracing on), a span per model's decision.
+        trace, started = tracing.begin_task("gateway.autoscale"), time.monotonic()
         # The planner counts from what is desired, not placed: a replica that fits
         # nowhere is still wanted, and asked for again when room appears.
         changes = []
@@ -184,6 +187,9 @@ class Autoscaler:
             ):
                 self._planner.held(decision.model, changed=True)  # only unplaced ones go
             _log(decision, placed.get(decision.model, 0))
+            tracing.step(
+                trace, f"gateway.autoscale {decision.model}", started, _traced(decision, placed)
+            )
             if decision.direction == "up":
                 self._growing_since.setdefault(decision.model, now)
                 if self._on_kubernetes(decision.model):
@@ -198,6 +204,8 @@ class Autoscaler:
                     metrics.SCALE_EVENTS, decision.model, decision.direction, decision.reason
                 ).inc()
                 changes.append(decision)
+        if trace is not None:
+            trace.end("gateway.autoscale", {"gateway.autoscale.changes": len(changes)})
         return changes
 
     def _note_ready(self, model: str, ready: int, now: float) -> None:
@@ -274,6 +282,30 @@ class Autoscaler:
 
 def _held(decision: ScaleDecision, reason: str) -> ScaleDecision:
     return replace(decision, desired=decision.current, reason=reason)
+
+
+def _traced(decision: ScaleDecision, placed: Mapping[str, int]) -> dict[str, tracing.Attribute]:
+    """A decision's span: its outcome and what it was made from (as the log line's)."""
+    attributes: dict[str, tracing.Attribute] = {
+        "gateway.model": decision.model,
+        "gateway.autoscale.direction": decision.direction,
+        "gateway.autoscale.reason": decision.reason,
+        "gateway.autoscale.current": decision.current,
+        "gateway.autoscale.desired": decision.desired,
+        "gateway.autoscale.needed": decision.needed,
+        "gateway.autoscale.placed": placed.get(decision.model, 0),
+        "gateway.autoscale.queued": decision.queued,
+        "gateway.autoscale.batch_rate": decision.batch_rate,
+    }
+    optional = {
+        "gateway.autoscale.kept": decision.kept,
+        "gateway.autoscale.arrival_rate": decision.arrival_rate,
+        "gateway.autoscale.service_s": decision.service_s,
+        "gateway.autoscale.ttft_p95_s": decision.ttft_p95_s,
+        "gateway.autoscale.down_wait_s": decision.down_wait_s,
+    }
+    attributes.update({key: value for key, value in optional.items() if value is not None})
+    return attributes
 
 
 def _log(decision: ScaleDecision, placed: int) -> None:

@@ -24,7 +24,8 @@ import hashlib
 import json
 import logging
 import os
-from collections.abc import Callable, Mapping
+import time
+from collections.abc import Callable, Mapping, Sequence
 from urllib.parse import urlsplit
 
 import aiohttp
@@ -32,7 +33,7 @@ import aiohttp
 from gateway.backends.http import LazySession, get_ok
 from gateway.backends.triton_metrics import default_metrics_url
 from gateway.config import BackendKind, GatewayConfig
-from gateway.observability import metrics
+from gateway.observability import metrics, tracing
 from gateway.storage.redis_client import REDIS_ERRORS, RedisClient
 from gateway.storage.scripts import read_script
 from gateway.upstream.route import ModelRoute
@@ -47,7 +48,12 @@ from gateway_control.placement.leadership import (
     PlacementLease,
     RedisLease,
 )
-from gateway_control.placement.triton_repository import RepositoryError, apply_plan, unloads_for
+from gateway_control.placement.triton_repository import (
+    Action,
+    RepositoryError,
+    apply_plan,
+    unloads_for,
+)
 from gateway_control.placement.warm_up import warm_up
 
 log = logging.getLogger("gateway.placement")
@@ -61,6 +67,19 @@ WARM_UP_S = 30.0
 DRAIN_READ_S = 0.5
 _NOT_PUBLISHED: tuple[type[BaseException], ...] = (LostLeadership, *REDIS_ERRORS)
 PUBLISH_LUA = read_script("lease_publish.lua")
+
+
+def _planned(plan: DeploymentPlan, down: set[str]) -> dict[str, tracing.Attribute]:
+    """A placement's plan, as its trace step shows it."""
+    return {
+        "gateway.placement.nodes_down": sorted(down),
+        "gateway.placement.replicas": [f"{p.model}#{p.index}@{p.node}" for p in plan.placements],
+        "gateway.placement.unplaced": [f"{m}:{n}" for m, n in plan.unplaced.items() if n],
+    }
+
+
+def _acted(actions: Sequence[Action]) -> dict[str, tracing.Attribute]:
+    return {"gateway.placement.actions": [str(action) for action in actions]}
 
 
 def cluster_path(config: GatewayConfig, gateway_path: str) -> str | None:
@@ -376,22 +395,38 @@ class ClusterPlacement:
             if self.autoscaler is None
             else self.autoscaler.protected(asyncio.get_running_loop().time())
         )
+        # Each placement as a trace of its own (tracing on): its plan, loads, drain, unloads.
+        trace, started = tracing.begin_task("gateway.placement"), time.monotonic()
         plan = plan_deployments(cluster, down=self.down, keep=self.plan, protected=protected)
+        tracing.step(trace, "gateway.placement.plan", started, _planned(plan, self.down))
         up = [n.name for n in self.cluster.nodes if n.name not in self.down]
         fence = self._lease.fence if self._lease is not None else None
         try:
+            loading = time.monotonic()
             actions = await apply_plan(self.cluster, plan, nodes=up, fence=fence, unloads=False)
             await self._warm_up(plan)
             await self._serve_from(plan)
+            tracing.step(trace, "gateway.placement.load", loading, _acted(actions))
             if await unloads_for(self.cluster, plan, nodes=up):
+                draining = time.monotonic()
                 await self._drain()
-            actions += await apply_plan(self.cluster, plan, nodes=up, fence=fence, loads=False)
+                tracing.step(trace, "gateway.placement.drain", draining)
+            unloading = time.monotonic()
+            unloaded = await apply_plan(self.cluster, plan, nodes=up, fence=fence, loads=False)
+            tracing.step(trace, "gateway.placement.unload", unloading, _acted(unloaded))
+            actions += unloaded
         except LostLeadership as exc:
             log.warning("placement stopped: %s", exc)
+            if trace is not None:
+                trace.end("gateway.placement", {}, "lost_leadership")
             return
         except (RepositoryError, aiohttp.ClientError, OSError, TimeoutError) as exc:
             log.warning("applying the placement failed (%s); will try again", exc)
+            if trace is not None:
+                trace.end("gateway.placement", {}, type(exc).__name__)
             return
+        if trace is not None:
+            trace.end("gateway.placement", {"gateway.placement.actions": len(actions)})
         self._taking_over = False
         for action in actions:
             log.info("placement: %s", action)

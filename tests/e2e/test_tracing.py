@@ -96,6 +96,16 @@ def gateway(
         stop(gw.process)
 
 
+def openmetrics(gateway: Gateway) -> str:
+    """The ops port's exposition as a scraper asking for OpenMetrics gets it."""
+    asked = urllib.request.Request(
+        f"{gateway.ops_url}/metrics", headers={"Accept": "application/openmetrics-text"}
+    )
+    with urllib.request.urlopen(asked, timeout=5) as response:
+        assert response.headers["content-type"].startswith("application/openmetrics-text")
+        return str(response.read().decode())
+
+
 def wait_for(receiver: OtlpReceiver, done: Callable[[list[Span]], bool]) -> list[Span]:
     """The spans received, once `done` says they are all there (30 s at most)."""
     deadline = time.monotonic() + 30
@@ -205,13 +215,7 @@ def test_a_streamed_fallback_is_one_trace_from_the_client_into_triton(
     log = (gateway.config_dir / "gateway.log").read_text()
     (line,) = [line for line in log.splitlines() if request_id in line and '"request"' in line]
     assert f'"trace_id":"{CLIENT_TRACE}"' in line and f'"span_id":"{server.span_id}"' in line
-    openmetrics = urllib.request.Request(
-        f"{gateway.ops_url}/metrics", headers={"Accept": "application/openmetrics-text"}
-    )
-    with urllib.request.urlopen(openmetrics, timeout=5) as response:
-        exposition = response.read().decode()
-        assert response.headers["content-type"].startswith("application/openmetrics-text")
-    assert f'trace_id="{CLIENT_TRACE}"' in exposition
+    assert f'trace_id="{CLIENT_TRACE}"' in openmetrics(gateway)
 
 
 def test_an_unsampled_client_trace_is_not_traced_and_not_sent_on(
@@ -300,6 +304,8 @@ def test_a_hostile_trace_context_is_ignored_never_an_error(
 def test_spans_go_over_grpc_with_the_service_name_the_environment_gives(
     sim: TritonSim, receiver: OtlpReceiver, redis_url: str, tmp_path: Path
 ) -> None:
+    """And with two workers (prometheus-client's multiprocess mode, as the Kubernetes
+    base runs it), the exemplars still lead to the traces."""
     grpc_port = receiver.grpc_port
     env = {
         "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{grpc_port}",
@@ -312,21 +318,32 @@ def test_spans_go_over_grpc_with_the_service_name_the_environment_gives(
     tenants = {"acme": tenant("acme", ["*"])}
     gateway_yaml = {"tracing": {"schedule_delay_s": 0.1}}
     with running_gateway(
-        tmp_path, models(sim), redis_url, tenants=tenants, gateway=gateway_yaml, env=env
-    ) as gw:
+        tmp_path, models(sim), redis_url, tenants=tenants, gateway=gateway_yaml, env=env,
+        workers=2,
+    ) as gw:  # fmt: skip
         client = OpenAI(base_url=gw.base_url, api_key=KEYS["acme"], max_retries=0)
-        raw = client.completions.with_raw_response.create(
-            model="llm-small", prompt="hello", max_tokens=2
-        )
-        request_id = raw.headers["x-request-id"]
+        request_ids = [
+            client.completions.with_raw_response.create(
+                model="llm-small", prompt="hello", max_tokens=2
+            ).headers["x-request-id"]
+            for _ in range(6)
+        ]
 
         def arrived(spans: list[Span]) -> bool:
-            return any(s.attributes.get("gateway.request_id") == request_id for s in spans)
+            return {s.attributes.get("gateway.request_id") for s in spans} >= set(request_ids)
 
         spans = wait_for(receiver, arrived)
-    (server,) = [s for s in spans if s.attributes.get("gateway.request_id") == request_id]
-    assert server.service == "gateway-over-grpc"
-    assert server.name == "text_completion llm-small"
+        servers = [s for s in spans if s.attributes.get("gateway.request_id") in request_ids]
+        assert {(s.service, s.name) for s in servers} == {
+            ("gateway-over-grpc", "text_completion llm-small")
+        }
+        # The newest request's duration is its bucket's exemplar, whichever worker served
+        # it (a worker writes its exemplars within a second).
+        newest = max(servers, key=lambda s: s.end_ns)
+        deadline = time.monotonic() + 10
+        while f'trace_id="{newest.trace_id}"' not in openmetrics(gw):
+            assert time.monotonic() < deadline, "the newest exemplar never showed"
+            time.sleep(0.2)
 
 
 def dropped(gateway: Gateway) -> dict[str, float]:

@@ -96,18 +96,27 @@ def rendered() -> dict[str, list[Manifest]]:
     return {name: render(DEPLOY / "overlays" / name) for name in OVERLAYS}
 
 
-@pytest.fixture(scope="module")
-def with_api_access(tmp_path_factory: pytest.TempPathFactory) -> list[Manifest]:
-    """The production overlay with its commented-out kubernetes-api-access component
-    line uncommented, as a team enables it, rendered from a copy of the tree."""
-    copy = tmp_path_factory.mktemp("deploy") / "kubernetes"
+def with_component(tmp: Path, component: str) -> list[Manifest]:
+    """The production overlay with its commented-out line of `component` uncommented,
+    as a team enables it, rendered from a copy of the tree."""
+    copy = tmp / "kubernetes"
     shutil.copytree(DEPLOY, copy)
     kustomization = copy / "overlays" / "production" / "kustomization.yaml"
-    line = "  # - ../../components/kubernetes-api-access\n"
+    line = f"  # - ../../components/{component}\n"
     text = kustomization.read_text()
-    assert text.count(line) == 1, "overlays/production no longer offers the component"
+    assert text.count(line) == 1, f"overlays/production no longer offers {component}"
     kustomization.write_text(text.replace(line, line.replace("# ", "")))
     return render(copy / "overlays" / "production")
+
+
+@pytest.fixture(scope="module")
+def with_api_access(tmp_path_factory: pytest.TempPathFactory) -> list[Manifest]:
+    return with_component(tmp_path_factory.mktemp("deploy"), "kubernetes-api-access")
+
+
+@pytest.fixture(scope="module")
+def with_collector(tmp_path_factory: pytest.TempPathFactory) -> list[Manifest]:
+    return with_component(tmp_path_factory.mktemp("deploy"), "otel-collector")
 
 
 def find(objects: list[Manifest], kind: str, name: str | None = None) -> list[Manifest]:
@@ -595,6 +604,45 @@ def test_kubernetes_api_access_component(with_api_access: list[Manifest]) -> Non
     for workload, template in pod_templates(objects):
         if workload["metadata"]["name"] != "gateway":
             assert template["spec"]["automountServiceAccountToken"] is False
+
+
+def test_otel_collector_component(with_collector: list[Manifest]) -> None:
+    """The optional component: a Collector taking OTLP on 4317 and 4318, the gateways
+    pointed at it by the standard environment, and every Triton tracing to it."""
+    objects = with_collector
+    assert len(objects) == EXPECTED_OBJECTS["production"] + 4
+    for o in objects:
+        if o["kind"] in CRD_SCHEMAS:
+            jsonschema.validate(o, CRD_SCHEMAS[o["kind"]])
+        else:
+            kubernetes_validate.validate(o, KUBERNETES_VERSION, strict=True)
+    service = one(objects, "Service", "otel-collector")
+    assert {p["port"] for p in service["spec"]["ports"]} == {4317, 4318}
+    config = yaml.safe_load(configmap(objects, "otel-collector")["data"]["collector.yaml"])
+    protocols = config["receivers"]["otlp"]["protocols"]
+    assert (protocols["grpc"]["endpoint"], protocols["http"]["endpoint"]) == (
+        "0.0.0.0:4317", "0.0.0.0:4318"
+    )  # fmt: skip
+    pipeline = config["service"]["pipelines"]["traces"]
+    assert set(pipeline["exporters"]) <= set(config["exporters"])
+    assert set(pipeline["processors"]) <= set(config["processors"])
+    env = {e["name"]: e.get("value") for e in gateway_container(objects)["env"]}
+    assert env["OTEL_EXPORTER_OTLP_ENDPOINT"] == "http://otel-collector:4318"
+    assert env["OTEL_TRACES_SAMPLER"] == "parentbased_traceidratio"
+    names = [e["name"] for e in gateway_container(objects)["env"]]
+    assert names.index("POD_NAMESPACE") < names.index("OTEL_RESOURCE_ATTRIBUTES")
+    tritons = [
+        d for d in find(objects, "Deployment") if d["metadata"]["name"].startswith("triton-")
+    ]
+    assert tritons
+    for triton in tritons:
+        args = triton["spec"]["template"]["spec"]["containers"][0]["args"]
+        assert "--trace-config=mode=opentelemetry" in args
+        assert "--trace-config=rate=0" in args
+        assert "--trace-config=opentelemetry,url=http://otel-collector:4318/v1/traces" in args
+    policy = one(objects, "NetworkPolicy", "otel-collector-from-senders")
+    (allowed,) = policy["spec"]["ingress"][0]["from"][0]["podSelector"]["matchExpressions"]
+    assert set(allowed["values"]) == {"gateway", "triton"}
 
 
 # -- Services, disruption budget, secrets -------------------------------------------------

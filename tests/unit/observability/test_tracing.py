@@ -4,18 +4,22 @@ end to end against an OTLP receiver and a real Triton in tests/e2e/test_tracing.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
-from opentelemetry.sdk.trace import ReadableSpan
-from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import StatusCode
 
-from gateway.observability import metrics
+from gateway.observability import metrics, tracing
+from gateway.observability.access import RequestRecord
 from gateway.observability.trace_export import BoundedExport
 from gateway.observability.trace_settings import TracingError, TracingSettings, settings
-from gateway.observability.tracing import Parent, Sampler, parse_parent
+from gateway.observability.tracing import Parent, RequestTrace, Sampler, parse_parent
 from tests.unit.config.test_loader import GATEWAY, problems
 
 TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -287,3 +291,63 @@ def test_a_failed_export_drops_its_spans_and_counts_them() -> None:
         export.on_end(ReadableSpan(name="s"))
     export.shutdown()
     assert dropped("export_failed") - before == 25
+
+
+# -- what a request's server span holds -------------------------------------------------------
+
+
+def traced_record(prompt: str | None) -> tuple[RequestRecord, InMemorySpanExporter]:
+    exported = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exported))
+    trace = RequestTrace(provider.get_tracer("test"), "chat", None)
+    record = RequestRecord("chatcmpl-1", tenant="acme", model="llm", trace=trace, prompt=prompt)
+    return record, exported
+
+
+def test_a_prompt_enters_a_span_only_when_logged_and_then_redacted() -> None:
+    record, exported = traced_record(prompt=None)
+    record.finish(200)
+    (span,) = exported.get_finished_spans()
+    assert "gateway.prompt" not in (span.attributes or {})
+    # server.log_prompts: the conductor puts the prompt in the record; the span gets it
+    # through the log's redaction.
+    record, exported = traced_record(prompt="my key is sk-proj-abcdefghijklmnopqrstuvwxyz012345")
+    record.finish(200)
+    (span,) = exported.get_finished_spans()
+    prompt = str((span.attributes or {})["gateway.prompt"])
+    assert "[REDACTED]" in prompt and "abcdefghijklmnop" not in prompt
+
+
+def test_a_gateway_failure_is_an_error_span_and_a_client_s_is_not() -> None:
+    record, exported = traced_record(prompt=None)
+    record.finish(503, "upstream_unavailable")
+    record2, exported2 = traced_record(prompt=None)
+    record2.finish(429, "rate_tokens")
+    (failed,) = exported.get_finished_spans()
+    (refused,) = exported2.get_finished_spans()
+    assert failed.status.status_code is StatusCode.ERROR
+    assert failed.status.description == "upstream_unavailable"
+    assert refused.status.status_code is StatusCode.UNSET
+    assert (refused.attributes or {})["gateway.outcome"] == "rate_tokens"
+    assert failed.name == "chat llm"
+
+
+def test_a_request_never_inherits_the_trace_of_the_one_before_it() -> None:
+    """A task starts with a copy of its maker's context: a request served after a traced
+    one in the same context (a keep-alive connection's next) must not add its steps to
+    that one's trace."""
+    tracing.start(TracingSettings("http://127.0.0.1:9/v1/traces", ratio=1.0, export_timeout_s=0.1))
+    try:
+        first = tracing.begin_request("chat", None, None)
+        assert first is not None and tracing.current() is first
+        # The next request: its client sent a context that says "not sampled".
+        unsampled = f"00-{TRACE}-{SPAN}-00"
+
+        async def next_request() -> tracing.RequestTrace | None:
+            assert tracing.begin_request("chat", unsampled, None) is None
+            return tracing.current()
+
+        assert asyncio.run(next_request()) is None
+    finally:
+        tracing.stop()
