@@ -1,5 +1,5 @@
 """The gateway serves a model where cluster.yaml's deployment is placed, and places it
-again on another node when its node fails."""
+again on another node when its node fails; each placement is a trace of its own."""
 
 from __future__ import annotations
 
@@ -12,9 +12,20 @@ import pytest
 import yaml
 from openai import OpenAI, OpenAIError
 
+from gateway_tools.dev.otlp_receiver import OtlpReceiver, Span, SpanFile
+from gateway_tools.dev.processes import free_port
 from gateway_tools.dev.sim.server import TritonSim
+from tests import ports
 from tests.e2e.conftest import two_sims
 from tests.e2e.stack import KEYS, Gateway, model, start_gateway
+
+
+@pytest.fixture(scope="module")
+def receiver() -> Iterator[OtlpReceiver]:
+    port = free_port(start=ports.COLLECTORS + 710, end=ports.COLLECTORS + 760)
+    received = OtlpReceiver(SpanFile(None), port).start()
+    yield received
+    received.stop()
 
 
 @pytest.fixture(scope="module")
@@ -27,7 +38,10 @@ def nodes() -> Iterator[tuple[TritonSim, TritonSim]]:
 
 @pytest.fixture(scope="module")
 def placed(
-    nodes: tuple[TritonSim, TritonSim], redis_url: str, tmp_path_factory: pytest.TempPathFactory
+    nodes: tuple[TritonSim, TritonSim],
+    receiver: OtlpReceiver,
+    redis_url: str,
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[Gateway]:
     a, b = nodes
     tmp = tmp_path_factory.mktemp("cluster")
@@ -52,6 +66,10 @@ def placed(
             "cluster_file": "cluster.yaml",
             "node_probe_interval_s": 0.3,
             "node_down_after": 2,
+            "tracing": {
+                "endpoint": f"http://127.0.0.1:{receiver.http_port}/v1/traces",
+                "schedule_delay_s": 0.1,
+            },
         },
     )
     yield gateway
@@ -76,7 +94,7 @@ def chat(gateway: Gateway) -> str:
 
 
 def test_the_model_moves_to_the_surviving_node(
-    placed: Gateway, nodes: tuple[TritonSim, TritonSim]
+    placed: Gateway, nodes: tuple[TritonSim, TritonSim], receiver: OtlpReceiver
 ) -> None:
     a, b = nodes
     # One replica, one GPU a node: it runs on one node, and the other unloads it.
@@ -96,3 +114,23 @@ def test_the_model_moves_to_the_surviving_node(
             time.sleep(0.3)
     assert ready(other, "llm-small")
     assert "is down: its replicas are placed elsewhere" in placed.log
+    # The move is a trace of the leader's: its plan around the node that is down, and
+    # the load on the other node.
+    host_name, other_name = ("node-a", "node-b") if host is a else ("node-b", "node-a")
+
+    def moved(spans: list[Span]) -> list[Span]:
+        plans = [s for s in spans if s.name == "gateway.placement.plan"]
+        return [p for p in plans if host_name in p.attributes["gateway.placement.nodes_down"]]
+
+    deadline = time.monotonic() + 30
+    while not moved(receiver.spans.recent()):
+        assert time.monotonic() < deadline, [s.name for s in receiver.spans.recent()]
+        time.sleep(0.2)
+    spans = receiver.spans.recent()
+    plan = moved(spans)[-1]  # a failed apply is placed again: the last one moved it
+    assert plan.attributes["gateway.placement.replicas"] == [f"llm-small#0@{other_name}"]
+    trace = [s for s in spans if s.trace_id == plan.trace_id]
+    (root,) = [s for s in trace if s.name == "gateway.placement"]
+    assert root.parent_span_id == "" and plan.parent_span_id == root.span_id
+    (load,) = [s for s in trace if s.name == "gateway.placement.load"]
+    assert f"{other_name}: load llm-small" in load.attributes["gateway.placement.actions"]
