@@ -675,7 +675,7 @@ class TracingConfig(Strict):
     # the environment names an OTLP endpoint.
     enabled: bool | None = None
     # The collector: `http://host:4318/v1/traces` (HTTP), `http://host:4317` (gRPC).
-    endpoint: str | None = None
+    endpoint: Annotated[str, Field(pattern=r"^https?://[^\s/?#]+(/\S*)?$")] | None = None
     protocol: Literal["http/protobuf", "grpc"] | None = None
     sampler: (
         Literal[

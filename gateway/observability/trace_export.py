@@ -19,6 +19,9 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from gateway.observability import metrics
 from gateway.observability.trace_settings import GRPC, TracingSettings
 
+# The longest a stopping gateway waits for its last spans to go.
+SHUTDOWN_WAIT_S = 5.0
+
 
 def provider(config: TracingSettings) -> TracerProvider:
     """A tracer provider exporting as `config` says; the gateway samples before it (each
@@ -60,8 +63,9 @@ class BoundedExport(SpanProcessor):
         self._max = config.max_queue_size
         self._batch = config.max_export_batch_size
         self._delay = config.schedule_delay_s
-        # How long a shutdown waits for the last export (a collector may not answer).
-        self._last_export_s = 2 * config.export_timeout_s
+        # How long a shutdown waits for the last export: a collector that does not
+        # answer must not hold a stopping gateway long (its spans are lost then).
+        self._last_export_s = min(config.export_timeout_s + 1.0, SHUTDOWN_WAIT_S)
         self._wake = threading.Event()
         self._stopping = False
         self._thread = threading.Thread(target=self._run, name="gateway-trace-export", daemon=True)

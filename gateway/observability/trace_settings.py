@@ -7,6 +7,7 @@ that each reads them without importing the other.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -86,6 +87,8 @@ def settings(explicit: Mapping[str, Any], environ: Mapping[str, str]) -> Tracing
         )
         # The base endpoint's signal path is added for HTTP, as the specification says.
         endpoint = base if protocol == GRPC else base.rstrip("/") + "/v1/traces"
+    if not _URL.fullmatch(endpoint):
+        raise TracingError(f"OTEL_EXPORTER_OTLP_ENDPOINT: {endpoint!r} is not an http(s) URL")
     sampler = str(
         explicit.get("sampler")
         or environ.get("OTEL_TRACES_SAMPLER", "").strip()
@@ -101,17 +104,20 @@ def settings(explicit: Mapping[str, Any], environ: Mapping[str, str]) -> Tracing
         {str(k): str(v) for k, v in (explicit.get("resource_attributes") or {}).items()}
     )
     headers = explicit.get("headers")
-    given = {
-        key: explicit[key]
-        for key in (
-            "client_sampled_per_second",
-            "max_queue_size",
-            "max_export_batch_size",
-            "schedule_delay_s",
-            "export_timeout_s",
-        )
-        if explicit.get(key) is not None
-    }
+    given = _batching(environ)
+    given.update(
+        {
+            key: explicit[key]
+            for key in (
+                "client_sampled_per_second",
+                "max_queue_size",
+                "max_export_batch_size",
+                "schedule_delay_s",
+                "export_timeout_s",
+            )
+            if explicit.get(key) is not None
+        }
+    )
     return TracingSettings(
         endpoint=endpoint,
         protocol=protocol,
@@ -121,6 +127,31 @@ def settings(explicit: Mapping[str, Any], environ: Mapping[str, str]) -> Tracing
         resource_attributes=resource,
         **given,
     )
+
+
+# The batch span processor's standard variables: (setting, scale to its unit).
+_BATCHING = {
+    "OTEL_BSP_MAX_QUEUE_SIZE": ("max_queue_size", None),
+    "OTEL_BSP_MAX_EXPORT_BATCH_SIZE": ("max_export_batch_size", None),
+    "OTEL_BSP_SCHEDULE_DELAY": ("schedule_delay_s", 1000.0),  # milliseconds
+    "OTEL_BSP_EXPORT_TIMEOUT": ("export_timeout_s", 1000.0),
+    "OTEL_EXPORTER_OTLP_TIMEOUT": ("export_timeout_s", 1000.0),
+    "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT": ("export_timeout_s", 1000.0),
+}
+_URL = re.compile(r"https?://[^\s/?#]+(/[^\s]*)?")
+
+
+def _batching(environ: Mapping[str, str]) -> dict[str, Any]:
+    """The export queue's settings the environment gives (positive whole numbers)."""
+    given: dict[str, Any] = {}
+    for variable, (setting, per_unit) in _BATCHING.items():
+        text = environ.get(variable, "").strip()
+        if not text:
+            continue
+        if not text.isdigit() or int(text) < 1:
+            raise TracingError(f"{variable}: {text!r} is not a positive whole number")
+        given[setting] = int(text) if per_unit is None else int(text) / per_unit
+    return given
 
 
 def _ratio(sampler: str, explicit: object, environ: str | None) -> float:

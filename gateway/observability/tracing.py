@@ -160,7 +160,6 @@ class _Tracing:
     def __init__(self, config: TracingSettings) -> None:
         from gateway.observability import trace_export
 
-        self.config = config
         self.sampler = Sampler(config.ratio, config.parent_based, config.client_sampled_per_second)
         self.provider = trace_export.provider(config)
         self.tracer: Tracer = self.provider.get_tracer("inference-gateway")
@@ -183,8 +182,8 @@ def start(config: TracingSettings) -> None:
     )
 
 
-def stop(timeout_s: float = 5.0) -> None:
-    """Export what is queued (for up to `timeout_s`) and trace no more."""
+def stop() -> None:
+    """Export what is queued (`trace_export.BoundedExport.shutdown`) and trace no more."""
     global _tracing
     current, _tracing = _tracing, None
     if current is not None:

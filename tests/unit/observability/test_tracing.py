@@ -113,17 +113,56 @@ def test_an_environment_value_that_cannot_be_used_is_refused_by_name(
         settings({"enabled": True}, environ)
 
 
+def test_the_batch_processor_s_standard_variables_set_the_export_queue() -> None:
+    on = settings(
+        {"max_queue_size": 64},
+        {
+            "OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318",
+            "OTEL_BSP_MAX_QUEUE_SIZE": "4096",
+            "OTEL_BSP_MAX_EXPORT_BATCH_SIZE": "128",
+            "OTEL_BSP_SCHEDULE_DELAY": "250",
+            "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT": "3000",
+        },
+    )
+    assert on is not None
+    # Milliseconds, as the specification has them; gateway.yaml wins.
+    assert (on.max_queue_size, on.max_export_batch_size) == (64, 128)
+    assert (on.schedule_delay_s, on.export_timeout_s) == (0.25, 3.0)
+
+
+@pytest.mark.parametrize(
+    ("environ", "named"),
+    [
+        ({"OTEL_BSP_MAX_QUEUE_SIZE": "-1"}, "OTEL_BSP_MAX_QUEUE_SIZE"),
+        ({"OTEL_BSP_SCHEDULE_DELAY": "1s"}, "OTEL_BSP_SCHEDULE_DELAY"),
+        ({"OTEL_EXPORTER_OTLP_ENDPOINT": "collector:4318"}, "OTEL_EXPORTER_OTLP_ENDPOINT"),
+        ({"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "ftp://x/y"}, "OTEL_EXPORTER_OTLP_ENDPOINT"),
+    ],
+)
+def test_a_bad_export_variable_is_refused_by_name(environ: dict[str, str], named: str) -> None:
+    with pytest.raises(TracingError, match=named):
+        settings({"enabled": True}, environ)
+
+
 def test_gateway_yaml_refuses_a_bad_tracing_section_at_its_lines(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.chdir(tmp_path)
-    tracing = "tracing:\n  sampler_arg: 2\n  protocol: http/json\n  endpont: http://x\n"
+    tracing = (
+        "tracing:\n  sampler_arg: 2\n  protocol: http/json\n  endpont: http://x\n"
+        "  endpoint: collector:4318\n  max_queue_size: 0\n"
+    )
     found = problems(gateway=GATEWAY + tracing)
-    assert found == [
+    assert found[:3] == [
         "gateway.yaml:11: tracing.sampler_arg: Input should be less than or equal to 1",
         "gateway.yaml:12: tracing.protocol: Input should be 'http/protobuf' or 'grpc'",
         "gateway.yaml:13: tracing: unknown key 'endpont'",
     ]
+    assert found[3].startswith("gateway.yaml:14: tracing.endpoint: String should match pattern")
+    assert (
+        found[4]
+        == "gateway.yaml:15: tracing.max_queue_size: Input should be greater than or equal to 1"
+    )
 
 
 # -- a client's trace context ---------------------------------------------------------------
