@@ -575,16 +575,21 @@ def test_no_service_account_token(rendered: dict[str, list[Manifest]], overlay: 
     assert not find(rendered[overlay], "Role")
 
 
-def test_kubernetes_api_access_component(with_api_access: list[Manifest]) -> None:
-    """The optional component: a ServiceAccount whose Role reads EndpointSlices and
-    holds a Lease, and the gateways (only) running as it with a token."""
-    objects = with_api_access
-    assert len(objects) == EXPECTED_OBJECTS["production"] + 3
+def validate_all(objects: list[Manifest]) -> None:
+    """Each object against its schema: Kubernetes' own, or its CRD's."""
     for o in objects:
         if o["kind"] in CRD_SCHEMAS:
             jsonschema.validate(o, CRD_SCHEMAS[o["kind"]])
         else:
             kubernetes_validate.validate(o, KUBERNETES_VERSION, strict=True)
+
+
+def test_kubernetes_api_access_component(with_api_access: list[Manifest]) -> None:
+    """The optional component: a ServiceAccount whose Role reads EndpointSlices and
+    holds a Lease, and the gateways (only) running as it with a token."""
+    objects = with_api_access
+    assert len(objects) == EXPECTED_OBJECTS["production"] + 3
+    validate_all(objects)
     account = one(objects, "ServiceAccount", "gateway")
     role = one(objects, "Role", "gateway")
     binding = one(objects, "RoleBinding", "gateway")
@@ -611,11 +616,7 @@ def test_otel_collector_component(with_collector: list[Manifest]) -> None:
     pointed at it by the standard environment, and every Triton tracing to it."""
     objects = with_collector
     assert len(objects) == EXPECTED_OBJECTS["production"] + 4
-    for o in objects:
-        if o["kind"] in CRD_SCHEMAS:
-            jsonschema.validate(o, CRD_SCHEMAS[o["kind"]])
-        else:
-            kubernetes_validate.validate(o, KUBERNETES_VERSION, strict=True)
+    validate_all(objects)
     service = one(objects, "Service", "otel-collector")
     assert {p["port"] for p in service["spec"]["ports"]} == {4317, 4318}
     config = yaml.safe_load(configmap(objects, "otel-collector")["data"]["collector.yaml"])
