@@ -15,6 +15,7 @@ from opentelemetry.context import Context
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+from opentelemetry.sdk.trace.sampling import ALWAYS_ON
 
 from gateway.observability import metrics
 from gateway.observability.trace_settings import GRPC, TracingSettings
@@ -24,9 +25,12 @@ SHUTDOWN_WAIT_S = 5.0
 
 
 def provider(config: TracingSettings) -> TracerProvider:
-    """A tracer provider exporting as `config` says; the gateway samples before it (each
-    span it is asked for is recorded)."""
-    made = TracerProvider(resource=Resource.create(dict(config.resource_attributes)))
+    """A tracer provider exporting as `config` says. The gateway samples before it, so it
+    records every span it is asked for: left to itself it would read
+    `OTEL_TRACES_SAMPLER` and sample the sampled requests a second time."""
+    made = TracerProvider(
+        sampler=ALWAYS_ON, resource=Resource.create(dict(config.resource_attributes))
+    )
     made.add_span_processor(BoundedExport(exporter(config), config))
     return made
 

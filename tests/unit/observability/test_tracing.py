@@ -390,3 +390,18 @@ def test_a_request_never_inherits_the_trace_of_the_one_before_it() -> None:
         assert asyncio.run(next_request()) is None
     finally:
         tracing.stop()
+
+
+def test_a_request_the_gateway_samples_is_recorded_whatever_the_sdk_would_sample(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The gateway's sampler decides, once: the SDK's own, which reads the same
+    OTEL_TRACES_SAMPLER, must not sample its choice again."""
+    monkeypatch.setenv("OTEL_TRACES_SAMPLER", "traceidratio")
+    monkeypatch.setenv("OTEL_TRACES_SAMPLER_ARG", "0.0")
+    tracing.start(TracingSettings("http://127.0.0.1:9/v1/traces", export_timeout_s=0.1))
+    try:
+        traces = [tracing.begin_request("chat", None, None) for _ in range(20)]
+        assert all(t is not None and t.span.is_recording() for t in traces)
+    finally:
+        tracing.stop()
