@@ -116,12 +116,32 @@ def _check_config(args: argparse.Namespace) -> int:
     from gateway.config import check_config
 
     problems = check_config(args.config)
+    if not problems:
+        problems = _environment_problems(args.config)
     for problem in problems:
         print(problem)
     if problems:
         return 1
     print(f"{args.config}: ok")
     return 0
+
+
+def _environment_problems(path: str) -> list[str]:
+    """What `gateway serve` would refuse in this environment beside the files: the
+    tracing settings it reads from `OTEL_*` (a bare tenants file reads none)."""
+    from gateway.config import load_config
+    from gateway.config.source import read_source
+    from gateway.observability import trace_settings
+
+    data = read_source(path).data
+    if isinstance(data, dict) and "tenants" in data and "models" not in data:
+        return []
+    config = load_config(path)
+    try:
+        trace_settings.settings(config.gateway.tracing.model_dump(exclude_none=True), os.environ)
+    except trace_settings.TracingError as exc:
+        return [f"environment: {exc}"]
+    return []
 
 
 def _hash_key(args: argparse.Namespace) -> int:

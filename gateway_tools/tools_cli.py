@@ -57,7 +57,7 @@ def _otlp_receiver(args: argparse.Namespace) -> int:
 def _traces(args: argparse.Namespace) -> int:
     from gateway_tools.dev.trace_view import run_traces
 
-    return run_traces(args.file, args.trace, args.request_id, args.last)
+    return run_traces(args.file, args.trace, args.request_id, args.last, args.all)
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -116,7 +116,12 @@ def add_commands(sub: Commands) -> None:
     )
     traces.add_argument("--trace", help="a trace id (or its first characters)")
     traces.add_argument("--request-id", help="the request's x-request-id")
-    traces.add_argument("--last", type=int, default=1, help="the last N traces (1)")
+    traces.add_argument("--last", type=int, default=1, help="the last N requests' traces (1)")
+    traces.add_argument(
+        "--all",
+        action="store_true",
+        help="with --last: the gateway's own work too (placements, the closed loop)",
+    )
     traces.set_defaults(run=_traces)
 
     from gateway_tools.usage_cli import add_usage_arguments

@@ -48,10 +48,16 @@ def traces(spans: Iterable[Span]) -> dict[str, list[Span]]:
 
 
 def chosen(
-    all_traces: dict[str, list[Span]], trace_id: str | None, request_id: str | None, last: int
+    all_traces: dict[str, list[Span]],
+    trace_id: str | None,
+    request_id: str | None,
+    last: int,
+    *,
+    own_work: bool = False,
 ) -> list[list[Span]]:
     """The traces asked for: by trace id (or its prefix), by the gateway's request id (the
-    `x-request-id` a client got), else the last `last`."""
+    `x-request-id` a client got), else the last `last` requests' (with `own_work`, the
+    gateway's own work's too: placements, the closed loop's intervals)."""
     if trace_id:
         return [spans for tid, spans in all_traces.items() if tid.startswith(trace_id.lower())]
     if request_id:
@@ -60,7 +66,12 @@ def chosen(
             for spans in all_traces.values()
             if any(s.attributes.get("gateway.request_id") == request_id for s in spans)
         ]
-    return list(all_traces.values())[-last:] if last > 0 else []
+    shown = [spans for spans in all_traces.values() if own_work or _of_a_request(spans)]
+    return shown[-last:] if last > 0 else []
+
+
+def _of_a_request(spans: list[Span]) -> bool:
+    return any("gateway.request_id" in s.attributes for s in spans)
 
 
 def waterfall(spans: Sequence[Span]) -> str:
@@ -148,7 +159,9 @@ def _event_detail(attributes: dict[str, object]) -> str:
     return ("  " + " ".join(parts)) if parts else ""
 
 
-def run_traces(path: str, trace_id: str | None, request_id: str | None, last: int) -> int:
+def run_traces(
+    path: str, trace_id: str | None, request_id: str | None, last: int, own_work: bool
+) -> int:
     """`gateway traces`: print the traces asked for; 1 when there is none."""
     import sys
 
@@ -157,11 +170,20 @@ def run_traces(path: str, trace_id: str | None, request_id: str | None, last: in
     try:
         spans = read_spans(path)
     except FileNotFoundError:
-        print(f"traces: {path}: no such file (is the demo running?)", file=sys.stderr)
+        print(
+            f"traces: {path}: no such file. The demo prints its spans file on its "
+            "`Traces:` line; pass it with --file",
+            file=sys.stderr,
+        )
         return 1
-    found = chosen(traces(spans), trace_id, request_id, last)
+    found = chosen(traces(spans), trace_id, request_id, last, own_work=own_work)
     if not found:
-        print("traces: no trace matches", file=sys.stderr)
+        why = (
+            " (a request is traced only when sampled; Triton's spans come seconds later)"
+            if trace_id or request_id
+            else ""
+        )
+        print(f"traces: no trace matches{why}", file=sys.stderr)
         return 1
     print("\n\n".join(waterfall(trace) for trace in found))
     return 0

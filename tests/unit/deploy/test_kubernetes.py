@@ -641,6 +641,15 @@ def test_otel_collector_component(with_collector: list[Manifest]) -> None:
         assert "--trace-config=mode=opentelemetry" in args
         assert "--trace-config=rate=0" in args
         assert "--trace-config=opentelemetry,url=http://otel-collector:4318/v1/traces" in args
+        # Each names itself (its instance label), read from the pod's labels.
+        container = triton["spec"]["template"]["spec"]["containers"][0]
+        (instance,) = container["env"]
+        labels = triton["spec"]["template"]["metadata"]["labels"]
+        assert "app.kubernetes.io/instance" in labels
+        assert instance["valueFrom"]["fieldRef"]["fieldPath"] == (
+            "metadata.labels['app.kubernetes.io/instance']"
+        )
+        assert "--trace-config=opentelemetry,resource=service.name=$(TRITON_INSTANCE)" in args
     policy = one(objects, "NetworkPolicy", "otel-collector-from-senders")
     (allowed,) = policy["spec"]["ingress"][0]["from"][0]["podSelector"]["matchExpressions"]
     assert set(allowed["values"]) == {"gateway", "triton"}

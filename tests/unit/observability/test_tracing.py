@@ -405,3 +405,21 @@ def test_a_request_the_gateway_samples_is_recorded_whatever_the_sdk_would_sample
         assert all(t is not None and t.span.is_recording() for t in traces)
     finally:
         tracing.stop()
+
+
+def test_check_config_refuses_what_serve_would_refuse_in_the_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from gateway.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    problems(gateway=GATEWAY)  # writes gateway.yaml and tenants.yaml
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4318")
+    monkeypatch.setenv("OTEL_TRACES_SAMPLER", "traceidratio")
+    monkeypatch.setenv("OTEL_TRACES_SAMPLER_ARG", "lots")
+    assert main(["check-config", "--config", "gateway.yaml"]) == 1
+    assert capsys.readouterr().out == (
+        "environment: OTEL_TRACES_SAMPLER_ARG: 'lots' is not a number\n"
+    )
+    monkeypatch.setenv("OTEL_TRACES_SAMPLER_ARG", "0.25")
+    assert main(["check-config", "--config", "gateway.yaml"]) == 0
