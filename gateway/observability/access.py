@@ -16,6 +16,8 @@ log = logging.getLogger("gateway.access")
 
 # Tenant or model of a request not known (yet): no key, an unknown model, a bad body.
 UNKNOWN = "-"
+# The most of a logged prompt (`server.log_prompts`) a trace's span keeps.
+TRACED_PROMPT_CHARS = 8192
 
 
 # Told of a request once it is finished, with its duration in seconds: the usage ledger,
@@ -179,7 +181,8 @@ class RequestRecord:
         if self.cost_micros is not None:
             attributes["gateway.cost_micros"] = self.cost_micros
         if self.prompt is not None:  # `server.log_prompts` only, redacted as the log is
-            attributes["gateway.prompt"] = redact(self.prompt)
+            # Cut: a span waits in the export queue, and a client chooses its prompt's size.
+            attributes["gateway.prompt"] = redact(self.prompt)[:TRACED_PROMPT_CHARS]
         name = f"{trace.operation} {model}" if model else trace.operation
         # A server span is an error for the gateway's failures only, not a client's.
         error = (self.reason or str(status)) if status >= 500 else None

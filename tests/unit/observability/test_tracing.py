@@ -356,6 +356,11 @@ def test_a_prompt_enters_a_span_only_when_logged_and_then_redacted() -> None:
     (span,) = exported.get_finished_spans()
     prompt = str((span.attributes or {})["gateway.prompt"])
     assert "[REDACTED]" in prompt and "abcdefghijklmnop" not in prompt
+    # A client's megabyte of prompt is 8 KiB of span: spans wait in the export queue.
+    record, exported = traced_record(prompt="x" * 1_000_000)
+    record.finish(200)
+    (span,) = exported.get_finished_spans()
+    assert len(str((span.attributes or {})["gateway.prompt"])) == 8192
 
 
 def test_a_gateway_failure_is_an_error_span_and_a_client_s_is_not() -> None:
