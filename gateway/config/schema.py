@@ -700,8 +700,8 @@ class TracingConfig(Strict):
     # Finished spans waiting for export; past it, spans are dropped (and counted).
     max_queue_size: Annotated[Int, Field(ge=1, le=1_000_000)] | None = None
     max_export_batch_size: Annotated[Int, Field(ge=1, le=100_000)] | None = None
-    schedule_delay_s: PositiveFloat | None = None
-    export_timeout_s: PositiveFloat | None = None
+    schedule_delay_s: Annotated[Float, Field(gt=0, le=3600)] | None = None
+    export_timeout_s: Annotated[Float, Field(gt=0, le=600)] | None = None
 
 
 class GatewayConfig(Strict):

@@ -107,6 +107,8 @@ class RequestRecord:
             model = self.queue_model or self.served_model or self.model
             queued = (model, self.priority)
             metrics.observe(metrics.QUEUE_WAIT, queued, self.queue_wait_s, trace_id)
+        # `server.log_prompts` only: redacted once, for the log line and the trace alike.
+        prompt = None if self.prompt is None else redact(self.prompt)
         if log.isEnabledFor(logging.INFO):
             fields = {
                 "request_id": self.request_id,
@@ -134,17 +136,19 @@ class RequestRecord:
             }
             if trace is not None:
                 fields["trace_id"], fields["span_id"] = trace.trace_id, trace.span_id
-            if self.prompt is not None:
-                fields["prompt"] = redact(self.prompt)
+            if prompt is not None:
+                fields["prompt"] = prompt
             log.handle(_access_line(fields))
         if trace is not None:
-            self._end_trace(trace, status, duration)
+            self._end_trace(trace, status, duration, prompt)
         if self.sink is not None:
             self.sink(self, duration)
 
-    def _end_trace(self, trace: RequestTrace, status: int, duration: float) -> None:
+    def _end_trace(
+        self, trace: RequestTrace, status: int, duration: float, prompt: str | None
+    ) -> None:
         """The server span's last attributes (the GenAI conventions' and the gateway's
-        own), and its end."""
+        own; `prompt`, redacted, with `server.log_prompts`), and its end."""
         model = self.model if self.model != UNKNOWN else ""
         attributes: dict[str, Attribute] = {
             "gen_ai.operation.name": trace.operation,
@@ -180,9 +184,9 @@ class RequestRecord:
             attributes["gateway.replay_of"] = self.replay_of
         if self.cost_micros is not None:
             attributes["gateway.cost_micros"] = self.cost_micros
-        if self.prompt is not None:  # `server.log_prompts` only, redacted as the log is
+        if prompt is not None:
             # Cut: a span waits in the export queue, and a client chooses its prompt's size.
-            attributes["gateway.prompt"] = redact(self.prompt)[:TRACED_PROMPT_CHARS]
+            attributes["gateway.prompt"] = prompt[:TRACED_PROMPT_CHARS]
         name = f"{trace.operation} {model}" if model else trace.operation
         # A server span is an error for the gateway's failures only, not a client's.
         error = (self.reason or str(status)) if status >= 500 else None

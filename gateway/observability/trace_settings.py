@@ -7,6 +7,7 @@ that each reads them without importing the other.
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -70,16 +71,12 @@ def settings(explicit: Mapping[str, Any], environ: Mapping[str, str]) -> Tracing
         no_exporter = environ.get("OTEL_TRACES_EXPORTER", "").strip().lower() == "none"
         if disabled or no_exporter or not (traces_endpoint or base_endpoint):
             return None
-    protocol = str(
-        explicit.get("protocol")
-        or environ.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "").strip()
-        or environ.get("OTEL_EXPORTER_OTLP_PROTOCOL", "").strip()
-        or HTTP_PROTOBUF
+    named, protocol = _first(
+        environ, "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL"
     )
+    protocol = str(explicit.get("protocol") or protocol or HTTP_PROTOBUF)
     if protocol not in PROTOCOLS:
-        raise TracingError(
-            f"OTEL_EXPORTER_OTLP_PROTOCOL: {protocol!r} is not one of {', '.join(PROTOCOLS)}"
-        )
+        raise TracingError(f"{named}: {protocol!r} is not one of {', '.join(PROTOCOLS)}")
     endpoint = str(explicit.get("endpoint") or "") or traces_endpoint
     if not endpoint:
         base = base_endpoint or (
@@ -89,6 +86,7 @@ def settings(explicit: Mapping[str, Any], environ: Mapping[str, str]) -> Tracing
         endpoint = base if protocol == GRPC else base.rstrip("/") + "/v1/traces"
     if not _URL.fullmatch(endpoint):
         raise TracingError(f"OTEL_EXPORTER_OTLP_ENDPOINT: {endpoint!r} is not an http(s) URL")
+    _check_exporter_environment(environ)
     sampler = str(
         explicit.get("sampler")
         or environ.get("OTEL_TRACES_SAMPLER", "").strip()
@@ -141,6 +139,39 @@ _BATCHING = {
 _URL = re.compile(r"https?://[^\s/?#]+(/[^\s]*)?")
 
 
+# The most each may be (as gateway.yaml's `tracing:` bounds them): an hour's delay, ten
+# minutes' timeout; a larger one overflows the export thread's timers.
+_BATCHING_MOST = {
+    "max_queue_size": 1_000_000,
+    "max_export_batch_size": 100_000,
+    "schedule_delay_s": 3600,
+    "export_timeout_s": 600,
+}
+# An OTLP exporter's headers variable, as OpenTelemetry's own parser takes it: a member
+# it cannot read it logs, secret and all, so one is refused here first.
+_HEADER = re.compile(
+    r"[ \t]*[\x21\x23-\x27\x2a\x2b\x2d\x2e\x30-\x39\x41-\x5a\x5e-\x7a\x7c\x7e]+[ \t]*="
+    r"[ \t]*[\x20\x21\x23-\x2b\x2d-\x3a\x3c-\x5b\x5d-\x7e]*[ \t]*"
+)
+_FILES = (
+    "OTEL_EXPORTER_OTLP_CERTIFICATE",
+    "OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE",
+    "OTEL_EXPORTER_OTLP_CLIENT_KEY",
+    "OTEL_EXPORTER_OTLP_TRACES_CLIENT_KEY",
+    "OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE",
+    "OTEL_EXPORTER_OTLP_TRACES_CLIENT_CERTIFICATE",
+)
+
+
+def _first(environ: Mapping[str, str], *variables: str) -> tuple[str, str]:
+    """The first of `variables` set (its name and value), else the last's name and ''."""
+    for variable in variables:
+        value = environ.get(variable, "").strip()
+        if value:
+            return variable, value
+    return variables[-1], ""
+
+
 def _batching(environ: Mapping[str, str]) -> dict[str, Any]:
     """The export queue's settings the environment gives (positive whole numbers)."""
     given: dict[str, Any] = {}
@@ -150,8 +181,30 @@ def _batching(environ: Mapping[str, str]) -> dict[str, Any]:
             continue
         if not text.isdigit() or int(text) < 1:
             raise TracingError(f"{variable}: {text!r} is not a positive whole number")
-        given[setting] = int(text) if per_unit is None else int(text) / per_unit
+        value = int(text) if per_unit is None else int(text) / per_unit
+        if value > _BATCHING_MOST[setting]:
+            most = _BATCHING_MOST[setting] * (per_unit or 1)
+            raise TracingError(f"{variable}: {text} is more than {most:g}")
+        given[setting] = value
     return given
+
+
+def _check_exporter_environment(environ: Mapping[str, str]) -> None:
+    """The variables the OTLP exporter reads itself: headers it can parse (a member it
+    cannot, it would log: the secret in it with it, so its text is not shown here
+    either), certificate files that are there."""
+    for variable in ("OTEL_EXPORTER_OTLP_HEADERS", "OTEL_EXPORTER_OTLP_TRACES_HEADERS"):
+        members = [m for m in re.split(r"[ \t]*,[ \t]*", environ.get(variable, "")) if m]
+        for number, member in enumerate(members, start=1):
+            if not _HEADER.fullmatch(member.strip()):
+                raise TracingError(
+                    f"{variable}: member {number} is not name=value (its text is not shown: "
+                    "it may hold a secret)"
+                )
+    for variable in _FILES:
+        path = environ.get(variable, "").strip()
+        if path and not os.path.isfile(path):
+            raise TracingError(f"{variable}: {path!r} is not a file")
 
 
 def _ratio(sampler: str, explicit: object, environ: str | None) -> float:

@@ -55,8 +55,10 @@ _TRACEPARENT = re.compile(r"([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f
 _TRACESTATE_MEMBERS = 32
 _TRACESTATE_KEPT = 512
 _TRACESTATE_READ = 8192
+# A simple key starts with a letter; a multi-tenant one's tenant may start with a digit
+# (W3C; OpenTelemetry's TraceState logs each member it refuses: none may reach it).
 _TRACESTATE_MEMBER = re.compile(
-    r"([a-z0-9][_0-9a-z\-*/]{0,255}|[a-z0-9][_0-9a-z\-*/]{0,240}@[a-z][_0-9a-z\-*/]{0,13})"
+    r"([a-z][_0-9a-z\-*/]{0,255}|[a-z0-9][_0-9a-z\-*/]{0,240}@[a-z][_0-9a-z\-*/]{0,13})"
     r"=([\x20-\x2b\x2d-\x3c\x3e-\x7e]{0,255}[\x21-\x2b\x2d-\x3c\x3e-\x7e])"
 )
 
@@ -141,8 +143,9 @@ class Sampler:
                 return False
             if self._ratio >= 1.0 or self._client_may():
                 return True
-        # The ratio on the trace id, as every W3C participant decides it.
-        return (parent.trace_id & 0xFFFFFFFFFFFFFFFF) < self._ratio * 2**64
+        # The ratio, by a draw of the gateway's own: not on the trace id, as W3C
+        # participants do, since the client chose it (and could choose one that passes).
+        return random.random() < self._ratio
 
     def _client_may(self) -> bool:
         now = self._clock()

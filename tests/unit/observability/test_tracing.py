@@ -14,6 +14,7 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
+from opentelemetry.trace.span import TraceState
 
 from gateway.observability import metrics, tracing
 from gateway.observability.access import RequestRecord
@@ -133,6 +134,13 @@ def test_the_batch_processor_s_standard_variables_set_the_export_queue() -> None
 @pytest.mark.parametrize(
     ("environ", "named"),
     [
+        ({"OTEL_BSP_SCHEDULE_DELAY": "9300000000000"}, "OTEL_BSP_SCHEDULE_DELAY"),
+        ({"OTEL_EXPORTER_OTLP_TIMEOUT": "600001"}, "OTEL_EXPORTER_OTLP_TIMEOUT"),
+        ({"OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "http/json"}, "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"),
+        (
+            {"OTEL_EXPORTER_OTLP_CERTIFICATE": "/nonexistent/ca.pem"},
+            "OTEL_EXPORTER_OTLP_CERTIFICATE",
+        ),
         ({"OTEL_BSP_MAX_QUEUE_SIZE": "-1"}, "OTEL_BSP_MAX_QUEUE_SIZE"),
         ({"OTEL_BSP_SCHEDULE_DELAY": "1s"}, "OTEL_BSP_SCHEDULE_DELAY"),
         ({"OTEL_EXPORTER_OTLP_ENDPOINT": "collector:4318"}, "OTEL_EXPORTER_OTLP_ENDPOINT"),
@@ -144,13 +152,26 @@ def test_a_bad_export_variable_is_refused_by_name(environ: dict[str, str], named
         settings({"enabled": True}, environ)
 
 
+def test_a_malformed_headers_variable_is_refused_without_showing_its_secret(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    secret = "hcaik_01hzsecretsecretsecret"
+    environ = {"OTEL_EXPORTER_OTLP_HEADERS": f"x-honeycomb-team:{secret}"}
+    with pytest.raises(TracingError) as refused:
+        settings({"enabled": True}, environ)
+    assert str(refused.value).startswith("OTEL_EXPORTER_OTLP_HEADERS: member 1 is not name=value")
+    assert secret not in str(refused.value) and not caplog.records
+    good = {"OTEL_EXPORTER_OTLP_HEADERS": f"x-honeycomb-team={secret},x-b=c%20d"}
+    assert settings({"enabled": True}, good) is not None
+
+
 def test_gateway_yaml_refuses_a_bad_tracing_section_at_its_lines(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.chdir(tmp_path)
     tracing = (
         "tracing:\n  sampler_arg: 2\n  protocol: http/json\n  endpont: http://x\n"
-        "  endpoint: collector:4318\n  max_queue_size: 0\n"
+        "  endpoint: collector:4318\n  max_queue_size: 0\n  schedule_delay_s: .inf\n"
     )
     found = problems(gateway=GATEWAY + tracing)
     assert found[:3] == [
@@ -163,6 +184,7 @@ def test_gateway_yaml_refuses_a_bad_tracing_section_at_its_lines(
         found[4]
         == "gateway.yaml:15: tracing.max_queue_size: Input should be greater than or equal to 1"
     )
+    assert found[5].startswith("gateway.yaml:16: tracing.schedule_delay_s: Input should be")
 
 
 # -- a client's trace context ---------------------------------------------------------------
@@ -210,6 +232,8 @@ def test_a_bad_traceparent_is_ignored(traceparent: str | None) -> None:
         (",".join(f"k{i}=v" for i in range(1000)), ()),  # over 32 members: dropped
         ("a=1,a=2", ()),  # a key twice: dropped
         ("a=1,Bad=2", ()),  # a malformed member: the whole header dropped
+        ("0abc=1", ()),  # a simple key starts with a letter
+        ("0abc@vendor=1", (("0abc@vendor", "1"),)),  # a tenant's may start with a digit
         ("a=" + "v" * 10_000, ()),  # longer than any W3C header: not read
         ("a=1,,  ,b=2", (("a", "1"), ("b", "2"))),  # empty members are allowed
         # 600 characters of whole members: cut to the first 512's.
@@ -220,10 +244,13 @@ def test_a_bad_traceparent_is_ignored(traceparent: str | None) -> None:
     ],
 )
 def test_a_tracestate_is_kept_only_when_valid_and_cut_to_512_characters(
-    tracestate: str, kept: tuple[tuple[str, str], ...]
+    tracestate: str, kept: tuple[tuple[str, str], ...], caplog: pytest.LogCaptureFixture
 ) -> None:
     parent = parse_parent(f"00-{TRACE}-{SPAN}-01", tracestate)
     assert parent is not None and parent.state == kept
+    # What is kept, OpenTelemetry takes without a word: the client's text is never logged.
+    TraceState(list(parent.state))
+    assert caplog.records == []
 
 
 # -- the sampler ----------------------------------------------------------------------------
@@ -250,10 +277,14 @@ def test_a_client_cannot_make_the_gateway_trace_past_its_rate() -> None:
     assert sum(sampler.sampled(sampled_parent(2**127 + i)) for i in range(1000)) == 5
 
 
-def test_past_the_client_rate_the_ratio_decides_on_the_trace_id() -> None:
-    sampler = Sampler(0.5, True, client_per_second=0, clock=Clock())
-    low, high = sampled_parent(1), sampled_parent(2**64 - 1)
-    assert sampler.sampled(low) and not sampler.sampled(high)
+def test_past_the_client_rate_a_chosen_trace_id_does_not_pass_the_ratio() -> None:
+    """The ratio is drawn by the gateway, not read off the trace id: a client that picks
+    ids a trace-id ratio would take (low bits near 0) gets the ratio like anyone."""
+    sampler = Sampler(0.01, True, client_per_second=0, clock=Clock())
+    crafted = [sampled_parent((i << 64) | 1) for i in range(1, 2001)]
+    assert sum(sampler.sampled(p) for p in crafted) < 60  # about 20
+    unsampled = Sampler(0.01, False, client_per_second=0, clock=Clock())
+    assert sum(unsampled.sampled(Parent(p.trace_id, 1, False)) for p in crafted) < 60
 
 
 def test_a_client_that_says_not_sampled_is_followed_by_a_parent_based_sampler() -> None:
