@@ -116,10 +116,7 @@ async def serve(request: Request, wire: Wire) -> Response:
         wire.id_prefix + random_id(), endpoint=wire.name, sink=runtime.record_sink
     )
     if tracing.enabled():
-        headers = request.headers
-        record.trace = tracing.begin_request(
-            _OPERATIONS[wire.name], headers.get("traceparent"), headers.get("tracestate")
-        )
+        record.trace = tracing.begin_request(_OPERATIONS[wire.name], request.scope["headers"])
     incoming = _HttpIncoming(request, wire, runtime, record)
     try:
         outcome = await conductor_of(request).conduct(incoming)
@@ -345,7 +342,8 @@ async def _sse_events(
                     called = True
                     yield writer.tool_calls(delta.tool_calls)
         finish = stream.finish_reason(0, called)
-        record.finish_reasons = (finish,)
+        if record.trace is not None:
+            record.finish_reasons = (finish,)
         try:
             stream.check(0, "".join(text), called, finish)
         except errors.CLIENT_ERRORS as exc:

@@ -25,20 +25,36 @@ request path never waits for a collector.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import random
 import re
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
+
+# OpenTelemetry's API only (the SDK and the exporters are `trace_export`'s, imported when
+# tracing starts); imported here once, not in each call: an import statement in a
+# function costs a traced request a microsecond each time.
+from opentelemetry.trace import (
+    NonRecordingSpan,
+    SpanContext,
+    SpanKind,
+    Status,
+    StatusCode,
+    TraceFlags,
+    Tracer,
+    set_span_in_context,
+)
+from opentelemetry.trace.span import TraceState
 
 from gateway.observability.trace_settings import TracingSettings
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import Span as Span
-    from opentelemetry.trace import Tracer
 
 log = logging.getLogger("gateway.tracing")
 
@@ -204,15 +220,23 @@ _CURRENT: ContextVar[tuple[RequestTrace, Span] | None] = ContextVar("gateway_tra
 _UPSTREAM: ContextVar[str | None] = ContextVar("gateway_upstream_trace", default=None)
 
 
-def begin_request(
-    operation: str, traceparent: str | None, tracestate: str | None
-) -> RequestTrace | None:
-    """The server span of a request that has just arrived, if it is traced (else None),
-    made the current task's; `operation` is its GenAI operation (`chat`, ...)."""
+def begin_request(operation: str, headers: Iterable[tuple[bytes, bytes]]) -> RequestTrace | None:
+    """The server span of a request that has just arrived with `headers` (ASGI's: names
+    in lower case), if it is traced (else None), made the current task's; `operation`
+    is its GenAI operation (`chat`, ...)."""
     tracing = _tracing
     if tracing is None:
         return None
-    parent = parse_parent(traceparent, tracestate)
+    # The raw headers read once: Starlette's `Headers` cost a request a microsecond or two.
+    traceparent: str | None = None
+    states: list[str] = []
+    for name, value in headers:
+        if name == b"traceparent":
+            # Two are no context at all (W3C): an empty one parses as none.
+            traceparent = "" if traceparent is not None else value.decode("latin-1")
+        elif name == b"tracestate":
+            states.append(value.decode("latin-1"))
+    parent = parse_parent(traceparent, ",".join(states) if states else None)
     if not tracing.sampler.sampled(parent):
         # Set even so: a task made from one that served a traced request (a keep-alive
         # connection's next, say) starts with a copy of that one's context.
@@ -268,10 +292,6 @@ class RequestTrace:
     def __init__(
         self, tracer: Tracer, operation: str, parent: Parent | None, *, server: bool = True
     ) -> None:
-        from opentelemetry import trace
-        from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, TraceFlags
-        from opentelemetry.trace.span import TraceState
-
         self._tracer = tracer
         self.operation = operation
         context = None
@@ -283,7 +303,7 @@ class RequestTrace:
                 trace_flags=TraceFlags(TraceFlags.SAMPLED),
                 trace_state=TraceState(list(parent.state)),
             )
-            context = trace.set_span_in_context(NonRecordingSpan(remote))
+            context = set_span_in_context(NonRecordingSpan(remote))
         kind = SpanKind.SERVER if server else SpanKind.INTERNAL
         self.span: Span = tracer.start_span(  # type: ignore[assignment]
             operation, context=context, kind=kind
@@ -302,15 +322,12 @@ class RequestTrace:
         client: bool = False,
     ) -> Span:
         """A span of one step, under `parent` (the current step's, else the request's)."""
-        from opentelemetry import trace
-        from opentelemetry.trace import SpanKind
-
         if parent is None:
             scope = _CURRENT.get()
             parent = scope[1] if scope is not None and scope[0] is self else self.span
         return self._tracer.start_span(  # type: ignore[return-value]
             name,
-            context=trace.set_span_in_context(parent),
+            context=set_span_in_context(parent),
             kind=SpanKind.CLIENT if client else SpanKind.INTERNAL,
             attributes=attributes,
             start_time=start_ns,
@@ -326,19 +343,8 @@ class RequestTrace:
     def upstream(self, model: str, url: str, protocol: str, attempt: int) -> UpstreamAttempt:
         """A call to the replica at `url`, the `attempt`th for this model (1: the first;
         later ones are failovers), under the current step (the model's)."""
-        from urllib.parse import urlsplit
-
-        where = urlsplit(url)
-        attributes: dict[str, Attribute] = {
-            "gateway.model": model,
-            "gateway.replica": url,
-            "gateway.protocol": protocol,
-            "gateway.replica_attempt": attempt,
-        }
-        if where.hostname:
-            attributes["server.address"] = where.hostname
-        if where.port:
-            attributes["server.port"] = where.port
+        attributes = dict(_replica_attributes(model, url, protocol))
+        attributes["gateway.replica_attempt"] = attempt
         return UpstreamAttempt(self.child(f"gateway.upstream {model}", attributes, client=True))
 
     def enter(self, span: Span | None) -> None:
@@ -358,6 +364,22 @@ class RequestTrace:
         and its error if it failed."""
         self.span.update_name(name)
         end_span(self.span, error, attributes)
+
+
+@functools.lru_cache(maxsize=1024)
+def _replica_attributes(model: str, url: str, protocol: str) -> tuple[tuple[str, Attribute], ...]:
+    """A replica's attributes: the same for each of its calls (the URL read once)."""
+    where = urlsplit(url if "://" in url else f"grpc://{url}")
+    attributes: list[tuple[str, Attribute]] = [
+        ("gateway.model", model),
+        ("gateway.replica", url),
+        ("gateway.protocol", protocol),
+    ]
+    if where.hostname:
+        attributes.append(("server.address", where.hostname))
+    if where.port:
+        attributes.append(("server.port", where.port))
+    return tuple(attributes)
 
 
 class UpstreamAttempt:
@@ -389,8 +411,6 @@ class UpstreamAttempt:
     def failed(self, exc: BaseException) -> None:
         """The replica's failure: its kind only (an upstream's message may quote the
         request)."""
-        from opentelemetry.trace import Status, StatusCode
-
         self.span.set_attribute("error.type", type(exc).__name__)
         self.span.set_status(Status(StatusCode.ERROR, type(exc).__name__))
 
@@ -401,8 +421,6 @@ class UpstreamAttempt:
 
 def end_span(span: Span, error: str | None = None, attributes: Attributes | None = None) -> None:
     """End a step's span, as failed with `error` when there is one."""
-    from opentelemetry.trace import Status, StatusCode
-
     if attributes:
         span.set_attributes(attributes)
     if error is not None:

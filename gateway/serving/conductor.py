@@ -478,7 +478,8 @@ class Conductor:
         admitted.settle(charges if problem is None else [c.unpriced() for c in charges])
         admitted.served_by(served, usage)
         record = admitted.record
-        record.finish_reasons = tuple(c.finish_reason for c in completions)
+        if record.trace is not None:
+            record.finish_reasons = tuple(c.finish_reason for c in completions)
         if problem is not None:
             raise InvalidStructuredOutput(model, problem)
         admitted.journal(200)  # answered: recorded so, should the gateway die sending it

@@ -414,13 +414,13 @@ def test_a_request_never_inherits_the_trace_of_the_one_before_it() -> None:
     that one's trace."""
     tracing.start(TracingSettings("http://127.0.0.1:9/v1/traces", ratio=1.0, export_timeout_s=0.1))
     try:
-        first = tracing.begin_request("chat", None, None)
+        first = tracing.begin_request("chat", [])
         assert first is not None and tracing.current() is first
         # The next request: its client sent a context that says "not sampled".
         unsampled = f"00-{TRACE}-{SPAN}-00"
 
         async def next_request() -> tracing.RequestTrace | None:
-            assert tracing.begin_request("chat", unsampled, None) is None
+            assert tracing.begin_request("chat", [(b"traceparent", unsampled.encode())]) is None
             return tracing.current()
 
         assert asyncio.run(next_request()) is None
@@ -437,7 +437,7 @@ def test_a_request_the_gateway_samples_is_recorded_whatever_the_sdk_would_sample
     monkeypatch.setenv("OTEL_TRACES_SAMPLER_ARG", "0.0")
     tracing.start(TracingSettings("http://127.0.0.1:9/v1/traces", export_timeout_s=0.1))
     try:
-        traces = [tracing.begin_request("chat", None, None) for _ in range(20)]
+        traces = [tracing.begin_request("chat", []) for _ in range(20)]
         assert all(t is not None and t.span.is_recording() for t in traces)
     finally:
         tracing.stop()
@@ -459,3 +459,19 @@ def test_check_config_refuses_what_serve_would_refuse_in_the_environment(
     )
     monkeypatch.setenv("OTEL_TRACES_SAMPLER_ARG", "0.25")
     assert main(["check-config", "--config", "gateway.yaml"]) == 0
+
+
+def test_the_context_is_read_from_the_raw_headers_and_two_traceparents_are_none() -> None:
+    tracing.start(TracingSettings("http://127.0.0.1:9/v1/traces", export_timeout_s=0.1))
+    try:
+        sampled = f"00-{TRACE}-{SPAN}-01".encode()
+        joined = tracing.begin_request(
+            "chat",
+            [(b"traceparent", sampled), (b"tracestate", b"a=1"), (b"tracestate", b"b=2")],
+        )
+        assert joined is not None and joined.trace_id == TRACE
+        assert list(joined.span.parent.trace_state.items()) == [("a", "1"), ("b", "2")]  # type: ignore[union-attr]
+        twice = tracing.begin_request("chat", [(b"traceparent", sampled)] * 2)
+        assert twice is not None and twice.trace_id != TRACE and twice.span.parent is None
+    finally:
+        tracing.stop()
