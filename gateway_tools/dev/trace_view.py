@@ -163,6 +163,7 @@ def run_traces(
     path: str, trace_id: str | None, request_id: str | None, last: int, own_work: bool
 ) -> int:
     """`gateway traces`: print the traces asked for; 1 when there is none."""
+    import os
     import sys
 
     from gateway_tools.dev.otlp_receiver import read_spans
@@ -185,5 +186,8 @@ def run_traces(
         )
         print(f"traces: no trace matches{why}", file=sys.stderr)
         return 1
-    print("\n\n".join(waterfall(trace) for trace in found))
+    try:
+        print("\n\n".join(waterfall(trace) for trace in found), flush=True)
+    except BrokenPipeError:  # `| head`: the reader has what it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return 0
