@@ -359,19 +359,11 @@ def tracing(rows: dict[tuple[str, int], dict[str, float]]) -> list[tuple[bool, s
         off = rows[(GATEWAY, connections)]
         if (BASELINE, connections) in rows:
             before = rows[(BASELINE, connections)]
-            change = off["cpu_us"] / before["cpu_us"] - 1
-            checks.append((
-                change <= 0.03,
-                f"tracing off, CPU per request against the baseline (c{connections}): "
-                f"{change:+.1%} ({before['cpu_us']:.0f} -> {off['cpu_us']:.0f} µs)",
-            ))  # fmt: skip
+            checks.append(
+                _within_3_percent("tracing off", "the baseline", before, off, connections)
+            )
         one = rows[(TRACED_1, connections)]
-        change = one["cpu_us"] / off["cpu_us"] - 1
-        checks.append((
-            change <= 0.03,
-            f"tracing 1%, CPU per request against off (c{connections}): {change:+.1%} "
-            f"({off['cpu_us']:.0f} -> {one['cpu_us']:.0f} µs)",
-        ))  # fmt: skip
+        checks.append(_within_3_percent("tracing 1%", "off", off, one, connections))
         every = rows[(TRACED_100, connections)]
         checks.append((
             True,
@@ -380,6 +372,18 @@ def tracing(rows: dict[tuple[str, int], dict[str, float]]) -> list[tuple[bool, s
             f"{every['rps'] / off['rps']:.3f}x requests/s",
         ))  # fmt: skip
     return checks
+
+
+def _within_3_percent(
+    name: str, against: str, before: dict[str, float], after: dict[str, float], connections: int
+) -> tuple[bool, str]:
+    """Whether `after`'s CPU per request is at most 3% over `before`'s, and the line."""
+    change = after["cpu_us"] / before["cpu_us"] - 1
+    return (
+        change <= 0.03,
+        f"{name}, CPU per request against {against} (c{connections}): {change:+.1%} "
+        f"({before['cpu_us']:.0f} -> {after['cpu_us']:.0f} µs)",
+    )
 
 
 if __name__ == "__main__":

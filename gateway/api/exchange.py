@@ -97,16 +97,6 @@ async def read_body(request: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
-# Each wire's operation in the GenAI semantic conventions (`gen_ai.operation.name`).
-_OPERATIONS = {
-    "chat": "chat",
-    "completions": "text_completion",
-    "embeddings": "embeddings",
-    "messages": "chat",
-    "responses": "chat",
-}
-
-
 async def serve(request: Request, wire: Wire) -> Response:
     """Serve one request of `wire`'s API, start to end."""
     # Counted and logged from the start, whatever happens: tenant and model are "-" until
@@ -116,7 +106,7 @@ async def serve(request: Request, wire: Wire) -> Response:
         wire.id_prefix + random_id(), endpoint=wire.name, sink=runtime.record_sink
     )
     if tracing.enabled():
-        record.trace = tracing.begin_request(_OPERATIONS[wire.name], request.scope["headers"])
+        record.trace = tracing.begin_request(wire.operation, request.scope["headers"])
     incoming = _HttpIncoming(request, wire, runtime, record)
     try:
         outcome = await conductor_of(request).conduct(incoming)

@@ -113,3 +113,6 @@ class Wire:
     prepare: Prepare | None = None
     # After a whole answer: keep it (stored responses).
     keep: Keep | None = None
+    # Its operation in the GenAI semantic conventions (`gen_ai.operation.name`, the first
+    # word of a trace's server span): the Responses and Messages APIs are chats.
+    operation: str = "chat"

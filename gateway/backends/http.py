@@ -25,7 +25,6 @@ from gateway.backends.base import (
 from gateway.observability import tracing
 
 JSON_HEADERS = {"content-type": "application/json"}
-TRACEPARENT = "traceparent"
 
 # Statuses that say "this replica, now" rather than "this request": another replica may serve it.
 _RETRYABLE_STATUS = frozenset({404, 408, 429, 500, 502, 503, 504})
@@ -161,7 +160,9 @@ class Post:
             # A traced request's attempt: its context goes with it (W3C Trace Context).
             traceparent = tracing.upstream_traceparent()
             headers = (
-                JSON_HEADERS if traceparent is None else {**JSON_HEADERS, TRACEPARENT: traceparent}
+                JSON_HEADERS
+                if traceparent is None
+                else {**JSON_HEADERS, tracing.TRACEPARENT_HEADER: traceparent}
             )
             request = self._session.post(self._url, data=self._payload, headers=headers)
             response = await request.__aenter__()

@@ -168,7 +168,7 @@ class TritonGRPCBackend:
 def _trace_metadata() -> tuple[tuple[str, str], ...] | None:
     """A traced request's context, as gRPC metadata (Triton reads `traceparent` there)."""
     traceparent = tracing.upstream_traceparent()
-    return None if traceparent is None else (("traceparent", traceparent),)
+    return None if traceparent is None else ((tracing.TRACEPARENT_HEADER, traceparent),)
 
 
 async def _connect(channel: grpc.aio.Channel) -> grpc.ChannelConnectivity:

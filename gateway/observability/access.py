@@ -162,7 +162,7 @@ class RequestRecord:
             "gateway.tenant": self.tenant,
             "gateway.stream": self.stream,
             "gateway.outcome": self.reason or ("ok" if status < 400 else str(status)),
-            "gateway.duration_ms": round(duration * 1000, 2),
+            "gateway.duration_ms": _millis(duration),
         }
         if self.key_id:
             attributes["gateway.key_id"] = self.key_id
@@ -177,9 +177,9 @@ class RequestRecord:
         if self.fallbacks:
             attributes["gateway.fallbacks"] = self.fallbacks
         if self.queue_wait_s is not None:
-            attributes["gateway.queue_wait_ms"] = round(self.queue_wait_s * 1000, 2)
+            attributes["gateway.queue_wait_ms"] = _millis(self.queue_wait_s)
         if self.ttft_s is not None:
-            attributes["gateway.ttft_ms"] = round(self.ttft_s * 1000, 2)
+            attributes["gateway.ttft_ms"] = _millis(self.ttft_s)
         if self.replay_of:
             attributes["gateway.replay_of"] = self.replay_of
         if self.cost_micros is not None:
@@ -216,4 +216,8 @@ def _access_line(fields: Mapping[str, object]) -> logging.LogRecord:
 
 
 def _ms(seconds: float | None) -> float | None:
-    return None if seconds is None else round(seconds * 1000, 2)
+    return None if seconds is None else _millis(seconds)
+
+
+def _millis(seconds: float) -> float:
+    return round(seconds * 1000, 2)

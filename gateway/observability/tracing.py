@@ -216,6 +216,8 @@ def enabled() -> bool:
 
 # The request the current task serves, and the span new steps go under.
 _CURRENT: ContextVar[tuple[RequestTrace, Span] | None] = ContextVar("gateway_trace", default=None)
+# The header (and gRPC metadata key) a context goes upstream in (W3C Trace Context).
+TRACEPARENT_HEADER = "traceparent"
 # The upstream attempt the current task is making: its `traceparent`.
 _UPSTREAM: ContextVar[str | None] = ContextVar("gateway_upstream_trace", default=None)
 
@@ -247,16 +249,13 @@ def begin_request(operation: str, headers: Iterable[tuple[bytes, bytes]]) -> Req
     return trace
 
 
-def begin_task(name: str, attributes: Attributes | None = None) -> RequestTrace | None:
+def begin_task(name: str) -> RequestTrace | None:
     """A trace of its own for a piece of the gateway's own work (a placement, a closed
     loop's interval), if tracing is on: not sampled (there are few), never a client's."""
     tracing = _tracing
     if tracing is None:
         return None
-    trace = RequestTrace(tracing.tracer, name, None, server=False)
-    if attributes:
-        trace.set(attributes)
-    return trace
+    return RequestTrace(tracing.tracer, name, None, server=False)
 
 
 def step(
@@ -333,12 +332,9 @@ class RequestTrace:
             start_time=start_ns,
         )
 
-    def step(
-        self, name: str, started: float, attributes: Attributes | None = None, ended: float = 0.0
-    ) -> None:
-        """A step that is over: from `started` to `ended` (monotonic seconds; 0: now)."""
-        span = self.child(name, attributes, start_ns=wall_ns(started))
-        span.end(wall_ns(ended) if ended else None)
+    def step(self, name: str, started: float, attributes: Attributes | None = None) -> None:
+        """A step that is over: from `started` (monotonic seconds) to now."""
+        self.child(name, attributes, start_ns=wall_ns(started)).end()
 
     def upstream(self, model: str, url: str, protocol: str, attempt: int) -> UpstreamAttempt:
         """A call to the replica at `url`, the `attempt`th for this model (1: the first;
@@ -347,17 +343,13 @@ class RequestTrace:
         attributes["gateway.replica_attempt"] = attempt
         return UpstreamAttempt(self.child(f"gateway.upstream {model}", attributes, client=True))
 
-    def enter(self, span: Span | None) -> None:
-        """Steps started from now on in this task go under `span` (None: the request's)."""
-        _CURRENT.set((self, span or self.span))
+    def enter(self, span: Span) -> None:
+        """Steps started from now on in this task go under `span`."""
+        _CURRENT.set((self, span))
 
     def event(self, name: str, attributes: Attributes | None = None) -> None:
         """Something that happened to the request, now."""
         self.span.add_event(name, attributes)
-
-    def set(self, attributes: Attributes) -> None:
-        """Attributes of the request learnt along the way."""
-        self.span.set_attributes(attributes)
 
     def end(self, name: str, attributes: Attributes, error: str | None = None) -> None:
         """The request has ended: its span's name (`chat llm-large`), last attributes,

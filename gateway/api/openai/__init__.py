@@ -17,5 +17,11 @@ def _chunk_writer(
 
 
 CHAT = Wire("chat", "chatcmpl-", parse_chat, completion_body, _chunk_writer)
-COMPLETIONS = Wire("completions", "cmpl-", parse_completion, completion_body, _chunk_writer)
-EMBEDDINGS = Wire("embeddings", "embd-", parse_embeddings, embeddings_body, _chunk_writer)
+COMPLETIONS = Wire(
+    "completions", "cmpl-", parse_completion, completion_body, _chunk_writer,
+    operation="text_completion",
+)  # fmt: skip
+EMBEDDINGS = Wire(
+    "embeddings", "embd-", parse_embeddings, embeddings_body, _chunk_writer,
+    operation="embeddings",
+)  # fmt: skip
