@@ -25,6 +25,9 @@ from gateway.admission.errors import DeadlineExceeded, Overloaded, Shed
 from gateway.admission.fairshare import FairQueue, QueuePlace
 
 DEFAULT_CLASSES = ("online", "batch")
+# The class of the Batch APIs' lines (`gateway.batches`): below every configured one, so
+# that they take only the slots online traffic leaves free. Configs may not name it.
+BATCH_API_CLASS = "batch-api"
 
 
 class Timer(Protocol):
@@ -95,6 +98,9 @@ class ModelSnapshot:
     by_class: Mapping[str, ClassDemand] = field(default_factory=dict)
     # Since start: the tokens the released slots had reserved (their `cost_tokens`).
     completed_tokens: int = 0
+    # Since start: requests of a higher class that waited in the queue while a batch line
+    # took a slot after they queued (0 by construction: the queue grants by class).
+    delayed_by_batch: int = 0
 
 
 @dataclass(eq=False, slots=True)
@@ -131,8 +137,10 @@ class _Model:
         "by_class",
         "capacity",
         "classes",
+        "batch_granted_at",
         "completed_tokens",
         "completions",
+        "delayed_by_batch",
         "drain",
         "in_flight",
         "max_queued",
@@ -157,6 +165,10 @@ class _Model:
         self.busy_s = 0.0
         self.by_class = [_ClassCounts() for _ in range(classes)]
         self.completed_tokens = 0
+        # When a batch line last took a slot, and the waiters granted after it that had
+        # queued before it (see `ModelSnapshot.delayed_by_batch`).
+        self.batch_granted_at = -math.inf
+        self.delayed_by_batch = 0
 
 
 class AdmissionController:
@@ -182,6 +194,7 @@ class AdmissionController:
             raise ValueError(f"priority classes must be distinct and not empty: {classes!r}")
         self.classes = tuple(classes)
         self._index = {name: i for i, name in enumerate(self.classes)}
+        self._batch_class = self._index.get(BATCH_API_CLASS, -1)
         self._clock = clock
         self._call_later = call_later
         self._default_wait_s = default_wait_s
@@ -322,6 +335,7 @@ class AdmissionController:
                 for name, c in zip(self.classes, state.by_class, strict=True)
             },
             completed_tokens=state.completed_tokens,
+            delayed_by_batch=state.delayed_by_batch,
         )
 
     # -- internals ------------------------------------------------------------------------
@@ -334,6 +348,8 @@ class AdmissionController:
         state.in_flight += 1
         state.by_class[cls].in_flight += 1
         now = self._clock()
+        if cls == self._batch_class:
+            state.batch_granted_at = now
         state.drain.saturation(now, state.in_flight >= capacity)
         return Slot(state.name, tenant, self.classes[cls], share, cost, 0.0, now)
 
@@ -398,6 +414,10 @@ class AdmissionController:
                 counts.in_flight += 1
                 if waiter.timer is not None:
                     waiter.timer.cancel()
+                if waiter.priority == self._batch_class:
+                    state.batch_granted_at = now
+                elif state.batch_granted_at > waiter.arrived:
+                    state.delayed_by_batch += 1
                 slot = Slot(
                     state.name,
                     waiter.tenant,

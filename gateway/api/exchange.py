@@ -158,6 +158,9 @@ class _HttpIncoming:
     """A request as the conductor sees it (`serving.conductor.Incoming`): the headers
     read, the body read and parsed by the wire, answers written by it."""
 
+    # A client's own request, never a batch's line.
+    batch_id = None
+
     __slots__ = (
         "credentials",
         "idempotency_key",

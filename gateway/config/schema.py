@@ -607,7 +607,15 @@ class ModelConfig(Strict):
 
 class AdmissionConfig(Strict):
     # Priority classes, highest first; tenants name one, requests may ask for a lower one.
+    # The Batch APIs' lines run in a class of their own below all of these, `batch-api`.
     classes: Annotated[list[str], Field(min_length=1)] = ["online", "batch"]
+
+    @field_validator("classes")
+    @classmethod
+    def _not_the_batch_class(cls, classes: list[str]) -> list[str]:
+        if "batch-api" in classes:
+            raise ValueError("`batch-api` is the Batch APIs' own class, below all of these")
+        return classes
 
 
 class IdempotencyConfig(Strict):
@@ -664,6 +672,44 @@ class Prices(Strict):
     # An ISO 4217 code or any name; every price and budget is in it.
     currency: Annotated[str, Field(min_length=1, max_length=16)] = "USD"
     models: dict[str, Price] = {}
+    # What a Batch API line pays of the price (both vendors sell batches at half).
+    batch_discount: Annotated[Float, Field(ge=0, le=1)] = 0.5
+
+
+class S3Store(Strict):
+    """An S3-compatible bucket for batch files (AWS S3, MinIO, Ceph...). Credentials come
+    from the standard AWS environment (`AWS_ACCESS_KEY_ID`...), never from this file."""
+
+    bucket: Annotated[str, Field(min_length=3, max_length=63)]
+    # The service's URL; None: AWS's for `region`.
+    endpoint_url: Annotated[str, Field(pattern=r"^https?://[^\s/?#]+/?$")] | None = None
+    region: str = "us-east-1"
+    # Objects are named `{prefix}{tenant}/{file id}`.
+    prefix: str = "gateway-batches/"
+
+
+class BatchesConfig(Strict):
+    """The Batch APIs (`/v1/files`, `/v1/batches`, `/v1/messages/batches`): their records
+    in a database, their files in an object store, their lines run on idle capacity by
+    every gateway (docs/batches.md)."""
+
+    # Where files, batches and lines are recorded; None: the ledger's database.
+    database_url: str | None = None
+    # Where file bytes go: a directory (relative to where the gateway runs), or `s3`.
+    files_dir: str = "gateway-batch-files"
+    s3: S3Store | None = None
+    # How long a gateway holds a line before another may take it (it renews it while it
+    # runs it): a gateway that dies leaves its lines for this long.
+    lease_s: Annotated[Float, Field(ge=1, le=3600)] = 60.0
+    # How often a gateway looks for idle slots to fill, and for batches to finish.
+    poll_interval_s: Annotated[Float, Field(ge=0.01, le=10)] = 0.1
+    housekeeping_interval_s: Annotated[Float, Field(ge=0.05, le=60)] = 1.0
+    # Lines one gateway runs at once, at most.
+    max_lines_per_gateway: Annotated[Int, Field(ge=1, le=100_000)] = 256
+    # A whole batch's window, `24h` only (as OpenAI's); in seconds for tests and demos.
+    window_s: Annotated[Float, Field(ge=1, le=86_400)] = 86_400.0
+    # Batches a tenant may have in progress at once (a create past it is a 429).
+    max_batches_per_tenant: Annotated[Int, Field(ge=1, le=100_000)] = 100
 
 
 class TracingConfig(Strict):
@@ -727,6 +773,8 @@ class GatewayConfig(Strict):
     prices: Prices = Prices()
     # Where a usage record of every request goes (issue 27's ledger); None: nowhere.
     ledger: LedgerConfig | None = None
+    # The Batch APIs; None: not served.
+    batches: BatchesConfig | None = None
     tracing: TracingConfig = TracingConfig()
     models: Annotated[dict[str, ModelConfig], Field(min_length=1)]
 
@@ -768,6 +816,14 @@ class Budget(Strict):
     def amount_micros(self) -> int:
         """`amount` in integer micro-units of the currency."""
         return round(self.amount * 1_000_000)
+
+
+class TenantBatchLimits(Strict):
+    """What one tenant's batches may take of the idle capacity at once: lines running
+    across every gateway (counted exactly in the batch database). Its lines also take
+    its rate limits and budgets, as any request does."""
+
+    max_concurrent_lines: PositiveInt | None = 64
 
 
 class StoredResponsesQuota(Strict):
@@ -812,6 +868,8 @@ class Tenant(Strict):
     budgets: list[Budget] = []
     # What its stored responses may hold in Redis at once (bytes, count).
     stored_responses: StoredResponsesQuota = StoredResponsesQuota()
+    # Its Batch API work: lines running at once across every gateway.
+    batch: TenantBatchLimits = TenantBatchLimits()
 
 
 class TenantsConfig(Strict):

@@ -65,6 +65,8 @@ class RequestRecord:
     # the replica's prefix cache held: for the usage ledger.
     key_id: str = ""
     cached_tokens: int = 0
+    # The batch it was a line of (the Batch APIs), for the usage ledger; "" for none.
+    batch_id: str = ""
     # What it cost in micro-units, each part priced by the model that served it (the
     # figure charged to its budgets), once the conductor settled it; None: not settled.
     cost_micros: int | None = None

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, NoReturn, Protocol
 
 from gateway.admission import DeadlineExceeded, Overloaded, Shed
+from gateway.admission.queue import BATCH_API_CLASS
 from gateway.backends.base import UpstreamError, UpstreamTimeout
 from gateway.config.schema import Price
 from gateway.inference.prompt import PromptRefused
@@ -169,6 +170,12 @@ class Incoming(Protocol):
         """`Idempotency-Key`, as sent."""
         ...
 
+    @property
+    def batch_id(self) -> str | None:
+        """The batch this request is a line of (None: a client's own request): it runs
+        in the batch class, below every online one, priced with the batch discount."""
+        ...
+
     async def read(self, limit: int) -> tuple[Mapping[str, Any], int]:
         """The body read (refused past `limit` bytes) and decoded: its data, its size."""
         ...
@@ -215,6 +222,8 @@ class Ask:
     timeout: str | None = None
     # The body's size: a large one bound for an external model is scanned off the loop.
     body_bytes: int = 0
+    # The batch it is a line of (`Incoming.batch_id`).
+    batch_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -309,7 +318,7 @@ class Conductor:
         inference = await incoming.parse(identity, route, data, size)
         ask = Ask(
             identity, route, inference, incoming.record, data,
-            incoming.priority, incoming.timeout, size,
+            incoming.priority, incoming.timeout, size, incoming.batch_id,
         )  # fmt: skip
         return await self.plan(ask)
 
@@ -382,7 +391,11 @@ class Conductor:
                 requested_max_tokens=None if inference.requested_max_tokens is None else limit,
             )
         identity = ask.identity
-        priority = record.priority = self._priority(identity, ask.priority)
+        if ask.batch_id is None:
+            priority = record.priority = self._priority(identity, ask.priority)
+        else:
+            priority = record.priority = BATCH_API_CLASS
+            record.batch_id = ask.batch_id
         record.max_tokens = inference.params.max_tokens
         deadline = _deadline(route, ask.timeout)
         embeddings = route.config.capabilities.embeddings
@@ -513,7 +526,10 @@ class Conductor:
         ask = plan.ask
         identity = ask.identity
         budgeted = bool(identity.tenant.budgets or identity.key_budgets)
-        prices = self._runtime.config.gateway.prices.models
+        runtime = self._runtime
+        prices = (
+            runtime.config.gateway.prices.models if ask.batch_id is None else runtime.batch_prices
+        )
         trace = ask.record.trace
         asked = 0.0 if trace is None else time.monotonic()
         decision = await self._runtime.limiter.admit(
@@ -580,7 +596,7 @@ class Conductor:
         if asked is None:
             return own
         classes = self._runtime.config.gateway.admission.classes
-        if asked not in classes:
+        if asked not in classes:  # `batch-api` too: a Batch API line's alone
             raise InvalidRequest(f"`x-priority` must be one of {', '.join(classes)}.", "x-priority")
         return asked if classes.index(asked) > classes.index(own) else own
 

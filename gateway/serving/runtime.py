@@ -14,6 +14,7 @@ from redis.asyncio import RedisCluster
 from redis.exceptions import RedisError
 
 from gateway.admission import AdmissionController
+from gateway.admission.queue import BATCH_API_CLASS
 from gateway.apikeys import KeyDirectory, KeyStore
 from gateway.backends.base import Backend
 from gateway.backends.openai_compatible import OpenAIBackend
@@ -22,6 +23,7 @@ from gateway.backends.triton_http import TritonHTTPBackend
 from gateway.backends.triton_metrics import default_metrics_url
 from gateway.config import BackendKind, Config, ModelConfig, TenantsConfig, key_index
 from gateway.config.loader import compile_pattern, is_pattern, pattern_rank
+from gateway.config.schema import Price
 from gateway.inference.prompt import PromptTemplate
 from gateway.observability import metrics
 from gateway.observability.access import UsageSink
@@ -31,7 +33,7 @@ from gateway.serving.attachment import Attachment, ServerView, cluster_attachmen
 from gateway.serving.auth import Authenticator
 from gateway.serving.dispatch import Dispatcher
 from gateway.serving.outbound import OutboundGuard
-from gateway.serving.usage import UsageLedger, start_usage_ledger
+from gateway.serving.usage import UsageLedger, discounted, start_usage_ledger
 from gateway.storage.idempotency_store import DEFAULT_IN_PROGRESS_TTL_S, IdempotencyStore
 from gateway.storage.redis_client import (
     REDIS_ERRORS,
@@ -259,6 +261,8 @@ class Runtime:
     # of it, polled (`auth` looks keys up there after tenants.yaml's).
     key_store: KeyStore | None = None
     key_directory: KeyDirectory | None = None
+    # The prices a Batch API line pays: `prices.models` at `prices.batch_discount`.
+    batch_prices: dict[str, Price] = field(default_factory=dict)
 
     @classmethod
     def build(cls, config: Config) -> Runtime:
@@ -272,7 +276,7 @@ class Runtime:
             config.gateway.ratelimit,
             config.gateway.redis.key_prefix,
         )
-        admission = AdmissionController(config.gateway.admission.classes)
+        admission = AdmissionController([*config.gateway.admission.classes, BATCH_API_CLASS])
         placement = cluster_attachment(
             ServerView(config, routes, admission, redis, admission.capacity_changed)
         )
@@ -312,6 +316,7 @@ class Runtime:
             discovery=discovery,
             key_store=key_store,
             key_directory=key_directory,
+            batch_prices=discounted(config.gateway.prices),
         )
 
     def apply_tenants(self, tenants: TenantsConfig) -> None:

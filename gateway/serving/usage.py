@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from gateway.config.ledger_config import LedgerConfig
-from gateway.config.schema import Prices
+from gateway.config.schema import Price, Prices
 from gateway.ledger.ledger_writer import LedgerStats, LedgerWriter, start_ledger
 from gateway.ledger.usage_records import UsageRecord
 from gateway.ledger.usage_spool import SpoolInUse
@@ -85,6 +85,21 @@ class UsageLedger:
     async def close(self) -> None:
         """No more records; what is waiting is written (or spooled)."""
         await self.writer.close()
+
+
+def discounted(prices: Prices) -> dict[str, Price]:
+    """The price table a Batch API line pays: every price at `prices.batch_discount`."""
+    share = prices.batch_discount
+    return {
+        model: Price(
+            input_per_million=price.input_per_million * share,
+            cached_input_per_million=None
+            if price.cached_input_per_million is None
+            else price.cached_input_per_million * share,
+            output_per_million=price.output_per_million * share,
+        )
+        for model, price in prices.models.items()
+    }
 
 
 class _Reporter:
