@@ -133,11 +133,11 @@ class _Model:
 
     __slots__ = (
         "arrivals",
+        "batch_granted_at",
         "busy_s",
         "by_class",
         "capacity",
         "classes",
-        "batch_granted_at",
         "completed_tokens",
         "completions",
         "delayed_by_batch",

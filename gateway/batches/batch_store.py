@@ -234,20 +234,7 @@ class BatchStore:
             await tx.execute_many(
                 "INSERT INTO batch_lines (batch_id, line_no, custom_id, tenant, model, body, "
                 "state, status_code, result) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                [
-                    (
-                        batch.id,
-                        line.line_no,
-                        line.custom_id,
-                        batch.tenant,
-                        line.model,
-                        line.body if line.failed is None else "",
-                        LineState.PENDING.value if line.failed is None else LineState.FAILED.value,
-                        line.status_code,
-                        line.failed,
-                    )  # fmt: skip
-                    for line in lines
-                ],
+                [_line_row(batch, line) for line in lines],
             )
 
     async def batch(self, tenant: str | None, batch_id: str, api: BatchApi) -> BatchRecord | None:
@@ -649,6 +636,18 @@ def _file_row(file: FileRecord) -> tuple[Any, ...]:
     return (
         file.id, file.tenant, file.owner, file.purpose, file.filename, file.bytes,
         file.created_at, file.expires_at, file.object_key,
+    )  # fmt: skip
+
+
+def _line_row(batch: BatchRecord, line: NewLine) -> tuple[Any, ...]:
+    if line.failed is None:
+        return (
+            batch.id, line.line_no, line.custom_id, batch.tenant, line.model, line.body,
+            LineState.PENDING.value, None, None,
+        )  # fmt: skip
+    return (
+        batch.id, line.line_no, line.custom_id, batch.tenant, line.model, "",
+        LineState.FAILED.value, line.status_code, line.failed,
     )  # fmt: skip
 
 
