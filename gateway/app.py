@@ -17,6 +17,8 @@ from starlette.types import ASGIApp, Lifespan
 
 from gateway.api import admin_keys, endpoints, exchange
 from gateway.api.anthropic import count_tokens
+from gateway.api.batch_apis import anthropic_batches, files_api, openai_batches
+from gateway.api.batch_apis.batch_service import BatchService
 from gateway.api.errors import CLIENT_ERRORS, DOMAIN_ERRORS, APIError, client_error
 from gateway.api.responses import responses_state
 from gateway.config import Config, load_config
@@ -51,6 +53,8 @@ def build_app(config: Config) -> ASGIApp:
         config.gateway.tracing.model_dump(exclude_none=True), os.environ
     )
     runtime = Runtime.build(config)
+    conductor = Conductor(runtime)
+    batches = BatchService.build(runtime, conductor)
     reloader = TenantsReloader(runtime)
     metrics.watch_state(GatewayState(runtime.admission, runtime.routes.values()))
     metrics.set_config_version(runtime.config_version)
@@ -61,6 +65,8 @@ def build_app(config: Config) -> ASGIApp:
             tracing.start(traced)  # per process: its export thread is this worker's
         await runtime.start()
         reloader.start()
+        if batches is not None:
+            batches.start()
         # What exists now lives as long as the process: the collector need not scan it
         # again on every full collection (CPython's gc.freeze, meant for this).
         gc.freeze()
@@ -68,6 +74,8 @@ def build_app(config: Config) -> ASGIApp:
         try:
             yield
         finally:
+            if batches is not None:
+                await batches.close()
             await reloader.stop()
             await runtime.close()
             tracing.stop()
@@ -94,6 +102,8 @@ def build_app(config: Config) -> ASGIApp:
         Route("/openapi.json", endpoints.openapi_json, methods=["GET"]),
         *probes,
     ]
+    if batches is not None:
+        api_routes += _batch_routes()
     ops = config.gateway.server.ops
     if ops.on_api_port is OpsOnApiPort.ADMIN_KEY:
         api_routes += [
@@ -105,7 +115,7 @@ def build_app(config: Config) -> ASGIApp:
         ]
     api = DirectRoutes(_starlette(api_routes, lifespan), hot_routes, on_error=_error)
     api.app.state.runtime, api.app.state.reloader = runtime, reloader
-    api.app.state.conductor = Conductor(runtime)
+    api.app.state.conductor, api.app.state.batches = conductor, batches
     if ops.port is None:
         return api
     ops_routes = [
@@ -119,6 +129,29 @@ def build_app(config: Config) -> ASGIApp:
     ops_app = _starlette(ops_routes)
     ops_app.state.runtime, ops_app.state.reloader = runtime, reloader
     return Listeners(api, ops_app, ops.port)
+
+
+def _batch_routes() -> list[Route]:
+    """The Batch APIs: OpenAI's files and batches, Anthropic's message batches."""
+    return [
+        Route("/v1/files", files_api.upload, methods=["POST"]),
+        Route("/v1/files", files_api.list_files, methods=["GET"]),
+        Route("/v1/files/{file_id}", files_api.retrieve, methods=["GET"]),
+        Route("/v1/files/{file_id}", files_api.delete, methods=["DELETE"]),
+        Route("/v1/files/{file_id}/content", files_api.content, methods=["GET"]),
+        Route("/v1/batches", openai_batches.create, methods=["POST"]),
+        Route("/v1/batches", openai_batches.list_batches, methods=["GET"]),
+        Route("/v1/batches/{batch_id}", openai_batches.retrieve, methods=["GET"]),
+        Route("/v1/batches/{batch_id}/cancel", openai_batches.cancel, methods=["POST"]),
+        Route("/v1/messages/batches", anthropic_batches.create, methods=["POST"]),
+        Route("/v1/messages/batches", anthropic_batches.list_batches, methods=["GET"]),
+        Route("/v1/messages/batches/{batch_id}", anthropic_batches.retrieve, methods=["GET"]),
+        Route("/v1/messages/batches/{batch_id}", anthropic_batches.delete, methods=["DELETE"]),
+        Route("/v1/messages/batches/{batch_id}/cancel", anthropic_batches.cancel, methods=["POST"]),
+        Route(
+            "/v1/messages/batches/{batch_id}/results", anthropic_batches.results, methods=["GET"]
+        ),
+    ]
 
 
 def _key_routes() -> list[Route]:

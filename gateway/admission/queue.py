@@ -23,6 +23,7 @@ from typing import Protocol
 from gateway.admission.drain import DrainMeter
 from gateway.admission.errors import DeadlineExceeded, Overloaded, Shed
 from gateway.admission.fairshare import FairQueue, QueuePlace
+from gateway.observability import metrics
 
 DEFAULT_CLASSES = ("online", "batch")
 # The class of the Batch APIs' lines (`gateway.batches`): below every configured one, so
@@ -213,6 +214,7 @@ class AdmissionController:
             raise ValueError(f"max_queued must be >= 0, not {max_queued}")
         state = self._models.get(model)
         if state is None:
+            metrics.labels(metrics.ONLINE_DELAYED_BY_BATCH, model)  # shown at 0
             self._models[model] = _Model(
                 model, len(self.classes), max_queued, capacity, self._drain_window
             )
@@ -418,6 +420,7 @@ class AdmissionController:
                     state.batch_granted_at = now
                 elif state.batch_granted_at > waiter.arrived:
                     state.delayed_by_batch += 1
+                    metrics.labels(metrics.ONLINE_DELAYED_BY_BATCH, state.name).inc()
                 slot = Slot(
                     state.name,
                     waiter.tenant,

@@ -192,11 +192,9 @@ class _HttpIncoming:
     async def parse(
         self, identity: Identity, route: ModelRoute, data: Mapping[str, Any], size: int
     ) -> InferenceRequest:
-        wire, parse = self.wire, self.wire.parse
-        if wire.prepare is not None:  # a stored conversation to continue
-            parse = await wire.prepare(self.runtime, identity, data, size)
-        inference = parse(data, route.config.max_tokens_default)
-        return with_session(inference, self.request.headers, data, route.config.routing)
+        return await parsed(
+            self.wire, self.runtime, identity, route, data, size, self.request.headers
+        )
 
     def fingerprint(self, data: Mapping[str, Any]) -> str:
         return fingerprint(self.request.url.path, as_json(data))
@@ -206,14 +204,7 @@ class _HttpIncoming:
         return self.watch
 
     async def render(self, answer: Answer, identity: Identity) -> Reply:
-        wire, record = self.wire, self.record
-        body = wire.body(
-            answer.parts, answer.completions, response_id=record.request_id, model=answer.model
-        )
-        headers = answer.headers
-        if wire.keep is not None:
-            headers.update(await wire.keep(self.runtime, identity, answer.parts[0], body))
-        return Reply(200, body, headers)
+        return await rendered(self.wire, self.runtime, self.record, answer, identity)
 
     def refusal(self, exc: Exception) -> APIError:
         if isinstance(exc, errors.CLIENT_ERRORS):
@@ -224,6 +215,37 @@ class _HttpIncoming:
         request = self.request
         log.exception("unhandled error on %s %s", request.method, request.url.path)
         return _unhandled(self.record)
+
+
+async def parsed(
+    wire: Wire,
+    runtime: Runtime,
+    identity: Identity,
+    route: ModelRoute,
+    data: Mapping[str, Any],
+    size: int,
+    headers: Mapping[str, str],
+) -> InferenceRequest:
+    """The wire's parse of a body for `route`'s model (a stored conversation continued
+    first, where the wire has them), with its session key for cache-aware routing."""
+    parse = wire.parse
+    if wire.prepare is not None:  # a stored conversation to continue
+        parse = await wire.prepare(runtime, identity, data, size)
+    inference = parse(data, route.config.max_tokens_default)
+    return with_session(inference, headers, data, route.config.routing)
+
+
+async def rendered(
+    wire: Wire, runtime: Runtime, record: RequestRecord, answer: Answer, identity: Identity
+) -> Reply:
+    """A whole answer in the wire's format (kept, where the wire keeps answers)."""
+    body = wire.body(
+        answer.parts, answer.completions, response_id=record.request_id, model=answer.model
+    )
+    headers = answer.headers
+    if wire.keep is not None:
+        headers.update(await wire.keep(runtime, identity, answer.parts[0], body))
+    return Reply(200, body, headers)
 
 
 def _with_wire_headers(wire: Wire, headers: dict[str, str]) -> dict[str, str]:

@@ -13,8 +13,6 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from starlette.datastructures import Headers
-
 from gateway.api.errors import bad_request
 from gateway.config import Routing
 from gateway.inference.types import InferenceRequest
@@ -24,7 +22,10 @@ MAX_SESSION_KEY = 256
 
 
 def with_session(
-    inference: InferenceRequest, headers: Headers, data: Mapping[str, Any], routing: Routing
+    inference: InferenceRequest,
+    headers: Mapping[str, str],
+    data: Mapping[str, Any],
+    routing: Routing,
 ) -> InferenceRequest:
     """`inference` with its session key; a 400 when `prompt_cache_key` is not a string."""
     cache_key = data.get("prompt_cache_key")

@@ -46,6 +46,13 @@ class KeyDirectory:
         """The key with this hex digest, revoked and expired ones included."""
         return self._by_digest.get(digest)
 
+    def by_id(self, key_id: str) -> ManagedKey | None:
+        """The managed key `key_id` (revoked and expired ones too; None: unknown)."""
+        for key in self._by_digest.values():
+            if key.id == key_id:
+                return key
+        return None
+
     def __len__(self) -> int:
         return len(self._by_digest)
 

@@ -6,7 +6,7 @@ or the lines named (`BatchInputRefused`): more than 200 MB or 50,000 lines (Open
 limits), no request at all, a `custom_id` used twice (the output is matched to the input
 by it). A line that is only itself wrong (not JSON, not an object, another endpoint, not
 POST, no body) does not stop the others: it becomes a line of the batch's error file
-(`error_line`), and the rest run. See docs/design/batches.md.
+(`batch_output.openai_line` writes it), and the rest run. See docs/design/batches.md.
 """
 
 from __future__ import annotations
@@ -143,15 +143,3 @@ def _refuse_duplicates(read: BatchInput) -> None:
                 f"`custom_id` {orjson.dumps(custom_id[:64]).decode()} is on lines "
                 f"{shown}{more}: each request's must be unique."
             )
-
-
-def error_line(request_id: str, error: LineError) -> bytes:
-    """`error`'s line of the batch's error file, as OpenAI writes one (`response` null)."""
-    return orjson.dumps(
-        {
-            "id": request_id,
-            "custom_id": error.custom_id,
-            "response": None,
-            "error": {"code": error.code, "message": error.message},
-        }
-    )

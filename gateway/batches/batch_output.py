@@ -28,7 +28,7 @@ def openai_line(batch_id: str, line: LineResult) -> tuple[bool, bytes]:
     """`line`'s line of OpenAI's output (True) or error file (False)."""
     head = (
         b'{"id":' + _string(batch_request_id(batch_id, line.line_no))
-        + b',"custom_id":' + _string(line.custom_id)
+        + b',"custom_id":' + (_string(line.custom_id) if line.custom_id else b"null")
     )  # fmt: skip
     if line.status_code is not None:
         response = (

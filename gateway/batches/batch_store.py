@@ -346,6 +346,25 @@ class BatchStore:
             await tx.execute("DELETE FROM batch_lines WHERE batch_id = ?", batch_id)
         return True
 
+    async def open_batches(self, tenant: str) -> int:
+        """How many of `tenant`'s batches have not ended."""
+        async with self._db.transaction() as tx:
+            rows = await tx.fetch(
+                "SELECT count(*) FROM batches WHERE tenant = ? AND status IN (?, ?, ?)",
+                tenant,
+                *_OPEN,
+                BatchStatus.FINALIZING.value,
+            )
+        return int(rows[0][0])
+
+    async def count_by_status(self) -> dict[str, int]:
+        """Every batch not deleted, by status."""
+        async with self._db.transaction() as tx:
+            rows = await tx.fetch(
+                "SELECT status, count(*) FROM batches WHERE deleted_at IS NULL GROUP BY status"
+            )
+        return {status: int(count) for status, count in rows}
+
     # The workers' side.
 
     async def running(self) -> list[BatchRecord]:

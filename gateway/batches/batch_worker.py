@@ -32,6 +32,7 @@ from gateway.batches.batch_output import anthropic_line, openai_line
 from gateway.batches.batch_records import (
     BatchApi,
     BatchRecord,
+    BatchStatus,
     ClaimedLine,
     FileRecord,
     LineState,
@@ -40,6 +41,7 @@ from gateway.batches.batch_records import (
 from gateway.batches.batch_store import BatchStore
 from gateway.batches.object_store import ObjectStore
 from gateway.inference.ids import random_id, unique_id
+from gateway.observability import metrics
 
 log = logging.getLogger("gateway.batches")
 
@@ -116,13 +118,10 @@ class BatchWorker:
         tenant_limit: Callable[[str], int | None],
         *,
         clock: Callable[[], float] = time.time,
-        on_line: Callable[[LineState | None], None] | None = None,
     ) -> None:
         self._store, self._objects, self._run_line = store, objects, run_line
         self._idle, self._settings, self._tenant_limit = idle, settings, tenant_limit
         self._clock = clock
-        # Told of each recorded line (None: a line given back to run again).
-        self._on_line = on_line
         self.name = f"worker-{unique_id()}"
         self._running: list[BatchRecord] = []
         # This gateway's lines: by lease, and how many per model and per tenant.
@@ -191,6 +190,9 @@ class BatchWorker:
             await self.finalize(batch_id, now)
         self._running = await store.running()
         self._drained.clear()
+        counts = await store.count_by_status()
+        for status in BatchStatus:
+            metrics.labels(metrics.BATCHES, status.value).set(counts.get(status.value, 0))
 
     async def _launch(self, now: float) -> None:
         models = {model for batch in self._running for model in batch.models}
@@ -264,7 +266,7 @@ class BatchWorker:
             line, state, outcome.status_code, outcome.request_id, outcome.result, outcome.usage
         )
         if recorded:
-            self._told(state)
+            self._told(state, outcome.usage)
         if outcome.outcome is Outcome.STOP:
             stopped = await store.stop(
                 batch.id, outcome.reason, outcome.status_code, outcome.result
@@ -273,9 +275,12 @@ class BatchWorker:
                 self._told(LineState.FAILED)
             self._running = [b for b in self._running if b.id != batch.id]
 
-    def _told(self, state: LineState | None) -> None:
-        if self._on_line is not None:
-            self._on_line(state)
+    def _told(self, state: LineState | None, usage: LineUsage | None = None) -> None:
+        """Count a line that ended here (None: given back to wait)."""
+        metrics.labels(metrics.BATCH_LINES, "retried" if state is None else state.value).inc()
+        if usage is not None:
+            metrics.labels(metrics.BATCH_TOKENS, "input").inc(usage.input_tokens)
+            metrics.labels(metrics.BATCH_TOKENS, "output").inc(usage.output_tokens)
 
     async def finalize(self, batch_id: str, now: float) -> bool:
         """Write a batch's files and end it, if this worker takes its finalizing."""

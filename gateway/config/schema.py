@@ -676,18 +676,6 @@ class Prices(Strict):
     batch_discount: Annotated[Float, Field(ge=0, le=1)] = 0.5
 
 
-class S3Store(Strict):
-    """An S3-compatible bucket for batch files (AWS S3, MinIO, Ceph...). Credentials come
-    from the standard AWS environment (`AWS_ACCESS_KEY_ID`...), never from this file."""
-
-    bucket: Annotated[str, Field(min_length=3, max_length=63)]
-    # The service's URL; None: AWS's for `region`.
-    endpoint_url: Annotated[str, Field(pattern=r"^https?://[^\s/?#]+/?$")] | None = None
-    region: str = "us-east-1"
-    # Objects are named `{prefix}{tenant}/{file id}`.
-    prefix: str = "gateway-batches/"
-
-
 class BatchesConfig(Strict):
     """The Batch APIs (`/v1/files`, `/v1/batches`, `/v1/messages/batches`): their records
     in a database, their files in an object store, their lines run on idle capacity by
@@ -695,9 +683,8 @@ class BatchesConfig(Strict):
 
     # Where files, batches and lines are recorded; None: the ledger's database.
     database_url: str | None = None
-    # Where file bytes go: a directory (relative to where the gateway runs), or `s3`.
+    # Where file bytes go: a directory (relative to where the gateway runs).
     files_dir: str = "gateway-batch-files"
-    s3: S3Store | None = None
     # How long a gateway holds a line before another may take it (it renews it while it
     # runs it): a gateway that dies leaves its lines for this long.
     lease_s: Annotated[Float, Field(ge=1, le=3600)] = 60.0
@@ -777,6 +764,15 @@ class GatewayConfig(Strict):
     batches: BatchesConfig | None = None
     tracing: TracingConfig = TracingConfig()
     models: Annotated[dict[str, ModelConfig], Field(min_length=1)]
+
+    @model_validator(mode="after")
+    def _batches_have_a_database(self) -> GatewayConfig:
+        if self.batches is not None and self.batches.database_url is None and self.ledger is None:
+            raise ValueError(
+                "`batches` needs a database: set `batches.database_url`, or a `ledger` "
+                "(whose database it then shares)"
+            )
+        return self
 
 
 class RateLimits(Strict):

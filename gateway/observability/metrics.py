@@ -263,6 +263,41 @@ STREAMS_CUT = Counter(
     ["model", "reason"],
     registry=REGISTRY,
 )
+BATCHES_CREATED = Counter(
+    "gateway_batches_created_total",
+    "Batches made through the Batch APIs (gateway/batches/), by API (openai, anthropic).",
+    ["api"],
+    registry=REGISTRY,
+)
+BATCHES = Gauge(
+    "gateway_batches",
+    "Batches in the batch database by status (in_progress, finalizing, completed, ...), "
+    "as the last housekeeping of any gateway process counted them.",
+    ["status"],
+    registry=REGISTRY,
+    # Every process counts the same database: the newest count, not their sum.
+    multiprocess_mode="livemax",
+)
+BATCH_LINES = Counter(
+    "gateway_batch_lines_total",
+    "Batch lines this gateway ran to an end, by outcome: done (2xx), failed (an error, "
+    "or stopped by a spent budget), retried (given back to wait for a limit or a slot).",
+    ["outcome"],
+    registry=REGISTRY,
+)
+BATCH_TOKENS = Counter(
+    "gateway_batch_tokens_total",
+    "Tokens of the batch lines this gateway answered, by kind (input, output).",
+    ["kind"],
+    registry=REGISTRY,
+)
+ONLINE_DELAYED_BY_BATCH = Counter(
+    "gateway_online_delayed_by_batch_total",
+    "Requests of an online class that waited in a model's queue while a batch line took "
+    "a slot after they had queued: 0 by construction (admission grants by class).",
+    ["model"],
+    registry=REGISTRY,
+)
 TRACE_SPANS_EXPORTED = Counter(
     "gateway_trace_spans_exported_total",
     "Spans the OTLP collector took (gateway/observability/tracing.py).",

@@ -101,6 +101,19 @@ class Authenticator:
             raise InvalidApiKey
         return identity
 
+    def identity_of(self, tenant: str, key_id: str) -> Identity:
+        """The identity of `tenant`'s key `key_id` as it is now (a batch's lines run as
+        the key that made the batch, long after its request); `InvalidApiKey` once that
+        key is gone, revoked or expired, or no longer the tenant's."""
+        for listed in self._by_digest.values():
+            if listed.key_id == key_id and listed.name == tenant:
+                return listed
+        key = None if self._directory is None else self._directory.by_id(key_id)
+        managed = None if key is None else self._managed_identity(key.digest)
+        if managed is None or managed.name != tenant:
+            raise InvalidApiKey
+        return managed
+
     async def authenticate(self, authorization: str | None) -> Identity:
         """`identify`, but a key unknown here is looked for once more in the store (a key
         made an instant ago on another gateway); every caller meanwhile shares the look."""

@@ -274,14 +274,16 @@ class Conductor:
     def __init__(self, runtime: Runtime) -> None:
         self._runtime = runtime
 
-    async def conduct(self, incoming: Incoming) -> Reply | Stream:
+    async def conduct(self, incoming: Incoming, identity: Identity | None = None) -> Reply | Stream:
         """Serve one request, whatever its wire and whether it streams: authenticate,
         read and parse it (the wire's steps), authorize and plan it, claim its
         Idempotency-Key, then limit, admit, dispatch and settle. A whole answer comes
         back rendered by its wire (or the stored answer of its key), a stream open. A
-        refusal up to admission counts against the tenant's request limit."""
+        refusal up to admission counts against the tenant's request limit. `identity`:
+        who sends it, known already (a batch's line: the key that made the batch)."""
         record = incoming.record
-        identity = await self._runtime.auth.authenticate(incoming.credentials)
+        if identity is None:
+            identity = await self._runtime.auth.authenticate(incoming.credentials)
         record.tenant, record.key_id = identity.name, identity.key_id
         try:
             plan = await self._read_and_plan(identity, incoming)

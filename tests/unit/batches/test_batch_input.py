@@ -10,8 +10,6 @@ from gateway.batches.batch_input import (
     MAX_FILE_BYTES,
     MAX_LINES,
     BatchInputRefused,
-    LineError,
-    error_line,
     read_batch_input,
 )
 
@@ -86,13 +84,3 @@ def test_a_file_that_cannot_be_a_batch_is_refused_with_the_limit_named(
 ) -> None:
     with pytest.raises(BatchInputRefused, match=why):
         read_batch_input(data, CHAT)
-
-
-def test_an_error_line_is_as_openai_writes_one() -> None:
-    error = LineError(2, "r1", "invalid_method", "`method` must be `POST`.")
-    assert orjson.loads(error_line("batch_req_1", error)) == {
-        "id": "batch_req_1",
-        "custom_id": "r1",
-        "response": None,
-        "error": {"code": "invalid_method", "message": "`method` must be `POST`."},
-    }

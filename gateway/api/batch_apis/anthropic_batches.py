@@ -1,0 +1,271 @@
+"""Anthropic's Message Batches: `/v1/messages/batches` create, retrieve, list, cancel,
+delete, and the results (`results_url`, JSON lines).
+
+A batch is its requests in the create's body (`{"requests": [{"custom_id", "params"}]}`,
+at most 100,000 and 256 MB; `custom_id`s unique, `^[a-zA-Z0-9_-]{1,64}$`); each runs as
+a Messages request of the key that made the batch. `request_counts` change as requests
+finish (Anthropic's change only at the end: exact counts break no client). Errors are
+Anthropic's shape; the key is `x-api-key` or `Authorization: Bearer`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+
+from gateway.api.anthropic.anthropic_answers import credentials, error_response
+from gateway.api.batch_apis.batch_service import MESSAGES_ENDPOINT, service_of
+from gateway.api.batch_apis.files_api import int_param, json_response
+from gateway.api.body import decode_json
+from gateway.api.counted import CountRequest, serve_counted
+from gateway.api.errors import APIError, bad_request
+from gateway.api.exchange import read_body
+from gateway.batches.batch_records import BatchApi, BatchRecord, BatchStatus
+from gateway.batches.batch_store import NotCancellable, NotDeletable
+from gateway.observability.access import RequestRecord
+from gateway.serving.auth import Identity
+
+MAX_REQUESTS = 100_000
+MAX_BODY_BYTES = 256 * 1024 * 1024
+CUSTOM_ID = re.compile(r"[a-zA-Z0-9_-]{1,64}")
+
+
+async def create(request: Request) -> Response:
+    """`POST /v1/messages/batches`."""
+    return await _served(request, "message_batches_create", _create)
+
+
+async def retrieve(request: Request) -> Response:
+    """`GET /v1/messages/batches/{batch_id}`."""
+    return await _served(request, "message_batches_retrieve", _retrieve)
+
+
+async def list_batches(request: Request) -> Response:
+    """`GET /v1/messages/batches`."""
+    return await _served(request, "message_batches_list", _list)
+
+
+async def cancel(request: Request) -> Response:
+    """`POST /v1/messages/batches/{batch_id}/cancel`."""
+    return await _served(request, "message_batches_cancel", _cancel)
+
+
+async def delete(request: Request) -> Response:
+    """`DELETE /v1/messages/batches/{batch_id}`."""
+    return await _served(request, "message_batches_delete", _delete)
+
+
+async def results(request: Request) -> Response:
+    """`GET /v1/messages/batches/{batch_id}/results`."""
+    return await _served(request, "message_batches_results", _results)
+
+
+async def _served(request: Request, endpoint: str, handle: Any) -> Response:
+    return await serve_counted(
+        request, endpoint, handle, credentials=credentials, render_error=error_response
+    )
+
+
+def _time(value: float | None) -> str | None:
+    if value is None:
+        return None
+    return datetime.fromtimestamp(value, UTC).isoformat().replace("+00:00", "Z")
+
+
+def _processing_status(batch: BatchRecord) -> str:
+    if batch.status.ended:
+        return "ended"
+    cancelling = batch.status is BatchStatus.CANCELLING or (
+        batch.status is BatchStatus.FINALIZING and batch.final_status is BatchStatus.CANCELLED
+    )
+    return "canceling" if cancelling else "in_progress"
+
+
+def message_batch(batch: BatchRecord, base_url: str) -> dict[str, object]:
+    """A batch as Anthropic's `MessageBatch`."""
+    counts = batch.counts
+    ended_at = batch.completed_at or batch.cancelled_at or batch.expired_at
+    ended = batch.status.ended
+    return {
+        "id": batch.id,
+        "type": "message_batch",
+        "processing_status": _processing_status(batch),
+        "request_counts": {
+            "processing": counts.total - counts.finished,
+            "succeeded": counts.done,
+            "errored": counts.failed,
+            "canceled": counts.cancelled,
+            "expired": counts.expired,
+        },
+        "ended_at": _time(ended_at),
+        "created_at": _time(batch.created_at),
+        "expires_at": _time(batch.expires_at),
+        "archived_at": None,
+        "cancel_initiated_at": _time(batch.cancelling_at),
+        "results_url": f"{base_url}v1/messages/batches/{batch.id}/results" if ended else None,
+    }
+
+
+def _not_found(batch_id: str) -> APIError:
+    return APIError(
+        404,
+        f"Message batch {batch_id[:128]} not found.",
+        type="not_found_error",
+        code="batch_not_found",
+    )
+
+
+async def _create(
+    request: Request, identity: Identity, record: RequestRecord, count: CountRequest
+) -> Response:
+    limits = await count("")
+    service = service_of(request)
+    await service.refuse_past_open_limit(identity)
+    async with service.making:
+        body = await read_body(request, MAX_BODY_BYTES)
+        data = await asyncio.to_thread(decode_json, body)
+        del body
+        requests = _requests(data)
+        lines, models = service.lines_of(identity, requests)
+        batch = await service.make(
+            identity, BatchApi.ANTHROPIC, MESSAGES_ENDPOINT, "", lines, models, None
+        )
+    return json_response(message_batch(batch, str(request.base_url)), limits)
+
+
+def _requests(data: Any) -> list[tuple[int, str, dict[str, Any]]]:
+    """The create's requests as (number, custom_id, params), checked as a whole."""
+    requests = data.get("requests") if isinstance(data, dict) else None
+    if not isinstance(requests, list) or not requests:
+        raise bad_request("`requests` must be a list of at least one request.", "requests")
+    if len(requests) > MAX_REQUESTS:
+        raise bad_request(
+            f"A batch may hold at most {MAX_REQUESTS:,} requests, not {len(requests):,}.",
+            "requests",
+        )
+    seen: dict[str, int] = {}
+    out: list[tuple[int, str, dict[str, Any]]] = []
+    for index, item in enumerate(requests):
+        where = f"requests.{index}"
+        if not isinstance(item, dict):
+            raise bad_request(f"`{where}` must be an object.", where)
+        custom_id, params = item.get("custom_id"), item.get("params")
+        if not isinstance(custom_id, str) or not CUSTOM_ID.fullmatch(custom_id):
+            raise bad_request(
+                f"`{where}.custom_id` must match ^[a-zA-Z0-9_-]{{1,64}}$.", f"{where}.custom_id"
+            )
+        if custom_id in seen:
+            raise bad_request(
+                f"`custom_id` {custom_id} is used by requests {seen[custom_id]} and {index}: "
+                "each must be unique.",
+                f"{where}.custom_id",
+            )
+        seen[custom_id] = index
+        if not isinstance(params, dict):
+            raise bad_request(f"`{where}.params` must be an object.", f"{where}.params")
+        out.append((index + 1, custom_id, params))
+    return out
+
+
+async def _retrieve(
+    request: Request, identity: Identity, record: RequestRecord, count: CountRequest
+) -> Response:
+    limits = await count("")
+    batch = await _batch(request, identity)
+    return json_response(message_batch(batch, str(request.base_url)), limits)
+
+
+async def _batch(request: Request, identity: Identity) -> BatchRecord:
+    batch_id = request.path_params["batch_id"]
+    batch = await service_of(request).store.batch(identity.name, batch_id, BatchApi.ANTHROPIC)
+    if batch is None:
+        raise _not_found(batch_id)
+    return batch
+
+
+async def _list(
+    request: Request, identity: Identity, record: RequestRecord, count: CountRequest
+) -> Response:
+    limits = await count("")
+    params = request.query_params
+    limit = int_param(params.get("limit"), 20, 1, 1000, "limit")
+    after, before = params.get("after_id"), params.get("before_id")
+    if after is not None and before is not None:
+        raise bad_request("Give `after_id` or `before_id`, not both.", "before_id")
+    batches, more = await service_of(request).store.batches(
+        identity.name, BatchApi.ANTHROPIC, after=after, before=before, limit=limit
+    )
+    base = str(request.base_url)
+    data = [message_batch(b, base) for b in batches]
+    page = {
+        "data": data,
+        "has_more": more,
+        "first_id": data[0]["id"] if data else None,
+        "last_id": data[-1]["id"] if data else None,
+    }
+    return json_response(page, limits)
+
+
+async def _cancel(
+    request: Request, identity: Identity, record: RequestRecord, count: CountRequest
+) -> Response:
+    limits = await count("")
+    batch = await _batch(request, identity)
+    service = service_of(request)
+    with contextlib.suppress(NotCancellable):  # ended: the batch as it is, as Anthropic's
+        await service.store.cancel(identity.name, batch.id, BatchApi.ANTHROPIC, time.time())
+    service.worker.wake()
+    batch = await _batch(request, identity)
+    return json_response(message_batch(batch, str(request.base_url)), limits)
+
+
+async def _delete(
+    request: Request, identity: Identity, record: RequestRecord, count: CountRequest
+) -> Response:
+    limits = await count("")
+    batch = await _batch(request, identity)
+    service = service_of(request)
+    try:
+        await service.store.delete_batch(identity.name, batch.id, BatchApi.ANTHROPIC, time.time())
+    except NotDeletable:
+        raise APIError(
+            409,
+            "A batch can be deleted once it has ended; cancel it first.",
+            code="batch_not_ended",
+            headers={"x-should-retry": "false"},
+        ) from None
+    if batch.output_file_id is not None:
+        results_file = await service.store.delete_file(
+            identity.name, batch.output_file_id, time.time()
+        )
+        if results_file is not None:
+            await service.objects.delete(results_file.object_key)
+    return json_response({"id": batch.id, "type": "message_batch_deleted"}, limits)
+
+
+async def _results(
+    request: Request, identity: Identity, record: RequestRecord, count: CountRequest
+) -> Response:
+    limits = await count("")
+    batch = await _batch(request, identity)
+    service = service_of(request)
+    file = None
+    if batch.output_file_id is not None:
+        file = await service.store.file(identity.name, batch.output_file_id)
+    if not batch.status.ended or file is None:
+        raise APIError(
+            404,
+            f"Message batch {batch.id} has no results yet: they are ready once it has ended.",
+            type="not_found_error",
+            code="results_not_ready",
+        )
+    return StreamingResponse(
+        service.objects.get(file.object_key), headers=limits, media_type="application/binary"
+    )

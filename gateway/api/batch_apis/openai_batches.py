@@ -1,0 +1,213 @@
+"""OpenAI's Batch API: `/v1/batches` create, retrieve, list (newest first), cancel.
+
+A batch is made from an uploaded file of its tenant (purpose `batch`): the file is read
+and checked whole (`gateway.batches.batch_input`: past 200 MB or 50,000 lines, with no
+request, or with a `custom_id` twice, it is refused with what refused it), each line's
+model checked against the caller's (a line it may not use goes to the error file), and
+the batch recorded in progress. Its lines then run on idle capacity (`batch_worker`).
+`request_counts` and `usage` change as lines finish.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import orjson
+from starlette.requests import Request
+from starlette.responses import Response
+
+from gateway.api.batch_apis.batch_service import OPENAI_ENDPOINTS, service_of
+from gateway.api.batch_apis.files_api import file_not_found, int_param, json_response, page
+from gateway.api.body import decode_json
+from gateway.api.counted import CountRequest, serve_counted
+from gateway.api.errors import APIError, bad_request
+from gateway.api.exchange import read_body
+from gateway.batches.batch_input import BatchInputRefused, LineError, read_batch_input
+from gateway.batches.batch_records import BatchApi, BatchRecord, NewLine
+from gateway.batches.batch_store import NotCancellable
+from gateway.batches.object_store import read_all
+from gateway.observability.access import RequestRecord
+from gateway.serving.auth import Identity
+
+# OpenAI's caps on `metadata`.
+MAX_METADATA_KEYS, MAX_METADATA_KEY_CHARS, MAX_METADATA_VALUE_CHARS = 16, 64, 512
+_CREATE_BODY_BYTES = 64 * 1024
+
+
+async def create(request: Request) -> Response:
+    """`POST /v1/batches`."""
+    return await serve_counted(request, "batches_create", _create)
+
+
+async def retrieve(request: Request) -> Response:
+    """`GET /v1/batches/{batch_id}`."""
+    return await serve_counted(request, "batches_retrieve", _retrieve)
+
+
+async def list_batches(request: Request) -> Response:
+    """`GET /v1/batches`."""
+    return await serve_counted(request, "batches_list", _list)
+
+
+async def cancel(request: Request) -> Response:
+    """`POST /v1/batches/{batch_id}/cancel`."""
+    return await serve_counted(request, "batches_cancel", _cancel)
+
+
+def batch_object(batch: BatchRecord) -> dict[str, object]:
+    """A batch as OpenAI's `Batch`."""
+    counts, tokens = batch.counts, batch.tokens
+
+    def at(value: float | None) -> int | None:
+        return None if value is None else int(value)
+
+    return {
+        "id": batch.id,
+        "object": "batch",
+        "endpoint": batch.endpoint,
+        "errors": None if batch.errors is None else {"object": "list", "data": batch.errors},
+        "input_file_id": batch.input_file_id,
+        "completion_window": batch.completion_window,
+        "status": batch.status.value,
+        "output_file_id": batch.output_file_id,
+        "error_file_id": batch.error_file_id,
+        "created_at": int(batch.created_at),
+        "in_progress_at": at(batch.in_progress_at),
+        "expires_at": int(batch.expires_at),
+        "finalizing_at": at(batch.finalizing_at),
+        "completed_at": at(batch.completed_at),
+        "failed_at": at(batch.failed_at),
+        "expired_at": at(batch.expired_at),
+        "cancelling_at": at(batch.cancelling_at),
+        "cancelled_at": at(batch.cancelled_at),
+        "request_counts": {
+            "total": counts.total,
+            "completed": counts.done,
+            "failed": counts.failed + counts.cancelled + counts.expired,
+        },
+        "metadata": batch.metadata,
+        "model": batch.models[0] if len(batch.models) == 1 else None,
+        "usage": {
+            "input_tokens": tokens.input_tokens,
+            "input_tokens_details": {"cached_tokens": tokens.cached_tokens},
+            "output_tokens": tokens.output_tokens,
+            "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": tokens.input_tokens + tokens.output_tokens,
+        },
+    }
+
+
+def batch_not_found(batch_id: str) -> APIError:
+    return APIError(404, f"No batch found with id '{batch_id[:128]}'.", code="batch_not_found")
+
+
+async def _create(
+    request: Request, identity: Identity, record: RequestRecord, count: CountRequest
+) -> Response:
+    limits = await count("")
+    service = service_of(request)
+    data = decode_json(await read_body(request, _CREATE_BODY_BYTES))
+    endpoint = data.get("endpoint")
+    if endpoint not in OPENAI_ENDPOINTS:
+        raise bad_request(f"`endpoint` must be one of {', '.join(OPENAI_ENDPOINTS)}.", "endpoint")
+    if data.get("completion_window") != "24h":
+        raise bad_request("`completion_window` must be `24h`.", "completion_window")
+    metadata = _metadata(data.get("metadata"))
+    file_id = data.get("input_file_id")
+    if not isinstance(file_id, str) or not file_id:
+        raise bad_request("`input_file_id` must be a file id.", "input_file_id")
+    file = await service.store.file(identity.name, file_id)
+    if file is None or file.purpose != "batch":
+        raise file_not_found(file_id, "input_file_id")
+    await service.refuse_past_open_limit(identity)
+    async with service.making:
+        raw = await read_all(service.objects, file.object_key)
+        try:
+            read = await asyncio.to_thread(read_batch_input, raw, endpoint)
+        except BatchInputRefused as refused:
+            raise bad_request(str(refused), "input_file_id") from None
+        del raw
+        requests = [(line.line, line.custom_id, line.body) for line in read.lines]
+        lines, models = service.lines_of(identity, requests)
+        lines += [
+            NewLine(error.line, error.custom_id or "", "", "", failed=_problem(error))
+            for error in read.errors
+        ]
+        lines.sort(key=lambda line: line.line_no)
+        batch = await service.make(
+            identity, BatchApi.OPENAI, endpoint, file_id, lines, models, metadata
+        )
+    return json_response(batch_object(batch), limits)
+
+
+def _problem(error: LineError) -> str:
+    return orjson.dumps({"code": error.code, "message": error.message}).decode()
+
+
+def _metadata(value: Any) -> dict[str, str] | None:
+    if value is None:
+        return None
+    if not isinstance(value, dict) or len(value) > MAX_METADATA_KEYS:
+        raise bad_request(
+            f"`metadata` is an object of at most {MAX_METADATA_KEYS} string pairs.", "metadata"
+        )
+    for key, item in value.items():
+        if len(key) > MAX_METADATA_KEY_CHARS or not isinstance(item, str):
+            raise bad_request(
+                f"`metadata` keys are at most {MAX_METADATA_KEY_CHARS} characters and its "
+                "values strings.",
+                "metadata",
+            )
+        if len(item) > MAX_METADATA_VALUE_CHARS:
+            raise bad_request(
+                f"`metadata` values are at most {MAX_METADATA_VALUE_CHARS} characters.",
+                "metadata",
+            )
+    return dict(value)
+
+
+async def _retrieve(
+    request: Request, identity: Identity, record: RequestRecord, count: CountRequest
+) -> Response:
+    limits = await count("")
+    batch_id = request.path_params["batch_id"]
+    batch = await service_of(request).store.batch(identity.name, batch_id, BatchApi.OPENAI)
+    if batch is None:
+        raise batch_not_found(batch_id)
+    return json_response(batch_object(batch), limits)
+
+
+async def _list(
+    request: Request, identity: Identity, record: RequestRecord, count: CountRequest
+) -> Response:
+    limits = await count("")
+    params = request.query_params
+    limit = int_param(params.get("limit"), 20, 1, 100, "limit")
+    batches, more = await service_of(request).store.batches(
+        identity.name, BatchApi.OPENAI, after=params.get("after"), limit=limit
+    )
+    return json_response(page([batch_object(b) for b in batches], more), limits)
+
+
+async def _cancel(
+    request: Request, identity: Identity, record: RequestRecord, count: CountRequest
+) -> Response:
+    limits = await count("")
+    batch_id = request.path_params["batch_id"]
+    store = service_of(request).store
+    try:
+        await store.cancel(identity.name, batch_id, BatchApi.OPENAI, time.time())
+    except NotCancellable as ended:
+        raise APIError(
+            409,
+            f"Cannot cancel a batch with status `{ended.status.value}`.",
+            code="batch_not_cancellable",
+            headers={"x-should-retry": "false"},
+        ) from None
+    batch = await store.batch(identity.name, batch_id, BatchApi.OPENAI)
+    if batch is None:
+        raise batch_not_found(batch_id)
+    service_of(request).worker.wake()
+    return json_response(batch_object(batch), limits)

@@ -1,0 +1,253 @@
+"""The Batch APIs against real Triton, driven by the official SDKs: OpenAI's files and
+batches, Anthropic's message batches; a tenant's files and batches its own."""
+
+from __future__ import annotations
+
+import io
+import json
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import anthropic
+import openai
+import pytest
+from openai import OpenAI
+
+from gateway_tools.dev.processes import stop
+from gateway_tools.dev.sim.server import TritonSim
+from tests.e2e.conftest import start_sim
+from tests.e2e.stack import KEYS, Gateway, model, start_gateway, tenant
+
+
+@pytest.fixture(scope="module")
+def sim() -> Iterator[TritonSim]:
+    server = start_sim("llm-small=1,llm-slow=40")
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def gateway(
+    sim: TritonSim, redis_url: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Gateway]:
+    tmp = tmp_path_factory.mktemp("batches")
+    models = {
+        "llm-small": model("triton_grpc", [sim.grpc_target]),
+        # Four slots: a batch of it takes seconds, long enough to cancel it midway.
+        "llm-slow": model("triton_grpc", [sim.grpc_target], queue={"max_in_flight_per_replica": 4}),
+    }
+    tenants = {
+        "acme": tenant("acme", ["*"], priority="online"),
+        "globex": tenant("globex", ["llm-small"], priority="online"),
+    }
+    gw = start_gateway(
+        tmp,
+        models,
+        redis_url,
+        tenants=tenants,
+        gateway={
+            "ledger": {"url": f"sqlite:///{tmp}/usage.db", "spool_dir": str(tmp / "spool")},
+            "batches": {"files_dir": str(tmp / "files"), "housekeeping_interval_s": 0.2},
+        },
+    )
+    try:
+        yield gw
+    finally:
+        stop(gw.process)
+
+
+def _openai(gateway: Gateway, who: str = "acme") -> OpenAI:
+    return OpenAI(base_url=gateway.base_url, api_key=KEYS[who], max_retries=0)
+
+
+def _jsonl(lines: list[Any]) -> bytes:
+    return b"".join(
+        (line if isinstance(line, bytes) else json.dumps(line).encode()) + b"\n" for line in lines
+    )
+
+
+def _chat(custom_id: str, content: str = "Hello", model_name: str = "llm-small") -> dict[str, Any]:
+    return {
+        "custom_id": custom_id,
+        "method": "POST",
+        "url": "/v1/chat/completions",
+        "body": {
+            "model": model_name,
+            "max_tokens": 4,
+            "messages": [{"role": "user", "content": content}],
+        },
+    }
+
+
+def _wait_ended(client: OpenAI, batch_id: str, timeout_s: float = 60) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        batch = client.batches.retrieve(batch_id)
+        if batch.status in ("completed", "failed", "expired", "cancelled"):
+            return batch
+        assert time.monotonic() < deadline, f"batch still {batch.status}"
+        time.sleep(0.2)
+
+
+def test_an_openai_batch_runs_and_its_output_and_errors_are_keyed_by_custom_id(
+    gateway: Gateway,
+) -> None:
+    client = _openai(gateway)
+    lines = [_chat(f"req-{i}", f"Hello {i}") for i in range(20)]
+    lines.insert(3, b"{not json")
+    lines.append(_chat("other-endpoint") | {"url": "/v1/embeddings"})
+    lines.append(_chat("no-such-model", model_name="gpt-nothing"))
+    uploaded = client.files.create(file=("in.jsonl", io.BytesIO(_jsonl(lines))), purpose="batch")
+    assert uploaded.purpose == "batch" and uploaded.bytes == len(_jsonl(lines))
+    batch = client.batches.create(
+        input_file_id=uploaded.id,
+        endpoint="/v1/chat/completions",
+        completion_window="24h",
+        metadata={"job": "nightly"},
+    )
+    assert batch.status == "in_progress" and batch.request_counts is not None
+    assert batch.request_counts.total == 23 and batch.metadata == {"job": "nightly"}
+    done = _wait_ended(client, batch.id)
+    assert done.status == "completed"
+    assert done.request_counts is not None
+    assert (done.request_counts.completed, done.request_counts.failed) == (20, 3)
+    assert done.usage is not None and done.usage.output_tokens == 80
+    assert done.output_file_id and done.error_file_id
+    output = [
+        json.loads(line) for line in client.files.content(done.output_file_id).text.splitlines()
+    ]
+    assert sorted(line["custom_id"] for line in output) == sorted(f"req-{i}" for i in range(20))
+    first = output[0]
+    assert first["id"].startswith("batch_req_") and first["error"] is None
+    assert first["response"]["status_code"] == 200
+    assert first["response"]["body"]["object"] == "chat.completion"
+    errors = {
+        line["custom_id"]: line
+        for line in map(json.loads, client.files.content(done.error_file_id).text.splitlines())
+    }
+    assert errors[None]["error"]["code"] == "invalid_json"
+    assert errors["other-endpoint"]["error"]["code"] == "mismatched_endpoint"
+    assert errors["no-such-model"]["error"]["code"] == "model_not_found"
+    listed = client.batches.list(limit=100)
+    assert batch.id in [b.id for b in listed.data]
+    with pytest.raises(openai.ConflictError):
+        client.batches.cancel(batch.id)
+
+
+def test_a_cancelled_batch_ends_with_what_ran_and_the_rest_cancelled(gateway: Gateway) -> None:
+    client = _openai(gateway)
+    lines = [_chat(f"slow-{i}", model_name="llm-slow") for i in range(200)]  # 0.1 s each
+    uploaded = client.files.create(file=("slow.jsonl", io.BytesIO(_jsonl(lines))), purpose="batch")
+    batch = client.batches.create(
+        input_file_id=uploaded.id, endpoint="/v1/chat/completions", completion_window="24h"
+    )
+    time.sleep(1.0)
+    cancelling = client.batches.cancel(batch.id)
+    assert cancelling.status in ("cancelling", "cancelled")
+    ended = _wait_ended(client, batch.id)
+    assert ended.status == "cancelled"
+    counts = ended.request_counts
+    assert counts is not None and counts.completed + counts.failed == 200
+    assert 0 < counts.completed < 200
+    assert ended.error_file_id is not None
+    cancelled = client.files.content(ended.error_file_id).text.splitlines()
+    assert json.loads(cancelled[0])["error"]["code"] == "batch_cancelled"
+
+
+def test_another_tenants_files_and_batches_are_not_found(gateway: Gateway) -> None:
+    acme, globex = _openai(gateway), _openai(gateway, "globex")
+    uploaded = acme.files.create(
+        file=("in.jsonl", io.BytesIO(_jsonl([_chat("a")]))), purpose="batch"
+    )
+    batch = acme.batches.create(
+        input_file_id=uploaded.id, endpoint="/v1/chat/completions", completion_window="24h"
+    )
+    for call in (
+        lambda: globex.files.retrieve(uploaded.id),
+        lambda: globex.files.content(uploaded.id),
+        lambda: globex.files.delete(uploaded.id),
+        lambda: globex.batches.retrieve(batch.id),
+        lambda: globex.batches.cancel(batch.id),
+        lambda: globex.batches.create(
+            input_file_id=uploaded.id, endpoint="/v1/chat/completions", completion_window="24h"
+        ),
+    ):
+        with pytest.raises(openai.NotFoundError):
+            call()
+    assert uploaded.id not in [f.id for f in globex.files.list().data]
+    done = _wait_ended(acme, batch.id)
+    assert done.output_file_id is not None
+    with pytest.raises(openai.NotFoundError):
+        globex.files.content(done.output_file_id)
+    # A batch on a deleted file: not found either.
+    assert acme.files.delete(uploaded.id).deleted
+    with pytest.raises(openai.NotFoundError):
+        acme.batches.create(
+            input_file_id=uploaded.id, endpoint="/v1/chat/completions", completion_window="24h"
+        )
+
+
+def test_a_file_the_batch_cannot_take_is_refused_with_why(gateway: Gateway) -> None:
+    client = _openai(gateway)
+    duplicated = client.files.create(
+        file=("dup.jsonl", io.BytesIO(_jsonl([_chat("same"), _chat("x"), _chat("same")]))),
+        purpose="batch",
+    )
+    with pytest.raises(openai.BadRequestError, match=r"lines 1, 3"):
+        client.batches.create(
+            input_file_id=duplicated.id, endpoint="/v1/chat/completions", completion_window="24h"
+        )
+    many = client.files.create(
+        file=("many.jsonl", io.BytesIO(b'{"custom_id": "x"}\n' * 100_001)), purpose="batch"
+    )
+    with pytest.raises(openai.BadRequestError, match=r"at most 50,000"):
+        client.batches.create(
+            input_file_id=many.id, endpoint="/v1/chat/completions", completion_window="24h"
+        )
+    with pytest.raises(openai.BadRequestError, match="endpoint"):
+        client.batches.create(
+            input_file_id=many.id,
+            endpoint="/v1/moderations",
+            completion_window="24h",  # type: ignore[arg-type]
+        )
+
+
+def test_an_anthropic_message_batch_runs_and_its_results_stream(gateway: Gateway) -> None:
+    client = anthropic.Anthropic(base_url=gateway.url, api_key=KEYS["acme"], max_retries=0)
+    requests: list[Any] = [
+        {
+            "custom_id": f"m-{i}",
+            "params": {
+                "model": "llm-small",
+                "max_tokens": 4,
+                "messages": [{"role": "user", "content": "Hi"}],
+            },
+        }
+        for i in range(5)
+    ]
+    requests.append(
+        {"custom_id": "denied", "params": {"model": "llm-nope", "max_tokens": 4, "messages": []}}
+    )
+    batch = client.messages.batches.create(requests=requests)
+    assert batch.processing_status == "in_progress"
+    # The request for a model the key may not use has failed already: counted at once.
+    assert (batch.request_counts.processing, batch.request_counts.errored) == (5, 1)
+    deadline = time.monotonic() + 60
+    while batch.processing_status != "ended":
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+        batch = client.messages.batches.retrieve(batch.id)
+    assert batch.request_counts.succeeded == 5 and batch.request_counts.errored == 1
+    assert batch.results_url is not None and batch.ended_at is not None
+    results = {r.custom_id: r.result for r in client.messages.batches.results(batch.id)}
+    assert results["m-0"].type == "succeeded"
+    assert results["m-0"].message.content[0].type == "text"  # type: ignore[union-attr]
+    assert results["denied"].type == "errored"
+    assert batch.id in [b.id for b in client.messages.batches.list(limit=50).data]
+    deleted = client.messages.batches.delete(batch.id)
+    assert deleted.type == "message_batch_deleted"
+    with pytest.raises(anthropic.NotFoundError):
+        client.messages.batches.retrieve(batch.id)
