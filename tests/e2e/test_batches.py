@@ -6,6 +6,8 @@ from __future__ import annotations
 import io
 import json
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
@@ -251,3 +253,151 @@ def test_an_anthropic_message_batch_runs_and_its_results_stream(gateway: Gateway
     assert deleted.type == "message_batch_deleted"
     with pytest.raises(anthropic.NotFoundError):
         client.messages.batches.retrieve(batch.id)
+
+
+def _post(gateway: Gateway, path: str, body: bytes, headers: dict[str, str]) -> tuple[int, Any]:
+    import http.client
+
+    connection = http.client.HTTPConnection(gateway.url.removeprefix("http://"), timeout=30)
+    try:
+        connection.request("POST", path, body=body, headers=headers)
+        response = connection.getresponse()
+        return response.status, json.loads(response.read() or b"null")
+    finally:
+        connection.close()
+
+
+_FILE_PART = (
+    b'--b\r\nContent-Disposition: form-data; name="file"; filename="a"\r\n\r\n{}\r\n--b--\r\n'
+)
+
+
+def test_hostile_uploads_get_a_clear_error_and_leave_nothing(gateway: Gateway) -> None:
+    auth = {"Authorization": f"Bearer {KEYS['globex']}"}
+    files_dir = gateway.config_dir / "files" / "globex"
+    before = sorted(files_dir.rglob("*")) if files_dir.exists() else []
+    # A declared 300 MB: refused before a byte of it is read.
+    import http.client
+
+    connection = http.client.HTTPConnection(gateway.url.removeprefix("http://"), timeout=30)
+    connection.putrequest("POST", "/v1/files")
+    connection.putheader("Authorization", auth["Authorization"])
+    connection.putheader("Content-Type", "multipart/form-data; boundary=b")
+    connection.putheader("Content-Length", str(300 * 1024 * 1024))
+    connection.endheaders()
+    response = connection.getresponse()
+    assert response.status == 413 and b"200 MB" in response.read()
+    connection.close()
+
+    # 201 MB sent without a length: counted as it streams, refused past 200 MB.
+    def chunks() -> Iterator[bytes]:
+        yield b'--b\r\nContent-Disposition: form-data; name="purpose"\r\n\r\nbatch\r\n'
+        yield b'--b\r\nContent-Disposition: form-data; name="file"; filename="big.jsonl"\r\n\r\n'
+        block = b"x" * (1024 * 1024)
+        for _ in range(201):
+            yield block
+        yield b"\r\n--b--\r\n"
+
+    connection = http.client.HTTPConnection(gateway.url.removeprefix("http://"), timeout=60)
+    connection.request(
+        "POST",
+        "/v1/files",
+        body=chunks(),
+        headers={**auth, "Content-Type": "multipart/form-data; boundary=b"},
+        encode_chunked=True,
+    )
+    response = connection.getresponse()
+    assert response.status == 413, response.read()
+    connection.close()
+    for body, content_type, expected in [
+        (b"not a form", "application/json", "multipart/form-data"),
+        (b"--b\r\ngarbage", "multipart/form-data; boundary=b", "file"),
+        (
+            _FILE_PART,
+            "multipart/form-data; boundary=b",
+            "purpose",
+        ),
+        (
+            b'--b\r\nContent-Disposition: form-data; name="purpose"\r\n\r\nfine-tune\r\n'
+            + _FILE_PART,
+            "multipart/form-data; boundary=b",
+            "purpose",
+        ),
+    ]:
+        status, error = _post(gateway, "/v1/files", body, {**auth, "Content-Type": content_type})
+        assert status == 400 and expected in error["error"]["message"], (status, error)
+    assert (sorted(files_dir.rglob("*")) if files_dir.exists() else []) == before
+
+
+def test_hostile_batch_creates_are_refused_with_what_refused_them(gateway: Gateway) -> None:
+    client = _openai(gateway, "globex")
+    uploaded = client.files.create(
+        file=("a.jsonl", io.BytesIO(_jsonl([_chat("a")]))), purpose="batch"
+    )
+    for metadata in ({f"k{i}": "v" for i in range(17)}, {"k": "v" * 513}, {"k" * 65: "v"}):
+        with pytest.raises(openai.BadRequestError, match="metadata"):
+            client.batches.create(
+                input_file_id=uploaded.id,
+                endpoint="/v1/chat/completions",
+                completion_window="24h",
+                metadata=metadata,
+            )
+    with pytest.raises(openai.BadRequestError, match="completion_window"):
+        client.batches.create(
+            input_file_id=uploaded.id,
+            endpoint="/v1/chat/completions",
+            completion_window="1h",  # type: ignore[arg-type]
+        )
+    auth = {"x-api-key": KEYS["globex"], "Content-Type": "application/json"}
+    request = {"custom_id": "a", "params": {"model": "llm-small", "max_tokens": 1, "messages": []}}
+    for body, expected in [
+        ({"requests": []}, "requests"),
+        ({"requests": "x"}, "requests"),
+        ({"requests": [{**request, "custom_id": "has space"}]}, "custom_id"),
+        ({"requests": [{**request, "custom_id": "x" * 65}]}, "custom_id"),
+        ({"requests": [request, request]}, "unique"),
+        ({"requests": [{"custom_id": "a", "params": "x"}]}, "params"),
+        ({"requests": [request] * 100_001}, "100,000"),
+    ]:
+        status, error = _post(gateway, "/v1/messages/batches", json.dumps(body).encode(), auth)
+        assert status == 400, (status, error)
+        assert error["type"] == "error" and expected in error["error"]["message"]
+
+
+def test_an_anthropic_batch_is_its_tenants_and_ends_before_its_results(gateway: Gateway) -> None:
+    acme = anthropic.Anthropic(base_url=gateway.url, api_key=KEYS["acme"], max_retries=0)
+    globex = anthropic.Anthropic(base_url=gateway.url, api_key=KEYS["globex"], max_retries=0)
+    params: Any = {
+        "model": "llm-slow",
+        "max_tokens": 4,
+        "messages": [{"role": "user", "content": "x"}],
+    }
+    batch = acme.messages.batches.create(
+        requests=[{"custom_id": f"s{i}", "params": params} for i in range(100)]
+    )
+    # The SDK asks for results only once `results_url` is set; a client that asks before:
+    request = urllib.request.Request(
+        f"{gateway.url}/v1/messages/batches/{batch.id}/results", headers={"x-api-key": KEYS["acme"]}
+    )
+    with pytest.raises(urllib.error.HTTPError) as early:
+        urllib.request.urlopen(request, timeout=10)
+    assert early.value.code == 404 and b"no results yet" in early.value.read()
+    with pytest.raises(anthropic.ConflictError):
+        acme.messages.batches.delete(batch.id)
+    for call in (
+        lambda: globex.messages.batches.retrieve(batch.id),
+        lambda: globex.messages.batches.cancel(batch.id),
+        lambda: globex.messages.batches.delete(batch.id),
+    ):
+        with pytest.raises(anthropic.NotFoundError):
+            call()
+    cancelled = acme.messages.batches.cancel(batch.id)
+    assert cancelled.processing_status in ("canceling", "ended")
+    deadline = time.monotonic() + 60
+    while cancelled.processing_status != "ended":
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+        cancelled = acme.messages.batches.retrieve(batch.id)
+    kinds = [r.result.type for r in acme.messages.batches.results(batch.id)]
+    assert len(kinds) == 100 and "canceled" in kinds
+    assert cancelled.request_counts.canceled == kinds.count("canceled")
