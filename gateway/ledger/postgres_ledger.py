@@ -48,6 +48,7 @@ TYPES = (
     "bigint",
     "text",
     "double precision",
+    "text",
 )
 SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS {TABLE} (
@@ -65,10 +66,13 @@ CREATE TABLE IF NOT EXISTS {TABLE} (
     latency_ms double precision NOT NULL,
     status bigint NOT NULL,
     fallback text NOT NULL,
-    ttft_ms double precision
+    ttft_ms double precision,
+    batch_id text NOT NULL DEFAULT ''
 );
 -- A table made before `ttft_ms` was recorded gets the column (its old rows: NULL).
 ALTER TABLE {TABLE} ADD COLUMN IF NOT EXISTS ttft_ms double precision;
+-- ... and before `batch_id` (the Batch APIs' lines), that one (its old rows: '').
+ALTER TABLE {TABLE} ADD COLUMN IF NOT EXISTS batch_id text NOT NULL DEFAULT '';
 CREATE INDEX IF NOT EXISTS {TABLE}_ts ON {TABLE} (ts);
 CREATE INDEX IF NOT EXISTS {TABLE}_key_ts ON {TABLE} (key_id, ts);
 """

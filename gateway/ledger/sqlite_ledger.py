@@ -40,13 +40,16 @@ CREATE TABLE IF NOT EXISTS {TABLE} (
     latency_ms REAL NOT NULL,
     status INTEGER NOT NULL,
     fallback TEXT NOT NULL,
-    ttft_ms REAL
+    ttft_ms REAL,
+    batch_id TEXT NOT NULL DEFAULT ''
 );
 CREATE INDEX IF NOT EXISTS {TABLE}_ts ON {TABLE} (ts);
 CREATE INDEX IF NOT EXISTS {TABLE}_key_ts ON {TABLE} (key_id, ts);
 """
 # A file made before `ttft_ms` was recorded gets the column (its old rows: NULL).
 ADD_TTFT = f"ALTER TABLE {TABLE} ADD COLUMN ttft_ms REAL"
+# ... and one made before `batch_id`, that one (its old rows: "").
+ADD_BATCH_ID = f"ALTER TABLE {TABLE} ADD COLUMN batch_id TEXT NOT NULL DEFAULT ''"
 INSERT = (
     f"INSERT OR IGNORE INTO {TABLE} ({', '.join(COLUMNS)}) "
     f"VALUES ({', '.join('?' for _ in COLUMNS)})"
@@ -88,6 +91,8 @@ class SqliteLedger:
                 columns = {row[1] for row in connection.execute(f"PRAGMA table_info({TABLE})")}
                 if columns and "ttft_ms" not in columns:
                     connection.execute(ADD_TTFT)
+                if columns and "batch_id" not in columns:
+                    connection.execute(ADD_BATCH_ID)
                 connection.executescript(SCHEMA)
             except BaseException:
                 connection.close()

@@ -22,11 +22,15 @@ COLUMNS = (
     "status",
     "fallback",
     "ttft_ms",
+    "batch_id",
 )
-# A spool line written before `ttft_ms` was recorded has the columns before it.
-_EARLIER_COLUMNS = len(COLUMNS) - 1
+# A spool line written before `ttft_ms` or `batch_id` was recorded has the columns before
+# them: what it lacks is filled in (no time to first token, no batch).
+_FILLED = {len(COLUMNS) - 2: (None, ""), len(COLUMNS) - 1: ("",)}
 
-Row = tuple[float, str, str, str, str, str, str, int, int, int, int, float, int, str, float | None]
+Row = tuple[
+    float, str, str, str, str, str, str, int, int, int, int, float, int, str, float | None, str
+]
 
 
 @dataclass(slots=True)
@@ -38,7 +42,8 @@ class UsageRecord:
     of the price table's currency, an integer so that sums are exact. `key_id` and
     `fallback` are "" when there is no key or no fallback (the model that stood in).
     `ttft_ms` is a stream's time to its first token, None when it had none (refused,
-    failed before one, not streamed).
+    failed before one, not streamed). `batch_id` is the batch it was a line of (the
+    Batch APIs), "" for a client's own request.
     """
 
     ts: float
@@ -56,6 +61,7 @@ class UsageRecord:
     status: int
     fallback: str = ""
     ttft_ms: float | None = None
+    batch_id: str = ""
 
     def row(self) -> Row:
         """The record's values in `COLUMNS` order."""
@@ -75,6 +81,7 @@ class UsageRecord:
             self.status,
             self.fallback,
             self.ttft_ms,
+            self.batch_id,
         )
 
 
@@ -102,13 +109,14 @@ def from_row(values: list[Any] | tuple[Any, ...]) -> UsageRecord:
     Raises `ValueError` when there are not as many values as columns, or one is of the
     wrong type: a spool line cut short by a crash is refused, not half read.
     """
-    if len(values) == _EARLIER_COLUMNS:
-        values = (*values, None)
+    filled = _FILLED.get(len(values))
+    if filled is not None:
+        values = (*values, *filled)
     if len(values) != len(COLUMNS):
         raise ValueError(f"a usage record has {len(COLUMNS)} values, not {len(values)}")
     (ts, request_id, tenant, key_id, endpoint, requested, served) = values[:7]
-    (prompt, cached, completion, cost, latency, status, fallback, ttft) = values[7:]
-    for text in (request_id, tenant, key_id, endpoint, requested, served, fallback):
+    (prompt, cached, completion, cost, latency, status, fallback, ttft, batch_id) = values[7:]
+    for text in (request_id, tenant, key_id, endpoint, requested, served, fallback, batch_id):
         if not isinstance(text, str):
             raise ValueError(f"a usage record's text field is {type(text).__name__}")
     for number in (prompt, cached, completion, cost, status):
@@ -134,4 +142,5 @@ def from_row(values: list[Any] | tuple[Any, ...]) -> UsageRecord:
         status,
         fallback,
         None if ttft is None else float(ttft),
+        batch_id,
     )

@@ -26,6 +26,8 @@ GROUPS = {
     "model": "model_served",
     "requested": "model_requested",
     "endpoint": "endpoint",
+    # The batch a request was a line of ("": a client's own request).
+    "batch": "batch_id",
 }
 # What each report row sums, in its order, after the group columns.
 MEASURES = (

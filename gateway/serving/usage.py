@@ -80,6 +80,7 @@ class UsageLedger:
             status=status,
             fallback="; ".join(request.fallbacks),
             ttft_ms=None if request.ttft_s is None else request.ttft_s * 1000,
+            batch_id=request.batch_id,
         )
 
     async def close(self) -> None:

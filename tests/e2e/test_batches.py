@@ -3,8 +3,10 @@ batches, Anthropic's message batches; a tenant's files and batches its own."""
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
+import sqlite3
 import time
 import urllib.error
 import urllib.request
@@ -53,6 +55,10 @@ def gateway(
         gateway={
             "ledger": {"url": f"sqlite:///{tmp}/usage.db", "spool_dir": str(tmp / "spool")},
             "batches": {"files_dir": str(tmp / "files"), "housekeeping_interval_s": 0.2},
+            # A batch line pays half (`batch_discount`, 0.5 by default).
+            "prices": {
+                "models": {"llm-small": {"input_per_million": 1000, "output_per_million": 4000}}
+            },
         },
     )
     try:
@@ -82,6 +88,23 @@ def _chat(custom_id: str, content: str = "Hello", model_name: str = "llm-small")
             "messages": [{"role": "user", "content": content}],
         },
     }
+
+
+def _ledger_rows(gateway: Gateway, batch_id: str, expected: int) -> list[dict[str, Any]]:
+    """The usage ledger's records of a batch's lines, once all `expected` are written."""
+    deadline = time.monotonic() + 30
+    while True:
+        rows = []
+        with sqlite3.connect(gateway.config_dir / "usage.db") as connection:
+            connection.row_factory = sqlite3.Row
+            with contextlib.suppress(sqlite3.OperationalError):  # no record written yet
+                rows = connection.execute(
+                    "SELECT * FROM usage_ledger WHERE batch_id = ?", (batch_id,)
+                ).fetchall()
+        if len(rows) >= expected or time.monotonic() > deadline:
+            assert len(rows) == expected
+            return [dict(row) for row in rows]
+        time.sleep(0.2)
 
 
 def _wait_ended(client: OpenAI, batch_id: str, timeout_s: float = 60) -> Any:
@@ -135,6 +158,12 @@ def test_an_openai_batch_runs_and_its_output_and_errors_are_keyed_by_custom_id(
     assert errors["no-such-model"]["error"]["code"] == "model_not_found"
     listed = client.batches.list(limit=100)
     assert batch.id in [b.id for b in listed.data]
+    # Every line in the usage ledger with its batch, at half the price.
+    recorded = _ledger_rows(gateway, batch.id, 20)
+    assert {row["endpoint"] for row in recorded} == {"chat"}
+    for row in recorded:
+        full = row["prompt_tokens"] * 1000 + row["completion_tokens"] * 4000
+        assert row["cost_micros"] == full // 2, row
     with pytest.raises(openai.ConflictError):
         client.batches.cancel(batch.id)
 

@@ -27,7 +27,7 @@ from tests.unit.ledger.usage_samples import T0, expected_report, sample
 SERVER = os.environ.get("LEDGER_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432")
 GROUPINGS = [
     (), ("tenant",), ("tenant", "key", "model"), ("endpoint", "model"), ("key",),
-    ("requested", "model"),
+    ("requested", "model"), ("batch",),
 ]  # fmt: skip
 
 
@@ -165,6 +165,7 @@ async def test_a_record_is_stored_as_made(database: Database) -> None:
         "status": 200,
         "fallback": "llama-8b",
         "ttft_ms": 30.0,
+        "batch_id": "batch_1",
     }
 
 

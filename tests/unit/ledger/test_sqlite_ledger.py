@@ -56,6 +56,7 @@ async def test_the_file_is_in_wal_mode_with_its_record_intact(store: SqliteLedge
         503,
         "llama-8b",
         None,
+        "batch_1",
     )
 
 
@@ -101,10 +102,10 @@ async def test_a_file_from_before_the_time_to_first_token_gets_the_column(
     tmp_path: Path,
 ) -> None:
     path = tmp_path / "old.db"
-    columns = [name for name in COLUMNS if name != "ttft_ms"]
+    columns = [name for name in COLUMNS if name not in ("ttft_ms", "batch_id")]
     with sqlite3.connect(path) as connection:
         connection.execute(f"CREATE TABLE usage_ledger ({', '.join(columns)})")
-        old = sample(1).row()[:-1]
+        old = sample(1).row()[:-2]
         connection.execute(f"INSERT INTO usage_ledger VALUES ({', '.join('?' * len(old))})", old)
     store = SqliteLedger(path)
     try:
@@ -112,9 +113,9 @@ async def test_a_file_from_before_the_time_to_first_token_gets_the_column(
         listed = await store.requests(RequestsQuery("k2", T0, T0 + 10))
     finally:
         await store.close()
-    assert [(record.request_id, record.ttft_ms) for record in listed] == [
-        ("r-1", None),
-        ("r-3", 30.0),
+    assert [(record.request_id, record.ttft_ms, record.batch_id) for record in listed] == [
+        ("r-1", None, ""),
+        ("r-3", 30.0, "batch_1"),
     ]
 
 

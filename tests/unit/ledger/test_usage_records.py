@@ -19,8 +19,9 @@ def test_a_row_makes_the_same_record_again() -> None:
 @pytest.mark.parametrize(
     "change",
     [
-        lambda row: row[:-2],  # cut short
-        lambda row: [*row[:-1], "12"],  # text for the time to first token
+        lambda row: row[:-3],  # cut short
+        lambda row: [*row[:-2], "12", ""],  # text for the time to first token
+        lambda row: [*row[:-1], 12],  # a number for the batch
         lambda row: [*row[:2], 7, *row[3:]],  # a number for the tenant
         lambda row: [*row[:7], "100", *row[8:]],  # text for a count
         lambda row: [*row[:7], True, *row[8:]],  # a boolean is not a count
@@ -35,9 +36,16 @@ def test_a_malformed_row_is_refused(change: object) -> None:
 
 def test_a_spool_line_from_before_the_time_to_first_token_reads_without_it() -> None:
     record = sample(4)
-    earlier = list(record.row())[:-1]
+    earlier = list(record.row())[:-2]
     assert from_row(earlier).ttft_ms is None
     assert from_row(earlier).cost_micros == record.cost_micros
+
+
+def test_a_spool_line_from_before_the_batch_id_reads_as_no_batch() -> None:
+    record = sample(3)
+    assert record.batch_id == "batch_1"
+    earlier = from_row(list(record.row())[:-1])
+    assert (earlier.batch_id, earlier.ttft_ms) == ("", record.ttft_ms)
 
 
 def test_a_record_has_slots() -> None:

@@ -27,6 +27,7 @@ def sample(i: int, prefix: str = "", **fields: object) -> UsageRecord:
         status=200 if i % 7 else 503,
         fallback="",
         ttft_ms=float(i % 13) * 10 if i % 7 else None,
+        batch_id=("", "batch_1")[i % 4 == 3],
     )
     for name, value in fields.items():
         setattr(record, name, value)
@@ -44,7 +45,7 @@ def expected_report(
     """The report computed in Python, to compare with what each store answers."""
     columns = {
         "tenant": "tenant", "key": "key_id", "model": "model_served",
-        "requested": "model_requested", "endpoint": "endpoint",
+        "requested": "model_requested", "endpoint": "endpoint", "batch": "batch_id",
     }  # fmt: skip
     groups: dict[tuple[object, ...], list[UsageRecord]] = {}
     for record in records:
