@@ -17,7 +17,7 @@ from starlette.types import ASGIApp, Lifespan
 
 from gateway.api import admin_keys, endpoints, exchange
 from gateway.api.anthropic import count_tokens
-from gateway.api.batch_apis import anthropic_batches, files_api, openai_batches
+from gateway.api.batch_apis import admin_batches, anthropic_batches, files_api, openai_batches
 from gateway.api.batch_apis.batch_service import BatchService
 from gateway.api.errors import CLIENT_ERRORS, DOMAIN_ERRORS, APIError, client_error
 from gateway.api.responses import responses_state
@@ -111,6 +111,7 @@ def build_app(config: Config) -> ASGIApp:
             Route("/admin/usage", endpoints.usage_report, methods=["GET"]),
             Route("/admin/usage/requests", endpoints.usage_requests, methods=["GET"]),
             *_key_routes(),
+            *_admin_batch_routes(batches),
             Route("/metrics", endpoints.metrics_for_admins, methods=["GET"]),
         ]
     api = DirectRoutes(_starlette(api_routes, lifespan), hot_routes, on_error=_error)
@@ -124,10 +125,12 @@ def build_app(config: Config) -> ASGIApp:
         Route("/admin/usage", endpoints.usage_report, methods=["GET"]),
         Route("/admin/usage/requests", endpoints.usage_requests, methods=["GET"]),
         *_key_routes(),
+        *_admin_batch_routes(batches),
         *probes,
     ]
     ops_app = _starlette(ops_routes)
     ops_app.state.runtime, ops_app.state.reloader = runtime, reloader
+    ops_app.state.batches = batches
     return Listeners(api, ops_app, ops.port)
 
 
@@ -151,6 +154,17 @@ def _batch_routes() -> list[Route]:
         Route(
             "/v1/messages/batches/{batch_id}/results", anthropic_batches.results, methods=["GET"]
         ),
+    ]
+
+
+def _admin_batch_routes(batches: BatchService | None) -> list[Route]:
+    """`/admin/batches`: every tenant's batches for operators (`gateway batches`)."""
+    if batches is None:
+        return []
+    return [
+        Route("/admin/batches", admin_batches.list_batches, methods=["GET"]),
+        Route("/admin/batches/{batch_id}", admin_batches.get_batch, methods=["GET"]),
+        Route("/admin/batches/{batch_id}/cancel", admin_batches.cancel_batch, methods=["POST"]),
     ]
 
 

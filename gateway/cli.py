@@ -156,7 +156,7 @@ def _hash_key(args: argparse.Namespace) -> int:
 
 
 # The server's own sub-commands: for these, no other program's commands are loaded.
-SERVING_COMMANDS = frozenset({"serve", "check-config", "keys", "hash-key"})
+SERVING_COMMANDS = frozenset({"serve", "check-config", "keys", "batches", "hash-key"})
 COMMANDS_GROUP = "inference_gateway.commands"
 
 
@@ -194,6 +194,11 @@ def parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
         "keys", help="managed API keys: create, list, get, update, revoke, rotate"
     )
     add_keys_arguments(keys)
+
+    from gateway.batches.batches_cli import add_batches_arguments
+
+    batches = sub.add_parser("batches", help="every tenant's batches: list, get, cancel")
+    add_batches_arguments(batches)
 
     hash_key = sub.add_parser("hash-key", help="print the stored form of an API key")
     hash_key.add_argument("key", help="the key, or - to read it from standard input")

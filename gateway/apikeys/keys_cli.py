@@ -57,7 +57,7 @@ def _models(text: str) -> list[str]:
 def add_keys_arguments(parser: argparse.ArgumentParser) -> None:
     """The `keys` command's subcommands. `--url` and `--admin-key` go before or after
     the subcommand."""
-    _connection_arguments(parser, DEFAULT_URL)
+    connection_arguments(parser, DEFAULT_URL)
     commands = parser.add_subparsers(dest="keys_command", required=True)
     # After the subcommand too (`gateway keys create ... --url URL`): there they default
     # to nothing given, so that one given before stays.
@@ -65,7 +65,7 @@ def add_keys_arguments(parser: argparse.ArgumentParser) -> None:
 
     def add_parser(name: str, **kwargs: Any) -> argparse.ArgumentParser:
         command = original(name, **kwargs)
-        _connection_arguments(command, argparse.SUPPRESS)
+        connection_arguments(command, argparse.SUPPRESS)
         return command
 
     commands.add_parser = add_parser  # type: ignore[method-assign]
@@ -95,7 +95,7 @@ def add_keys_arguments(parser: argparse.ArgumentParser) -> None:
     parser.set_defaults(run=run_keys_command)
 
 
-def _connection_arguments(parser: argparse.ArgumentParser, url_default: str) -> None:
+def connection_arguments(parser: argparse.ArgumentParser, url_default: str) -> None:
     parser.add_argument(
         "--url",
         default=os.environ.get(URL_ENV, url_default) if url_default != argparse.SUPPRESS

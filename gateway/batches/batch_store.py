@@ -247,6 +247,15 @@ class BatchStore:
             rows = await tx.fetch(f"SELECT {_BATCH_COLUMNS} FROM batches WHERE {where}", *args)
         return _batch(rows[0]) if rows else None
 
+    async def find(self, batch_id: str) -> BatchRecord | None:
+        """Batch `batch_id`, whoever's and of whichever API (for operators)."""
+        async with self._db.transaction() as tx:
+            rows = await tx.fetch(
+                f"SELECT {_BATCH_COLUMNS} FROM batches WHERE id = ? AND deleted_at IS NULL",
+                batch_id,
+            )
+        return _batch(rows[0]) if rows else None
+
     async def batches(
         self,
         tenant: str | None,

@@ -6,7 +6,9 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import os
 import sqlite3
+import subprocess
 import time
 import urllib.error
 import urllib.request
@@ -18,7 +20,7 @@ import openai
 import pytest
 from openai import OpenAI
 
-from gateway_tools.dev.processes import stop
+from gateway_tools.dev.processes import gateway_command, stop
 from gateway_tools.dev.sim.server import TritonSim
 from tests.e2e.conftest import start_sim
 from tests.e2e.stack import KEYS, Gateway, model, start_gateway, tenant
@@ -46,6 +48,7 @@ def gateway(
     tenants = {
         "acme": tenant("acme", ["*"], priority="online"),
         "globex": tenant("globex", ["llm-small"], priority="online"),
+        "ops": tenant("ops", [], admin=True),
     }
     gw = start_gateway(
         tmp,
@@ -430,3 +433,51 @@ def test_an_anthropic_batch_is_its_tenants_and_ends_before_its_results(gateway: 
     kinds = [r.result.type for r in acme.messages.batches.results(batch.id)]
     assert len(kinds) == 100 and "canceled" in kinds
     assert cancelled.request_counts.canceled == kinds.count("canceled")
+
+
+def _batches_cli(gateway: Gateway, *words: str) -> subprocess.CompletedProcess[str]:
+    command = gateway_command("batches", *words, "--url", gateway.ops_url)
+    env = {**os.environ, "GATEWAY_ADMIN_KEY": "sk-test-ops"}
+    return subprocess.run(command, capture_output=True, text=True, env=env, timeout=60)
+
+
+def test_ops_list_follow_and_cancel_every_tenants_batches(gateway: Gateway) -> None:
+    acme, globex = _openai(gateway), _openai(gateway, "globex")
+    quick = globex.files.create(
+        file=("q.jsonl", io.BytesIO(_jsonl([_chat(f"q{i}") for i in range(3)]))), purpose="batch"
+    )
+    done = _wait_ended(
+        globex,
+        globex.batches.create(
+            input_file_id=quick.id, endpoint="/v1/chat/completions", completion_window="24h"
+        ).id,
+    )
+    slow = acme.files.create(
+        file=(
+            "s.jsonl",
+            io.BytesIO(_jsonl([_chat(f"s{i}", model_name="llm-slow") for i in range(400)])),
+        ),
+        purpose="batch",
+    )
+    running = acme.batches.create(
+        input_file_id=slow.id, endpoint="/v1/chat/completions", completion_window="24h"
+    )
+    listed = _batches_cli(gateway, "list")
+    assert listed.returncode == 0, listed.stderr
+    rows = {line.split()[0]: line.split() for line in listed.stdout.splitlines()[1:]}
+    assert rows[done.id][1:5] == ["globex", "openai", "completed", "3/3"]
+    assert rows[running.id][1:4] == ["acme", "openai", "in_progress"]
+    shown = _batches_cli(gateway, "get", running.id)
+    assert json.loads(shown.stdout)["lines"]["total"] == 400
+    cancelled = _batches_cli(gateway, "cancel", running.id)
+    assert cancelled.returncode == 0 and json.loads(cancelled.stdout)["status"] == "cancelling"
+    assert _wait_ended(acme, running.id).status == "cancelled"
+    again = _batches_cli(gateway, "cancel", done.id)
+    assert again.returncode == 1 and "HTTP 409" in again.stderr
+    # A tenant's key is no admin's.
+    call = urllib.request.Request(
+        f"{gateway.ops_url}/admin/batches", headers={"Authorization": f"Bearer {KEYS['acme']}"}
+    )
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(call, timeout=10)
+    assert refused.value.code == 403
