@@ -676,6 +676,30 @@ class Prices(Strict):
     batch_discount: Annotated[Float, Field(ge=0, le=1)] = 0.5
 
 
+class S3Store(Strict):
+    """An S3-compatible bucket for batch files (AWS S3, MinIO, Ceph...), through aiobotocore
+    (the `s3` extra). Credentials come from the standard AWS environment
+    (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, a role), never from this file."""
+
+    bucket: Annotated[str, Field(min_length=3, max_length=63, pattern=r"^[a-z0-9][a-z0-9.-]+$")]
+    # The service's URL; None: AWS's for `region`.
+    endpoint_url: Annotated[str, Field(pattern=r"^https?://[^\s/?#]+/?$")] | None = None
+    region: str = "us-east-1"
+    # Objects are named `{prefix}{tenant}/{file id}`.
+    prefix: Annotated[str, Field(max_length=256)] = "gateway-batches/"
+
+    @model_validator(mode="after")
+    def _library_installed(self) -> S3Store:
+        import importlib.util
+
+        if importlib.util.find_spec("aiobotocore") is None:
+            raise ValueError(
+                "an S3 bucket needs aiobotocore: install the `s3` extra "
+                "(pip install 'inference-gateway[s3]')"
+            )
+        return self
+
+
 class BatchesConfig(Strict):
     """The Batch APIs (`/v1/files`, `/v1/batches`, `/v1/messages/batches`): their records
     in a database, their files in an object store, their lines run on idle capacity by
@@ -683,8 +707,9 @@ class BatchesConfig(Strict):
 
     # Where files, batches and lines are recorded; None: the ledger's database.
     database_url: str | None = None
-    # Where file bytes go: a directory (relative to where the gateway runs).
+    # Where file bytes go: a directory (relative to where the gateway runs), or a bucket.
     files_dir: str = "gateway-batch-files"
+    s3: S3Store | None = None
     # How long a gateway holds a line before another may take it (it renews it while it
     # runs it): a gateway that dies leaves its lines for this long.
     lease_s: Annotated[Float, Field(ge=1, le=3600)] = 60.0

@@ -13,9 +13,11 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import anthropic
+import boto3  # type: ignore[import-untyped]
 import openai
 import pytest
 from openai import OpenAI
@@ -24,6 +26,7 @@ from gateway_tools.dev.processes import gateway_command, stop
 from gateway_tools.dev.sim.server import TritonSim
 from tests.e2e.conftest import start_sim
 from tests.e2e.stack import KEYS, Gateway, model, start_gateway, tenant
+from tests.integration.test_object_stores import BUCKET, moto_server
 
 
 @pytest.fixture(scope="module")
@@ -481,3 +484,52 @@ def test_ops_list_follow_and_cancel_every_tenants_batches(gateway: Gateway) -> N
     with pytest.raises(urllib.error.HTTPError) as refused:
         urllib.request.urlopen(call, timeout=10)
     assert refused.value.code == 403
+
+
+def test_batch_files_in_an_s3_bucket(sim: TritonSim, redis_url: str, tmp_path: Path) -> None:
+    with moto_server() as endpoint:
+        credentials = {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test"}
+        s3 = boto3.client(
+            "s3", region_name="us-east-1", endpoint_url=endpoint,
+            aws_access_key_id="test", aws_secret_access_key="test",
+        )  # fmt: skip
+        s3.create_bucket(Bucket=BUCKET)
+        gw = start_gateway(
+            tmp_path,
+            {"llm-small": model("triton_grpc", [sim.grpc_target])},
+            redis_url,
+            tenants={"acme": tenant("acme", ["*"])},
+            gateway={
+                "ledger": {
+                    "url": f"sqlite:///{tmp_path}/usage.db",
+                    "spool_dir": str(tmp_path / "spool"),
+                },
+                "batches": {
+                    "s3": {"bucket": BUCKET, "endpoint_url": endpoint},
+                    "housekeeping_interval_s": 0.2,
+                },
+            },
+            env=credentials,
+        )
+        try:
+            client = _openai(gw)
+            uploaded = client.files.create(
+                file=("in.jsonl", io.BytesIO(_jsonl([_chat("a"), _chat("b")]))), purpose="batch"
+            )
+            keys = [o["Key"] for o in s3.list_objects_v2(Bucket=BUCKET)["Contents"]]
+            assert keys == [f"gateway-batches/acme/{uploaded.id}"]
+            done = _wait_ended(
+                client,
+                client.batches.create(
+                    input_file_id=uploaded.id,
+                    endpoint="/v1/chat/completions",
+                    completion_window="24h",
+                ).id,
+            )
+            assert done.output_file_id is not None
+            output = client.files.content(done.output_file_id).text.splitlines()
+            assert sorted(json.loads(line)["custom_id"] for line in output) == ["a", "b"]
+            keys = [o["Key"] for o in s3.list_objects_v2(Bucket=BUCKET)["Contents"]]
+            assert f"gateway-batches/acme/{done.output_file_id}" in keys
+        finally:
+            stop(gw.process)

@@ -91,7 +91,13 @@ class BatchService:
             ledger = runtime.config.gateway.ledger
             assert ledger is not None  # the loader refuses `batches:` without either
             url = ledger.url
-        objects: ObjectStore = DirectoryStore(config.files_dir)
+        objects: ObjectStore
+        if config.s3 is not None:
+            from gateway.batches.s3_object_store import S3Store
+
+            objects = S3Store(config.s3)
+        else:
+            objects = DirectoryStore(config.files_dir)
         return cls(config, runtime, conductor, BatchStore(url), objects)
 
     def start(self) -> None:
