@@ -31,6 +31,7 @@ from dataclasses import dataclass, field, replace
 
 import orjson
 
+from gateway.admission.queue import BATCH_API_CLASS
 from gateway.storage.redis_client import RedisClient
 from gateway_control.placement.queueing_model import Demand
 
@@ -193,11 +194,12 @@ class _Sums:
 
 class DemandTracker:
     """Per model, the demand of every gateway summed, from successive reads; requests
-    weighed by the tokens they reserved, and those of `batch_classes` told apart."""
+    weighed by the tokens they reserved, and those of `batch_classes` told apart (the
+    Batch APIs' own class, `batch-api`, always: it keeps replicas, never adds one)."""
 
     def __init__(self, batch_classes: Collection[str] = ()) -> None:
         self._last: dict[str, GatewayReport] = {}
-        self._batch = frozenset(batch_classes)
+        self._batch = frozenset(batch_classes) | {BATCH_API_CLASS}
         # Per model, the mean tokens a finished request had reserved, as last measured.
         self._mean_tokens: dict[str, float] = {}
 

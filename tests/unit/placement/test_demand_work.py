@@ -94,3 +94,19 @@ def test_before_anything_finished_requests_count_by_the_mean_of_what_arrived() -
     assert demand["llm"].arrival_rate == pytest.approx(4.0)
     assert demand["llm"].online is not None
     assert demand["llm"].online.arrival_rate == pytest.approx(4.0)
+
+
+def test_the_batch_apis_lines_keep_replicas_and_add_none_whatever_the_config() -> None:
+    tracker = DemandTracker(batch_classes=())  # a cluster file that names no batch class
+    zero = {"online": ClassReport(0, 0, 0, 0, 0), "batch-api": ClassReport(0, 0, 0, 0, 0)}
+    tracker.update([report(0.0, llm=ModelReport(0, 0, 0.0, 0, 0, None, 0, zero))])
+    classes = {
+        "online": ClassReport(10, 1_000, 0, 0, 1),
+        "batch-api": ClassReport(90, 9_000, 0, 0, 7),
+    }
+    now = ModelReport(100, 100, 100.0, 0, 8, None, 10_000, classes)
+    demand = tracker.update([report(10.0, llm=now)])["llm"]
+    assert demand.arrival_rate == pytest.approx(10.0)  # all of it keeps replicas
+    assert demand.online is not None
+    assert demand.online.arrival_rate == pytest.approx(1.0)  # only online adds them
+    assert demand.online.in_flight == 1
