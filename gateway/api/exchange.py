@@ -145,6 +145,17 @@ async def serve(request: Request, wire: Wire) -> Response:
         raise failed from exc
 
 
+def refusal_of(exc: Exception, record: RequestRecord, where: str) -> APIError:
+    """What a client is told of a refusal before admission (`Incoming.refusal`): a
+    context too long, a missing capability... as such; anything else is the gateway's own
+    fault, a 500 (logged with `where`), counted as a 4xx is, so that no request shape is
+    free to repeat (nor its traceback to log)."""
+    if isinstance(exc, errors.CLIENT_ERRORS):
+        return errors.client_error(exc)
+    log.error("unhandled error on %s", where, exc_info=exc)
+    return _unhandled(record)
+
+
 def _unhandled(record: RequestRecord) -> APIError:
     return APIError(
         500,
@@ -207,14 +218,8 @@ class _HttpIncoming:
         return await rendered(self.wire, self.runtime, self.record, answer, identity)
 
     def refusal(self, exc: Exception) -> APIError:
-        if isinstance(exc, errors.CLIENT_ERRORS):
-            # A context too long, a missing capability...: refused, and counted.
-            return errors.client_error(exc)
-        # The gateway's own fault, on the client's request: counted as a 4xx is, so that
-        # no request shape is free to repeat (nor its traceback to log).
         request = self.request
-        log.exception("unhandled error on %s %s", request.method, request.url.path)
-        return _unhandled(self.record)
+        return refusal_of(exc, self.record, f"{request.method} {request.url.path}")
 
 
 async def parsed(

@@ -206,10 +206,34 @@ def _table(keys: list[dict[str, Any]]) -> str:
     )
 
 
-def run_keys_command(args: argparse.Namespace) -> int:
-    admin_key = args.admin_key or os.environ.get(ADMIN_KEY_ENV)
+def admin_key_of(args: argparse.Namespace) -> str | None:
+    """`--admin-key`, else `$GATEWAY_ADMIN_KEY`; None (and said so) when neither is set."""
+    admin_key: str | None = args.admin_key or os.environ.get(ADMIN_KEY_ENV)
     if not admin_key:
         print(f"an admin key is needed: --admin-key or ${ADMIN_KEY_ENV}", file=sys.stderr)
+    return admin_key
+
+
+def admin_answer(
+    url: str, admin_key: str, method: str, path: str, body: dict[str, Any] | None = None
+) -> dict[str, Any] | None:
+    """The admin API's JSON answer; None (and the reason on stderr) when the gateway
+    cannot be reached or refuses."""
+    try:
+        status, answer = request(url, admin_key, method, path, body)
+    except (urllib.error.URLError, OSError) as exc:
+        print(f"cannot reach the gateway at {url}: {exc}", file=sys.stderr)
+        return None
+    if status >= 400:
+        error = answer.get("error", {})
+        print(f"HTTP {status}: {error.get('message', answer)}", file=sys.stderr)
+        return None
+    return answer
+
+
+def run_keys_command(args: argparse.Namespace) -> int:
+    admin_key = admin_key_of(args)
+    if not admin_key:
         return 2
     command = args.keys_command
     call: tuple[str, str, dict[str, Any] | None]
@@ -228,14 +252,8 @@ def run_keys_command(args: argparse.Namespace) -> int:
         path = f"/admin/keys/{quote(args.id)}"
         method = {"get": "GET", "revoke": "DELETE", "rotate": "POST"}[command]
         call = (method, path + ("/rotate" if command == "rotate" else ""), None)
-    try:
-        status, answer = request(args.url, admin_key, *call)
-    except (urllib.error.URLError, OSError) as exc:
-        print(f"cannot reach the gateway at {args.url}: {exc}", file=sys.stderr)
-        return 1
-    if status >= 400:
-        error = answer.get("error", {})
-        print(f"HTTP {status}: {error.get('message', answer)}", file=sys.stderr)
+    answer = admin_answer(args.url, admin_key, *call)
+    if answer is None:
         return 1
     if command == "list" and not args.json:
         print(_table(answer.get("data", [])))

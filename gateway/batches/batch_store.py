@@ -122,6 +122,9 @@ _BATCH_COLUMNS = (
     "error_file_id, in_progress_at, finalizing_at, completed_at, failed_at, expired_at, "
     "cancelling_at, cancelled_at, stopped_by"
 )
+_FILE_OF_TENANT = (
+    f"SELECT {_FILE_COLUMNS} FROM batch_files WHERE id = ? AND tenant = ? AND deleted_at IS NULL"
+)
 # The statuses whose lines may still run, or wait to be finalized.
 _OPEN = (BatchStatus.IN_PROGRESS.value, BatchStatus.CANCELLING.value)
 
@@ -161,12 +164,7 @@ class BatchStore:
     async def file(self, tenant: str, file_id: str) -> FileRecord | None:
         """`tenant`'s file `file_id` (None: none of its, or deleted)."""
         async with self._db.transaction() as tx:
-            rows = await tx.fetch(
-                f"SELECT {_FILE_COLUMNS} FROM batch_files "
-                "WHERE id = ? AND tenant = ? AND deleted_at IS NULL",
-                file_id,
-                tenant,
-            )
+            rows = await tx.fetch(_FILE_OF_TENANT, file_id, tenant)
         return _file(rows[0]) if rows else None
 
     async def files(
@@ -208,12 +206,7 @@ class BatchStore:
     async def delete_file(self, tenant: str, file_id: str, now: float) -> FileRecord | None:
         """Mark `tenant`'s file deleted; the record it was (None: no such file)."""
         async with self._db.transaction() as tx:
-            rows = await tx.fetch(
-                f"SELECT {_FILE_COLUMNS} FROM batch_files "
-                "WHERE id = ? AND tenant = ? AND deleted_at IS NULL",
-                file_id,
-                tenant,
-            )
+            rows = await tx.fetch(_FILE_OF_TENANT, file_id, tenant)
             if not rows:
                 return None
             await tx.execute("UPDATE batch_files SET deleted_at = ? WHERE id = ?", now, file_id)

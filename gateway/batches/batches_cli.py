@@ -13,13 +13,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import sys
-import urllib.error
 from typing import Any
 from urllib.parse import quote
 
-from gateway.apikeys.keys_cli import ADMIN_KEY_ENV, DEFAULT_URL, connection_arguments, request
+from gateway.apikeys.keys_cli import (
+    DEFAULT_URL,
+    admin_answer,
+    admin_key_of,
+    connection_arguments,
+)
 
 
 def add_batches_arguments(parser: argparse.ArgumentParser) -> None:
@@ -67,9 +69,8 @@ def _row(batch: dict[str, Any]) -> tuple[str, ...]:
 
 
 def run_batches_command(args: argparse.Namespace) -> int:
-    admin_key = args.admin_key or os.environ.get(ADMIN_KEY_ENV)
+    admin_key = admin_key_of(args)
     if not admin_key:
-        print(f"an admin key is needed: --admin-key or ${ADMIN_KEY_ENV}", file=sys.stderr)
         return 2
     command = args.batches_command
     if command == "list":
@@ -79,14 +80,8 @@ def run_batches_command(args: argparse.Namespace) -> int:
         call = ("GET", f"/admin/batches/{quote(args.id)}")
     else:
         call = ("POST", f"/admin/batches/{quote(args.id)}/cancel")
-    try:
-        status, answer = request(args.url, admin_key, *call)
-    except (urllib.error.URLError, OSError) as exc:
-        print(f"cannot reach the gateway at {args.url}: {exc}", file=sys.stderr)
-        return 1
-    if status >= 400:
-        error = answer.get("error", {})
-        print(f"HTTP {status}: {error.get('message', answer)}", file=sys.stderr)
+    answer = admin_answer(args.url, admin_key, *call)
+    if answer is None:
         return 1
     if command == "list" and not args.json:
         print(table(answer.get("data", [])))

@@ -21,8 +21,8 @@ from gateway_tools.dev.processes import stop
 from gateway_tools.dev.sim.server import TritonSim
 from tests.e2e.conftest import start_sim
 from tests.e2e.stack import KEYS, model, start_gateway, tenant
+from tests.postgres import own_database
 
-SERVER = os.environ.get("LEDGER_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432")
 LINES = 600
 LEASE_S = 3
 
@@ -38,19 +38,8 @@ def sim() -> Iterator[TritonSim]:
 
 @pytest.fixture
 async def database() -> AsyncIterator[str]:
-    try:
-        admin = await asyncpg.connect(f"{SERVER}/postgres", timeout=5)
-    except (OSError, asyncpg.PostgresError) as error:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"PostgreSQL is not running on {SERVER}: {error}")
-        pytest.skip(f"no PostgreSQL on {SERVER}")
-    name = f"batches_kill_{os.urandom(5).hex()}"
-    await admin.execute(f"CREATE DATABASE {name}")
-    try:
-        yield f"{SERVER}/{name}"
-    finally:
-        await admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
-        await admin.close()
+    async with own_database("batches_kill") as url:
+        yield url
 
 
 async def _taken_over(url: str, batch_id: str) -> int:

@@ -4,11 +4,9 @@ finalizing once."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-import asyncpg  # type: ignore[import-untyped]
 import pytest
 
 from gateway.batches.batch_records import (
@@ -22,13 +20,9 @@ from gateway.batches.batch_records import (
     NewLine,
 )
 from gateway.batches.batch_store import BatchStore, NotCancellable, NotDeletable
+from tests.postgres import own_database
 
-SERVER = os.environ.get("LEDGER_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432")
 T0 = 1_800_000_000.0
-
-
-async def _admin() -> asyncpg.Connection:
-    return await asyncpg.connect(f"{SERVER}/postgres", timeout=5)
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
@@ -38,21 +32,12 @@ async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator
         yield opened
         await opened.close()
         return
-    try:
-        admin = await _admin()
-    except (OSError, asyncpg.PostgresError) as error:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"PostgreSQL is not running on {SERVER}: {error}")
-        pytest.skip(f"no PostgreSQL on {SERVER}")
-    name = f"batches_test_{os.urandom(5).hex()}"
-    await admin.execute(f"CREATE DATABASE {name}")
-    opened = BatchStore(f"{SERVER}/{name}")
-    try:
-        yield opened
-    finally:
-        await opened.close()
-        await admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
-        await admin.close()
+    async with own_database("batches_test") as url:
+        opened = BatchStore(url)
+        try:
+            yield opened
+        finally:
+            await opened.close()
 
 
 def _batch(batch_id: str, tenant: str = "acme", total: int = 3, at: float = T0) -> BatchRecord:

@@ -26,7 +26,7 @@ from gateway.admission import DeadlineExceeded, Overloaded, Shed
 from gateway.api import errors
 from gateway.api.body import decode_json, requested_model
 from gateway.api.errors import APIError
-from gateway.api.exchange import parsed, rendered
+from gateway.api.exchange import parsed, refusal_of, rendered
 from gateway.api.wire import Wire
 from gateway.batches.batch_records import BatchRecord, ClaimedLine, LineUsage
 from gateway.batches.batch_worker import LineOutcome, Outcome
@@ -175,10 +175,7 @@ class _LineIncoming:
         return await rendered(self.wire, self.runtime, self.record, answer, identity)
 
     def refusal(self, exc: Exception) -> APIError:
-        if isinstance(exc, errors.CLIENT_ERRORS):
-            return errors.client_error(exc)
-        log.error("batch line %s: %r", self.record.request_id, exc, exc_info=exc)
-        return APIError(500, "The gateway failed to handle the request.", type="server_error")
+        return refusal_of(exc, self.record, f"batch {self.batch_id} line {self.line.line_no}")
 
 
 _NO_HEADERS: Mapping[str, str] = {}
