@@ -484,11 +484,13 @@ class BatchStore:
         return changed == 1
 
     async def release(self, line: ClaimedLine, not_before: float) -> None:
-        """Give a line back, to run again from `not_before` (a limit said wait)."""
+        """Give a line back, to run again from `not_before` (a limit said wait). A line
+        given back was not lost with its gateway: its claim does not count as an attempt."""
         async with self._db.transaction() as tx:
             await tx.execute(
                 "UPDATE batch_lines SET state = ?, lease_owner = NULL, lease_until = NULL, "
-                "not_before = ? WHERE batch_id = ? AND line_no = ? AND lease_owner = ?",
+                "not_before = ?, attempts = attempts - 1 "
+                "WHERE batch_id = ? AND line_no = ? AND lease_owner = ?",
                 LineState.PENDING.value,
                 not_before,
                 line.batch_id,

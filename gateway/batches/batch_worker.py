@@ -157,11 +157,6 @@ class BatchWorker:
             with contextlib.suppress(Exception):
                 await self._store.release(line, 0.0)
 
-    @property
-    def lines_running(self) -> int:
-        """Lines this gateway runs now."""
-        return len(self._lines)
-
     async def _work(self) -> None:
         next_housekeeping = 0.0
         while True:
