@@ -13,11 +13,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
+import tempfile
 import time
 from datetime import UTC, datetime
-from typing import Any
+from typing import IO, Any
 
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response, StreamingResponse
 
 from gateway.api.anthropic.anthropic_answers import credentials, error_response
@@ -25,12 +26,12 @@ from gateway.api.batch_apis.batch_service import MESSAGES_ENDPOINT, service_of
 from gateway.api.batch_apis.files_api import int_param, json_response
 from gateway.api.body import decode_json
 from gateway.api.counted import CountRequest, serve_counted
-from gateway.api.errors import APIError, bad_request
-from gateway.api.exchange import read_body
+from gateway.api.errors import APIError, bad_request, body_too_large
 from gateway.batches.batch_records import BatchApi, BatchRecord, BatchStatus
 from gateway.batches.batch_store import NotCancellable, NotDeletable
 from gateway.observability.access import RequestRecord
 from gateway.serving.auth import Identity
+from gateway.transport.streaming import ClientGone
 
 MAX_REQUESTS = 100_000
 MAX_BODY_BYTES = 256 * 1024 * 1024
@@ -128,16 +129,40 @@ async def _create(
     limits = await count("")
     service = service_of(request)
     await service.refuse_past_open_limit(identity)
-    async with service.making:
-        body = await read_body(request, MAX_BODY_BYTES)
-        data = await asyncio.to_thread(decode_json, body)
-        del body
-        requests = _requests(data)
-        lines, models = service.lines_of(identity, requests)
-        batch = await service.make(
-            identity, BatchApi.ANTHROPIC, MESSAGES_ENDPOINT, "", lines, models, None
-        )
+    # The body goes to a file first, outside the lock: a client that sends it slowly
+    # holds up nobody else's create, and waiting bodies do not sit in memory.
+    with tempfile.TemporaryFile() as spooled:
+        await _spool(request, spooled)
+        async with service.making:
+            # Parsed and checked off the event loop: 100,000 requests take a while.
+            lines, models = await asyncio.to_thread(
+                lambda: service.lines_of(identity, _requests(_load(spooled)))
+            )
+            batch = await service.make(
+                identity, BatchApi.ANTHROPIC, MESSAGES_ENDPOINT, "", lines, models, None
+            )
     return json_response(message_batch(batch, str(request.base_url)), limits)
+
+
+async def _spool(request: Request, into: IO[bytes]) -> None:
+    """The request's body written to `into`; past `MAX_BODY_BYTES`, a 413."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > MAX_BODY_BYTES:
+        raise body_too_large(MAX_BODY_BYTES)
+    size = 0
+    try:
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > MAX_BODY_BYTES:
+                raise body_too_large(MAX_BODY_BYTES)
+            await asyncio.to_thread(into.write, chunk)
+    except ClientDisconnect:
+        raise ClientGone from None
+
+
+def _load(spooled: IO[bytes]) -> Any:
+    spooled.seek(0)
+    return decode_json(spooled.read())
 
 
 def _requests(data: Any) -> list[tuple[int, str, dict[str, Any]]]:

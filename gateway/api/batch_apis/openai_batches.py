@@ -18,7 +18,7 @@ import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 
-from gateway.api.batch_apis.batch_service import OPENAI_ENDPOINTS, service_of
+from gateway.api.batch_apis.batch_service import OPENAI_ENDPOINTS, BatchService, service_of
 from gateway.api.batch_apis.files_api import file_not_found, int_param, json_response, page
 from gateway.api.body import decode_json
 from gateway.api.counted import CountRequest, serve_counted
@@ -125,21 +125,30 @@ async def _create(
     async with service.making:
         raw = await read_all(service.objects, file.object_key)
         try:
-            read = await asyncio.to_thread(read_batch_input, raw, endpoint)
+            # Read and checked off the event loop: 50,000 lines take a while.
+            lines, models = await asyncio.to_thread(_lines, service, identity, raw, endpoint)
         except BatchInputRefused as refused:
             raise bad_request(str(refused), "input_file_id") from None
         del raw
-        requests = [(line.line, line.custom_id, line.body) for line in read.lines]
-        lines, models = service.lines_of(identity, requests)
-        lines += [
-            NewLine(error.line, error.custom_id or "", "", "", failed=_problem(error))
-            for error in read.errors
-        ]
-        lines.sort(key=lambda line: line.line_no)
         batch = await service.make(
             identity, BatchApi.OPENAI, endpoint, file_id, lines, models, metadata
         )
     return json_response(batch_object(batch), limits)
+
+
+def _lines(
+    service: BatchService, identity: Identity, raw: bytes, endpoint: str
+) -> tuple[list[NewLine], tuple[str, ...]]:
+    """The file's lines for the store, in input order, and the models they run on."""
+    read = read_batch_input(raw, endpoint)
+    requests = [(line.line, line.custom_id, line.body) for line in read.lines]
+    lines, models = service.lines_of(identity, requests)
+    lines += [
+        NewLine(error.line, error.custom_id or "", "", "", failed=_problem(error))
+        for error in read.errors
+    ]
+    lines.sort(key=lambda line: line.line_no)
+    return lines, models
 
 
 def _problem(error: LineError) -> str:
