@@ -48,7 +48,8 @@ def add_usage_arguments(parser: argparse.ArgumentParser) -> None:
         "--by",
         default="tenant",
         help="groups: tenant, key, model (the model that served; refused requests have "
-        "none), requested (the model asked), endpoint",
+        "none), requested (the model asked), endpoint, batch (the batch a request was a "
+        "line of; empty: a client's own)",
     )
     report.add_argument("--since", default="24h", help="ISO time or a duration back (24h)")
     report.add_argument("--until", default=None, help="ISO time or a duration back (now)")

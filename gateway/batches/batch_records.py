@@ -41,6 +41,11 @@ class LineState(StrEnum):
     CANCELLED = "cancelled"  # its batch was cancelled before it ran
     EXPIRED = "expired"  # its batch's window ended before it ran
 
+    @property
+    def ended(self) -> bool:
+        """It will not run (again)."""
+        return self not in (LineState.PENDING, LineState.LEASED)
+
 
 class BatchApi(StrEnum):
     """Which API made the batch: its shapes, its results."""
@@ -90,6 +95,10 @@ class TokenCounts:
     output_tokens: int = 0
 
 
+# How long a batch's output files are kept unless it asks otherwise: 30 days, as OpenAI.
+OUTPUT_TTL_S = 30 * 86400
+
+
 @dataclass(frozen=True, slots=True)
 class BatchRecord:
     """A batch, as stored. Times are unix seconds; None: not reached."""
@@ -125,6 +134,8 @@ class BatchRecord:
     final_status: BatchStatus = BatchStatus.COMPLETED
     # Why its lines stopped before they all ran (a budget spent), if they did.
     stopped_by: str | None = None
+    # How long its output files are kept (OpenAI's `output_expires_after`).
+    output_ttl_s: float = OUTPUT_TTL_S
 
 
 @dataclass(frozen=True, slots=True)

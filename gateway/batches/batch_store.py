@@ -88,6 +88,7 @@ CREATE TABLE IF NOT EXISTS batches (
     cancelled_at {float},
     finalizer TEXT,
     stopped_by TEXT,
+    output_ttl_s {float} NOT NULL,
     deleted_at {float}
 );
 CREATE INDEX IF NOT EXISTS batches_tenant ON batches (tenant, api, created_at);
@@ -120,7 +121,7 @@ _BATCH_COLUMNS = (
     "final_status, created_at, expires_at, total, done, failed, cancelled, expired, "
     "input_tokens, cached_tokens, output_tokens, models, metadata, errors, output_file_id, "
     "error_file_id, in_progress_at, finalizing_at, completed_at, failed_at, expired_at, "
-    "cancelling_at, cancelled_at, stopped_by"
+    "cancelling_at, cancelled_at, stopped_by, output_ttl_s"
 )
 _FILE_OF_TENANT = (
     f"SELECT {_FILE_COLUMNS} FROM batch_files WHERE id = ? AND tenant = ? AND deleted_at IS NULL"
@@ -294,10 +295,10 @@ class BatchStore:
             page.reverse()  # the page's batches, newest first as every page is
         return page, len(rows) > limit
 
-    async def cancel(self, tenant: str | None, batch_id: str, api: BatchApi, now: float) -> None:
-        """Cancel a batch: its lines not yet run are cancelled now, those running finish,
-        then it is finalized `cancelled`. `NotCancellable` once it has ended; None when
-        there is no such batch (the caller tells 404)."""
+    async def cancel(self, tenant: str | None, batch_id: str, api: BatchApi, now: float) -> int:
+        """Cancel a batch: its lines not yet run are cancelled now (how many), those
+        running finish, then it is finalized `cancelled`. `NotCancellable` once it has
+        ended; nothing when there is no such batch (the caller tells 404)."""
         async with self._db.transaction() as tx:
             rows = await tx.fetch(
                 "SELECT status FROM batches WHERE id = ? AND api = ? AND deleted_at IS NULL"
@@ -307,10 +308,10 @@ class BatchStore:
                 *([] if tenant is None else [tenant]),
             )
             if not rows:
-                return
+                return 0
             status = BatchStatus(rows[0][0])
             if status in (BatchStatus.CANCELLING, BatchStatus.CANCELLED):
-                return  # asked twice: the same answer
+                return 0  # asked twice: the same answer
             if status is not BatchStatus.IN_PROGRESS:
                 raise NotCancellable(status)
             cancelled = await tx.execute(
@@ -329,6 +330,7 @@ class BatchStore:
                 cancelled,
                 batch_id,
             )
+        return cancelled
 
     async def delete_batch(self, tenant: str, batch_id: str, api: BatchApi, now: float) -> bool:
         """Delete an ended batch (False: no such batch); `NotDeletable` while it runs."""
@@ -519,9 +521,9 @@ class BatchStore:
             )
         return failed
 
-    async def expire_due(self, now: float) -> list[str]:
+    async def expire_due(self, now: float) -> dict[str, int]:
         """Batches whose window has ended: their lines not yet run expire, and they
-        finalize `expired` with what they finished. Their ids."""
+        finalize `expired` with what they finished. Their ids, and the lines expired."""
         async with self._db.transaction() as tx:
             rows = await tx.fetch(
                 "SELECT id FROM batches WHERE status IN (?, ?) AND expires_at <= ? "
@@ -530,8 +532,9 @@ class BatchStore:
                 now,
                 BatchStatus.COMPLETED.value,
             )
+            expired_lines: dict[str, int] = {}
             for (batch_id,) in rows:
-                expired = await tx.execute(
+                expired = expired_lines[batch_id] = await tx.execute(
                     "UPDATE batch_lines SET state = ?, result = ?, body = '' "
                     "WHERE batch_id = ? AND state = ?",
                     LineState.EXPIRED.value,
@@ -545,7 +548,7 @@ class BatchStore:
                     expired,
                     batch_id,
                 )
-        return [row[0] for row in rows]
+        return expired_lines
 
     async def finalizable(self, now: float) -> list[str]:
         """Batches whose every line is finished (or whose finalizer died): to finalize."""
@@ -690,6 +693,7 @@ def _batch_row(batch: BatchRecord, failed: int) -> tuple[Any, ...]:
         None if batch.metadata is None else json.dumps(batch.metadata),
         None if batch.errors is None else json.dumps(batch.errors),
         None, None, batch.in_progress_at, None, None, batch.failed_at, None, None, None, None,
+        batch.output_ttl_s,
     )  # fmt: skip
 
 
@@ -725,4 +729,5 @@ def _batch(row: Row) -> BatchRecord:
         cancelling_at=_time(row[29]),
         cancelled_at=_time(row[30]),
         stopped_by=row[31],
+        output_ttl_s=float(row[32]),
     )

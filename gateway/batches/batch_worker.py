@@ -48,8 +48,6 @@ log = logging.getLogger("gateway.batches")
 # A line taken over this many times (each time its gateway died running it) is failed,
 # not run again: it may be what kills them.
 MAX_ATTEMPTS = 5
-# How long an output file is kept: 30 days, as OpenAI keeps them.
-OUTPUT_TTL_S = 30 * 86400
 RESULTS_PURPOSE = "batch_output"
 # Anthropic's results, stored as a file the Files API does not show.
 ANTHROPIC_RESULTS_PURPOSE = "message_batch_results"
@@ -130,11 +128,16 @@ class BatchWorker:
         self._by_tenant: dict[str, int] = {}
         # (batch, model) pairs found with nothing ready, until the next housekeeping.
         self._drained: set[tuple[str, str]] = set()
+        # Tenants whose limits said wait, until when: none of their lines is claimed
+        # meanwhile (one refused line stands for the others, which would be refused too).
+        self._paused: dict[str, float] = {}
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
         """Start working (on the running event loop)."""
+        for outcome in ("retried", *(s.value for s in LineState if s.ended)):
+            metrics.labels(metrics.BATCH_LINES, outcome)  # each shown at 0 from the start
         self._task = asyncio.create_task(self._work(), name="batch-worker")
 
     def wake(self) -> None:
@@ -179,7 +182,8 @@ class BatchWorker:
     async def _housekeep(self, now: float) -> None:
         store = self._store
         await store.reap(now)
-        await store.expire_due(now)
+        for lines in (await store.expire_due(now)).values():
+            metrics.labels(metrics.BATCH_LINES, "expired").inc(lines)
         await store.extend(list(self._lines), now + self._settings.lease_s)
         for batch_id in await store.finalizable(now):
             await self.finalize(batch_id, now)
@@ -203,7 +207,11 @@ class BatchWorker:
         """A line for `model`: of the tenant with the fewest lines running here, its
         oldest batch first."""
         candidates = [
-            b for b in self._running if model in b.models and (b.id, model) not in self._drained
+            b
+            for b in self._running
+            if model in b.models
+            and (b.id, model) not in self._drained
+            and self._paused.get(b.tenant, 0.0) <= now
         ]
         candidates.sort(key=lambda b: (self._by_tenant.get(b.tenant, 0), b.created_at))
         skipped_tenants: set[str] = set()
@@ -253,7 +261,9 @@ class BatchWorker:
     async def _record(self, batch: BatchRecord, line: ClaimedLine, outcome: LineOutcome) -> None:
         store = self._store
         if outcome.outcome is Outcome.RETRY:
-            await store.release(line, self._clock() + outcome.retry_after_s)
+            until = self._clock() + outcome.retry_after_s
+            self._paused[batch.tenant] = max(self._paused.get(batch.tenant, 0.0), until)
+            await store.release(line, until)
             self._told(None)
             return
         state = LineState.DONE if 200 <= outcome.status_code < 300 else LineState.FAILED
@@ -335,7 +345,7 @@ class BatchWorker:
             return None
         return FileRecord(
             file_id, batch.tenant, batch.key_id, purpose, f"batch_{batch.id}_{kind}.jsonl",
-            size, now, now + OUTPUT_TTL_S, key,
+            size, now, now + batch.output_ttl_s, key,
         )  # fmt: skip
 
 

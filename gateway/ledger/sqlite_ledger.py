@@ -55,6 +55,8 @@ INSERT = (
     f"VALUES ({', '.join('?' for _ in COLUMNS)})"
 )
 BUSY_TIMEOUT_MS = 5000
+# The columns added since the first ledgers, and what an older row holds in each.
+_ADDED = (("ttft_ms", "NULL"), ("batch_id", "''"))
 
 
 class SqliteLedger:
@@ -135,6 +137,15 @@ class SqliteLedger:
         if found is None:
             connection.close()
             raise LedgerUnavailable(f"{self.path} holds no usage ledger (no {TABLE} table)")
+        # A file an older gateway wrote lacks the newer columns, and a reader may not add
+        # them: a view of the same name, in the connection's own temporary schema (which
+        # a read-only file allows), shows them with what their old rows mean.
+        columns = {row[1] for row in connection.execute(f"PRAGMA table_info({TABLE})")}
+        missing = [f"{default} AS {name}" for name, default in _ADDED if name not in columns]
+        if missing:
+            connection.execute(
+                f"CREATE TEMP VIEW {TABLE} AS SELECT *, {', '.join(missing)} FROM main.{TABLE}"
+            )
         return connection
 
     async def write(self, batch: Sequence[UsageRecord]) -> int:

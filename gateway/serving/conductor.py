@@ -539,6 +539,10 @@ class Conductor:
             ask.route.name,
             plan.cost,
             plan.deadline,
+            # A batch line takes no slot of the tenant's `max_concurrent`: its own
+            # concurrency is `batch.max_concurrent_lines`, so that a batch never leaves
+            # the tenant's online requests without a slot.
+            holds_slot=ask.batch_id is None,
             reserve_micros=_most_spend(plan, prices) if budgeted else 0,
             key=identity.key_quota,
         )

@@ -136,7 +136,10 @@ def _ops_line(ops_port: int | None, state_dir: str) -> str:
         f"Usage:    curl -s '{ops}/admin/usage?by=tenant,model&since=1h' "
         "-H 'Authorization: Bearer sk-ops-demo'   (ops: the admin tenant)\n"
         f"Keys:     GATEWAY_ADMIN_KEY=sk-ops-demo {shlex.quote(sys.executable)} -m gateway.cli "
-        f"keys --url {ops} create --tenant acme --name dev --budget 0.01/day\n" + ledger
+        f"keys --url {ops} create --tenant acme --name dev --budget 0.01/day\n"
+        f"Batches:  GATEWAY_ADMIN_KEY=sk-ops-demo {shlex.quote(sys.executable)} -m gateway.cli "
+        f"batches --url {ops} list   (batches made with the SDKs' client.batches / "
+        "client.messages.batches; docs/batches.md)\n" + ledger
     )
 
 

@@ -138,6 +138,7 @@ def test_an_openai_batch_runs_and_its_output_and_errors_are_keyed_by_custom_id(
         endpoint="/v1/chat/completions",
         completion_window="24h",
         metadata={"job": "nightly"},
+        output_expires_after={"anchor": "created_at", "seconds": 7200},
     )
     assert batch.status == "in_progress" and batch.request_counts is not None
     assert batch.request_counts.total == 23 and batch.metadata == {"job": "nightly"}
@@ -147,6 +148,9 @@ def test_an_openai_batch_runs_and_its_output_and_errors_are_keyed_by_custom_id(
     assert (done.request_counts.completed, done.request_counts.failed) == (20, 3)
     assert done.usage is not None and done.usage.output_tokens == 80
     assert done.output_file_id and done.error_file_id
+    output_file = client.files.retrieve(done.output_file_id)
+    assert output_file.purpose == "batch_output" and output_file.expires_at is not None
+    assert output_file.expires_at - output_file.created_at == 7200
     output = [
         json.loads(line) for line in client.files.content(done.output_file_id).text.splitlines()
     ]
@@ -377,6 +381,13 @@ def test_hostile_batch_creates_are_refused_with_what_refused_them(gateway: Gatew
                 completion_window="24h",
                 metadata=metadata,
             )
+    with pytest.raises(openai.BadRequestError, match="output_expires_after"):
+        client.batches.create(
+            input_file_id=uploaded.id,
+            endpoint="/v1/chat/completions",
+            completion_window="24h",
+            output_expires_after={"anchor": "created_at", "seconds": 10},
+        )
     with pytest.raises(openai.BadRequestError, match="completion_window"):
         client.batches.create(
             input_file_id=uploaded.id,

@@ -108,9 +108,9 @@ async def test_cancel_ends_what_has_not_run_and_a_finished_batch_cannot_be_cance
     await store.create_batch(batch, _lines(3))
     running = await store.claim(batch, "llm-small", "lease", T0, 60, None)
     assert running is not None
-    await store.cancel("globex", "batch_1", BatchApi.OPENAI, T0)  # not its batch: nothing
+    assert await store.cancel("globex", "batch_1", BatchApi.OPENAI, T0) == 0  # not its batch
     assert await store.finalizable(T0) == []
-    await store.cancel("acme", "batch_1", BatchApi.OPENAI, T0 + 1)
+    assert await store.cancel("acme", "batch_1", BatchApi.OPENAI, T0 + 1) == 2
     cancelling = await store.batch("acme", "batch_1", BatchApi.OPENAI)
     assert cancelling is not None and cancelling.status is BatchStatus.CANCELLING
     assert cancelling.counts.cancelled == 2
@@ -137,8 +137,8 @@ async def test_a_batch_past_its_window_expires_its_unrun_lines(store: BatchStore
     line = await store.claim(batch, "llm-small", "lease", T0, 60, None)
     assert line is not None
     await store.commit(line, LineState.DONE, 200, "r", "{}", LineUsage())
-    assert await store.expire_due(T0 + 86399) == []
-    assert await store.expire_due(T0 + 86400) == ["batch_1"]
+    assert await store.expire_due(T0 + 86399) == {}
+    assert await store.expire_due(T0 + 86400) == {"batch_1": 2}
     expired = await store.batch("acme", "batch_1", BatchApi.OPENAI)
     assert expired is not None and expired.final_status is BatchStatus.EXPIRED
     assert (expired.counts.done, expired.counts.expired) == (1, 2)

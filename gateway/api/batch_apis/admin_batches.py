@@ -3,13 +3,12 @@ tenant's), with their progress; and cancel. `gateway batches` calls these."""
 
 from __future__ import annotations
 
-import time
-
 from starlette.requests import Request
 from starlette.responses import Response
 
 from gateway.api.batch_apis.batch_service import service_of
 from gateway.api.batch_apis.files_api import int_param, json_response
+from gateway.api.batch_apis.openai_batches import not_cancellable
 from gateway.api.endpoints import admin_identity, runtime_of, scoped_tenant
 from gateway.api.errors import APIError
 from gateway.batches.batch_records import BatchRecord
@@ -75,14 +74,9 @@ async def cancel_batch(request: Request) -> Response:
     batch = await _batch(request, admin)
     service = service_of(request)
     try:
-        await service.store.cancel(batch.tenant, batch.id, batch.api, time.time())
+        await service.cancel(batch)
     except NotCancellable as ended:
-        raise APIError(
-            409,
-            f"Cannot cancel a batch with status `{ended.status.value}`.",
-            code="batch_not_cancellable",
-        ) from None
-    service.worker.wake()
+        raise not_cancellable(ended) from None
     return json_response(admin_batch(await _batch(request, admin)), {})
 
 

@@ -245,8 +245,7 @@ async def _cancel(
     batch = await _batch(request, identity)
     service = service_of(request)
     with contextlib.suppress(NotCancellable):  # ended: the batch as it is, as Anthropic's
-        await service.store.cancel(identity.name, batch.id, BatchApi.ANTHROPIC, time.time())
-    service.worker.wake()
+        await service.cancel(batch)
     batch = await _batch(request, identity)
     return json_response(message_batch(batch, str(request.base_url)), limits)
 

@@ -19,6 +19,7 @@ from gateway.api.openai import CHAT, COMPLETIONS, EMBEDDINGS
 from gateway.api.responses import RESPONSES
 from gateway.api.wire import Wire
 from gateway.batches.batch_records import (
+    OUTPUT_TTL_S,
     BatchApi,
     BatchRecord,
     BatchStatus,
@@ -140,6 +141,7 @@ class BatchService:
         lines: list[NewLine],
         models: tuple[str, ...],
         metadata: dict[str, str] | None,
+        output_ttl_s: float = OUTPUT_TTL_S,
     ) -> BatchRecord:
         """Record a new batch in progress and wake the worker."""
         await self.refuse_past_open_limit(identity)
@@ -159,6 +161,7 @@ class BatchService:
             models=models,
             metadata=metadata,
             in_progress_at=now,
+            output_ttl_s=output_ttl_s,
         )
         await self.store.create_batch(batch, lines)
         metrics.labels(metrics.BATCHES_CREATED, api.value).inc()
@@ -166,6 +169,12 @@ class BatchService:
         recorded = await self.store.batch(identity.name, batch.id, api)
         assert recorded is not None
         return recorded
+
+    async def cancel(self, batch: BatchRecord) -> None:
+        """Cancel `batch` (`NotCancellable` once it has ended); the worker sees it now."""
+        cancelled = await self.store.cancel(batch.tenant, batch.id, batch.api, time.time())
+        metrics.labels(metrics.BATCH_LINES, "cancelled").inc(cancelled)
+        self.worker.wake()
 
     async def refuse_past_open_limit(self, identity: Identity) -> None:
         """429 when the caller's tenant has `max_batches_per_tenant` batches open."""

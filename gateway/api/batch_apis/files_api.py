@@ -34,7 +34,8 @@ from gateway.transport.streaming import ClientGone
 UPLOAD_PURPOSES = ("batch",)
 # How long an uploaded batch file is kept unless the upload asks otherwise: 30 days.
 DEFAULT_FILE_TTL_S = 30 * 86400
-_MIN_TTL_S, _MAX_TTL_S = 3600, 30 * 86400
+# What `expires_after` (an upload's, a batch's output's) may ask for: 1 hour to 30 days.
+MIN_TTL_S, MAX_TTL_S = 3600, 30 * 86400
 # A form's fields other than the file are short: a purpose, an expiry.
 _MAX_FIELD_BYTES = 1024
 _MAX_FILENAME_CHARS = 255
@@ -233,10 +234,10 @@ def _fields(form: _Form) -> tuple[str, float]:
         return purpose, DEFAULT_FILE_TTL_S
     anchor = bytes(form.fields.get("expires_after[anchor]", b"created_at"))
     text = bytes(seconds).decode("ascii", "replace")
-    if anchor != b"created_at" or not text.isdigit() or not _MIN_TTL_S <= int(text) <= _MAX_TTL_S:
+    if anchor != b"created_at" or not text.isdigit() or not MIN_TTL_S <= int(text) <= MAX_TTL_S:
         raise bad_request(
-            f"`expires_after` is `anchor: created_at` and `seconds` from {_MIN_TTL_S} to "
-            f"{_MAX_TTL_S}.",
+            f"`expires_after` is `anchor: created_at` and `seconds` from {MIN_TTL_S} to "
+            f"{MAX_TTL_S}.",
             "expires_after",
         )
     return purpose, float(text)

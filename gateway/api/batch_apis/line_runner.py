@@ -73,6 +73,10 @@ class LineRunner:
             )
         except Exception as exc:
             outcome = _refused(wire, record, exc)
+            if outcome.outcome is Outcome.RETRY:
+                # The worker's own wait, not a request the batch made: in the metrics
+                # and the log, not the usage ledger.
+                record.sink = None
             record.finish(outcome.status_code, None)
             return outcome
         assert isinstance(reply, Reply)  # a line never streams (refused when made)
@@ -89,7 +93,14 @@ def _refused(wire: Wire, record: RequestRecord, exc: Exception) -> LineOutcome:
     if isinstance(cause, NotServed):
         cause = cause.cause
     if isinstance(cause, InvalidApiKey):
-        return _stop(wire, record, errors.invalid_api_key(), "key_revoked")
+        revoked = APIError(
+            401,
+            "The API key that created this batch was revoked or has expired: this request "
+            "and the rest of the batch were not run.",
+            type="authentication_error",
+            code="batch_key_revoked",
+        )
+        return _stop(wire, record, revoked, "key_revoked")
     if isinstance(cause, RateLimited):
         decision = cause.decision
         if decision.refused_by == "spend":

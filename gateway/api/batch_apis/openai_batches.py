@@ -11,7 +11,6 @@ the batch recorded in progress. Its lines then run on idle capacity (`batch_work
 from __future__ import annotations
 
 import asyncio
-import time
 from typing import Any
 
 import orjson
@@ -19,14 +18,22 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from gateway.api.batch_apis.batch_service import OPENAI_ENDPOINTS, BatchService, service_of
-from gateway.api.batch_apis.files_api import file_not_found, int_param, json_response, page
+from gateway.api.batch_apis.files_api import (
+    MAX_TTL_S,
+    MIN_TTL_S,
+    file_not_found,
+    int_param,
+    json_response,
+    page,
+)
 from gateway.api.body import decode_json
 from gateway.api.counted import CountRequest, serve_counted
 from gateway.api.errors import APIError, bad_request
 from gateway.api.exchange import read_body
 from gateway.batches.batch_input import BatchInputRefused, LineError, read_batch_input
-from gateway.batches.batch_records import BatchApi, BatchRecord, NewLine
+from gateway.batches.batch_records import OUTPUT_TTL_S, BatchApi, BatchRecord, NewLine
 from gateway.batches.batch_store import NotCancellable
+from gateway.batches.batch_worker import ANTHROPIC_RESULTS_PURPOSE
 from gateway.batches.object_store import read_all
 from gateway.observability.access import RequestRecord
 from gateway.serving.auth import Identity
@@ -115,12 +122,19 @@ async def _create(
     if data.get("completion_window") != "24h":
         raise bad_request("`completion_window` must be `24h`.", "completion_window")
     metadata = _metadata(data.get("metadata"))
+    output_ttl_s = _output_ttl(data.get("output_expires_after"))
     file_id = data.get("input_file_id")
     if not isinstance(file_id, str) or not file_id:
         raise bad_request("`input_file_id` must be a file id.", "input_file_id")
     file = await service.store.file(identity.name, file_id)
-    if file is None or file.purpose != "batch":
+    if file is None or file.purpose == ANTHROPIC_RESULTS_PURPOSE:
         raise file_not_found(file_id, "input_file_id")
+    if file.purpose != "batch":
+        raise bad_request(
+            f"The file {file_id} has purpose `{file.purpose}`: a batch's input file is one "
+            "uploaded with purpose `batch`.",
+            "input_file_id",
+        )
     await service.refuse_past_open_limit(identity)
     async with service.making:
         raw = await read_all(service.objects, file.object_key)
@@ -131,7 +145,7 @@ async def _create(
             raise bad_request(str(refused), "input_file_id") from None
         del raw
         batch = await service.make(
-            identity, BatchApi.OPENAI, endpoint, file_id, lines, models, metadata
+            identity, BatchApi.OPENAI, endpoint, file_id, lines, models, metadata, output_ttl_s
         )
     return json_response(batch_object(batch), limits)
 
@@ -153,6 +167,26 @@ def _lines(
 
 def _problem(error: LineError) -> str:
     return orjson.dumps({"code": error.code, "message": error.message}).decode()
+
+
+def _output_ttl(value: Any) -> float:
+    """`output_expires_after`: how long the output files are kept (default 30 days)."""
+    if value is None:
+        return OUTPUT_TTL_S
+    seconds = value.get("seconds") if isinstance(value, dict) else None
+    if (
+        not isinstance(value, dict)
+        or value.get("anchor") != "created_at"
+        or not isinstance(seconds, int)
+        or isinstance(seconds, bool)
+        or not MIN_TTL_S <= seconds <= MAX_TTL_S
+    ):
+        raise bad_request(
+            f"`output_expires_after` is `anchor: created_at` and `seconds` from {MIN_TTL_S} "
+            f"to {MAX_TTL_S}.",
+            "output_expires_after",
+        )
+    return float(seconds)
 
 
 def _metadata(value: Any) -> dict[str, str] | None:
@@ -205,18 +239,24 @@ async def _cancel(
 ) -> Response:
     limits = await count("")
     batch_id = request.path_params["batch_id"]
-    store = service_of(request).store
-    try:
-        await store.cancel(identity.name, batch_id, BatchApi.OPENAI, time.time())
-    except NotCancellable as ended:
-        raise APIError(
-            409,
-            f"Cannot cancel a batch with status `{ended.status.value}`.",
-            code="batch_not_cancellable",
-            headers={"x-should-retry": "false"},
-        ) from None
-    batch = await store.batch(identity.name, batch_id, BatchApi.OPENAI)
+    service = service_of(request)
+    batch = await service.store.batch(identity.name, batch_id, BatchApi.OPENAI)
     if batch is None:
         raise batch_not_found(batch_id)
-    service_of(request).worker.wake()
+    try:
+        await service.cancel(batch)
+    except NotCancellable as ended:
+        raise not_cancellable(ended) from None
+    batch = await service.store.batch(identity.name, batch_id, BatchApi.OPENAI)
+    assert batch is not None
     return json_response(batch_object(batch), limits)
+
+
+def not_cancellable(ended: NotCancellable) -> APIError:
+    """The 409 of a cancel that comes after the batch's end (never worth retrying)."""
+    return APIError(
+        409,
+        f"Cannot cancel a batch with status `{ended.status.value}`.",
+        code="batch_not_cancellable",
+        headers={"x-should-retry": "false"},
+    )

@@ -142,3 +142,24 @@ async def test_a_report_and_a_key_s_requests_of_one_tenant_hold_only_its_records
     listed = await store.requests(RequestsQuery("k1", T0, T0 + 100, tenant="acme"))
     assert listed and all(r.tenant == "acme" and r.key_id == "k1" for r in listed)
     assert await store.requests(RequestsQuery("k1", T0, T0 + 100, tenant="nobody")) == []
+
+
+async def test_a_report_reads_a_file_from_before_the_newer_columns_without_changing_it(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "old.db"
+    columns = [name for name in COLUMNS if name not in ("ttft_ms", "batch_id")]
+    with sqlite3.connect(path) as connection:
+        connection.execute(f"CREATE TABLE usage_ledger ({', '.join(columns)})")
+        old = sample(1).row()[:-2]
+        connection.execute(f"INSERT INTO usage_ledger VALUES ({', '.join('?' * len(old))})", old)
+    before = path.read_bytes()
+    reader = SqliteLedger(path, read_only=True)
+    try:
+        rows = await reader.query(ReportQuery(T0, T0 + 10, ("batch",)))
+        listed = await reader.requests(RequestsQuery("k2", T0, T0 + 10))
+    finally:
+        await reader.close()
+    assert [(row["batch"], row["requests"]) for row in rows] == [("", 1)]
+    assert [(r.request_id, r.ttft_ms, r.batch_id) for r in listed] == [("r-1", None, "")]
+    assert path.read_bytes() == before
