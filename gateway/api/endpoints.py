@@ -244,7 +244,8 @@ async def metrics_for_admins(request: Request) -> Response:
 async def openapi_json(request: Request) -> Response:
     """`/openapi.json`: the gateway's own endpoints, as it really accepts them, with the
     models it serves."""
-    document = openapi_document(list(runtime_of(request).routes))
+    batches = getattr(request.app.state, "batches", None) is not None
+    document = openapi_document(list(runtime_of(request).routes), batches=batches)
     return Response(orjson.dumps(document), media_type="application/json")
 
 

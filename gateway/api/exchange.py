@@ -82,7 +82,7 @@ async def messages(request: Request) -> Response:
 async def read_body(request: Request, limit: int) -> bytes:
     """The request body, refusing more than `limit` bytes before reading them all."""
     declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
+    if declared is not None and declared.isdecimal() and int(declared) > limit:
         raise errors.body_too_large(limit)
     chunks: list[bytes] = []
     size = 0

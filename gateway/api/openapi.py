@@ -391,8 +391,148 @@ def _completion_operation(summary: str, request: Schema) -> Schema:
     }
 
 
-def openapi_document(models: Sequence[str] = ()) -> Schema:
-    """The document (OpenAPI 3.1); with `models`, the `model` fields name them."""
+def _operation(
+    summary: str,
+    statuses: Sequence[int],
+    *,
+    path: Sequence[str] = (),
+    query: Schema | None = None,
+    body: Schema | None = None,
+    body_type: str = "application/json",
+) -> Schema:
+    """An operation that answers JSON (or, for content, bytes)."""
+    parameters = [
+        {"name": name, "in": "path", "required": True, "schema": {"type": "string"}}
+        for name in path
+    ] + [{"name": name, "in": "query", "schema": schema} for name, schema in (query or {}).items()]
+    operation: Schema = {
+        "summary": summary,
+        "security": [{"bearer": []}],
+        "parameters": parameters,
+        "responses": {
+            "200": {"description": summary, "content": {"application/json": {"schema": {}}}},
+            **_errors(*statuses),
+        },
+    }
+    if body is not None:
+        operation["requestBody"] = {"required": True, "content": {body_type: {"schema": body}}}
+    return operation
+
+
+def _limit(most: int) -> Schema:
+    return {"type": "integer", "minimum": 1, "maximum": most}
+
+
+def batch_paths(messages: Schema) -> dict[str, Schema]:
+    """The Batch APIs' paths (docs/batches.md), when the gateway serves them."""
+    # Anthropic's batch requests: each a Messages body (`params`).
+    batch_request = {
+        "type": "object",
+        "properties": {
+            "custom_id": {"type": "string", "pattern": "^[a-zA-Z0-9_-]{1,64}$"},
+            "params": messages,
+        },
+        "required": ["custom_id", "params"],
+    }
+    create_batch = {
+        "type": "object",
+        "properties": {
+            "input_file_id": {"type": "string"},
+            "endpoint": {
+                "enum": [
+                    "/v1/chat/completions",
+                    "/v1/completions",
+                    "/v1/embeddings",
+                    "/v1/responses",
+                ]
+            },
+            "completion_window": {"const": "24h"},
+            "metadata": {"type": "object", "additionalProperties": {"type": "string"}},
+        },
+        "required": ["input_file_id", "endpoint", "completion_window"],
+    }
+    upload = {
+        "type": "object",
+        "properties": {
+            "purpose": {"const": "batch"},
+            "file": {"type": "string", "format": "binary"},
+        },
+        "required": ["purpose", "file"],
+    }
+    four = (400, 401, 404, 409, 413, 429)
+    return {
+        "/v1/files": {
+            "post": _operation(
+                "Upload a batch input file", four, body=upload, body_type="multipart/form-data"
+            ),
+            "get": _operation(
+                "This tenant's files",
+                four,
+                query={
+                    "after": {"type": "string"},
+                    "limit": _limit(10_000),
+                    "order": {"enum": ["asc", "desc"]},
+                    "purpose": {"type": "string"},
+                },
+            ),
+        },
+        "/v1/files/{file_id}": {
+            "get": _operation("A file", four, path=["file_id"]),
+            "delete": _operation("Delete a file", four, path=["file_id"]),
+        },
+        "/v1/files/{file_id}/content": {
+            "get": _operation("A file's bytes", four, path=["file_id"]),
+        },
+        "/v1/batches": {
+            "post": _operation("Create a batch", four, body=create_batch),
+            "get": _operation(
+                "This tenant's batches, newest first",
+                four,
+                query={"after": {"type": "string"}, "limit": _limit(100)},
+            ),
+        },
+        "/v1/batches/{batch_id}": {"get": _operation("A batch", four, path=["batch_id"])},
+        "/v1/batches/{batch_id}/cancel": {
+            "post": _operation("Cancel a batch", four, path=["batch_id"]),
+        },
+        "/v1/messages/batches": {
+            "post": _operation(
+                "Create a message batch",
+                four,
+                body={
+                    "type": "object",
+                    "properties": {
+                        "requests": {"type": "array", "items": batch_request, "minItems": 1}
+                    },
+                    "required": ["requests"],
+                },
+            ),
+            "get": _operation(
+                "This tenant's message batches",
+                four,
+                query={
+                    "after_id": {"type": "string"},
+                    "before_id": {"type": "string"},
+                    "limit": _limit(1000),
+                },
+            ),
+        },
+        "/v1/messages/batches/{batch_id}": {
+            "get": _operation("A message batch", four, path=["batch_id"]),
+            "delete": _operation("Delete an ended message batch", four, path=["batch_id"]),
+        },
+        "/v1/messages/batches/{batch_id}/cancel": {
+            "post": _operation("Cancel a message batch", four, path=["batch_id"]),
+        },
+        "/v1/messages/batches/{batch_id}/results": {
+            "get": _operation("A message batch's results (JSON lines)", four, path=["batch_id"]),
+        },
+    }
+
+
+def openapi_document(models: Sequence[str] = (), *, batches: bool = False) -> Schema:
+    """The document (OpenAPI 3.1); with `models`, the `model` fields name them; with
+    `batches`, the Batch APIs' paths are in it."""
     schemas: tuple[Schema, ...] = (
         CHAT_REQUEST, COMPLETION_REQUEST, EMBEDDINGS_REQUEST, MESSAGES_REQUEST, RESPONSES_REQUEST
     )  # fmt: skip
@@ -477,6 +617,7 @@ def openapi_document(models: Sequence[str] = ()) -> Schema:
                     },
                 }
             },
+            **(batch_paths(messages) if batches else {}),
             "/livez": {"get": {"summary": "Liveness", "responses": {"200": {"description": "ok"}}}},
             "/readyz": {
                 "get": {

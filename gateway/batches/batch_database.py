@@ -192,7 +192,7 @@ class _PostgresTransaction:
         status: str = await self._connection.execute(_portable(sql, postgres=True), *args)
         # "UPDATE 3", "INSERT 0 1", "DELETE 0": the count is the last word.
         last = status.rsplit(" ", 1)[-1]
-        return int(last) if last.isdigit() else 0
+        return int(last) if last.isdecimal() else 0
 
     async def execute_many(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
         await self._connection.executemany(_portable(sql, postgres=True), rows)

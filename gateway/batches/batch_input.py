@@ -30,11 +30,16 @@ class BatchInputRefused(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class BatchLine:
-    """One request of the batch: its line (1-based), `custom_id` and request body."""
+    """One request of the batch: its line (1-based), `custom_id`, its body as JSON text
+    (what is stored and run; the parsed body is not kept: a 200 MB file parsed whole is
+    gigabytes), and what the batch checks of it at create: the model it names, whether
+    it asks to stream."""
 
     line: int
     custom_id: str
-    body: dict[str, Any]
+    body: str
+    model: object
+    streams: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,16 +73,19 @@ def read_batch_input(data: bytes, endpoint: str) -> BatchInput:
             f"The input file is {len(data):,} bytes; a batch's may be at most "
             f"{MAX_FILE_BYTES:,} (200 MB)."
         )
-    raw_lines = data.split(b"\n")
-    while raw_lines and not raw_lines[-1].strip():
-        raw_lines.pop()  # the newlines that end the file
-    if len(raw_lines) > MAX_LINES:
+    ending = len(data.rstrip())  # the newlines and spaces that end the file
+    lines = data.count(b"\n", 0, ending) + 1 if ending else 0
+    if lines > MAX_LINES:
         raise BatchInputRefused(
-            f"The input file has {len(raw_lines):,} lines; a batch may have at most "
-            f"{MAX_LINES:,} requests."
+            f"The input file has {lines:,} lines; a batch may have at most {MAX_LINES:,} requests."
         )
     read = BatchInput()
-    for number, raw in enumerate(raw_lines, start=1):
+    start = 0
+    for number in range(1, lines + 1):
+        end = data.find(b"\n", start, ending)
+        end = ending if end < 0 else end
+        raw = data[start:end]
+        start = end + 1
         if not raw.strip():
             continue  # a blank line is no request (its number still counts)
         line = _read_line(number, raw, endpoint)
@@ -89,6 +97,17 @@ def read_batch_input(data: bytes, endpoint: str) -> BatchInput:
         raise BatchInputRefused("The input file holds no request.")
     _refuse_duplicates(read)
     return read
+
+
+def request_line(number: int, custom_id: str, body: Any) -> BatchLine | LineError:
+    """A request's body, checked and kept as JSON text (Anthropic's `params` too)."""
+    if not isinstance(body, dict):
+        return LineError(number, custom_id, "invalid_body", "`body` must be a JSON object.")
+    try:
+        text = orjson.dumps(body).decode()
+    except orjson.JSONEncodeError:
+        return LineError(number, custom_id, "invalid_body", "`body` is nested too deeply.")
+    return BatchLine(number, custom_id, text, body.get("model"), body.get("stream") is True)
 
 
 def _read_line(number: int, raw: bytes, endpoint: str) -> BatchLine | LineError:
@@ -119,10 +138,7 @@ def _read_line(number: int, raw: bytes, endpoint: str) -> BatchLine | LineError:
             "mismatched_endpoint",
             f"`url` must be the batch's endpoint, `{endpoint}`.",
         )
-    body = request.get("body")
-    if not isinstance(body, dict):
-        return LineError(number, custom_id, "invalid_body", "`body` must be a JSON object.")
-    return BatchLine(number, custom_id, body)
+    return request_line(number, custom_id, request.get("body"))
 
 
 def _refuse_duplicates(read: BatchInput) -> None:

@@ -17,6 +17,7 @@ See docs/design/batches.md.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
@@ -54,6 +55,7 @@ CREATE TABLE IF NOT EXISTS batch_files (
     deleted_at {float}
 );
 CREATE INDEX IF NOT EXISTS batch_files_tenant ON batch_files (tenant, created_at);
+CREATE INDEX IF NOT EXISTS batch_files_expiry ON batch_files (deleted_at, expires_at);
 CREATE TABLE IF NOT EXISTS batches (
     id TEXT PRIMARY KEY,
     api TEXT NOT NULL,
@@ -124,7 +126,8 @@ _BATCH_COLUMNS = (
     "cancelling_at, cancelled_at, stopped_by, output_ttl_s"
 )
 _FILE_OF_TENANT = (
-    f"SELECT {_FILE_COLUMNS} FROM batch_files WHERE id = ? AND tenant = ? AND deleted_at IS NULL"
+    f"SELECT {_FILE_COLUMNS} FROM batch_files WHERE id = ? AND tenant = ? "
+    "AND deleted_at IS NULL AND (expires_at IS NULL OR expires_at > ?)"
 )
 # The statuses whose lines may still run, or wait to be finalized.
 _OPEN = (BatchStatus.IN_PROGRESS.value, BatchStatus.CANCELLING.value)
@@ -163,10 +166,32 @@ class BatchStore:
             )
 
     async def file(self, tenant: str, file_id: str) -> FileRecord | None:
-        """`tenant`'s file `file_id` (None: none of its, or deleted)."""
+        """`tenant`'s file `file_id` (None: none of its, deleted, or expired)."""
         async with self._db.transaction() as tx:
-            rows = await tx.fetch(_FILE_OF_TENANT, file_id, tenant)
+            rows = await tx.fetch(_FILE_OF_TENANT, file_id, tenant, time.time())
         return _file(rows[0]) if rows else None
+
+    async def file_bytes(self, tenant: str) -> int:
+        """What `tenant`'s files hold (uploads and outputs, not deleted nor expired)."""
+        async with self._db.transaction() as tx:
+            rows = await tx.fetch(
+                "SELECT coalesce(sum(bytes), 0) FROM batch_files WHERE tenant = ? "
+                "AND deleted_at IS NULL AND (expires_at IS NULL OR expires_at > ?)",
+                tenant,
+                time.time(),
+            )
+        return int(rows[0][0])
+
+    async def expired_files(self, now: float, limit: int = 100) -> list[FileRecord]:
+        """Files past their expiry, not yet deleted: for the sweeper."""
+        async with self._db.transaction() as tx:
+            rows = await tx.fetch(
+                f"SELECT {_FILE_COLUMNS} FROM batch_files WHERE deleted_at IS NULL "
+                "AND expires_at <= ? LIMIT ?",
+                now,
+                limit,
+            )
+        return [_file(row) for row in rows]
 
     async def files(
         self,
@@ -176,12 +201,18 @@ class BatchStore:
         after: str | None,
         limit: int,
         newest_first: bool,
+        hidden: str | None = None,
     ) -> tuple[list[FileRecord], bool]:
-        """A page of `tenant`'s files, and whether more follow. `after`: a file id of
-        the previous page (its last); ordered by creation, then id."""
+        """A page of `tenant`'s files (but those of purpose `hidden`), and whether more
+        follow. `after`: a file id of the previous page (its last); ordered by creation,
+        then id."""
         direction = "DESC" if newest_first else "ASC"
         past = "<" if newest_first else ">"
-        where, args = ["tenant = ?", "deleted_at IS NULL"], [tenant]
+        where = ["tenant = ?", "deleted_at IS NULL", "(expires_at IS NULL OR expires_at > ?)"]
+        args: list[Any] = [tenant, time.time()]
+        if hidden is not None:
+            where.append("purpose <> ?")
+            args.append(hidden)
         if purpose is not None:
             where.append("purpose = ?")
             args.append(purpose)
@@ -207,7 +238,12 @@ class BatchStore:
     async def delete_file(self, tenant: str, file_id: str, now: float) -> FileRecord | None:
         """Mark `tenant`'s file deleted; the record it was (None: no such file)."""
         async with self._db.transaction() as tx:
-            rows = await tx.fetch(_FILE_OF_TENANT, file_id, tenant)
+            rows = await tx.fetch(
+                f"SELECT {_FILE_COLUMNS} FROM batch_files "
+                "WHERE id = ? AND tenant = ? AND deleted_at IS NULL",
+                file_id,
+                tenant,
+            )
             if not rows:
                 return None
             await tx.execute("UPDATE batch_files SET deleted_at = ? WHERE id = ?", now, file_id)
@@ -549,6 +585,44 @@ class BatchStore:
                     batch_id,
                 )
         return expired_lines
+
+    async def sweep_ended(self) -> dict[LineState, int]:
+        """Lines back to `pending` in a batch that is being cancelled or has expired (a
+        line given back to wait, or reaped from a dead gateway, after the cancel or the
+        expiry passed over it): cancelled or expired as the rest were, so that the batch
+        can end. How many of each."""
+        swept = {LineState.CANCELLED: 0, LineState.EXPIRED: 0}
+        async with self._db.transaction() as tx:
+            rows = await tx.fetch(
+                "SELECT id, final_status FROM batches WHERE status IN (?, ?) "
+                "AND final_status IN (?, ?)",
+                *_OPEN,
+                BatchStatus.CANCELLED.value,
+                BatchStatus.EXPIRED.value,
+            )
+            for batch_id, final in rows:
+                state = (
+                    LineState.CANCELLED
+                    if final == BatchStatus.CANCELLED.value
+                    else LineState.EXPIRED
+                )
+                ended = await tx.execute(
+                    "UPDATE batch_lines SET state = ?, result = ?, body = '' "
+                    "WHERE batch_id = ? AND state = ?",
+                    state.value,
+                    _CANCELLED if state is LineState.CANCELLED else _EXPIRED,
+                    batch_id,
+                    LineState.PENDING.value,
+                )
+                if ended:
+                    counter = state.value
+                    await tx.execute(
+                        f"UPDATE batches SET {counter} = {counter} + ? WHERE id = ?",
+                        ended,
+                        batch_id,
+                    )
+                    swept[state] += ended
+        return swept
 
     async def finalizable(self, now: float) -> list[str]:
         """Batches whose every line is finished (or whose finalizer died): to finalize."""

@@ -75,6 +75,9 @@ class LineOutcome:
     retry_after_s: float = 0.0
     # STOP: why (`budget`...), as the batch records it.
     reason: str = ""
+    # ANSWERED: how long the tenant's lines wait before the next (its rate-limit buckets
+    # are nearly spent: the rest is its online requests').
+    pause_s: float = 0.0
 
 
 class LineRunner(Protocol):
@@ -184,6 +187,11 @@ class BatchWorker:
         await store.reap(now)
         for lines in (await store.expire_due(now)).values():
             metrics.labels(metrics.BATCH_LINES, "expired").inc(lines)
+        for state, lines in (await store.sweep_ended()).items():
+            metrics.labels(metrics.BATCH_LINES, state.value).inc(lines)
+        for file in await store.expired_files(now):
+            await self._objects.delete(file.object_key)
+            await store.delete_file(file.tenant, file.id, now)
         await store.extend(list(self._lines), now + self._settings.lease_s)
         for batch_id in await store.finalizable(now):
             await self.finalize(batch_id, now)
@@ -261,11 +269,12 @@ class BatchWorker:
     async def _record(self, batch: BatchRecord, line: ClaimedLine, outcome: LineOutcome) -> None:
         store = self._store
         if outcome.outcome is Outcome.RETRY:
-            until = self._clock() + outcome.retry_after_s
-            self._paused[batch.tenant] = max(self._paused.get(batch.tenant, 0.0), until)
+            until = self._pause(batch.tenant, outcome.retry_after_s)
             await store.release(line, until)
             self._told(None)
             return
+        if outcome.pause_s > 0:
+            self._pause(batch.tenant, outcome.pause_s)
         state = LineState.DONE if 200 <= outcome.status_code < 300 else LineState.FAILED
         recorded = await store.commit(
             line, state, outcome.status_code, outcome.request_id, outcome.result, outcome.usage
@@ -279,6 +288,12 @@ class BatchWorker:
             for _ in range(stopped):
                 self._told(LineState.FAILED)
             self._running = [b for b in self._running if b.id != batch.id]
+
+    def _pause(self, tenant: str, seconds: float) -> float:
+        """No line of `tenant` is claimed for `seconds`; until when."""
+        until = self._clock() + seconds
+        self._paused[tenant] = max(self._paused.get(tenant, 0.0), until)
+        return until
 
     def _told(self, state: LineState | None, usage: LineUsage | None = None) -> None:
         """Count a line that ended here (None: given back to wait)."""

@@ -95,7 +95,7 @@ def _port(value: object) -> str | int:
     if isinstance(value, int) and not isinstance(value, bool) and 0 < value < 65536:
         return value
     if isinstance(value, str):
-        return int(value) if value.isdigit() and 0 < int(value) < 65536 else _port_name(value)
+        return int(value) if value.isdecimal() and 0 < int(value) < 65536 else _port_name(value)
     raise ValueError("a port number (1 to 65535) or a port name")
 
 
@@ -267,7 +267,7 @@ class RedisSentinel(Strict):
 
 def _sentinel_address(node: str) -> tuple[str, int]:
     host, _, port = node.rpartition(":")
-    if not host or not port.isdigit():
+    if not host or not port.isdecimal():
         raise ValueError(f"sentinel node {node!r}: expected host:port")
     return host, int(port)
 
@@ -707,6 +707,11 @@ class BatchesConfig(Strict):
 
     # Where files, batches and lines are recorded; None: the ledger's database.
     database_url: str | None = None
+    # The gateway's URL as clients reach it (`https://llm.example.com`): Anthropic's
+    # `results_url` is made of it. None: a path (`/v1/messages/batches/{id}/results`),
+    # which the SDK joins to its own base URL; never the request's Host header, which a
+    # client chooses (and the SDK would send its key there).
+    public_url: Annotated[str, Field(pattern=r"^https?://[^\s/?#]+(/[^\s?#]*)?$")] | None = None
     # Where file bytes go: a directory (relative to where the gateway runs), or a bucket.
     files_dir: str = "gateway-batch-files"
     s3: S3Store | None = None
@@ -722,6 +727,13 @@ class BatchesConfig(Strict):
     window_s: Annotated[Float, Field(ge=1, le=86_400)] = 86_400.0
     # Batches a tenant may have in progress at once (a create past it is a 429).
     max_batches_per_tenant: Annotated[Int, Field(ge=1, le=100_000)] = 100
+    # What a tenant's files (uploads and outputs) may hold at once; an upload past it
+    # is a 429. Files past their expiry are deleted by the gateways' housekeeping.
+    max_file_bytes_per_tenant: Annotated[Int, Field(ge=1)] = 10 * 1024**3
+    # An Anthropic batch's create body, at most: it is parsed whole (a pathological body
+    # costs 30 times its size in memory), one at a time per process. Anthropic's own
+    # limit, 256 MB, is the most it may be set to.
+    max_message_batch_bytes: Annotated[Int, Field(ge=1024, le=256 * 1024**2)] = 32 * 1024**2
 
 
 class TracingConfig(Strict):

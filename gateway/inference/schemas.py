@@ -409,7 +409,7 @@ def _resolve(root: Mapping[str, Any], reference: object) -> object | None:
         part = urllib.parse.unquote(raw).replace("~1", "/").replace("~0", "~")
         if isinstance(node, dict) and part in node:
             node = node[part]
-        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+        elif isinstance(node, list) and part.isdecimal() and int(part) < len(node):
             node = node[int(part)]
         else:
             return None

@@ -756,7 +756,7 @@ def forget_dead_workers(path: str) -> list[int]:
     for pattern, suffix in (("gauge_live*_*.db", ".db"), ("exemplars_*.json", ".json")):
         for file in glob.glob(os.path.join(glob.escape(path), pattern)):
             name = os.path.basename(file).rsplit("_", 1)[1].removesuffix(suffix)
-            if name.isdigit():
+            if name.isdecimal():
                 pids.add(int(name))
     dead = sorted(pid for pid in pids if not _running(pid))
     for pid in dead:

@@ -179,7 +179,7 @@ def _batching(environ: Mapping[str, str]) -> dict[str, Any]:
         text = environ.get(variable, "").strip()
         if not text:
             continue
-        if not text.isdigit() or int(text) < 1:
+        if not text.isdecimal() or int(text) < 1:
             raise TracingError(f"{variable}: {text!r} is not a positive whole number")
         value = int(text) if per_unit is None else int(text) / per_unit
         if value > _BATCHING_MOST[setting]:

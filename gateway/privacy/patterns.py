@@ -247,7 +247,7 @@ EMAIL = Detector(
 
 def luhn_valid(text: str) -> bool:
     """Whether the digits of `text` pass the Luhn check (payment card numbers do)."""
-    digits = [int(c) for c in text if c.isdigit()]
+    digits = [int(c) for c in text if c.isdecimal()]
     total = 0
     for i, digit in enumerate(reversed(digits)):
         if i % 2:

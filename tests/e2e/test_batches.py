@@ -282,7 +282,8 @@ def test_an_anthropic_message_batch_runs_and_its_results_stream(gateway: Gateway
         time.sleep(0.2)
         batch = client.messages.batches.retrieve(batch.id)
     assert batch.request_counts.succeeded == 5 and batch.request_counts.errored == 1
-    assert batch.results_url is not None and batch.ended_at is not None
+    assert batch.results_url == f"/v1/messages/batches/{batch.id}/results"  # not the Host's
+    assert batch.ended_at is not None
     results = {r.custom_id: r.result for r in client.messages.batches.results(batch.id)}
     assert results["m-0"].type == "succeeded"
     assert results["m-0"].message.content[0].type == "text"  # type: ignore[union-attr]
@@ -348,9 +349,26 @@ def test_hostile_uploads_get_a_clear_error_and_leave_nothing(gateway: Gateway) -
     response = connection.getresponse()
     assert response.status == 413, response.read()
     connection.close()
+    two_files = (
+        b'--b\r\nContent-Disposition: form-data; name="purpose"\r\n\r\nbatch\r\n'
+        b'--b\r\nContent-Disposition: form-data; name="file"; filename="a"\r\n\r\n{}\r\n'
+        + _FILE_PART
+    )
     for body, content_type, expected in [
         (b"not a form", "application/json", "multipart/form-data"),
-        (b"--b\r\ngarbage", "multipart/form-data; boundary=b", "file"),
+        (two_files, "multipart/form-data; boundary=b", "two `file` parts"),
+        (
+            b'--b\r\nContent-Disposition: form-data; name="purpose"\r\n\r\nbatch\r\n'
+            b'--b\r\nContent-Disposition: form-data; name="file"; filename="a"\r\n\r\n{}',
+            "multipart/form-data; boundary=b",
+            "closing boundary",
+        ),
+        (
+            b"--b\r\nContent-Disposition form-data no colon\r\n\r\nx\r\n--b--\r\n",
+            "multipart/form-data; boundary=b",
+            "not well-formed",
+        ),
+        (b"--b\r\ngarbage", "multipart/form-data; boundary=b", "closing boundary"),
         (
             _FILE_PART,
             "multipart/form-data; boundary=b",
@@ -394,6 +412,21 @@ def test_hostile_batch_creates_are_refused_with_what_refused_them(gateway: Gatew
             endpoint="/v1/chat/completions",
             completion_window="1h",  # type: ignore[arg-type]
         )
+    for body, expected in [
+        (b"[1, 2]", "JSON object"),
+        (b'{"endpoint": {"a": 1}, "completion_window": "24h", "input_file_id": "x"}', "endpoint"),
+        (b'{"endpoint": ["x"], "completion_window": "24h", "input_file_id": "x"}', "endpoint"),
+    ]:
+        headers = {"Authorization": f"Bearer {KEYS['globex']}", "Content-Type": "application/json"}
+        status, error = _post(gateway, "/v1/batches", body, headers)
+        assert status == 400 and expected in error["error"]["message"], (status, error)
+    for path in ("/v1/batches?limit=%C2%B2", "/v1/files?limit=%C2%B2"):
+        call = urllib.request.Request(
+            gateway.url + path, headers={"Authorization": f"Bearer {KEYS['globex']}"}
+        )
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(call, timeout=10)
+        assert refused.value.code == 400, path
     auth = {"x-api-key": KEYS["globex"], "Content-Type": "application/json"}
     request = {"custom_id": "a", "params": {"model": "llm-small", "max_tokens": 1, "messages": []}}
     for body, expected in [

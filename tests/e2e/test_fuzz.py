@@ -35,8 +35,17 @@ def fuzzed(
             capabilities={"embeddings": {"dimensions": 256, "shortenable": True}},
         ),
     }  # fmt: skip
+    tmp = tmp_path_factory.mktemp("fuzz")
     gateway = start_gateway(
-        tmp_path_factory.mktemp("fuzz"), models, redis_url, tenants=default_tenants([])
+        tmp,
+        models,
+        redis_url,
+        tenants=default_tenants([]),
+        # The Batch APIs too: their paths are in the document when they are served.
+        gateway={
+            "ledger": {"url": f"sqlite:///{tmp}/usage.db", "spool_dir": str(tmp / "spool")},
+            "batches": {"files_dir": str(tmp / "files")},
+        },
     )
     try:
         yield gateway

@@ -4,6 +4,7 @@ finalizing once."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -187,3 +188,37 @@ async def test_files_and_batches_page_newest_first_and_stay_their_tenants(
     assert deleted is not None and await store.file("acme", "file-1") is None
     with pytest.raises(NotDeletable):
         await store.delete_batch("acme", "batch_1", BatchApi.OPENAI, T0)
+
+
+async def test_a_line_given_back_after_the_cancel_is_cancelled_too(store: BatchStore) -> None:
+    batch = _batch("batch_1", total=2)
+    await store.create_batch(batch, _lines(2))
+    running = await store.claim(batch, "llm-small", "lease", T0, 60, None)
+    assert running is not None
+    assert await store.cancel("acme", "batch_1", BatchApi.OPENAI, T0 + 1) == 1
+    # The running line came back "wait" after the cancel: it is back to pending ...
+    await store.release(running, T0 + 2)
+    assert await store.finalizable(T0 + 3) == []
+    # ... until the sweep ends it as the cancel ended the others; then the batch ends.
+    assert await store.sweep_ended() == {LineState.CANCELLED: 1, LineState.EXPIRED: 0}
+    cancelled = await store.batch("acme", "batch_1", BatchApi.OPENAI)
+    assert cancelled is not None and cancelled.counts.cancelled == 2
+    assert await store.finalizable(T0 + 3) == ["batch_1"]
+
+
+async def test_an_expired_file_is_gone_to_its_tenant_and_left_for_the_sweeper(
+    store: BatchStore,
+) -> None:
+    now = time.time()
+    kept = FileRecord("file-kept", "acme", "k1", "batch", "a", 100, now, now + 3600, "acme/a")
+    old = FileRecord("file-old", "acme", "k1", "batch", "b", 50, now - 7200, now - 3600, "acme/b")
+    await store.add_file(kept)
+    await store.add_file(old)
+    assert await store.file("acme", "file-old") is None
+    assert await store.file("acme", "file-kept") == kept
+    listed, _ = await store.files("acme", purpose=None, after=None, limit=10, newest_first=True)
+    assert [f.id for f in listed] == ["file-kept"]
+    assert await store.file_bytes("acme") == 100
+    assert await store.expired_files(now) == [old]
+    assert await store.delete_file("acme", "file-old", now) == old
+    assert await store.expired_files(now) == []

@@ -2,7 +2,8 @@
 delete, and the results (`results_url`, JSON lines).
 
 A batch is its requests in the create's body (`{"requests": [{"custom_id", "params"}]}`,
-at most 100,000 and 256 MB; `custom_id`s unique, `^[a-zA-Z0-9_-]{1,64}$`); each runs as
+at most 100,000 and `batches.max_message_batch_bytes`, 32 MB (Anthropic's: 256 MB);
+`custom_id`s unique, `^[a-zA-Z0-9_-]{1,64}$`); each runs as
 a Messages request of the key that made the batch. `request_counts` change as requests
 finish (Anthropic's change only at the end: exact counts break no client). Errors are
 Anthropic's shape; the key is `x-api-key` or `Authorization: Bearer`.
@@ -27,6 +28,7 @@ from gateway.api.batch_apis.files_api import int_param, json_response
 from gateway.api.body import decode_json
 from gateway.api.counted import CountRequest, serve_counted
 from gateway.api.errors import APIError, bad_request, body_too_large
+from gateway.batches.batch_input import BatchLine, LineError, request_line
 from gateway.batches.batch_records import BatchApi, BatchRecord, BatchStatus
 from gateway.batches.batch_store import NotCancellable, NotDeletable
 from gateway.observability.access import RequestRecord
@@ -34,7 +36,6 @@ from gateway.serving.auth import Identity
 from gateway.transport.streaming import ClientGone
 
 MAX_REQUESTS = 100_000
-MAX_BODY_BYTES = 256 * 1024 * 1024
 CUSTOM_ID = re.compile(r"[a-zA-Z0-9_-]{1,64}")
 
 
@@ -90,7 +91,8 @@ def _processing_status(batch: BatchRecord) -> str:
 
 
 def message_batch(batch: BatchRecord, base_url: str) -> dict[str, object]:
-    """A batch as Anthropic's `MessageBatch`."""
+    """A batch as Anthropic's `MessageBatch`; its `results_url` under `base_url` (""
+    for a path alone)."""
     counts = batch.counts
     ended_at = batch.completed_at or batch.cancelled_at or batch.expired_at
     ended = batch.status.ended
@@ -110,8 +112,13 @@ def message_batch(batch: BatchRecord, base_url: str) -> dict[str, object]:
         "expires_at": _time(batch.expires_at),
         "archived_at": None,
         "cancel_initiated_at": _time(batch.cancelling_at),
-        "results_url": f"{base_url}v1/messages/batches/{batch.id}/results" if ended else None,
+        "results_url": f"{base_url}/v1/messages/batches/{batch.id}/results" if ended else None,
     }
+
+
+def _base(request: Request) -> str:
+    """Where `results_url` points: `batches.public_url`, else nowhere but a path."""
+    return (service_of(request).config.public_url or "").rstrip("/")
 
 
 def _not_found(batch_id: str) -> APIError:
@@ -132,7 +139,7 @@ async def _create(
     # The body goes to a file first, outside the lock: a client that sends it slowly
     # holds up nobody else's create, and waiting bodies do not sit in memory.
     with tempfile.TemporaryFile() as spooled:
-        await _spool(request, spooled)
+        await _spool(request, spooled, service.config.max_message_batch_bytes)
         async with service.making:
             # Parsed and checked off the event loop: 100,000 requests take a while.
             lines, models = await asyncio.to_thread(
@@ -141,20 +148,20 @@ async def _create(
             batch = await service.make(
                 identity, BatchApi.ANTHROPIC, MESSAGES_ENDPOINT, "", lines, models, None
             )
-    return json_response(message_batch(batch, str(request.base_url)), limits)
+    return json_response(message_batch(batch, _base(request)), limits)
 
 
-async def _spool(request: Request, into: IO[bytes]) -> None:
-    """The request's body written to `into`; past `MAX_BODY_BYTES`, a 413."""
+async def _spool(request: Request, into: IO[bytes], limit: int) -> None:
+    """The request's body written to `into`; past `limit` bytes, a 413."""
     declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > MAX_BODY_BYTES:
-        raise body_too_large(MAX_BODY_BYTES)
+    if declared is not None and declared.isdecimal() and int(declared) > limit:
+        raise body_too_large(limit)
     size = 0
     try:
         async for chunk in request.stream():
             size += len(chunk)
-            if size > MAX_BODY_BYTES:
-                raise body_too_large(MAX_BODY_BYTES)
+            if size > limit:
+                raise body_too_large(limit)
             await asyncio.to_thread(into.write, chunk)
     except ClientDisconnect:
         raise ClientGone from None
@@ -165,8 +172,8 @@ def _load(spooled: IO[bytes]) -> Any:
     return decode_json(spooled.read())
 
 
-def _requests(data: Any) -> list[tuple[int, str, dict[str, Any]]]:
-    """The create's requests as (number, custom_id, params), checked as a whole."""
+def _requests(data: Any) -> list[BatchLine | LineError]:
+    """The create's requests, checked as a whole; each `params` kept as JSON text."""
     requests = data.get("requests") if isinstance(data, dict) else None
     if not isinstance(requests, list) or not requests:
         raise bad_request("`requests` must be a list of at least one request.", "requests")
@@ -176,7 +183,7 @@ def _requests(data: Any) -> list[tuple[int, str, dict[str, Any]]]:
             "requests",
         )
     seen: dict[str, int] = {}
-    out: list[tuple[int, str, dict[str, Any]]] = []
+    out: list[BatchLine | LineError] = []
     for index, item in enumerate(requests):
         where = f"requests.{index}"
         if not isinstance(item, dict):
@@ -195,7 +202,7 @@ def _requests(data: Any) -> list[tuple[int, str, dict[str, Any]]]:
         seen[custom_id] = index
         if not isinstance(params, dict):
             raise bad_request(f"`{where}.params` must be an object.", f"{where}.params")
-        out.append((index + 1, custom_id, params))
+        out.append(request_line(index + 1, custom_id, params))
     return out
 
 
@@ -204,7 +211,7 @@ async def _retrieve(
 ) -> Response:
     limits = await count("")
     batch = await _batch(request, identity)
-    return json_response(message_batch(batch, str(request.base_url)), limits)
+    return json_response(message_batch(batch, _base(request)), limits)
 
 
 async def _batch(request: Request, identity: Identity) -> BatchRecord:
@@ -227,7 +234,7 @@ async def _list(
     batches, more = await service_of(request).store.batches(
         identity.name, BatchApi.ANTHROPIC, after=after, before=before, limit=limit
     )
-    base = str(request.base_url)
+    base = _base(request)
     data = [message_batch(b, base) for b in batches]
     page = {
         "data": data,
@@ -247,7 +254,7 @@ async def _cancel(
     with contextlib.suppress(NotCancellable):  # ended: the batch as it is, as Anthropic's
         await service.cancel(batch)
     batch = await _batch(request, identity)
-    return json_response(message_batch(batch, str(request.base_url)), limits)
+    return json_response(message_batch(batch, _base(request)), limits)
 
 
 async def _delete(

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import orjson
 from starlette.requests import Request
@@ -18,6 +18,7 @@ from gateway.api.errors import APIError
 from gateway.api.openai import CHAT, COMPLETIONS, EMBEDDINGS
 from gateway.api.responses import RESPONSES
 from gateway.api.wire import Wire
+from gateway.batches.batch_input import BatchLine, LineError
 from gateway.batches.batch_records import (
     OUTPUT_TTL_S,
     BatchApi,
@@ -116,20 +117,26 @@ class BatchService:
         return 0 if config is None else config.batch.max_concurrent_lines
 
     def lines_of(
-        self, identity: Identity, requests: Sequence[tuple[int, str, dict[str, Any]]]
+        self, identity: Identity, requests: Sequence[BatchLine | LineError]
     ) -> tuple[list[NewLine], tuple[str, ...]]:
-        """Each request (line number, custom_id, body) as a line to run, or one failed
-        already (a model unknown or not the caller's, `stream`); and the models they run
-        on."""
+        """Each request as a line to store: to run, or failed already (not well formed, a
+        model unknown or not the caller's, `stream`); and the models they run on. In
+        input order."""
         lines: list[NewLine] = []
         models: set[str] = set()
-        for number, custom_id, body in requests:
-            problem = _line_problem(self._conductor, identity, body)
-            if isinstance(problem, str):
-                models.add(problem)
-                lines.append(NewLine(number, custom_id, problem, orjson.dumps(body).decode()))
+        for request in requests:
+            if isinstance(request, LineError):
+                lines.append(
+                    _failed(request.line, request.custom_id or "", request.code, request.message)
+                )
+                continue
+            route = _route_of(self._conductor, identity, request)
+            if isinstance(route, str):
+                models.add(route)
+                lines.append(NewLine(request.line, request.custom_id, route, request.body))
             else:
-                lines.append(NewLine(number, custom_id, "", "", failed=problem.decode()))
+                lines.append(_failed(request.line, request.custom_id, *route))
+        lines.sort(key=lambda line: line.line_no)
         return lines, tuple(sorted(models))
 
     async def make(
@@ -200,20 +207,23 @@ def service_of(request: Request) -> BatchService:
     return service
 
 
-def _line_problem(conductor: Conductor, identity: Identity, body: dict[str, Any]) -> str | bytes:
-    """The route a line runs on, or its error for the error file (`{"code", "message"}`)."""
-    if body.get("stream") is True:
-        return _problem("streaming_unsupported", "A batch's requests cannot stream.")
-    model = body.get("model")
+def _route_of(
+    conductor: Conductor, identity: Identity, request: BatchLine
+) -> str | tuple[str, str]:
+    """The route a request runs on, or why it cannot run (code, message)."""
+    if request.streams:
+        return "streaming_unsupported", "A batch's requests cannot stream."
+    model = request.model
     if not isinstance(model, str) or not model:
-        return _problem("invalid_request", "The request's body has no `model`.")
+        return "invalid_request", "The request's body has no `model`."
     try:
         return conductor.authorize(identity, model).name
     except UnknownModel:
-        return _problem("model_not_found", f"The model `{model[:256]}` does not exist.")
+        return "model_not_found", f"The model `{model[:256]}` does not exist."
     except ModelNotAllowed:
-        return _problem("model_not_allowed", f"Your API key may not use the model `{model[:256]}`.")
+        return "model_not_allowed", f"Your API key may not use the model `{model[:256]}`."
 
 
-def _problem(code: str, message: str) -> bytes:
-    return orjson.dumps({"code": code, "message": message})
+def _failed(line_no: int, custom_id: str, code: str, message: str) -> NewLine:
+    problem = orjson.dumps({"code": code, "message": message}).decode()
+    return NewLine(line_no, custom_id, "", "", failed=problem)

@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 import orjson
+from python_multipart.exceptions import MultipartParseError
 from python_multipart.multipart import MultipartParser, parse_options_header
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response, StreamingResponse
@@ -39,6 +40,8 @@ MIN_TTL_S, MAX_TTL_S = 3600, 30 * 86400
 # A form's fields other than the file are short: a purpose, an expiry.
 _MAX_FIELD_BYTES = 1024
 _MAX_FILENAME_CHARS = 255
+# What a form may hold besides its file: part headers, boundaries, the purpose.
+_FORM_OVERHEAD_BYTES = 64 * 1024
 
 
 async def upload(request: Request) -> Response:
@@ -107,6 +110,8 @@ class _Form:
     fields: dict[str, bytearray] = field(default_factory=dict)
     filename: str | None = None
     saw_file: bool = False
+    # The closing boundary was read: the form is whole.
+    ended: bool = False
 
 
 @dataclass(slots=True)
@@ -124,17 +129,24 @@ async def _upload(
     limits = await count("")
     service = service_of(request)
     declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > MAX_FILE_BYTES + 65536:
+    if (
+        declared is not None
+        and declared.isdecimal()
+        and int(declared) > MAX_FILE_BYTES + _FORM_OVERHEAD_BYTES
+    ):
         raise _too_large()
     kind, options = parse_options_header(request.headers.get("content-type", ""))
     boundary = options.get(b"boundary")
     if kind != b"multipart/form-data" or not boundary:
         raise bad_request("Send the file as multipart/form-data.", "file")
+    room = service.config.max_file_bytes_per_tenant - await service.store.file_bytes(identity.name)
+    if room <= 0:
+        raise _quota_full(service.config.max_file_bytes_per_tenant)
     file_id = f"file-{random_id()}"
     key = f"{identity.name}/{file_id}"
     form = _Form()
     try:
-        size = await service.objects.put(key, _file_part(request, boundary, form))
+        size = await service.objects.put(key, _file_part(request, boundary, form, room))
     except ClientDisconnect:
         raise ClientGone from None
     if not form.saw_file:
@@ -155,9 +167,11 @@ async def _upload(
     return json_response(file_object(file), limits)
 
 
-async def _file_part(request: Request, boundary: bytes, form: _Form) -> AsyncIterator[bytes]:
+async def _file_part(
+    request: Request, boundary: bytes, form: _Form, room: int
+) -> AsyncIterator[bytes]:
     """The file part's bytes as the request's arrive, the other fields kept in `form`;
-    past `MAX_FILE_BYTES` refused."""
+    past `MAX_FILE_BYTES`, or past the `room` its tenant's quota leaves, refused."""
     pending: list[bytes] = []
     part = _Part()
     size = 0
@@ -177,6 +191,8 @@ async def _file_part(request: Request, boundary: bytes, form: _Form) -> AsyncIte
         name = options.get(b"name", b"").decode("utf-8", "replace")
         part.name = name
         if name == "file":
+            if form.saw_file:
+                raise bad_request("The form has two `file` parts: send one.", "file")
             form.saw_file = True
             filename = options.get(b"filename")
             form.filename = None if filename is None else filename.decode("utf-8", "replace")
@@ -196,6 +212,9 @@ async def _file_part(request: Request, boundary: bytes, form: _Form) -> AsyncIte
     def on_part_end() -> None:
         part.name, part.header, part.headers = None, b"", {}
 
+    def on_end() -> None:
+        form.ended = True
+
     parser = MultipartParser(
         boundary,
         {
@@ -205,19 +224,32 @@ async def _file_part(request: Request, boundary: bytes, form: _Form) -> AsyncIte
             "on_headers_finished": on_headers_finished,
             "on_part_data": on_part_data,
             "on_part_end": on_part_end,
+            "on_end": on_end,
         },
     )
-    async for chunk in request.stream():
-        parser.write(chunk)
-        if len(form.fields) > 16:
-            raise bad_request("The form has too many fields.")
-        for data in pending:
-            size += len(data)
-            if size > MAX_FILE_BYTES:
+    received = 0
+    try:
+        async for chunk in request.stream():
+            # The whole body is counted too: what follows the form's end is not free.
+            received += len(chunk)
+            if received > MAX_FILE_BYTES + _FORM_OVERHEAD_BYTES:
                 raise _too_large()
-            yield data
-        pending.clear()
-    parser.finalize()
+            parser.write(chunk)
+            if len(form.fields) > 16:
+                raise bad_request("The form has too many fields.")
+            for data in pending:
+                size += len(data)
+                if size > MAX_FILE_BYTES:
+                    raise _too_large()
+                if size > room:
+                    raise _quota_full(room)
+                yield data
+            pending.clear()
+        parser.finalize()
+    except MultipartParseError as broken:
+        raise bad_request(f"The form is not well-formed multipart/form-data: {broken}.") from None
+    if not form.ended:
+        raise bad_request("The form ends before its closing boundary.")
 
 
 def _fields(form: _Form) -> tuple[str, float]:
@@ -234,13 +266,25 @@ def _fields(form: _Form) -> tuple[str, float]:
         return purpose, DEFAULT_FILE_TTL_S
     anchor = bytes(form.fields.get("expires_after[anchor]", b"created_at"))
     text = bytes(seconds).decode("ascii", "replace")
-    if anchor != b"created_at" or not text.isdigit() or not MIN_TTL_S <= int(text) <= MAX_TTL_S:
+    if anchor != b"created_at" or not text.isdecimal() or not MIN_TTL_S <= int(text) <= MAX_TTL_S:
         raise bad_request(
             f"`expires_after` is `anchor: created_at` and `seconds` from {MIN_TTL_S} to "
             f"{MAX_TTL_S}.",
             "expires_after",
         )
     return purpose, float(text)
+
+
+def _quota_full(room: int) -> APIError:
+    return APIError(
+        429,
+        f"Your tenant's files may hold {room:,} more bytes at most (`batches."
+        "max_file_bytes_per_tenant`): delete files, or wait for them to expire.",
+        type="rate_limit_error",
+        code="files_quota_exceeded",
+        param="file",
+        headers={"x-should-retry": "false"},
+    )
 
 
 def _too_large() -> APIError:
@@ -265,10 +309,9 @@ async def _list(
     store = service_of(request).store
     files, more = await store.files(
         identity.name, purpose=purpose, after=params.get("after"), limit=limit,
-        newest_first=order == "desc",
+        newest_first=order == "desc", hidden=ANTHROPIC_RESULTS_PURPOSE,
     )  # fmt: skip
-    shown = [f for f in files if f.purpose != ANTHROPIC_RESULTS_PURPOSE]
-    return json_response(page([file_object(f) for f in shown], more), limits)
+    return json_response(page([file_object(f) for f in files], more), limits)
 
 
 def page(data: list[dict[str, object]], more: bool) -> dict[str, object]:
@@ -285,7 +328,7 @@ def page(data: list[dict[str, object]], more: bool) -> dict[str, object]:
 def int_param(value: str | None, default: int, low: int, high: int, name: str) -> int:
     if value is None:
         return default
-    if not value.isdigit() or not low <= int(value) <= high:
+    if not value.isdecimal() or not low <= int(value) <= high:
         raise bad_request(f"`{name}` must be an integer from {low} to {high}.", name)
     return int(value)
 

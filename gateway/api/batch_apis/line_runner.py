@@ -48,6 +48,10 @@ log = logging.getLogger("gateway.batches")
 _WAITS = (Shed, Overloaded, DeadlineExceeded, DeadlineMissed, LimiterUnavailable)
 # A wait no refusal named: a second.
 _DEFAULT_WAIT_S = 1.0
+# The share of a tenant's request and token buckets its batches leave to its online
+# requests; below it, its lines wait this long (the buckets refill meanwhile).
+HEADROOM = 0.25
+_HEADROOM_WAIT_S = 1.0
 
 
 class LineRunner:
@@ -83,8 +87,23 @@ class LineRunner:
         record.finish(reply.status)
         usage = LineUsage(record.prompt_tokens, record.cached_tokens, record.completion_tokens)
         return LineOutcome(
-            Outcome.ANSWERED, reply.status, record.request_id, reply.body.decode(), usage
-        )
+            Outcome.ANSWERED, reply.status, record.request_id, reply.body.decode(), usage,
+            pause_s=_headroom_pause(reply.headers),
+        )  # fmt: skip
+
+
+def _headroom_pause(headers: Mapping[str, str]) -> float:
+    """How long the tenant's lines wait (0: not at all) after an answer whose rate-limit
+    headers say its buckets are nearly spent: a batch takes its tenant's request and
+    token buckets down to `HEADROOM` of their size, no further, so that the tenant's
+    own online requests always find some left."""
+    for kind in ("requests", "tokens"):
+        limit = headers.get(f"x-ratelimit-limit-{kind}", "")
+        remaining = headers.get(f"x-ratelimit-remaining-{kind}", "")
+        known = limit.isdecimal() and remaining.isdecimal()
+        if known and int(remaining) < HEADROOM * int(limit):
+            return _HEADROOM_WAIT_S
+    return 0.0
 
 
 def _refused(wire: Wire, record: RequestRecord, exc: Exception) -> LineOutcome:

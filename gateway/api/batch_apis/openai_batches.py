@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -30,7 +29,7 @@ from gateway.api.body import decode_json
 from gateway.api.counted import CountRequest, serve_counted
 from gateway.api.errors import APIError, bad_request
 from gateway.api.exchange import read_body
-from gateway.batches.batch_input import BatchInputRefused, LineError, read_batch_input
+from gateway.batches.batch_input import BatchInputRefused, read_batch_input
 from gateway.batches.batch_records import OUTPUT_TTL_S, BatchApi, BatchRecord, NewLine
 from gateway.batches.batch_store import NotCancellable
 from gateway.batches.batch_worker import ANTHROPIC_RESULTS_PURPOSE
@@ -116,8 +115,10 @@ async def _create(
     limits = await count("")
     service = service_of(request)
     data = decode_json(await read_body(request, _CREATE_BODY_BYTES))
+    if not isinstance(data, dict):
+        raise bad_request("The body must be a JSON object.")
     endpoint = data.get("endpoint")
-    if endpoint not in OPENAI_ENDPOINTS:
+    if not isinstance(endpoint, str) or endpoint not in OPENAI_ENDPOINTS:
         raise bad_request(f"`endpoint` must be one of {', '.join(OPENAI_ENDPOINTS)}.", "endpoint")
     if data.get("completion_window") != "24h":
         raise bad_request("`completion_window` must be `24h`.", "completion_window")
@@ -155,18 +156,7 @@ def _lines(
 ) -> tuple[list[NewLine], tuple[str, ...]]:
     """The file's lines for the store, in input order, and the models they run on."""
     read = read_batch_input(raw, endpoint)
-    requests = [(line.line, line.custom_id, line.body) for line in read.lines]
-    lines, models = service.lines_of(identity, requests)
-    lines += [
-        NewLine(error.line, error.custom_id or "", "", "", failed=_problem(error))
-        for error in read.errors
-    ]
-    lines.sort(key=lambda line: line.line_no)
-    return lines, models
-
-
-def _problem(error: LineError) -> str:
-    return orjson.dumps({"code": error.code, "message": error.message}).decode()
+    return service.lines_of(identity, [*read.lines, *read.errors])
 
 
 def _output_ttl(value: Any) -> float:

@@ -30,7 +30,8 @@ def line(custom_id: str, **changes: object) -> bytes:
 def test_every_good_line_is_a_request_in_file_order() -> None:
     read = read_batch_input(b"\n".join(line(f"r{i}") for i in range(3)) + b"\n", CHAT)
     assert [(r.line, r.custom_id) for r in read.lines] == [(1, "r0"), (2, "r1"), (3, "r2")]
-    assert read.lines[0].body["messages"][0]["content"] == "r0"
+    assert orjson.loads(read.lines[0].body)["messages"][0]["content"] == "r0"
+    assert (read.lines[0].model, read.lines[0].streams) == ("llm", False)
     assert (read.errors, read.total) == ([], 3)
 
 
@@ -84,3 +85,14 @@ def test_a_file_that_cannot_be_a_batch_is_refused_with_the_limit_named(
 ) -> None:
     with pytest.raises(BatchInputRefused, match=why):
         read_batch_input(data, CHAT)
+
+
+def test_a_body_too_deep_to_write_back_is_its_lines_error() -> None:
+    # Read (orjson takes 1,024 levels), but not written back (it writes 254).
+    deep = b"[" * 300 + b'"x"' + b"]" * 300
+    raw = (
+        b'{"custom_id": "deep", "method": "POST", "url": "' + CHAT.encode()
+        + b'", "body": {"model": "llm", "messages": ' + deep + b"}}\n"
+    )  # fmt: skip
+    read = read_batch_input(raw, CHAT)
+    assert [(e.custom_id, e.code) for e in read.errors] == [("deep", "invalid_body")]
