@@ -75,14 +75,14 @@ class Run:
     batch_id: str | None = None
 
 
-def config_dir(tmp: Path, nodes: list[TritonSim], run: str) -> Path:
+def config_dir(tmp: Path, nodes: list[TritonSim], run: str, reserve: int) -> Path:
     """autoscale-config's gateway.yaml with the ledger and the Batch APIs, and its tenants
     with a third, the batch's owner."""
     out = tmp / run
     out.mkdir()
     gateway = yaml.safe_load((CONFIG / "gateway.yaml").read_text())
     gateway["ledger"] = {"url": f"sqlite:///{out}/usage.db", "spool_dir": str(out / "spool")}
-    gateway["batches"] = {"files_dir": str(out / "files")}
+    gateway["batches"] = {"files_dir": str(out / "files"), "reserve_slots": reserve}
     gateway["cluster_file"] = str(cluster_file(out, True, nodes))
     gateway["tenants_file"] = str(out / "tenants.yaml")
     tenants = yaml.safe_load((CONFIG / "tenants.yaml").read_text())
@@ -212,12 +212,13 @@ async def drive(
 
 
 def run_live(
-    name: str, workload: Workload, nodes: list[TritonSim], redis_url: str, tmp: Path, lines: int
-) -> Run:
+    name: str, workload: Workload, nodes: list[TritonSim], redis_url: str, tmp: Path,
+    lines: int, reserve: int = 0,
+) -> Run:  # fmt: skip
     port = free_port(span=2, start=18400, end=18900)
     env = {**os.environ, "GATEWAY_PORT": str(port), "GATEWAY_OPS_PORT": str(port + 1),
            "GATEWAY_REDIS_URL": redis_url}  # fmt: skip
-    config = config_dir(tmp, nodes, name)
+    config = config_dir(tmp, nodes, name, reserve)
     process = spawn(gateway_command("serve", "--config", str(config)), env=env,
                     log=config.parent / "gateway.log")  # fmt: skip
     url, ops_url = f"http://127.0.0.1:{port}", f"http://127.0.0.1:{port + 1}"
@@ -287,6 +288,9 @@ def main() -> int:
     parser.add_argument(
         "--time-scale", type=float, default=1.0, help="each phase this many times as long"
     )
+    parser.add_argument(
+        "--reserve", type=int, default=0, help="batches.reserve_slots: slots left to online"
+    )
     parser.add_argument("--plot", help="chart online and batch work into this PNG")
     parser.add_argument("--json", help="write the figures here")
     args = parser.parse_args()
@@ -304,8 +308,9 @@ def main() -> int:
         redis_url = f"redis://127.0.0.1:{redis_port}/0"
         alone = run_live("online alone", workload, nodes, redis_url, tmp, 0)
         with_batch = run_live(
-            f"online + {args.lines:,}-line batch", workload, nodes, redis_url, tmp, args.lines
-        )
+            f"online + {args.lines:,}-line batch (reserve_slots {args.reserve})",
+            workload, nodes, redis_url, tmp, args.lines, args.reserve,
+        )  # fmt: skip
     finally:
         for node in nodes:
             node.stop()

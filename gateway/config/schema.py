@@ -723,6 +723,10 @@ class BatchesConfig(Strict):
     housekeeping_interval_s: Annotated[Float, Field(ge=0.05, le=60)] = 1.0
     # Lines one gateway runs at once, at most.
     max_lines_per_gateway: Annotated[Int, Field(ge=1, le=100_000)] = 256
+    # Slots of each model that batch lines leave free, so that an online request that
+    # arrives finds one at once instead of waiting up to one line's service time (0:
+    # lines fill every free slot; docs/benchmarks.md, "Batches", measures the trade).
+    reserve_slots: Annotated[Int, Field(ge=0, le=10_000)] = 0
     # A whole batch's window, `24h` only (as OpenAI's); in seconds for tests and demos.
     window_s: Annotated[Float, Field(ge=1, le=86_400)] = 86_400.0
     # Batches a tenant may have in progress at once (a create past it is a 429).

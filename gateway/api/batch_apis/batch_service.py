@@ -69,7 +69,7 @@ class BatchService:
             store,
             objects,
             LineRunner(runtime, conductor, wires),
-            AdmissionIdleSlots(runtime.admission),
+            AdmissionIdleSlots(runtime.admission, config.reserve_slots),
             WorkerSettings(
                 poll_s=config.poll_interval_s,
                 housekeeping_s=config.housekeeping_interval_s,

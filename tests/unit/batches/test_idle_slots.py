@@ -76,3 +76,15 @@ async def test_an_online_request_is_served_before_every_line_that_waits_with_it(
             await asyncio.sleep(0)
     for line in lines:
         admission.release(await line, 1)
+
+
+async def test_reserved_slots_stay_free_for_online_arrivals() -> None:
+    admission = _controller(4)
+    idle = AdmissionIdleSlots(admission, reserve=1)
+    assert idle.free_for_batch("llm", mine=0) == 3
+    online = [
+        await admission.acquire("llm", "acme", priority="online", cost_tokens=1) for _ in range(3)
+    ]
+    assert idle.free_for_batch("llm", mine=0) == 0
+    for slot in online:
+        admission.release(slot, 1)
