@@ -27,6 +27,8 @@ import os
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -253,6 +255,26 @@ def wait_placed(nodes: list[TritonSim], wanted: dict[str, int], timeout_s: float
         time.sleep(0.5)
 
 
+@contextmanager
+def shifting_fleet() -> Iterator[tuple[list[TritonSim], str]]:
+    """The benchmark's four triton-sim nodes (both models in each repository) and a
+    redis-server, ready; stopped at the end whatever happens."""
+    redis_port = free_port(start=16500, end=16900)
+    redis = start_redis(redis_port)
+    # Four nodes of three ports each (HTTP, gRPC, metrics), in one free block.
+    base = free_port(span=40, start=24000, end=25000)
+    nodes = [TritonSim(base + 10 * i, MODELS) for i in range(4)]
+    try:
+        for node in nodes:
+            node.start()
+            node.wait_ready(timeout=120)
+        yield nodes, f"redis://127.0.0.1:{redis_port}/0"
+    finally:
+        for node in nodes:
+            node.stop()
+        stop(redis)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seed", type=int, default=0)
@@ -265,31 +287,17 @@ def main() -> int:
     phases = [replace(p, seconds=p.seconds * args.time_scale) for p in SHIFTING.phases]
     workload = replace(SHIFTING, seed=args.seed, phases=phases)
     tmp = Path(tempfile.mkdtemp(prefix="autoscale-shift-"))
-    redis_port = free_port(start=16500, end=16900)
-    redis = start_redis(redis_port)
-    # Four nodes of three ports each (HTTP, gRPC, metrics), in one free block.
-    base = free_port(span=40, start=24000, end=25000)
-    nodes = [TritonSim(base + 10 * i, MODELS) for i in range(4)]
-    try:
-        for node in nodes:
-            node.start()
-            node.wait_ready(timeout=120)
+    with shifting_fleet() as (nodes, redis_url):
         results = []
         details = {}
         for loop in (False, True):
-            result, outcomes = run_policy_live(
-                loop, workload, nodes, f"redis://127.0.0.1:{redis_port}/0", tmp
-            )
+            result, outcomes = run_policy_live(loop, workload, nodes, redis_url, tmp)
             results.append(result)
             details[result.policy] = [o.__dict__ for o in outcomes]
             print(format_table([result]), flush=True)
             errors = Counter(o.error[:80] for o in outcomes if o.error)
             if errors:
                 print("lost:", dict(errors.most_common(5)), flush=True)
-    finally:
-        for node in nodes:
-            node.stop()
-        stop(redis)
     print(format_table(results))
     print(f"logs: {tmp}")
     if args.plot:

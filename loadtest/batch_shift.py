@@ -41,12 +41,18 @@ from gateway_tools.dev.processes import (
     free_port,
     gateway_command,
     spawn,
-    start_redis,
     stop,
     wait_gateway_ready,
 )
 from gateway_tools.dev.sim.server import TritonSim
-from loadtest.autoscale_shift import CONFIG, MODELS, Outcome, cluster_file, one_request, wait_placed
+from loadtest.autoscale_shift import (
+    CONFIG,
+    Outcome,
+    cluster_file,
+    one_request,
+    shifting_fleet,
+    wait_placed,
+)
 
 BATCH_KEY = "sk-shift-batch"
 SLOTS_PER_REPLICA = 4
@@ -297,24 +303,12 @@ def main() -> int:
     phases = [replace(p, seconds=p.seconds * args.time_scale) for p in SHIFTING.phases]
     workload = replace(SHIFTING, seed=args.seed, phases=phases)
     tmp = Path(tempfile.mkdtemp(prefix="batch-shift-"))
-    redis_port = free_port(start=16500, end=16900)
-    redis = start_redis(redis_port)
-    base = free_port(span=40, start=24000, end=25000)
-    nodes = [TritonSim(base + 10 * i, MODELS) for i in range(4)]
-    try:
-        for node in nodes:
-            node.start()
-            node.wait_ready(timeout=120)
-        redis_url = f"redis://127.0.0.1:{redis_port}/0"
+    with shifting_fleet() as (nodes, redis_url):
         alone = run_live("online alone", workload, nodes, redis_url, tmp, 0)
         with_batch = run_live(
             f"online + {args.lines:,}-line batch (reserve_slots {args.reserve})",
             workload, nodes, redis_url, tmp, args.lines, args.reserve,
         )  # fmt: skip
-    finally:
-        for node in nodes:
-            node.stop()
-        stop(redis)
     window = batch_window(with_batch)
     rows = [figures(alone, window), figures(with_batch, window)]
     done = [s for s in with_batch.samples if window[0] <= s.t <= window[1]]

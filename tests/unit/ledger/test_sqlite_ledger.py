@@ -101,12 +101,7 @@ async def test_one_keys_requests_come_oldest_first_within_the_range(
 async def test_a_file_from_before_the_time_to_first_token_gets_the_column(
     tmp_path: Path,
 ) -> None:
-    path = tmp_path / "old.db"
-    columns = [name for name in COLUMNS if name not in ("ttft_ms", "batch_id")]
-    with sqlite3.connect(path) as connection:
-        connection.execute(f"CREATE TABLE usage_ledger ({', '.join(columns)})")
-        old = sample(1).row()[:-2]
-        connection.execute(f"INSERT INTO usage_ledger VALUES ({', '.join('?' * len(old))})", old)
+    path = _file_before_the_newer_columns(tmp_path)
     store = SqliteLedger(path)
     try:
         await store.write([sample(3)])
@@ -117,6 +112,17 @@ async def test_a_file_from_before_the_time_to_first_token_gets_the_column(
         ("r-1", None, ""),
         ("r-3", 30.0, "batch_1"),
     ]
+
+
+def _file_before_the_newer_columns(tmp_path: Path) -> Path:
+    """A ledger file as a gateway before `ttft_ms` and `batch_id` wrote it: one record."""
+    path = tmp_path / "old.db"
+    columns = [name for name in COLUMNS if name not in ("ttft_ms", "batch_id")]
+    with sqlite3.connect(path) as connection:
+        connection.execute(f"CREATE TABLE usage_ledger ({', '.join(columns)})")
+        old = sample(1).row()[:-2]
+        connection.execute(f"INSERT INTO usage_ledger VALUES ({', '.join('?' * len(old))})", old)
+    return path
 
 
 def test_a_url_names_its_store(tmp_path: Path) -> None:
@@ -147,12 +153,7 @@ async def test_a_report_and_a_key_s_requests_of_one_tenant_hold_only_its_records
 async def test_a_report_reads_a_file_from_before_the_newer_columns_without_changing_it(
     tmp_path: Path,
 ) -> None:
-    path = tmp_path / "old.db"
-    columns = [name for name in COLUMNS if name not in ("ttft_ms", "batch_id")]
-    with sqlite3.connect(path) as connection:
-        connection.execute(f"CREATE TABLE usage_ledger ({', '.join(columns)})")
-        old = sample(1).row()[:-2]
-        connection.execute(f"INSERT INTO usage_ledger VALUES ({', '.join('?' * len(old))})", old)
+    path = _file_before_the_newer_columns(tmp_path)
     before = path.read_bytes()
     reader = SqliteLedger(path, read_only=True)
     try:
