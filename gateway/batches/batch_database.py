@@ -25,9 +25,11 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from gateway.config.ledger_config import POSTGRES_SCHEMES, SQLITE_SCHEME
+from gateway.ledger.sqlite_ledger import connect_shared
 
 T = TypeVar("T")
 Row = tuple[Any, ...]
+# Claims and commits of several gateway processes on one file take turns this long.
 BUSY_TIMEOUT_MS = 10_000
 
 
@@ -89,18 +91,10 @@ class SqliteDatabase:
 
     def _run(self, work: Callable[[sqlite3.Connection], T]) -> T:
         if self._connection is None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            connection = sqlite3.connect(
-                self.path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None
+            schema = _portable(self._schema, postgres=False)
+            self._connection = connect_shared(
+                self.path, lambda c: c.executescript(schema), BUSY_TIMEOUT_MS
             )
-            try:
-                connection.execute("PRAGMA journal_mode=WAL")
-                connection.execute("PRAGMA synchronous=NORMAL")
-                connection.executescript(_portable(self._schema, postgres=False))
-            except BaseException:
-                connection.close()
-                raise
-            self._connection = connection
         return work(self._connection)
 
     @asynccontextmanager

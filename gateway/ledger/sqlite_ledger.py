@@ -59,6 +59,38 @@ BUSY_TIMEOUT_MS = 5000
 _ADDED = (("ttft_ms", "NULL"), ("batch_id", "''"))
 
 
+def connect_shared(
+    path: Path,
+    prepare: Callable[[sqlite3.Connection], object],
+    busy_timeout_ms: int = BUSY_TIMEOUT_MS,
+) -> sqlite3.Connection:
+    """A connection to the SQLite file at `path` (made, with its directory, if absent)
+    that several processes share: WAL, so that readers go on while one writes; writes
+    wait for each other up to `busy_timeout_ms`; `prepare` (the schema) run on it first, the
+    connection closed if that fails. Autocommit: callers begin their transactions."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    connection = sqlite3.connect(path, timeout=busy_timeout_ms / 1000, isolation_level=None)
+    try:
+        connection.execute("PRAGMA journal_mode=WAL")
+        # WAL with NORMAL loses at most the last commits on a power cut, never the file;
+        # a full sync per transaction would cost a disk flush each time.
+        connection.execute("PRAGMA synchronous=NORMAL")
+        prepare(connection)
+    except BaseException:
+        connection.close()
+        raise
+    return connection
+
+
+def _make_schema(connection: sqlite3.Connection) -> None:
+    columns = {row[1] for row in connection.execute(f"PRAGMA table_info({TABLE})")}
+    if columns and "ttft_ms" not in columns:
+        connection.execute(ADD_TTFT)
+    if columns and "batch_id" not in columns:
+        connection.execute(ADD_BATCH_ID)
+    connection.executescript(SCHEMA)
+
+
 class SqliteLedger:
     """Usage records in the SQLite file at `path` (created with its table if absent).
 
@@ -81,25 +113,7 @@ class SqliteLedger:
         if self.read_only:
             return self._read(work)
         if self._connection is None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            connection = sqlite3.connect(
-                self.path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None
-            )
-            try:
-                connection.execute("PRAGMA journal_mode=WAL")
-                # WAL with NORMAL loses at most the last commits on a power cut, never the
-                # file; a full sync per batch would cost a disk flush each time.
-                connection.execute("PRAGMA synchronous=NORMAL")
-                columns = {row[1] for row in connection.execute(f"PRAGMA table_info({TABLE})")}
-                if columns and "ttft_ms" not in columns:
-                    connection.execute(ADD_TTFT)
-                if columns and "batch_id" not in columns:
-                    connection.execute(ADD_BATCH_ID)
-                connection.executescript(SCHEMA)
-            except BaseException:
-                connection.close()
-                raise
-            self._connection = connection
+            self._connection = connect_shared(self.path, _make_schema)
         return work(self._connection)
 
     def _read(self, work: Callable[[sqlite3.Connection], T]) -> T:
