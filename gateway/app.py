@@ -15,7 +15,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Lifespan
 
-from gateway.api import admin_keys, endpoints, exchange
+from gateway.api import admin_keys, endpoints, exchange, mcp_endpoint
 from gateway.api.anthropic import count_tokens
 from gateway.api.batch_apis import admin_batches, anthropic_batches, files_api, openai_batches
 from gateway.api.batch_apis.batch_service import BatchService
@@ -55,6 +55,7 @@ def build_app(config: Config) -> ASGIApp:
     runtime = Runtime.build(config)
     conductor = Conductor(runtime)
     batches = BatchService.build(runtime, conductor)
+    mcp = mcp_endpoint.McpGateway.build(runtime)
     reloader = TenantsReloader(runtime)
     metrics.watch_state(GatewayState(runtime.admission, runtime.routes.values()))
     metrics.set_config_version(runtime.config_version)
@@ -67,6 +68,7 @@ def build_app(config: Config) -> ASGIApp:
         reloader.start()
         if batches is not None:
             batches.start()
+        mcp.start()
         # What exists now lives as long as the process: the collector need not scan it
         # again on every full collection (CPython's gc.freeze, meant for this).
         gc.freeze()
@@ -74,6 +76,7 @@ def build_app(config: Config) -> ASGIApp:
         try:
             yield
         finally:
+            await mcp.close()
             if batches is not None:
                 await batches.close()
             await reloader.stop()
@@ -100,6 +103,9 @@ def build_app(config: Config) -> ASGIApp:
         Route("/v1/models", endpoints.list_models, methods=["GET"]),
         Route("/v1/models/{model:path}", endpoints.retrieve_model, methods=["GET"]),
         Route("/openapi.json", endpoints.openapi_json, methods=["GET"]),
+        Route("/mcp", mcp_endpoint.post, methods=["POST"]),
+        Route("/mcp", mcp_endpoint.get, methods=["GET"]),
+        Route("/mcp", mcp_endpoint.delete, methods=["DELETE"]),
         *probes,
     ]
     if batches is not None:
@@ -117,6 +123,7 @@ def build_app(config: Config) -> ASGIApp:
     api = DirectRoutes(_starlette(api_routes, lifespan), hot_routes, on_error=_error)
     api.app.state.runtime, api.app.state.reloader = runtime, reloader
     api.app.state.conductor, api.app.state.batches = conductor, batches
+    api.app.state.mcp = mcp
     if ops.port is None:
         return api
     ops_routes = [

@@ -55,7 +55,7 @@ def decode_json(body: bytes) -> Mapping[str, Any]:
             raise bad_request("The request body must be a JSON object.")
     # A level takes two bytes at least (`[]`): a short body cannot nest past the cap.
     # (Counting brackets to skip the walk cost more than the walk: 30 µs on 60 KB.)
-    if len(body) > 2 * MAX_JSON_DEPTH and _too_deep(data):
+    if len(body) > 2 * MAX_JSON_DEPTH and too_deep(data):
         raise bad_request(_TOO_DEEP)
     return data
 
@@ -95,12 +95,12 @@ def tools_value(raw: object) -> object:
         value = orjson.loads(raw.text)
     except orjson.JSONDecodeError as exc:  # JSON orjson does not take (400 digits)
         raise bad_request(f"The request body is not valid JSON: `tools`: {exc}.", "tools") from None
-    if isinstance(value, list | dict) and _too_deep(value, MAX_JSON_DEPTH - 1):
+    if isinstance(value, list | dict) and too_deep(value, MAX_JSON_DEPTH - 1):
         raise bad_request(_TOO_DEEP)
     return value
 
 
-def _too_deep(data: dict[str, Any] | list[Any], limit: int = MAX_JSON_DEPTH) -> bool:
+def too_deep(data: dict[str, Any] | list[Any], limit: int = MAX_JSON_DEPTH) -> bool:
     # Level by level, so that the check itself cannot run out of stack.
     level: list[dict[str, Any] | list[Any]] = [data]
     for _ in range(limit):

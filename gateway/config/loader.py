@@ -123,6 +123,7 @@ def _check_gateway(source: Source) -> tuple[GatewayConfig | None, list[Problem]]
     problems += _capability_problems(source)
     problems += _alias_problems(source)
     problems += _price_problems(source)
+    problems += _mcp_env_problems(source)
     gateway, invalid = validate_source(GatewayConfig, source)
     problems += invalid
     return (None if problems else gateway), _sorted(problems)
@@ -642,6 +643,25 @@ def _upstream_key_problems(source: Source) -> list[Problem]:
         ):
             message = "upstream API key in file; reference an environment variable as ${VAR}"
             problems.append(source.problem(loc, at(loc, message)))
+    return problems
+
+
+def _mcp_env_problems(source: Source) -> list[Problem]:
+    """An MCP server's credentials come from the environment: each variable it names
+    must be set when the gateway starts (not found only on the first call)."""
+    problems = []
+    servers = as_dict(as_dict(as_dict(source.data).get("mcp")).get("servers"))
+    for name, server in servers.items():
+        named: list[tuple[Loc, object]] = [
+            (("mcp", "servers", name, "bearer_token_env"), as_dict(server).get("bearer_token_env"))
+        ]
+        for part in ("env_headers", "env_from"):
+            for key, var in as_dict(as_dict(server).get(part)).items():
+                named.append((("mcp", "servers", name, part, key), var))
+        for loc, var in named:
+            if isinstance(var, str) and var and not os.environ.get(var):
+                message = f"environment variable {var} is not set (the server's credential)"
+                problems.append(source.problem(loc, at(loc, message)))
     return problems
 
 

@@ -778,6 +778,97 @@ class TracingConfig(Strict):
     export_timeout_s: Annotated[Float, Field(gt=0, le=600)] | None = None
 
 
+# An upstream MCP server's name: its tools reach clients as `{server}__{tool}`, so it
+# holds no underscore (the separator stays unambiguous) and is short.
+McpServerName = Annotated[str, Field(pattern=r"^[A-Za-z][A-Za-z0-9-]{0,39}$")]
+# An environment variable's name (an upstream's secret is read from it at start).
+EnvName = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")]
+_HEADER_NAME = r"^[A-Za-z0-9!#$%&'*+.^_`|~-]{1,128}$"
+
+
+class McpSandbox(Strict):
+    """The bubblewrap sandbox a stdio server runs in (gateway/mcp/stdio_sandbox.py):
+    nothing of the host but the system's programs and these paths."""
+
+    # Reach the network (its own namespace without: no interface but its own loopback).
+    network: bool = False
+    # Host paths it may read (its program, when that is not under /usr), and write.
+    read_only: list[str] = []
+    writable: list[str] = []
+    # Each process's address space (None: not bounded; a JavaScript runtime reserves far
+    # more than it uses), its processes and open files.
+    address_space_bytes: Annotated[Int, Field(ge=64 * 1024**2)] | None = None
+    # Processes and threads; when the gateway runs as root, every stdio server runs as
+    # uid 65534 and the kernel counts theirs together.
+    processes: Annotated[Int, Field(ge=1, le=65536)] = 1024
+    open_files: Annotated[Int, Field(ge=16, le=65536)] = 1024
+
+
+class McpServer(Strict):
+    """One MCP server behind the gateway: remote (`url`, Streamable HTTP) or local
+    (`command`, over stdio, in a sandbox). Its credentials are read from the environment
+    (`bearer_token_env`, `env_headers`, `env_from`) when the gateway starts: never in
+    this file, never on a developer's machine."""
+
+    url: Annotated[str, Field(pattern=r"^https?://[^\s/?#]+(/\S*)?$")] | None = None
+    headers: dict[Annotated[str, Field(pattern=_HEADER_NAME)], str] = {}
+    env_headers: dict[Annotated[str, Field(pattern=_HEADER_NAME)], EnvName] = {}
+    bearer_token_env: EnvName | None = None
+    command: Annotated[list[str], Field(min_length=1)] | None = None
+    cwd: str | None = None
+    env: dict[EnvName, str] = {}
+    env_from: dict[EnvName, EnvName] = {}
+    sandbox: McpSandbox = McpSandbox()
+    # Outside the cluster: calls' arguments pass the outbound scan (`outbound`), and
+    # with `scan_results` its results too, before they reach the client.
+    external: bool = False
+    outbound: Policy = OutboundPolicy.MASK
+    scan_results: bool = False
+    timeout_s: Annotated[Float, Field(gt=0, le=3600)] = 60.0
+    # A larger result is an error to the client; its bytes past the cap are never kept.
+    max_result_bytes: Annotated[Int, Field(ge=1024, le=256 * 1024**2)] = 1024**2
+    # A connection (a stdio process) unused this long is closed.
+    idle_timeout_s: Annotated[Float, Field(gt=0, le=86_400)] = 300.0
+    start_timeout_s: Annotated[Float, Field(gt=0, le=600)] = 30.0
+
+    @model_validator(mode="after")
+    def _one_transport(self) -> McpServer:
+        if (self.url is None) == (self.command is None):
+            raise ValueError(
+                "an MCP server has either `url` (Streamable HTTP) or `command` (stdio)"
+            )
+        remote_only = self.headers or self.env_headers or self.bearer_token_env
+        if self.command is not None and remote_only:
+            raise ValueError("headers are for a server with `url`; a stdio server takes `env`")
+        if self.url is not None and (self.env or self.env_from or self.cwd):
+            raise ValueError("`env`, `env_from` and `cwd` are for a stdio server (`command`)")
+        return self
+
+
+class ToolChangePolicy(StrEnum):
+    """What the gateway does with a tool whose description or schema changed since it
+    was first listed, or whose description reads as instructions to the model."""
+
+    HIDE = "hide"  # not listed, not callable, until an operator accepts it
+    FLAG = "flag"  # listed, logged and counted
+
+
+class McpConfig(Strict):
+    """The MCP gateway (docs/mcp.md): `/mcp` on the API port, these servers behind it."""
+
+    servers: dict[McpServerName, McpServer] = {}
+    # `Origin` values a request may carry (a browser page); one without is always let in.
+    allowed_origins: list[str] = []
+    # A client session (the 2025-11-25 handshake) idle this long is forgotten.
+    session_idle_s: Annotated[Float, Field(ge=60, le=30 * 86_400)] = 86_400.0
+    # The last events of a session kept for a client to resume its stream from.
+    events_kept: Annotated[Int, Field(ge=1, le=100_000)] = 256
+    on_tool_change: ToolChangePolicy = ToolChangePolicy.HIDE
+    # What one server may list: more tools are left out (and logged).
+    max_tools_per_server: Annotated[Int, Field(ge=1, le=10_000)] = 512
+    max_description_chars: Annotated[Int, Field(ge=64, le=1_000_000)] = 8192
+
+
 class GatewayConfig(Strict):
     """`gateway.yaml`."""
 
@@ -804,6 +895,8 @@ class GatewayConfig(Strict):
     # The Batch APIs; None: not served.
     batches: BatchesConfig | None = None
     tracing: TracingConfig = TracingConfig()
+    # The MCP gateway's servers (issue 45); none: `/mcp` serves no tools.
+    mcp: McpConfig = McpConfig()
     models: Annotated[dict[str, ModelConfig], Field(min_length=1)]
 
     @model_validator(mode="after")
@@ -883,6 +976,14 @@ class TenantOutbound(Strict):
     models: dict[str, Policy] = {}
 
 
+class TenantMcp(Strict):
+    """What a tenant may reach of the MCP servers behind the gateway: `tools` patterns
+    `server/tool` (`*` anywhere: `github/*`, `*`), and a rate per tool on top of its own."""
+
+    tools: list[Annotated[str, Field(min_length=1, max_length=200)]] = ["*"]
+    limits: dict[Annotated[str, Field(pattern=r"^[A-Za-z0-9-]+/[^/*?]+$")], RateLimits] = {}
+
+
 class Tenant(Strict):
     # Each entry is `sha256:<64 hex>` or a `${ENV_VAR}` holding the plain key.
     api_keys: Annotated[list[str], Field(min_length=1)]
@@ -907,6 +1008,8 @@ class Tenant(Strict):
     stored_responses: StoredResponsesQuota = StoredResponsesQuota()
     # Its Batch API work: lines running at once across every gateway.
     batch: TenantBatchLimits = TenantBatchLimits()
+    # The MCP servers' tools it may see and call, and their rates.
+    mcp: TenantMcp = TenantMcp()
 
 
 class TenantsConfig(Strict):

@@ -49,6 +49,8 @@ TYPES = (
     "text",
     "double precision",
     "text",
+    "bigint",
+    "bigint",
 )
 SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS {TABLE} (
@@ -67,12 +69,17 @@ CREATE TABLE IF NOT EXISTS {TABLE} (
     status bigint NOT NULL,
     fallback text NOT NULL,
     ttft_ms double precision,
-    batch_id text NOT NULL DEFAULT ''
+    batch_id text NOT NULL DEFAULT '',
+    bytes_in bigint NOT NULL DEFAULT 0,
+    bytes_out bigint NOT NULL DEFAULT 0
 );
 -- A table made before `ttft_ms` was recorded gets the column (its old rows: NULL).
 ALTER TABLE {TABLE} ADD COLUMN IF NOT EXISTS ttft_ms double precision;
 -- ... and before `batch_id` (the Batch APIs' lines), that one (its old rows: '').
 ALTER TABLE {TABLE} ADD COLUMN IF NOT EXISTS batch_id text NOT NULL DEFAULT '';
+-- ... and before the MCP calls' bytes, those (its old rows: 0).
+ALTER TABLE {TABLE} ADD COLUMN IF NOT EXISTS bytes_in bigint NOT NULL DEFAULT 0;
+ALTER TABLE {TABLE} ADD COLUMN IF NOT EXISTS bytes_out bigint NOT NULL DEFAULT 0;
 CREATE INDEX IF NOT EXISTS {TABLE}_ts ON {TABLE} (ts);
 CREATE INDEX IF NOT EXISTS {TABLE}_key_ts ON {TABLE} (key_id, ts);
 """

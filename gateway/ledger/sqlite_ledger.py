@@ -41,7 +41,9 @@ CREATE TABLE IF NOT EXISTS {TABLE} (
     status INTEGER NOT NULL,
     fallback TEXT NOT NULL,
     ttft_ms REAL,
-    batch_id TEXT NOT NULL DEFAULT ''
+    batch_id TEXT NOT NULL DEFAULT '',
+    bytes_in INTEGER NOT NULL DEFAULT 0,
+    bytes_out INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS {TABLE}_ts ON {TABLE} (ts);
 CREATE INDEX IF NOT EXISTS {TABLE}_key_ts ON {TABLE} (key_id, ts);
@@ -50,13 +52,18 @@ CREATE INDEX IF NOT EXISTS {TABLE}_key_ts ON {TABLE} (key_id, ts);
 ADD_TTFT = f"ALTER TABLE {TABLE} ADD COLUMN ttft_ms REAL"
 # ... and one made before `batch_id`, that one (its old rows: "").
 ADD_BATCH_ID = f"ALTER TABLE {TABLE} ADD COLUMN batch_id TEXT NOT NULL DEFAULT ''"
+# ... and one made before the MCP calls' bytes, those (its old rows: 0).
+ADD_BYTES = tuple(
+    f"ALTER TABLE {TABLE} ADD COLUMN {name} INTEGER NOT NULL DEFAULT 0"
+    for name in ("bytes_in", "bytes_out")
+)
 INSERT = (
     f"INSERT OR IGNORE INTO {TABLE} ({', '.join(COLUMNS)}) "
     f"VALUES ({', '.join('?' for _ in COLUMNS)})"
 )
 BUSY_TIMEOUT_MS = 5000
 # The columns added since the first ledgers, and what an older row holds in each.
-_ADDED = (("ttft_ms", "NULL"), ("batch_id", "''"))
+_ADDED = (("ttft_ms", "NULL"), ("batch_id", "''"), ("bytes_in", "0"), ("bytes_out", "0"))
 
 
 def connect_shared(
@@ -88,6 +95,9 @@ def _make_schema(connection: sqlite3.Connection) -> None:
         connection.execute(ADD_TTFT)
     if columns and "batch_id" not in columns:
         connection.execute(ADD_BATCH_ID)
+    if columns and "bytes_in" not in columns:
+        for statement in ADD_BYTES:
+            connection.execute(statement)
     connection.executescript(SCHEMA)
 
 

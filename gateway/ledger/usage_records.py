@@ -23,14 +23,22 @@ COLUMNS = (
     "fallback",
     "ttft_ms",
     "batch_id",
+    "bytes_in",
+    "bytes_out",
 )
-# A spool line written before `ttft_ms` or `batch_id` was recorded has the columns before
-# them: what it lacks is filled in (no time to first token, no batch).
-_FILLED = {len(COLUMNS) - 2: (None, ""), len(COLUMNS) - 1: ("",)}
+# A spool line written before `ttft_ms`, `batch_id` or the bytes were recorded has the
+# columns before them: what it lacks is filled in (no time to first token, no batch, no
+# bytes).
+_FILLED = {
+    len(COLUMNS) - 4: (None, "", 0, 0),
+    len(COLUMNS) - 3: ("", 0, 0),
+    len(COLUMNS) - 2: (0, 0),
+}
 
 Row = tuple[
-    float, str, str, str, str, str, str, int, int, int, int, float, int, str, float | None, str
-]
+    float, str, str, str, str, str, str, int, int, int, int, float, int, str, float | None, str,
+    int, int,
+]  # fmt: skip
 
 
 @dataclass(slots=True)
@@ -43,7 +51,9 @@ class UsageRecord:
     `fallback` are "" when there is no key or no fallback (the model that stood in).
     `ttft_ms` is a stream's time to its first token, None when it had none (refused,
     failed before one, not streamed). `batch_id` is the batch it was a line of (the
-    Batch APIs), "" for a client's own request.
+    Batch APIs), "" for a client's own request. `bytes_in` and `bytes_out` are what an MCP
+    tool call sent its server (the arguments, as JSON) and got back (its result), 0 for
+    anything else.
     """
 
     ts: float
@@ -62,6 +72,8 @@ class UsageRecord:
     fallback: str = ""
     ttft_ms: float | None = None
     batch_id: str = ""
+    bytes_in: int = 0
+    bytes_out: int = 0
 
     def row(self) -> Row:
         """The record's values in `COLUMNS` order."""
@@ -82,6 +94,8 @@ class UsageRecord:
             self.fallback,
             self.ttft_ms,
             self.batch_id,
+            self.bytes_in,
+            self.bytes_out,
         )
 
 
@@ -115,11 +129,12 @@ def from_row(values: list[Any] | tuple[Any, ...]) -> UsageRecord:
     if len(values) != len(COLUMNS):
         raise ValueError(f"a usage record has {len(COLUMNS)} values, not {len(values)}")
     (ts, request_id, tenant, key_id, endpoint, requested, served) = values[:7]
-    (prompt, cached, completion, cost, latency, status, fallback, ttft, batch_id) = values[7:]
+    (prompt, cached, completion, cost, latency, status, fallback, ttft, batch_id) = values[7:16]
+    bytes_in, bytes_out = values[16:]
     for text in (request_id, tenant, key_id, endpoint, requested, served, fallback, batch_id):
         if not isinstance(text, str):
             raise ValueError(f"a usage record's text field is {type(text).__name__}")
-    for number in (prompt, cached, completion, cost, status):
+    for number in (prompt, cached, completion, cost, status, bytes_in, bytes_out):
         if not isinstance(number, int) or isinstance(number, bool):
             raise ValueError(f"a usage record's count is {type(number).__name__}")
     if not isinstance(ts, int | float) or not isinstance(latency, int | float):
@@ -143,4 +158,6 @@ def from_row(values: list[Any] | tuple[Any, ...]) -> UsageRecord:
         fallback,
         None if ttft is None else float(ttft),
         batch_id,
+        bytes_in,
+        bytes_out,
     )

@@ -36,6 +36,9 @@ MEASURES = (
     "cached_tokens",
     "completion_tokens",
     "cost_micros",
+    # What MCP tool calls sent their servers and got back (0 for every other request).
+    "bytes_in",
+    "bytes_out",
     "errors",
     "latency_p50_ms",
     "latency_p95_ms",
@@ -103,6 +106,8 @@ def postgres_sql(query: ReportQuery, table: str = TABLE) -> tuple[str, list[obje
         " coalesce(sum(cached_tokens), 0)::bigint AS cached_tokens,"
         " coalesce(sum(completion_tokens), 0)::bigint AS completion_tokens,"
         " coalesce(sum(cost_micros), 0)::bigint AS cost_micros,"
+        " coalesce(sum(bytes_in), 0)::bigint AS bytes_in,"
+        " coalesce(sum(bytes_out), 0)::bigint AS bytes_out,"
         f" count(*) FILTER (WHERE status >= {ERROR_STATUS}) AS errors, "
         + ", ".join(percentiles)
         + f" FROM {table} WHERE ts >= to_timestamp($1) AND ts < to_timestamp($2)"
@@ -146,6 +151,8 @@ def sqlite_sql(query: ReportQuery, table: str = TABLE) -> tuple[str, list[object
         " coalesce(sum(cached_tokens), 0) AS cached_tokens,"
         " coalesce(sum(completion_tokens), 0) AS completion_tokens,"
         " coalesce(sum(cost_micros), 0) AS cost_micros,"
+        " coalesce(sum(bytes_in), 0) AS bytes_in,"
+        " coalesce(sum(bytes_out), 0) AS bytes_out,"
         f" coalesce(sum(status >= {ERROR_STATUS}), 0) AS errors, "
         + ", ".join(percentiles)
         + " FROM ranked"

@@ -67,6 +67,9 @@ class RequestRecord:
     cached_tokens: int = 0
     # The batch it was a line of (the Batch APIs), for the usage ledger; "" for none.
     batch_id: str = ""
+    # An MCP tool call's arguments sent and result got back, in bytes (the ledger's).
+    bytes_in: int = 0
+    bytes_out: int = 0
     # What it cost in micro-units, each part priced by the model that served it (the
     # figure charged to its budgets), once the conductor settled it; None: not settled.
     cost_micros: int | None = None

@@ -291,6 +291,33 @@ BATCH_TOKENS = Counter(
     ["kind"],
     registry=REGISTRY,
 )
+MCP_CALLS = Counter(
+    "gateway_mcp_calls_total",
+    "MCP tool calls through the gateway, by upstream server, tool and outcome (ok, "
+    "tool_error, refused, rate_limited, blocked, timeout, too_large, unavailable, error, "
+    "malformed).",
+    ["server", "tool", "outcome"],
+    registry=REGISTRY,
+)
+MCP_CALL_SECONDS = Histogram(
+    "gateway_mcp_call_duration_seconds",
+    "How long an MCP tool call took at the gateway, from its arrival to its answer.",
+    ["server"],
+    buckets=_DURATION_BUCKETS,
+    registry=REGISTRY,
+)
+MCP_TOOLS_HELD = Counter(
+    "gateway_mcp_tools_held_total",
+    "MCP tools held from clients (or flagged, with on_tool_change: flag): a description "
+    "or schema changed since first listed, or one that reads as instructions.",
+    ["server"],
+    registry=REGISTRY,
+)
+MCP_SESSIONS_STARTED = Counter(
+    "gateway_mcp_sessions_started_total",
+    "MCP client sessions begun (the initialize handshake) on this gateway.",
+    registry=REGISTRY,
+)
 ONLINE_DELAYED_BY_BATCH = Counter(
     "gateway_online_delayed_by_batch_total",
     "Requests of an online class that waited in a model's queue while a batch line took "

@@ -20,6 +20,10 @@ from gateway.ratelimit.redis_store import adjust_call
 
 Kind = Literal["requests", "tokens", "spend"]
 
+# An MCP tool call is limited as a call of the "model" `mcp:{server}/{tool}`: the tenant's
+# and its key's request buckets, and the tool's own rate (tenants.yaml `mcp.limits`).
+MCP_TOOL_PREFIX = "mcp:"
+
 # A budget's period as take.lua knows it: its refill rate.
 _PERIOD_RATES = {"day": DAY_BUDGET, "month": MONTH_BUDGET, "total": 0.0}
 
@@ -191,6 +195,8 @@ def plan_for(
     on top of the request's own admission, which took the rest."""
     buckets = [] if model_only else _buckets(prefix, name, None, tenant.limits)
     model_limits = tenant.limits.models.get(model)
+    if model_limits is None and model.startswith(MCP_TOOL_PREFIX):
+        model_limits = tenant.mcp.limits.get(model[len(MCP_TOOL_PREFIX) :])
     if model_limits is not None:
         buckets += _buckets(prefix, name, model, model_limits)
     spend = _budget_buckets(prefix, name, model, tenant.budgets, model_only=model_only)

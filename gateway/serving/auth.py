@@ -39,6 +39,9 @@ class Identity:
     key_name: str = ""
     # The tenant a managed key administers (its own; `ManagedKey.admin_of`), else None.
     admin_of: str | None = None
+    # A managed key's MCP tools (`server/tool` patterns), narrowing its tenant's (None:
+    # the tenant's).
+    key_mcp_tools: tuple[str, ...] | None = None
 
     @property
     def key_budgets(self) -> tuple[Budget, ...]:

@@ -28,6 +28,7 @@ import logging
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from gateway.config import Config, ModelConfig, Tenant
 from gateway.config.schema import OutboundPolicy
@@ -78,7 +79,7 @@ class OutboundGuard:
         self._scanner = Scanner(detectors)
         self._models = config.gateway.models
         self._any_external = any(model.external for model in self._models.values())
-        if self._any_external:
+        if self._any_external or any(s.external for s in config.gateway.mcp.servers.values()):
             warm_up()  # the normalizer's tables, built now rather than on a request
 
     def scans(self, chain: Sequence[str]) -> bool:
@@ -120,6 +121,23 @@ class OutboundGuard:
             models.append(name)
         return Outbound(models, requests)
 
+    def scan_json(
+        self, request_id: str, tenant: str, server: str, policy: OutboundPolicy, value: Any
+    ) -> Any:
+        """`value` (an MCP tool call's arguments, or a result coming back) as it may go
+        to or come from the external MCP server `server` under `policy`: every string of
+        it scanned as a request's are, its keys too; masked, or `SensitiveDataBlocked`."""
+        if policy is OutboundPolicy.OFF:
+            return value
+        findings = _Findings(value, self._scanner.find_deep)
+        if not findings.counts:
+            return value
+        target = f"mcp:{server}"
+        _report(request_id, tenant, target, policy, findings.counts)
+        if policy is OutboundPolicy.BLOCK:
+            raise SensitiveDataBlocked(target, list(findings.counts))
+        return findings.masked(value, Masker())
+
 
 # Not walked: the model name the client asked for (the upstream gets the configured
 # `upstream_model`, and names are not the client's data) and the session key, which
@@ -134,7 +152,7 @@ class _Findings:
     role, tool definitions (names, descriptions, schemas), tool calls and results, stop
     sequences, ids, `user`, metadata, and whatever a request will hold."""
 
-    def __init__(self, request: InferenceRequest, find: Callable[[str], list[Finding]]) -> None:
+    def __init__(self, request: Any, find: Callable[[str], list[Finding]]) -> None:
         self.counts: Counter[str] = Counter()
         # By value: a schema repeats its `"type": "string"`, a conversation its roles.
         self._by_value: dict[tuple[str, bool], list[Finding]] = {}
@@ -149,7 +167,7 @@ class _Findings:
             for finding in found:
                 self.counts.update(leaf.category for leaf in finding.leaves())
 
-    def masked(self, request: InferenceRequest, masker: Masker) -> InferenceRequest:
+    def masked(self, request: Any, masker: Masker) -> Any:
         """`request` with every finding masked, in the order its strings come."""
         if not self.counts:
             return request
@@ -158,8 +176,7 @@ class _Findings:
             found = self._by_value.get((text, self._secret(key)))
             return masker.mask(text, found) if found else text
 
-        masked: InferenceRequest = _WALKER.rewrite(request, mask)
-        return masked
+        return _WALKER.rewrite(request, mask)
 
     def _secret(self, key: str | None) -> bool:
         """Whether a value under `key` is a secret by the key's name."""

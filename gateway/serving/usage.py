@@ -81,6 +81,8 @@ class UsageLedger:
             fallback="; ".join(request.fallbacks),
             ttft_ms=None if request.ttft_s is None else request.ttft_s * 1000,
             batch_id=request.batch_id,
+            bytes_in=request.bytes_in,
+            bytes_out=request.bytes_out,
         )
 
     async def close(self) -> None:

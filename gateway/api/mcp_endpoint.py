@@ -1,0 +1,441 @@
+"""`/mcp`: the MCP servers behind the gateway as one server, over Streamable HTTP
+(2025-11-25, the handshake era; docs/mcp.md).
+
+Every request is served as the gateway serves any (`counted.serve_counted`): the
+caller's key (Bearer) names its tenant, the request counts once against its request
+limits (a tool call against the tool's own rate too, on the same Lua call), and it ends
+in one record, a tool call's with its server, tool, bytes and outcome for the ledger.
+Refusals are JSON-RPC error objects with the HTTP status that fits (401 with
+`WWW-Authenticate: Bearer`, 429 with `Retry-After`); a tool's own failure is a JSON-RPC
+error with status 200, as the specification has it.
+
+- POST: one JSON-RPC message. `initialize` begins a session (`Mcp-Session-Id`, kept in
+  Redis: any gateway serves its next request); every other request names its session.
+- GET: the session's stream of list-changed notifications, each with an event id; a
+  client that comes back with `Last-Event-ID` gets what it missed, from any gateway.
+- DELETE: ends the session.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+
+from gateway.api.body import too_deep
+from gateway.api.counted import CountRequest, serve_counted
+from gateway.api.endpoints import runtime_of
+from gateway.api.errors import APIError
+from gateway.api.exchange import read_body
+from gateway.config.schema import McpConfig, ToolChangePolicy
+from gateway.mcp.access import McpAccess
+from gateway.mcp.client_sessions import ClientSession, SessionStore
+from gateway.mcp.jsonrpc import (
+    BLOCKED,
+    INVALID_PARAMS,
+    INVALID_REQUEST,
+    METHOD_NOT_FOUND,
+    PARSE_ERROR,
+    RATE_LIMITED,
+    JsonRpcError,
+    Message,
+    RequestId,
+    parse_message,
+)
+from gateway.mcp.jsonrpc import error as error_message
+from gateway.mcp.jsonrpc import result as result_message
+from gateway.mcp.mcp_service import SEPARATOR, Caller, CallStats, McpService, split_name
+from gateway.mcp.tool_review import ToolReview
+from gateway.mcp.upstream_pool import UpstreamPool
+from gateway.observability import metrics
+from gateway.observability.access import RequestRecord
+from gateway.observability.logging import redact
+from gateway.ratelimit.limit_plan import MCP_TOOL_PREFIX
+from gateway.serving.auth import Identity
+from gateway.serving.outbound import SensitiveDataBlocked
+from gateway.serving.runtime import Runtime
+
+log = logging.getLogger("gateway.mcp")
+
+# The handshake-era versions served, newest first: a client asking for another is
+# answered with the newest (it may then disconnect, as the specification says).
+VERSIONS = ("2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05")
+SERVER_INFO = {"name": "inference-gateway", "title": "Inference gateway (MCP)", "version": "0.1.0"}
+INSTRUCTIONS = (
+    "The tools of the MCP servers behind this gateway: each named {server}" + SEPARATOR + "{tool}."
+)
+SESSION_HEADER = "mcp-session-id"
+VERSION_HEADER = "mcp-protocol-version"
+# How often a session's stream looks for new events, and sends a comment to keep its
+# connection open.
+EVENTS_POLL_S = 1.0
+KEEPALIVE_S = 15.0
+# Streams one tenant may hold open on one gateway process.
+MAX_STREAMS_PER_TENANT = 16
+# The kind of an event and the notification it is sent as.
+NOTIFICATIONS = {
+    "tools": "notifications/tools/list_changed",
+    "resources": "notifications/resources/list_changed",
+    "resource_templates": "notifications/resources/list_changed",
+    "prompts": "notifications/prompts/list_changed",
+}
+_METHODS = frozenset(
+    {
+        "initialize",
+        "ping",
+        "tools/list",
+        "tools/call",
+        "resources/list",
+        "resources/templates/list",
+        "resources/read",
+        "prompts/list",
+        "prompts/get",
+        "logging/setLevel",
+    }
+)
+
+
+@dataclass(slots=True)
+class McpGateway:
+    """What `/mcp` serves with: the service, the sessions, and the streams open here."""
+
+    config: McpConfig
+    service: McpService
+    sessions: SessionStore
+    pool: UpstreamPool
+    review: ToolReview
+    streams: dict[str, int] = field(default_factory=dict)
+    closing: asyncio.Event = field(default_factory=asyncio.Event)
+
+    @classmethod
+    def build(cls, runtime: Runtime) -> McpGateway:
+        config = runtime.config.gateway.mcp
+        prefix = runtime.config.gateway.redis.key_prefix
+        sessions = SessionStore(runtime.redis, prefix, config.session_idle_s, config.events_kept)
+        review = ToolReview(
+            runtime.redis,
+            prefix,
+            config.max_description_chars,
+            hide=config.on_tool_change is ToolChangePolicy.HIDE,
+        )
+
+        def changed(tenant: str, server: str, kind: str) -> None:
+            task = asyncio.get_running_loop().create_task(sessions.publish(tenant, server, kind))
+            task.add_done_callback(_log_failure)
+
+        pool = UpstreamPool(config.servers, changed, config.max_tools_per_server)
+        service = McpService(config, pool, review, runtime.outbound.scan_json)
+        return cls(config, service, sessions, pool, review)
+
+    def start(self) -> None:
+        self.pool.start()
+
+    async def close(self) -> None:
+        self.closing.set()
+        await self.pool.close()
+
+
+def _log_failure(task: asyncio.Task[None]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.warning("an MCP list change was not published: %s", task.exception())
+
+
+def gateway_of(request: Request) -> McpGateway:
+    mcp: McpGateway = request.app.state.mcp
+    return mcp
+
+
+@dataclass(slots=True)
+class _Exchange:
+    """One request's JSON-RPC id, once read: its errors answer it."""
+
+    id: RequestId | None = None
+
+
+class McpRefusal(APIError):
+    """A refusal of a request as MCP answers it: a JSON-RPC error, with an HTTP status."""
+
+    def __init__(self, status: int, rpc: JsonRpcError, headers: dict[str, str] | None = None):
+        super().__init__(status, rpc.message, headers=headers, reason="mcp_refused")
+        self.rpc = rpc
+
+
+def _render(error: APIError, exchange: _Exchange) -> Response:
+    """A refusal as a JSON-RPC error object, with its status and headers."""
+    if isinstance(error, McpRefusal):
+        rpc = error.rpc
+    elif error.status == 401:
+        rpc = JsonRpcError(
+            INVALID_REQUEST, "Invalid API key: send the gateway key as a Bearer token"
+        )
+        error.headers["WWW-Authenticate"] = "Bearer"
+    elif error.status == 429:
+        rpc = JsonRpcError(RATE_LIMITED, error.message)
+    else:
+        rpc = JsonRpcError(INVALID_REQUEST, error.message)
+    return error.response(error_message(exchange.id, rpc))
+
+
+def _origin_allowed(request: Request, config: McpConfig) -> bool:
+    origin = request.headers.get("origin")
+    return origin is None or origin in config.allowed_origins
+
+
+async def post(request: Request) -> Response:
+    """One JSON-RPC message from a client."""
+    exchange = _Exchange()
+
+    async def handle(
+        request: Request, identity: Identity, record: RequestRecord, count: CountRequest
+    ) -> Response:
+        mcp = gateway_of(request)
+        _check_headers(request, mcp.config, post=True)
+        body = await read_body(request, runtime_of(request).config.gateway.server.max_body_bytes)
+        message = _message(body)
+        exchange.id = message.id
+        record.alias = (message.method or "response")[:128]
+        caller = _caller(identity, record)
+        if message.method == "initialize" and message.is_request:
+            await count("")
+            return await _initialize(mcp, identity, message)
+        session = await _session(mcp, request, identity)
+        if not message.is_request:
+            await count("")
+            return Response(status_code=202)  # a notification, or an answer: taken
+        if message.method == "tools/call":
+            return await _call_tool(mcp, caller, message, record, count)
+        await count("")
+        if message.method not in _METHODS:
+            rpc = JsonRpcError(METHOD_NOT_FOUND, f"Method not found: {message.method}")
+            return _json(error_message(message.id, rpc))
+        assert message.id is not None
+        try:
+            result = await _serve(mcp.service, caller, message, session)
+        except JsonRpcError as rpc:
+            return _json(error_message(message.id, rpc))
+        return _json(result_message(message.id, result))
+
+    return await serve_counted(
+        request, "mcp", handle, render_error=lambda error: _render(error, exchange)
+    )
+
+
+def _check_headers(request: Request, config: McpConfig, *, post: bool) -> None:
+    if not _origin_allowed(request, config):
+        raise McpRefusal(403, JsonRpcError(INVALID_REQUEST, "Origin not allowed"))
+    version = request.headers.get(VERSION_HEADER)
+    if version is not None and version not in VERSIONS:
+        supported = ", ".join(VERSIONS)
+        rpc = JsonRpcError(
+            INVALID_REQUEST, f"Unsupported MCP-Protocol-Version (supported: {supported})"
+        )
+        raise McpRefusal(400, rpc)
+    if post:
+        kind = request.headers.get("content-type", "application/json").split(";")[0].strip()
+        if kind.lower() != "application/json":
+            raise McpRefusal(
+                415, JsonRpcError(INVALID_REQUEST, "Content-Type must be application/json")
+            )
+
+
+def _message(body: bytes) -> Message:
+    try:
+        value = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise McpRefusal(400, JsonRpcError(PARSE_ERROR, f"Parse error: {exc}")) from None
+    if isinstance(value, dict | list) and len(body) > 256 and too_deep(value):
+        raise McpRefusal(400, JsonRpcError(INVALID_REQUEST, "the message nests past 128 levels"))
+    try:
+        return parse_message(value)
+    except JsonRpcError as rpc:
+        raise McpRefusal(400, rpc) from None
+
+
+def _caller(identity: Identity, record: RequestRecord) -> Caller:
+    settings = identity.tenant.mcp
+    access = McpAccess(tuple(settings.tools), identity.key_mcp_tools)
+    return Caller(identity.name, identity.key_id, access, record.request_id)
+
+
+async def _initialize(mcp: McpGateway, identity: Identity, message: Message) -> Response:
+    asked = message.params.get("protocolVersion")
+    version = asked if isinstance(asked, str) and asked in VERSIONS else VERSIONS[0]
+    info = message.params.get("clientInfo")
+    client = ""
+    if isinstance(info, dict):
+        client = f"{str(info.get('name', ''))[:100]} {str(info.get('version', ''))[:50]}".strip()
+    session = await mcp.sessions.create(identity.name, identity.key_id, version, client)
+    metrics.MCP_SESSIONS_STARTED.inc()
+    result = {
+        "protocolVersion": version,
+        "capabilities": {
+            "tools": {"listChanged": True},
+            "resources": {"listChanged": True},
+            "prompts": {"listChanged": True},
+            "logging": {},
+        },
+        "serverInfo": SERVER_INFO,
+        "instructions": INSTRUCTIONS,
+    }
+    assert message.id is not None
+    response = _json(result_message(message.id, result))
+    response.headers["Mcp-Session-Id"] = session.id
+    return response
+
+
+async def _session(mcp: McpGateway, request: Request, identity: Identity) -> ClientSession:
+    session_id = request.headers.get(SESSION_HEADER)
+    if session_id is None:
+        rpc = JsonRpcError(INVALID_REQUEST, "Bad Request: Mcp-Session-Id header is required")
+        raise McpRefusal(400, rpc)
+    session = await mcp.sessions.find(session_id, identity.name, identity.key_id)
+    if session is None:
+        # Unknown, ended, expired, or another key's: the client initializes again.
+        raise McpRefusal(404, JsonRpcError(INVALID_REQUEST, "Session not found"))
+    return session
+
+
+async def _serve(
+    service: McpService, caller: Caller, message: Message, session: ClientSession
+) -> dict[str, Any]:
+    method, params = message.method, message.params
+    if method == "ping" or method == "logging/setLevel":
+        return {}
+    if method == "tools/list":
+        return {"tools": await service.list_tools(caller)}
+    if method == "prompts/list":
+        return {"prompts": await service.list_prompts(caller)}
+    if method == "resources/list":
+        return {"resources": await service.list_resources(caller, templates=False)}
+    if method == "resources/templates/list":
+        return {"resourceTemplates": await service.list_resources(caller, templates=True)}
+    if method == "resources/read":
+        return await service.read_resource(caller, params.get("uri"))
+    if method == "prompts/get":
+        return await service.get_prompt(caller, params.get("name"), params.get("arguments"))
+    raise JsonRpcError(METHOD_NOT_FOUND, f"Method not found: {method}")
+
+
+async def _call_tool(
+    mcp: McpGateway, caller: Caller, message: Message, record: RequestRecord, count: CountRequest
+) -> Response:
+    assert message.id is not None
+    name = message.params.get("name")
+    if not isinstance(name, str):
+        await count("")
+        return _json(error_message(message.id, JsonRpcError(INVALID_PARAMS, "name is a string")))
+    record.alias = name[:128]
+    parts = split_name(name)
+    known = parts is not None and parts[0] in mcp.service.servers
+    # The tool's own rate, on the same call as the tenant's and the key's (a name that
+    # is no configured server's counts as any request).
+    await count(f"{MCP_TOOL_PREFIX}{parts[0]}/{parts[1]}" if parts is not None and known else "")
+    if known and parts is not None:
+        record.model = record.served_model = parts[0]
+    stats = CallStats()
+    try:
+        result = await mcp.service.call_tool(caller, name, message.params.get("arguments"), stats)
+    except JsonRpcError as rpc:
+        return _json(error_message(message.id, JsonRpcError(rpc.code, redact(rpc.message))))
+    except SensitiveDataBlocked as blocked:
+        found = ", ".join(blocked.categories)
+        refusal = JsonRpcError(BLOCKED, f"Blocked: data kept from {stats.server} ({found})")
+        return _json(error_message(message.id, refusal))
+    finally:
+        record.bytes_in, record.bytes_out = stats.bytes_in, stats.bytes_out
+        if stats.server:
+            metrics.MCP_CALLS.labels(stats.server, stats.tool[:128], stats.outcome).inc()
+    return _json(result_message(message.id, result))
+
+
+def _json(body: dict[str, Any]) -> Response:
+    return Response(orjson.dumps(body), media_type="application/json")
+
+
+async def get(request: Request) -> Response:
+    """The session's stream: its tenant's list-changed notifications, from where the
+    client left off (`Last-Event-ID`) or from now."""
+    exchange = _Exchange()
+
+    async def handle(
+        request: Request, identity: Identity, record: RequestRecord, count: CountRequest
+    ) -> Response:
+        mcp = gateway_of(request)
+        _check_headers(request, mcp.config, post=False)
+        if "text/event-stream" not in request.headers.get("accept", ""):
+            raise McpRefusal(
+                406, JsonRpcError(INVALID_REQUEST, "Accept must include text/event-stream")
+            )
+        session = await _session(mcp, request, identity)
+        await count("")
+        tenant = identity.name
+        if mcp.streams.get(tenant, 0) >= MAX_STREAMS_PER_TENANT:
+            rpc = JsonRpcError(RATE_LIMITED, f"At most {MAX_STREAMS_PER_TENANT} open streams")
+            raise McpRefusal(429, rpc, {"Retry-After": "5"})
+        after = request.headers.get("last-event-id")
+        if after is None:
+            after = await mcp.sessions.last_event_id(tenant)
+        caller = _caller(identity, record)
+        events = _events(mcp, caller, session, after)
+        return StreamingResponse(
+            events, media_type="text/event-stream", headers={"Cache-Control": "no-cache"}
+        )
+
+    return await serve_counted(
+        request, "mcp", handle, render_error=lambda error: _render(error, exchange)
+    )
+
+
+async def _events(
+    mcp: McpGateway, caller: Caller, session: ClientSession, after: str
+) -> AsyncIterator[bytes]:
+    tenant = caller.tenant
+    mcp.streams[tenant] = mcp.streams.get(tenant, 0) + 1
+    try:
+        yield b": stream open\n\n"
+        quiet = 0.0
+        while not mcp.closing.is_set():
+            events = await mcp.sessions.events_after(tenant, after)
+            for event in events:
+                after = event.id
+                if not caller.access.sees_server(event.server) or event.kind not in NOTIFICATIONS:
+                    continue
+                data = orjson.dumps({"jsonrpc": "2.0", "method": NOTIFICATIONS[event.kind]})
+                yield b"id: " + event.id.encode() + b"\ndata: " + data + b"\n\n"
+                quiet = 0.0
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(mcp.closing.wait(), EVENTS_POLL_S)
+            quiet += EVENTS_POLL_S
+            if quiet >= KEEPALIVE_S:
+                yield b": keep-alive\n\n"
+                quiet = 0.0
+            if await mcp.sessions.find(session.id, session.tenant, session.key_id) is None:
+                return  # ended (DELETE) or expired
+    finally:
+        mcp.streams[tenant] -= 1
+
+
+async def delete(request: Request) -> Response:
+    """The session is over."""
+    exchange = _Exchange()
+
+    async def handle(
+        request: Request, identity: Identity, record: RequestRecord, count: CountRequest
+    ) -> Response:
+        mcp = gateway_of(request)
+        _check_headers(request, mcp.config, post=False)
+        session = await _session(mcp, request, identity)
+        await count("")
+        await mcp.sessions.end(session)
+        return Response(status_code=200)
+
+    return await serve_counted(
+        request, "mcp", handle, render_error=lambda error: _render(error, exchange)
+    )

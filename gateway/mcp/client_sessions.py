@@ -1,0 +1,126 @@
+"""MCP client sessions (the 2025-11-25 handshake era) and their events, in Redis: any
+gateway serves any request of a session, and a restart of every gateway loses none.
+
+A session is a hash under a random 128-bit id: the tenant and the key that made it (a
+request of another key, of the same tenant or not, finds no session: 404 as an unknown
+one), its protocol version and client, refreshed to `session_idle_s` by each use. What a
+session's stream (GET) carries (the list-changed notifications of its tenant's servers)
+is a Redis Stream per tenant, capped at `events_kept`: an event's id is its stream id,
+so a client that comes back with `Last-Event-ID`, to any gateway, gets what followed.
+"""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass
+from typing import Any
+
+from gateway.storage.redis_client import RedisClient
+from gateway.storage.redis_keys import hash_tag
+
+SESSION_ID_BYTES = 16
+# An event id as Redis makes them: milliseconds, a dash, a sequence number.
+_EVENT_ID_CHARS = frozenset("0123456789-")
+
+
+@dataclass(frozen=True, slots=True)
+class ClientSession:
+    """What a session is bound to and what it agreed."""
+
+    id: str
+    tenant: str
+    key_id: str
+    protocol_version: str
+    client: str
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """A list change of `server`'s `kind` (tools, resources, prompts), under its id."""
+
+    id: str
+    server: str
+    kind: str
+
+
+class SessionStore:
+    """Sessions and the tenants' event streams in Redis."""
+
+    def __init__(self, redis: RedisClient, prefix: str, idle_s: float, events_kept: int) -> None:
+        self._redis = redis
+        self._prefix = prefix
+        self._idle_ms = int(idle_s * 1000)
+        self._kept = events_kept
+
+    def _session_key(self, session_id: str) -> str:
+        return f"{self._prefix}:mcp:session:{session_id}"
+
+    def _events_key(self, tenant: str) -> str:
+        return f"{self._prefix}:{{{hash_tag(tenant)}}}:mcp:events"
+
+    async def create(self, tenant: str, key_id: str, version: str, client: str) -> ClientSession:
+        """A new session of `tenant`'s key `key_id`."""
+        session = ClientSession(
+            secrets.token_hex(SESSION_ID_BYTES), tenant, key_id, version, client[:200]
+        )
+        key = self._session_key(session.id)
+        fields = ["tenant", tenant, "key_id", key_id, "version", version, "client", session.client]
+        async with self._redis.pipeline(transaction=False) as pipe:
+            pipe.hset(key, items=fields)
+            pipe.pexpire(key, self._idle_ms)
+            await pipe.execute()
+        return session
+
+    async def find(self, session_id: str, tenant: str, key_id: str) -> ClientSession | None:
+        """The session `session_id` if it is this key's and alive (its idle time
+        restarted), else None: another key's session is not told apart from none."""
+        if len(session_id) != 2 * SESSION_ID_BYTES or not _is_hex(session_id):
+            return None
+        key = self._session_key(session_id)
+        async with self._redis.pipeline(transaction=False) as pipe:
+            pipe.hgetall(key)
+            pipe.pexpire(key, self._idle_ms)
+            found, _ = await pipe.execute()
+        values = {_text(k): _text(v) for k, v in (found or {}).items()}
+        if values.get("tenant") != tenant or values.get("key_id") != key_id:
+            return None
+        return ClientSession(
+            session_id, tenant, key_id, values.get("version", ""), values.get("client", "")
+        )
+
+    async def end(self, session: ClientSession) -> None:
+        """The session is over (DELETE)."""
+        await self._redis.delete(self._session_key(session.id))
+
+    async def publish(self, tenant: str, server: str, kind: str) -> None:
+        """An event for every session of `tenant`: `server`'s `kind` listing changed."""
+        await self._redis.xadd(
+            self._events_key(tenant),
+            {"server": server, "kind": kind},
+            maxlen=self._kept,
+            approximate=False,
+        )
+
+    async def last_event_id(self, tenant: str) -> str:
+        """The id of `tenant`'s newest event ("0-0" for none): a new stream starts after it."""
+        newest = await self._redis.xrevrange(self._events_key(tenant), count=1)
+        return _text(newest[0][0]) if newest else "0-0"
+
+    async def events_after(self, tenant: str, after: str, count: int = 100) -> list[Event]:
+        """`tenant`'s events after the id `after`, oldest first."""
+        if not after or len(after) > 64 or not set(after) <= _EVENT_ID_CHARS:
+            after = "0-0"
+        found = await self._redis.xrange(self._events_key(tenant), min=f"({after}", count=count)
+        events = []
+        for event_id, fields in found or []:
+            values = {_text(k): _text(v) for k, v in (fields or {}).items()}
+            events.append(Event(_text(event_id), values.get("server", ""), values.get("kind", "")))
+        return events
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _is_hex(text: str) -> bool:
+    return all(c in "0123456789abcdef" for c in text)
