@@ -15,7 +15,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Lifespan
 
-from gateway.api import admin_keys, endpoints, exchange, mcp_endpoint
+from gateway.api import admin_keys, admin_mcp, endpoints, exchange, mcp_endpoint
 from gateway.api.anthropic import count_tokens
 from gateway.api.batch_apis import admin_batches, anthropic_batches, files_api, openai_batches
 from gateway.api.batch_apis.batch_service import BatchService
@@ -137,7 +137,7 @@ def build_app(config: Config) -> ASGIApp:
     ]
     ops_app = _starlette(ops_routes)
     ops_app.state.runtime, ops_app.state.reloader = runtime, reloader
-    ops_app.state.batches = batches
+    ops_app.state.batches, ops_app.state.mcp = batches, mcp
     return Listeners(api, ops_app, ops.port)
 
 
@@ -188,6 +188,8 @@ def _key_routes() -> list[Route]:
         Route("/admin/keys/{key_id}", admin_keys.update_key, methods=["PATCH"]),
         Route("/admin/keys/{key_id}", admin_keys.revoke_key, methods=["DELETE"]),
         Route("/admin/keys/{key_id}/rotate", admin_keys.rotate_key, methods=["POST"]),
+        Route("/admin/mcp/tools", admin_mcp.held_tools, methods=["GET"]),
+        Route("/admin/mcp/tools/accept", admin_mcp.accept_tool, methods=["POST"]),
     ]
 
 

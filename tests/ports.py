@@ -7,6 +7,7 @@ a port picked for one kind is never taken by a server of another kind meanwhile.
 """
 
 SIMS = 10000  # triton-sim servers: HTTP, gRPC and metrics on P, P+1, P+2
+MCP_SERVERS = 7000  # the tests' own MCP servers over HTTP (up to 7900)
 GATEWAYS = 14000
 CLUSTER_NODES = 16000  # Redis Cluster nodes; their bus ports lie 10000 above
 PROMETHEUS = 18000

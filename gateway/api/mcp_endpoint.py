@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,7 +35,6 @@ from gateway.api.endpoints import runtime_of
 from gateway.api.errors import APIError
 from gateway.api.exchange import read_body
 from gateway.config.schema import McpConfig, ToolChangePolicy
-from gateway.mcp.access import McpAccess
 from gateway.mcp.client_sessions import ClientSession, SessionStore
 from gateway.mcp.jsonrpc import (
     BLOCKED,
@@ -52,6 +51,7 @@ from gateway.mcp.jsonrpc import (
 from gateway.mcp.jsonrpc import error as error_message
 from gateway.mcp.jsonrpc import result as result_message
 from gateway.mcp.mcp_service import SEPARATOR, Caller, CallStats, McpService, split_name
+from gateway.mcp.tool_reach import McpAccess
 from gateway.mcp.tool_review import ToolReview
 from gateway.mcp.upstream_pool import UpstreamPool
 from gateway.observability import metrics
@@ -59,6 +59,7 @@ from gateway.observability.access import RequestRecord
 from gateway.observability.logging import redact
 from gateway.ratelimit.limit_plan import MCP_TOOL_PREFIX
 from gateway.serving.auth import Identity
+from gateway.serving.errors import RateLimited
 from gateway.serving.outbound import SensitiveDataBlocked
 from gateway.serving.runtime import Runtime
 
@@ -111,6 +112,8 @@ class McpGateway:
     sessions: SessionStore
     pool: UpstreamPool
     review: ToolReview
+    # The tenants now configured (a reload changes them).
+    tenant_names: Callable[[], Iterable[str]]
     streams: dict[str, int] = field(default_factory=dict)
     closing: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -132,10 +135,16 @@ class McpGateway:
 
         pool = UpstreamPool(config.servers, changed, config.max_tools_per_server)
         service = McpService(config, pool, review, runtime.outbound.scan_json)
-        return cls(config, service, sessions, pool, review)
+        return cls(config, service, sessions, pool, review, lambda: runtime.config.tenants.tenants)
 
     def start(self) -> None:
         self.pool.start()
+
+    async def announce_change(self, server: str) -> None:
+        """Tell every tenant's sessions that `server`'s tools changed (an operator
+        accepted a held one)."""
+        for tenant in list(self.tenant_names()):
+            await self.sessions.publish(tenant, server, "tools")
 
     async def close(self) -> None:
         self.closing.set()
@@ -210,7 +219,7 @@ async def post(request: Request) -> Response:
             await count("")
             return Response(status_code=202)  # a notification, or an answer: taken
         if message.method == "tools/call":
-            return await _call_tool(mcp, caller, message, record, count)
+            return await _call_tool(mcp, identity, message, record, count)
         await count("")
         if message.method not in _METHODS:
             rpc = JsonRpcError(METHOD_NOT_FOUND, f"Method not found: {message.method}")
@@ -324,7 +333,11 @@ async def _serve(
 
 
 async def _call_tool(
-    mcp: McpGateway, caller: Caller, message: Message, record: RequestRecord, count: CountRequest
+    mcp: McpGateway,
+    identity: Identity,
+    message: Message,
+    record: RequestRecord,
+    count: CountRequest,
 ) -> Response:
     assert message.id is not None
     name = message.params.get("name")
@@ -333,13 +346,20 @@ async def _call_tool(
         return _json(error_message(message.id, JsonRpcError(INVALID_PARAMS, "name is a string")))
     record.alias = name[:128]
     parts = split_name(name)
-    known = parts is not None and parts[0] in mcp.service.servers
-    # The tool's own rate, on the same call as the tenant's and the key's (a name that
-    # is no configured server's counts as any request).
-    await count(f"{MCP_TOOL_PREFIX}{parts[0]}/{parts[1]}" if parts is not None and known else "")
-    if known and parts is not None:
-        record.model = record.served_model = parts[0]
+    server = parts[0] if parts is not None and parts[0] in mcp.service.servers else "-"
+    if server != "-":
+        record.model = record.served_model = server
+    # The tool's own rate, where its tenant has one, on the same call as the tenant's
+    # and the key's (any other name counts as any request).
+    tool = "/".join(parts) if parts is not None else ""
+    limited = tool in identity.tenant.mcp.limits
+    try:
+        await count(MCP_TOOL_PREFIX + tool if limited else "")
+    except RateLimited:
+        metrics.MCP_CALLS.labels(server, "-", "rate_limited").inc()
+        raise
     stats = CallStats()
+    caller = _caller(identity, record)
     try:
         result = await mcp.service.call_tool(caller, name, message.params.get("arguments"), stats)
     except JsonRpcError as rpc:
@@ -350,8 +370,7 @@ async def _call_tool(
         return _json(error_message(message.id, refusal))
     finally:
         record.bytes_in, record.bytes_out = stats.bytes_in, stats.bytes_out
-        if stats.server:
-            metrics.MCP_CALLS.labels(stats.server, stats.tool[:128], stats.outcome).inc()
+        metrics.MCP_CALLS.labels(stats.server, stats.tool, stats.outcome).inc()
     return _json(result_message(message.id, result))
 
 

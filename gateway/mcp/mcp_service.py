@@ -20,7 +20,6 @@ from typing import Any
 import orjson
 
 from gateway.config.schema import McpConfig, McpServer, OutboundPolicy
-from gateway.mcp.access import McpAccess
 from gateway.mcp.jsonrpc import (
     INVALID_PARAMS,
     METHOD_NOT_FOUND,
@@ -30,6 +29,7 @@ from gateway.mcp.jsonrpc import (
     UPSTREAM_TIMEOUT,
     JsonRpcError,
 )
+from gateway.mcp.tool_reach import McpAccess
 from gateway.mcp.tool_review import ToolReview
 from gateway.mcp.upstream_peer import UpstreamFailure
 from gateway.mcp.upstream_pool import UpstreamPool
@@ -67,8 +67,9 @@ class Caller:
 class CallStats:
     """What one tool call moved and how it ended, for its record and the metrics."""
 
-    server: str = ""
-    tool: str = ""
+    # The server and tool, once the call is known to be allowed ("-" before).
+    server: str = "-"
+    tool: str = "-"
     bytes_in: int = 0
     bytes_out: int = 0
     outcome: str = "ok"
@@ -175,7 +176,6 @@ class McpService:
             stats.outcome = "refused"
             raise JsonRpcError(INVALID_PARAMS, f"Unknown tool: {name[:MAX_NAME_CHARS]}")
         server, tool = parts
-        stats.server, stats.tool = server, tool
         if arguments is None:
             arguments = {}
         if not isinstance(arguments, dict):
@@ -189,6 +189,9 @@ class McpService:
         if listed is None:
             stats.outcome = "refused"
             raise JsonRpcError(INVALID_PARAMS, f"Unknown tool: {name[:MAX_NAME_CHARS]}")
+        # Named only now: a metric's labels are what the configured servers list, never
+        # whatever a client sends.
+        stats.server, stats.tool = server, tool
         stats.bytes_in = len(orjson.dumps(arguments))
         if config.external:
             arguments = self._scanned(caller, server, config, arguments, stats)

@@ -34,6 +34,13 @@ LISTS = {
     "resource_templates": ("resources/templates/list", "resourceTemplates"),
     "prompts": ("prompts/list", "prompts"),
 }
+# The capability a server declares when it has such a listing.
+CAPABILITIES = {
+    "tools": "tools",
+    "resources": "resources",
+    "resource_templates": "resources",
+    "prompts": "prompts",
+}
 # A list-changed notification's method, and the listings it makes stale.
 CHANGES = {
     "notifications/tools/list_changed": ("tools",),
@@ -94,6 +101,10 @@ class UpstreamPool:
             return kept[1]
         config = self._servers[server]
         method, member = LISTS[kind]
+        connection = await self._connection(tenant, server)
+        offered = connection.initialize_result.get("capabilities")
+        if not isinstance(offered, dict) or CAPABILITIES[kind] not in offered:
+            return []  # the server offers none: not asked
         items: list[dict[str, Any]] = []
         cursor: str | None = None
         asked = time.monotonic()
@@ -114,14 +125,6 @@ class UpstreamPool:
             items = items[: self._max_items]
         slot.listings[kind] = (asked, items)
         return items
-
-    def capabilities(self, tenant: str, server: str) -> dict[str, Any]:
-        """The server's capabilities, as its handshake said (empty before it)."""
-        slot = self._slots.get((tenant, server))
-        if slot is None or slot.connection is None:
-            return {}
-        found = slot.connection.initialize_result.get("capabilities")
-        return found if isinstance(found, dict) else {}
 
     def _slot(self, tenant: str, server: str) -> _Slot:
         slot = self._slots.get((tenant, server))

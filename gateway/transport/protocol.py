@@ -30,7 +30,7 @@ connection:
 
 A connection is kept alive between requests only once a request of its had its key
 accepted (a response other than 401, 404 or 405 on a path behind a key: `/v1/`,
-`/admin/`, `/metrics`): a client without a key gets its answer and then the connection
+`/admin/`, `/metrics`, `/mcp`): a client without a key gets its answer and then the connection
 closes, so it cannot hold a slot idle for `keepalive_timeout_s` after each cheap request.
 And a response sent before its request's body was read (a 401 to a large upload) is
 followed by the close too, once the rest has been read and dropped for up to
@@ -200,7 +200,7 @@ _TOO_MANY_SLOW_FROM_ADDRESS = _response(
 
 # Paths whose routes check the API key before anything else (see the module docstring),
 # and the statuses a request without a valid key gets there.
-_AUTHENTICATING_PATHS = ("/v1/", "/admin/", "/metrics")
+_AUTHENTICATING_PATHS = ("/v1/", "/admin/", "/metrics", "/mcp")
 _UNAUTHENTICATED_STATUSES = frozenset({401, 404, 405})
 
 # Slow connections (see the module docstring) by address key (`_address_key`), in this

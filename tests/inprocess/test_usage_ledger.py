@@ -99,7 +99,8 @@ async def test_every_request_is_recorded_once_priced_and_reported(
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("tenant,model,requests,prompt_tokens,cached_tokens")
     [large] = [line for line in lines if line.startswith("acme,llm-large,")]
-    assert large.startswith("acme,llm-large,3,3000,1200,600,14760,0,")  # 0 errors
+    # No bytes in or out (no MCP tool call), then 0 errors.
+    assert large.startswith("acme,llm-large,3,3000,1200,600,14760,0,0,0,")
     assert any(line.startswith("acme,,1,") for line in lines)  # the 404: no model served
     assert KEYS["acme"] not in "".join(lines)
 

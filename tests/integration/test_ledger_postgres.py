@@ -22,7 +22,7 @@ from gateway.ledger.usage_report import ReportQuery
 from gateway.ledger.usage_requests import RequestsQuery
 from loadtest.ledger_cost import TcpOutage
 from tests.polling import wait_until
-from tests.unit.ledger.usage_samples import T0, expected_report, sample
+from tests.unit.ledger.usage_samples import T0, expected_report, sample, with_mcp_calls
 
 SERVER = os.environ.get("LEDGER_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432")
 GROUPINGS = [
@@ -166,6 +166,8 @@ async def test_a_record_is_stored_as_made(database: Database) -> None:
         "fallback": "llama-8b",
         "ttft_ms": 30.0,
         "batch_id": "batch_1",
+        "bytes_in": 0,
+        "bytes_out": 0,
     }
 
 
@@ -231,9 +233,23 @@ async def test_one_tenant_s_report_and_requests_come_as_sqlite_gives_them(
         await sqlite.close()
 
 
-async def test_a_table_from_before_the_time_to_first_token_gets_the_column(
-    database: Database,
+# The columns a ledger table had after `fallback`, before `ttft_ms` was added (none) and
+# before the bytes were, and the old record's values in them.
+BEFORE = {
+    "ttft": ("", "", (None, "")),
+    "bytes": (
+        ", ttft_ms double precision, batch_id text NOT NULL DEFAULT ''",
+        ", 12.5, 'batch_9'",
+        (12.5, "batch_9"),
+    ),
+}
+
+
+@pytest.mark.parametrize("before", list(BEFORE))
+async def test_a_table_from_before_the_newer_columns_gets_them(
+    database: Database, before: str
 ) -> None:
+    columns, values, (ttft_ms, batch_id) = BEFORE[before]
     connection = await asyncpg.connect(f"{SERVER}/{database.name}")
     try:
         await connection.execute(
@@ -243,25 +259,65 @@ async def test_a_table_from_before_the_time_to_first_token_gets_the_column(
             " prompt_tokens bigint NOT NULL, cached_tokens bigint NOT NULL,"
             " completion_tokens bigint NOT NULL, cost_micros bigint NOT NULL,"
             " latency_ms double precision NOT NULL, status bigint NOT NULL,"
-            " fallback text NOT NULL)"
+            f" fallback text NOT NULL{columns})"
         )
         await connection.execute(
             "INSERT INTO usage_ledger VALUES ('r-1', to_timestamp($1), 'acme', 'k2', 'chat',"
-            " 'coder', 'llama-8b', 1, 0, 1, 1, 1.0, 200, '')",
+            f" 'coder', 'llama-8b', 1, 0, 1, 1, 1.0, 200, ''{values})",
             T0 + 1,
         )
     finally:
         await connection.close()
     store = PostgresLedger(f"{SERVER}/{database.name}")
+    new = sample(3, bytes_in=250, bytes_out=9000)
     try:
-        await store.write([sample(3)])
+        await store.write([new])
         listed = await store.requests(RequestsQuery("k2", T0, T0 + 10))
+        rows = await store.query(ReportQuery(T0, T0 + 10, ("endpoint",)))
     finally:
         await store.close()
-    assert [(record.request_id, record.ttft_ms) for record in listed] == [
-        ("r-1", None),
-        ("r-3", 30.0),
+    # The old record reads with what each column it lacked means (no time to first
+    # token, no batch, no bytes); the new one as written.
+    assert [(r.request_id, r.ttft_ms, r.batch_id, r.bytes_in, r.bytes_out) for r in listed] == [
+        ("r-1", ttft_ms, batch_id, 0, 0),
+        ("r-3", 30.0, "batch_1", 250, 9000),
     ]
+    assert listed[1] == new
+    assert [(row["endpoint"], row["bytes_in"], row["bytes_out"]) for row in rows] == [
+        ("chat", 0, 0),
+        ("responses", 250, 9000),
+    ]
+
+
+@pytest.mark.parametrize("by", [("endpoint",), ("tenant", "model"), ("key", "endpoint"), ()])
+async def test_an_mcp_call_s_bytes_are_stored_and_summed_as_sqlite_does(
+    database: Database, tmp_path: Path, by: tuple[str, ...]
+) -> None:
+    records = with_mcp_calls(60)
+    calls = [record for record in records if record.endpoint == "mcp"]
+    query = ReportQuery(T0, T0 + 60, by)
+    requests = RequestsQuery("k2", T0, T0 + 60, limit=1000)
+    postgres = PostgresLedger(f"{SERVER}/{database.name}")
+    sqlite = SqliteLedger(tmp_path / "usage.db")
+    try:
+        await postgres.write(records)
+        await sqlite.write(records)
+        # Each record read back as written, its bytes with it.
+        listed = await postgres.requests(requests)
+        assert listed == [record for record in records if record.key_id == "k2"]
+        assert listed == await sqlite.requests(requests)
+        rows = await postgres.query(query)
+        assert rows == expected_report(records, T0, T0 + 60, by)
+        assert rows == await sqlite.query(query)
+    finally:
+        await postgres.close()
+        await sqlite.close()
+    if by == ("endpoint",):
+        assert [(row["endpoint"], row["bytes_in"], row["bytes_out"]) for row in rows] == [
+            ("chat", 0, 0),
+            ("mcp", sum(r.bytes_in for r in calls), sum(r.bytes_out for r in calls)),
+            ("responses", 0, 0),
+        ]
 
 
 async def test_an_outage_under_load_loses_nothing_and_slows_no_record(

@@ -38,6 +38,7 @@ LAYERS = {
     "gateway.apikeys": 3,  # managed API keys: records and store in Redis, each gateway's directory
     "gateway.upstream": 3,
     "gateway.batches": 4,  # batch work (issue 44, in progress): input files read and checked
+    "gateway.mcp": 4,  # the MCP gateway (issue 45): upstream servers, reach, sessions
     "gateway.serving": 5,
     "gateway.api": 6,
     "gateway.app": 7,

@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from gateway.ledger.ledger_store import open_store
 from gateway.ledger.sqlite_ledger import SqliteLedger
-from gateway.ledger.usage_records import COLUMNS
+from gateway.ledger.usage_records import COLUMNS, UsageRecord
 from gateway.ledger.usage_report import ReportQuery
 from gateway.ledger.usage_requests import RequestsQuery
-from tests.unit.ledger.usage_samples import T0, expected_report, sample
+from tests.unit.ledger.usage_samples import T0, expected_report, sample, with_mcp_calls
 
 GROUPINGS = [
     (), ("tenant",), ("tenant", "key", "model"), ("endpoint", "model"), ("key",),
@@ -57,6 +59,8 @@ async def test_the_file_is_in_wal_mode_with_its_record_intact(store: SqliteLedge
         "llama-8b",
         None,
         "batch_1",
+        0,
+        0,
     )
 
 
@@ -98,31 +102,49 @@ async def test_one_keys_requests_come_oldest_first_within_the_range(
     assert await store.requests(RequestsQuery("nobody's", T0, T0 + 100)) == []
 
 
-async def test_a_file_from_before_the_time_to_first_token_gets_the_column(
-    tmp_path: Path,
+async def test_a_file_from_before_the_newer_columns_gets_them(
+    old_file: tuple[Path, UsageRecord],
 ) -> None:
-    path = _file_before_the_newer_columns(tmp_path)
+    path, old = old_file
     store = SqliteLedger(path)
     try:
-        await store.write([sample(3)])
+        await store.write([sample(3, bytes_in=250, bytes_out=9000)])
         listed = await store.requests(RequestsQuery("k2", T0, T0 + 10))
     finally:
         await store.close()
-    assert [(record.request_id, record.ttft_ms, record.batch_id) for record in listed] == [
-        ("r-1", None, ""),
-        ("r-3", 30.0, "batch_1"),
+    with sqlite3.connect(path) as connection:
+        columns = [row[1] for row in connection.execute("PRAGMA table_info(usage_ledger)")]
+    assert columns == list(COLUMNS)  # the lacking ones added at the end, in order
+    # The old record reads with what each column it lacked means: no time to first
+    # token, no batch, no bytes; the new one as written.
+    assert listed == [old, sample(3, bytes_in=250, bytes_out=9000)]
+    assert [(r.ttft_ms, r.batch_id, r.bytes_in, r.bytes_out) for r in listed] == [
+        (old.ttft_ms, old.batch_id, 0, 0),
+        (30.0, "batch_1", 250, 9000),
     ]
 
 
-def _file_before_the_newer_columns(tmp_path: Path) -> Path:
-    """A ledger file as a gateway before `ttft_ms` and `batch_id` wrote it: one record."""
+# The columns a ledger file lacked before each was added, and what an old row means in it.
+LACKED = {
+    "ttft": ("ttft_ms", "batch_id", "bytes_in", "bytes_out"),
+    "bytes": ("bytes_in", "bytes_out"),
+}
+OLD_VALUES: dict[str, Any] = {"ttft_ms": None, "batch_id": "", "bytes_in": 0, "bytes_out": 0}
+
+
+@pytest.fixture(params=list(LACKED), ids=[f"before-{name}" for name in LACKED])
+def old_file(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[Path, UsageRecord]:
+    """A ledger file as a gateway wrote it before `ttft_ms` (and what came after it), or
+    before the bytes: one record, and that record as a reader should find it."""
+    lacked = LACKED[request.param]
     path = tmp_path / "old.db"
-    columns = [name for name in COLUMNS if name not in ("ttft_ms", "batch_id")]
+    columns = [name for name in COLUMNS if name not in lacked]
+    record = sample(1)
     with sqlite3.connect(path) as connection:
         connection.execute(f"CREATE TABLE usage_ledger ({', '.join(columns)})")
-        old = sample(1).row()[:-2]
+        old = [getattr(record, name) for name in columns]
         connection.execute(f"INSERT INTO usage_ledger VALUES ({', '.join('?' * len(old))})", old)
-    return path
+    return path, replace(record, **{name: OLD_VALUES[name] for name in lacked})
 
 
 def test_a_url_names_its_store(tmp_path: Path) -> None:
@@ -151,9 +173,9 @@ async def test_a_report_and_a_key_s_requests_of_one_tenant_hold_only_its_records
 
 
 async def test_a_report_reads_a_file_from_before_the_newer_columns_without_changing_it(
-    tmp_path: Path,
+    old_file: tuple[Path, UsageRecord],
 ) -> None:
-    path = _file_before_the_newer_columns(tmp_path)
+    path, old = old_file
     before = path.read_bytes()
     reader = SqliteLedger(path, read_only=True)
     try:
@@ -161,6 +183,33 @@ async def test_a_report_reads_a_file_from_before_the_newer_columns_without_chang
         listed = await reader.requests(RequestsQuery("k2", T0, T0 + 10))
     finally:
         await reader.close()
-    assert [(row["batch"], row["requests"]) for row in rows] == [("", 1)]
-    assert [(r.request_id, r.ttft_ms, r.batch_id) for r in listed] == [("r-1", None, "")]
+    assert [(row["batch"], row["requests"], row["bytes_in"], row["bytes_out"]) for row in rows] == [
+        ("", 1, 0, 0)
+    ]
+    assert rows == expected_report([old], T0, T0 + 10, ("batch",))
+    assert listed == [old]
+    assert [(r.request_id, r.batch_id, r.bytes_in, r.bytes_out) for r in listed] == [
+        ("r-1", "", 0, 0)
+    ]
     assert path.read_bytes() == before
+
+
+@pytest.mark.parametrize("by", [("endpoint",), ("tenant", "model"), ("key", "endpoint"), ()])
+async def test_an_mcp_call_s_bytes_are_stored_and_summed_per_group(
+    store: SqliteLedger, by: tuple[str, ...]
+) -> None:
+    records = with_mcp_calls(60)
+    await store.write(records)
+    calls = [record for record in records if record.endpoint == "mcp"]
+    assert calls and all(record.bytes_in and record.bytes_out for record in calls)
+    # Each record read back as written, its bytes with it.
+    listed = await store.requests(RequestsQuery("k1", T0, T0 + 60, limit=1000))
+    assert listed == [record for record in records if record.key_id == "k1"]
+    rows = await store.query(ReportQuery(T0, T0 + 60, by))
+    assert rows == expected_report(records, T0, T0 + 60, by)
+    if by == ("endpoint",):
+        assert [(row["endpoint"], row["bytes_in"], row["bytes_out"]) for row in rows] == [
+            ("chat", 0, 0),
+            ("mcp", sum(r.bytes_in for r in calls), sum(r.bytes_out for r in calls)),
+            ("responses", 0, 0),
+        ]

@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+import json
+from dataclasses import replace
+
 import pytest
 
 from gateway.ledger.usage_records import COLUMNS, UsageRecord, clean_row, from_row
@@ -16,12 +19,30 @@ def test_a_row_makes_the_same_record_again() -> None:
     assert from_row(list(record.row())) == record
 
 
+def test_an_mcp_call_s_bytes_make_the_same_record_again_through_a_spool_line() -> None:
+    record = sample(7, endpoint="mcp", bytes_in=312, bytes_out=2**40 + 5)
+    assert record.row()[-2:] == (312, 2**40 + 5)
+    assert from_row(json.loads(json.dumps(record.row()))) == record
+
+
+def _with(row: list[object], name: str, value: object) -> list[object]:
+    """The row with the value of column `name` changed."""
+    at = COLUMNS.index(name)
+    return [*row[:at], value, *row[at + 1 :]]
+
+
 @pytest.mark.parametrize(
     "change",
     [
-        lambda row: row[:-3],  # cut short
-        lambda row: [*row[:-2], "12", ""],  # text for the time to first token
-        lambda row: [*row[:-1], 12],  # a number for the batch
+        lambda row: row[:-5],  # cut short of every line ever written
+        lambda row: row[:-1],  # the bytes sent and not the bytes got back
+        lambda row: [*row, 0],  # one value too many
+        lambda row: _with(row, "ttft_ms", "12"),  # text for the time to first token
+        lambda row: _with(row, "batch_id", 12),  # a number for the batch
+        lambda row: _with(row, "bytes_in", "12"),  # text for the bytes sent
+        lambda row: _with(row, "bytes_out", 1.5),  # a fraction of a byte
+        lambda row: _with(row, "bytes_out", None),  # no bytes is 0, not null
+        lambda row: _with(row, "bytes_in", False),  # a boolean is not a count of bytes
         lambda row: [*row[:2], 7, *row[3:]],  # a number for the tenant
         lambda row: [*row[:7], "100", *row[8:]],  # text for a count
         lambda row: [*row[:7], True, *row[8:]],  # a boolean is not a count
@@ -36,16 +57,27 @@ def test_a_malformed_row_is_refused(change: object) -> None:
 
 def test_a_spool_line_from_before_the_time_to_first_token_reads_without_it() -> None:
     record = sample(4)
-    earlier = list(record.row())[:-2]
+    earlier = list(record.row())[: COLUMNS.index("ttft_ms")]
     assert from_row(earlier).ttft_ms is None
     assert from_row(earlier).cost_micros == record.cost_micros
+    # ... nor a batch, nor bytes: the line's other values as written.
+    assert from_row(earlier) == replace(record, ttft_ms=None, batch_id="", bytes_in=0, bytes_out=0)
 
 
 def test_a_spool_line_from_before_the_batch_id_reads_as_no_batch() -> None:
     record = sample(3)
     assert record.batch_id == "batch_1"
-    earlier = from_row(list(record.row())[:-1])
+    earlier = from_row(list(record.row())[: COLUMNS.index("batch_id")])
     assert (earlier.batch_id, earlier.ttft_ms) == ("", record.ttft_ms)
+    assert (earlier.bytes_in, earlier.bytes_out) == (0, 0)
+
+
+def test_a_spool_line_from_before_the_bytes_reads_as_no_bytes() -> None:
+    record = sample(3, bytes_in=120, bytes_out=4096)
+    earlier = from_row(list(record.row())[: COLUMNS.index("bytes_in")])
+    assert (earlier.bytes_in, earlier.bytes_out) == (0, 0)
+    assert earlier == replace(record, bytes_in=0, bytes_out=0)
+    assert (earlier.batch_id, earlier.ttft_ms) == ("batch_1", record.ttft_ms)
 
 
 def test_a_record_has_slots() -> None:
@@ -59,3 +91,5 @@ def test_a_clean_row_has_no_nul_and_counts_within_64_bits() -> None:
     assert cleaned.model_requested == "ab"
     assert (cleaned.cost_micros, cleaned.prompt_tokens) == (-(2**63), 2**63 - 1)
     assert clean_row(sample(3).row()) == sample(3).row()
+    huge = from_row(clean_row(sample(4, bytes_in=2**64, bytes_out=-(2**70)).row()))
+    assert (huge.bytes_in, huge.bytes_out) == (2**63 - 1, -(2**63))

@@ -34,6 +34,39 @@ def sample(i: int, prefix: str = "", **fields: object) -> UsageRecord:
     return record
 
 
+MCP_SERVERS = ("github", "files")
+
+
+def with_mcp_calls(count: int) -> list[UsageRecord]:
+    """`count` records of which every fifth (from the third) is an MCP tool call: on
+    endpoint `mcp`, its server as the model, no tokens nor cost, and the bytes it sent and
+    got back; the others are `sample`s, with no bytes. The calls fall to every tenant and
+    key."""
+    records = []
+    for i in range(count):
+        if i % 5 != 2:
+            records.append(sample(i))
+            continue
+        server = MCP_SERVERS[i % 2]
+        records.append(
+            sample(
+                i,
+                endpoint="mcp",
+                model_requested=server,
+                model_served=server,
+                prompt_tokens=0,
+                cached_tokens=0,
+                completion_tokens=0,
+                cost_micros=0,
+                ttft_ms=None,
+                batch_id="",
+                bytes_in=40 + 3 * i,
+                bytes_out=1000 * i + 17,
+            )
+        )
+    return records
+
+
 def unique_prefix() -> str:
     """A prefix that no other run's request ids share."""
     return os.urandom(4).hex()
@@ -70,6 +103,8 @@ def expected_report(
                 "cached_tokens": sum(r.cached_tokens for r in members),
                 "completion_tokens": sum(r.completion_tokens for r in members),
                 "cost_micros": sum(r.cost_micros for r in members),
+                "bytes_in": sum(r.bytes_in for r in members),
+                "bytes_out": sum(r.bytes_out for r in members),
                 "errors": sum(1 for r in members if r.status >= 400),
                 "latency_p50_ms": percentile(0.5),
                 "latency_p95_ms": percentile(0.95),

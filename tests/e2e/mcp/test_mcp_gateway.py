@@ -1,0 +1,217 @@
+"""The MCP gateway (issue 45) as clients use it: the `mcp` SDK's client on `/mcp` of a
+real gateway, with the tests' own servers behind it over stdio (in the sandbox) and over
+Streamable HTTP; what each tenant sees and may call, its limits, its records."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from mcp.shared.exceptions import MCPError
+
+from tests.e2e.mcp.conftest import MCP_KEYS, TOKEN, mcp_session
+from tests.e2e.stack import Gateway
+
+
+def run(coroutine: Any) -> Any:
+    return asyncio.run(coroutine)
+
+
+def text_of(result: Any) -> str:
+    return "".join(part.text for part in result.content if part.type == "text")
+
+
+def test_the_sdk_sees_every_server_s_tools_under_its_name_and_calls_them(
+    mcp_gateway: Gateway,
+) -> None:
+    async def session() -> tuple[list[str], str, str, list[str], str, list[str], str]:
+        async with mcp_session(mcp_gateway.url, MCP_KEYS["acme"]) as client:
+            tools = [tool.name for tool in (await client.list_tools()).tools]
+            added = text_of(await client.call_tool("notes__add", {"a": 2, "b": 3}))
+            echoed = text_of(await client.call_tool("notes-http__echo", {"text": "over http"}))
+            resources = [str(r.uri) for r in (await client.list_resources()).resources]
+            read = await client.read_resource("notes+notes://today")
+            prompts = [p.name for p in (await client.list_prompts()).prompts]
+            greeting = await client.get_prompt("notes__greet", {"name": "Ann"})
+            content = greeting.messages[0].content
+            return (
+                tools,
+                added,
+                echoed,
+                resources,
+                read.contents[0].text,  # type: ignore[union-attr]
+                prompts,
+                content.text,  # type: ignore[union-attr]
+            )
+
+    tools, added, echoed, resources, note, prompts, greeting = run(session())
+    assert {"notes__echo", "notes__add", "notes-http__echo", "hostile__ok"} <= set(tools)
+    assert added == "5"
+    assert echoed == "over http"
+    assert "notes+notes://today" in resources and "notes-http+notes://today" in resources
+    assert note == "buy milk"
+    assert "notes__greet" in prompts
+    assert greeting == "Say hello to Ann."
+
+
+def test_a_tenant_sees_and_calls_only_the_tools_it_is_given(mcp_gateway: Gateway) -> None:
+    async def session() -> tuple[list[str], str, str]:
+        async with mcp_session(mcp_gateway.url, MCP_KEYS["globex"]) as client:
+            tools = [tool.name for tool in (await client.list_tools()).tools]
+            allowed = text_of(await client.call_tool("notes__echo", {"text": "mine"}))
+            with pytest.raises(MCPError) as refused:
+                await client.call_tool("notes__add", {"a": 1, "b": 1})
+            with pytest.raises(MCPError) as unknown:
+                await client.call_tool("notes__no_such_tool", {})
+            return tools, allowed, f"{refused.value.error.message}|{unknown.value.error.message}"
+
+    tools, allowed, refusals = run(session())
+    assert tools == ["notes__echo"]
+    assert allowed == "mine"
+    # Not allowed and not there read alike: the refusal tells nothing of what exists.
+    assert refusals == "Unknown tool: notes__add|Unknown tool: notes__no_such_tool"
+
+
+def test_a_stdio_server_runs_sandboxed_with_only_its_own_credentials(
+    mcp_gateway: Gateway,
+) -> None:
+    host_file = str(Path(__file__).resolve())
+
+    async def session() -> tuple[str, str, str, str]:
+        async with mcp_session(mcp_gateway.url, MCP_KEYS["acme"]) as client:
+            looked = text_of(
+                await client.call_tool("notes__look", {"path": host_file, "port": 6379})
+            )
+            secret = text_of(await client.call_tool("notes__secret_env", {"name": "NOTES_TOKEN"}))
+            others = text_of(await client.call_tool("notes__secret_env", {"name": "SELF_URL"}))
+            shadow = text_of(await client.call_tool("notes__look", {"path": "/etc/shadow"}))
+            return looked, secret, others, shadow
+
+    looked, secret, others, shadow = run(session())
+    assert "cannot read" in looked and "cannot reach 127.0.0.1:6379" in looked
+    assert looked.endswith("uid 65534")
+    assert secret == f"set, {len(TOKEN)} characters"
+    assert others == "unset"  # nothing of the gateway's own environment
+    assert "cannot read /etc/shadow" in shadow
+
+
+def test_a_tool_s_own_rate_refuses_with_429_and_retry_after(mcp_gateway: Gateway) -> None:
+    async def session() -> tuple[list[str], str]:
+        async with mcp_session(mcp_gateway.url, MCP_KEYS["limited"]) as client:
+            results = []
+            for _ in range(3):
+                try:
+                    results.append(text_of(await client.call_tool("notes__add", {"a": 1, "b": 2})))
+                except MCPError as refused:
+                    results.append(f"refused: {refused.error.message}")
+            other = text_of(await client.call_tool("notes__echo", {"text": "still here"}))
+            return results, other
+
+    results, other = run(session())
+    assert results[:2] == ["3", "3"]
+    assert results[2].startswith("refused")
+    assert other == "still here"  # the limit is the tool's, not the tenant's
+    status, headers, body = post_raw(
+        mcp_gateway.url,
+        MCP_KEYS["limited"],
+        {
+            "jsonrpc": "2.0",
+            "id": 7,
+            "method": "tools/call",
+            "params": {"name": "notes__add", "arguments": {"a": 1, "b": 1}},
+        },
+        session=new_session(mcp_gateway.url, MCP_KEYS["limited"]),
+    )
+    assert status == 429
+    assert int(headers["retry-after"]) >= 1
+    assert body["id"] == 7 and body["error"]["code"] == -32029
+
+
+def new_session(url: str, key: str) -> str:
+    status, headers, body = post_raw(
+        url,
+        key,
+        {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": "2025-11-25",
+                "capabilities": {},
+                "clientInfo": {"name": "raw", "version": "1"},
+            },
+        },
+    )
+    assert status == 200, body
+    return headers["mcp-session-id"]
+
+
+def post_raw(
+    url: str,
+    key: str | None,
+    message: Any,
+    session: str | None = None,
+    headers: dict[str, str] | None = None,
+    body: bytes | None = None,
+) -> tuple[int, dict[str, str], Any]:
+    """POST one message to /mcp as bytes; the status, headers and parsed body."""
+    sent = {
+        "Content-Type": "application/json",
+        "Accept": "application/json, text/event-stream",
+        **(headers or {}),
+    }
+    if key is not None:
+        sent["Authorization"] = f"Bearer {key}"
+    if session is not None:
+        sent["Mcp-Session-Id"] = session
+    request = urllib.request.Request(
+        f"{url}/mcp", data=orjson.dumps(message) if body is None else body, headers=sent
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            raw, status, got = response.read(), response.status, response.headers
+    except urllib.error.HTTPError as error:
+        raw, status, got = error.read(), error.code, error.headers
+    return status, {k.lower(): v for k, v in got.items()}, orjson.loads(raw) if raw else None
+
+
+def test_every_call_is_a_record_in_the_usage_ledger(mcp_gateway: Gateway) -> None:
+    arguments = {"text": "recorded " * 10}
+
+    async def session() -> None:
+        async with mcp_session(mcp_gateway.url, MCP_KEYS["globex"]) as client:
+            await client.call_tool("notes__echo", arguments)
+            with pytest.raises(MCPError):
+                await client.call_tool("notes__add", {"a": 1, "b": 1})
+
+    def rows() -> list[tuple[Any, ...]]:
+        with sqlite3.connect(mcp_gateway.config_dir / "usage.db") as connection:
+            found: list[tuple[Any, ...]] = connection.execute(
+                "SELECT endpoint, key_id, model_requested, model_served, status, bytes_in,"
+                " bytes_out FROM usage_ledger WHERE tenant = 'globex'"
+                " AND model_requested IN ('notes__echo', 'notes__add') ORDER BY ts"
+            ).fetchall()
+        return found
+
+    refused_before = sum(1 for row in rows() if row[2] == "notes__add")
+    run(session())
+    sent = len(orjson.dumps(arguments))
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        found = rows()
+        echoed = [row for row in found if row[2] == "notes__echo" and row[5] == sent]
+        refused = [row for row in found if row[2] == "notes__add"]
+        if echoed and len(refused) > refused_before:
+            break
+        time.sleep(0.2)
+    assert echoed and echoed[-1][0] == "mcp" and echoed[-1][1]
+    assert echoed[-1][3] == "notes" and echoed[-1][4] == 200
+    assert echoed[-1][6] > len("recorded " * 10)
+    # Refused: recorded too, with nothing sent.
+    assert refused[-1][0] == "mcp" and refused[-1][5] == 0 and refused[-1][6] == 0
