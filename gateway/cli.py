@@ -156,7 +156,7 @@ def _hash_key(args: argparse.Namespace) -> int:
 
 
 # The server's own sub-commands: for these, no other program's commands are loaded.
-SERVING_COMMANDS = frozenset({"serve", "check-config", "keys", "batches", "hash-key"})
+SERVING_COMMANDS = frozenset({"serve", "check-config", "keys", "batches", "mcp", "hash-key"})
 COMMANDS_GROUP = "inference_gateway.commands"
 
 
@@ -199,6 +199,11 @@ def parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
 
     batches = sub.add_parser("batches", help="every tenant's batches: list, get, cancel")
     add_batches_arguments(batches)
+
+    from gateway.mcp.mcp_cli import add_mcp_arguments
+
+    mcp = sub.add_parser("mcp", help="MCP tools held from clients: held, accept")
+    add_mcp_arguments(mcp)
 
     hash_key = sub.add_parser("hash-key", help="print the stored form of an API key")
     hash_key.add_argument("key", help="the key, or - to read it from standard input")

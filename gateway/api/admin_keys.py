@@ -1,10 +1,12 @@
 """`/admin/keys`: managed API keys, for admin tenants, where `/admin/usage` is served.
 
-    POST   /admin/keys               {tenant, name, models, expires_at, budget, limits}
+    POST   /admin/keys               {tenant, name, models, expires_at, budget, limits,
+                                      admin_of, mcp_tools}
                                      -> 201 {id, key (shown this once), ...the record}
     GET    /admin/keys[?tenant=]     -> {object: list, data: [records]}
     GET    /admin/keys/{id}          -> the record
-    PATCH  /admin/keys/{id}          {name, models, expires_at, budget, limits} -> the record
+    PATCH  /admin/keys/{id}          {name, models, expires_at, budget, limits, admin_of,
+                                      mcp_tools} -> the record
     DELETE /admin/keys/{id}          -> the record, revoked
     POST   /admin/keys/{id}/rotate   -> {key (shown this once), ...the record}
 
@@ -186,7 +188,7 @@ async def get_key(request: Request) -> Response:
 
 async def update_key(request: Request) -> Response:
     """`PATCH /admin/keys/{id}`: the fields given changed (null clears models, expiry,
-    budget)."""
+    budget, MCP tools)."""
     admin = await admin_identity(request, scoped=True)
     runtime = runtime_of(request)
     store = _store(runtime)

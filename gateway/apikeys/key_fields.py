@@ -6,6 +6,7 @@ budget, an unknown period, an expiry in the past, a name too long... are each on
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -18,6 +19,13 @@ from gateway.config.schema import BudgetPeriod
 
 MAX_NAME = 128
 MAX_MODELS = 256
+MAX_MCP_TOOLS = 256
+MAX_MCP_PATTERN = 200
+# An MCP tools pattern: `server/tool`, `server/*`, `server` or `*`, fnmatch wildcards
+# (`*`, `?`, `[...]`) anywhere. A server part holds what a server's name may (letters,
+# digits, `-`) and wildcards; a tool part anything but `/`, spaces and control
+# characters (MCP's tool names are 1 to 128 characters, letters, digits, `_-.` as advised).
+_MCP_PATTERN = re.compile(r"[A-Za-z0-9*?\[\]!-]+(?:/[^/\s\x00-\x1f\x7f]+)?")
 # 10000-01-01T00:00:00Z: later times cannot be written in ISO 8601 (nor by datetime).
 LAST_EXPIRY = 253_402_300_800.0
 # Far above any real limit; below where an integer would stop being one in JSON tools.
@@ -26,7 +34,7 @@ MAX_AMOUNT = 10.0**12
 PERIODS: tuple[str, ...] = get_args(BudgetPeriod)
 
 CREATE_FIELDS = frozenset(
-    {"tenant", "name", "models", "expires_at", "budget", "limits", "admin_of"}
+    {"tenant", "name", "models", "expires_at", "budget", "limits", "admin_of", "mcp_tools"}
 )
 UPDATE_FIELDS = CREATE_FIELDS - {"tenant"}
 
@@ -48,6 +56,8 @@ class KeyFields:
     # The tenant the key administers (its own), or None: not an admin. Who may set it
     # (a global admin only) is the admin API's check.
     admin_of: str | None = None
+    # `server/tool` patterns narrowing the tenant's MCP tools; None: all of the tenant's.
+    mcp_tools: tuple[str, ...] | None = None
 
 
 def create_fields(
@@ -83,7 +93,8 @@ def update_fields(
     _no_unknown(data, UPDATE_FIELDS)
     if not data:
         raise KeyRequestInvalid(
-            "Nothing to change: give name, models, expires_at, budget, limits or admin_of."
+            "Nothing to change: give name, models, expires_at, budget, limits, admin_of or "
+            "mcp_tools."
         )
     return _fields(data, tenant_name, tenant, known_models, now)
 
@@ -116,6 +127,7 @@ def _fields(
         given=frozenset(data),
         limits_given=_limits_given(data.get("limits")),
         admin_of=_admin_of(data.get("admin_of"), tenant_name, tenant),
+        mcp_tools=_mcp_tools(data.get("mcp_tools")),
     )
 
 
@@ -176,6 +188,35 @@ def _models(value: Any, tenant: Tenant, known_models: Collection[str]) -> tuple[
                 f"The tenant may not use the model {_shown(model)!r}: a key's models must "
                 "be some of its tenant's.",
                 "models",
+            )
+    return tuple(dict.fromkeys(value))
+
+
+def _mcp_tools(value: Any) -> tuple[str, ...] | None:
+    """`mcp_tools`: null (all of the tenant's MCP tools), or patterns narrowing them (an
+    empty list: none)."""
+    if value is None:
+        return None
+    if not isinstance(value, list) or not all(isinstance(p, str) for p in value):
+        raise KeyRequestInvalid(
+            "`mcp_tools` must be a list of `server/tool` patterns, or null (all of the "
+            "tenant's).",
+            "mcp_tools",
+        )
+    if len(value) > MAX_MCP_TOOLS:
+        raise KeyRequestInvalid(
+            f"`mcp_tools` holds more than {MAX_MCP_TOOLS} patterns.", "mcp_tools"
+        )
+    for pattern in value:
+        if not 0 < len(pattern) <= MAX_MCP_PATTERN:
+            raise KeyRequestInvalid(
+                f"Each of `mcp_tools` must be 1 to {MAX_MCP_PATTERN} characters.", "mcp_tools"
+            )
+        if _MCP_PATTERN.fullmatch(pattern) is None:
+            raise KeyRequestInvalid(
+                f"{_shown(pattern)!r} is not an MCP tools pattern: `server/tool`, "
+                "`server/*`, `server` or `*` (`*`, `?` and `[...]` match as in file names).",
+                "mcp_tools",
             )
     return tuple(dict.fromkeys(value))
 

@@ -92,6 +92,7 @@ class KeyStore:
             budget=fields.budget,
             limits=fields.limits,
             admin_of=fields.admin_of,
+            mcp_tools=fields.mcp_tools,
         )
         # A new id is random (collisions are not expected); written only if it is free.
         if not await self._write(key, expected=None, old_digest=None):
@@ -133,7 +134,7 @@ class KeyStore:
         in `fields.limits_given`)."""
         changes: dict[str, object] = {
             name: getattr(fields, name)
-            for name in ("name", "models", "expires_at", "budget", "admin_of")
+            for name in ("name", "models", "expires_at", "budget", "admin_of", "mcp_tools")
             if name in fields.given
         }
 

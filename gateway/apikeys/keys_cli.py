@@ -1,20 +1,22 @@
 """`gateway keys`: managed API keys, through the admin API (`/admin/keys`) over HTTP.
 
     gateway keys create --tenant acme --name ci --models llm-small --budget 0.05/day \\
-        --expires 2027-01-01 [--rpm 60] [--tpm 100000] [--admin-of acme]
+        --expires 2027-01-01 [--rpm 60] [--tpm 100000] [--admin-of acme] \\
+        [--mcp-tools notes/echo,github/*]
     gateway keys list [--tenant acme] [--json]
     gateway keys get key_0123456789abcdef
     gateway keys update key_... [--name N] [--models a,b | --all-models]
         [--budget 1/month | --no-budget] [--expires T | --no-expiry] [--rpm N] [--tpm N]
-        [--admin-of acme | --no-admin]
+        [--admin-of acme | --no-admin] [--mcp-tools notes/echo,github/* | --all-mcp-tools]
     gateway keys revoke key_...
     gateway keys rotate key_...
 
 `--url` is the ops listener (default http://127.0.0.1:8081), `--admin-key` an admin
 tenant's key, or a tenant's own admin key for that tenant's keys (default:
 `$GATEWAY_ADMIN_KEY`). `--admin-of TENANT` (the key's own tenant; a global admin's to
-give) makes the key that tenant's admin. A create or a rotate prints the key, this once:
-it is kept nowhere.
+give) makes the key that tenant's admin. `--mcp-tools` narrows the MCP tools the key
+reaches of its tenant's (`server/tool`, `server/*`, `server`, `*`; `''`: none). A
+create or a rotate prints the key, this once: it is kept nowhere.
 """
 
 from __future__ import annotations
@@ -54,6 +56,11 @@ def _models(text: str) -> list[str]:
     return [m.strip() for m in text.split(",") if m.strip()]
 
 
+def _mcp_tools(text: str) -> list[str]:
+    """`notes/echo,github/*` as a list of patterns (`''`: none, an empty list)."""
+    return [p.strip() for p in text.split(",") if p.strip()]
+
+
 def add_keys_arguments(parser: argparse.ArgumentParser) -> None:
     """The `keys` command's subcommands. `--url` and `--admin-key` go before or after
     the subcommand."""
@@ -89,6 +96,9 @@ def add_keys_arguments(parser: argparse.ArgumentParser) -> None:
     update.add_argument("--name")
     _field_arguments(update)
     update.add_argument("--all-models", action="store_true", help="all of the tenant's")
+    update.add_argument(
+        "--all-mcp-tools", action="store_true", help="all of the tenant's MCP tools"
+    )
     update.add_argument("--no-budget", action="store_true")
     update.add_argument("--no-expiry", action="store_true")
     update.add_argument("--no-admin", action="store_true", help="no longer its tenant's admin")
@@ -130,6 +140,13 @@ def _field_arguments(command: argparse.ArgumentParser) -> None:
         help="make the key its tenant's admin: it manages that tenant's keys and reads its "
         "usage (the key's own tenant; only a global admin may set it)",
     )
+    command.add_argument(
+        "--mcp-tools",
+        type=_mcp_tools,
+        metavar="PATTERNS",
+        help="comma-separated MCP tools patterns (server/tool, server/*, server, *; '': "
+        "none) narrowing the tenant's (create: default all of them; update: unchanged)",
+    )
 
 
 def _fields(args: argparse.Namespace) -> dict[str, Any]:
@@ -157,6 +174,10 @@ def _fields(args: argparse.Namespace) -> dict[str, Any]:
         body["admin_of"] = args.admin_of
     if getattr(args, "no_admin", False):
         body["admin_of"] = None
+    if args.mcp_tools is not None:
+        body["mcp_tools"] = args.mcp_tools
+    if getattr(args, "all_mcp_tools", False):
+        body["mcp_tools"] = None
     return body
 
 
@@ -182,13 +203,13 @@ def request(
 def _table(keys: list[dict[str, Any]]) -> str:
     columns = (
         *("id", "tenant", "name", "display", "status", "models", "budget", "expires_at"),
-        "admin_of",
+        *("admin_of", "mcp_tools"),
     )
 
     def cell(key: dict[str, Any], column: str) -> str:
         value = key.get(column)
-        if column == "models":
-            return "*" if value is None else ",".join(value)
+        if column in ("models", "mcp_tools"):
+            return "*" if value is None else ",".join(value) or "-"
         if column == "budget":
             return (
                 "-"

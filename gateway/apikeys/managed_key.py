@@ -75,6 +75,9 @@ class ManagedKey:
     # admin API (issue 40). Only a global admin sets it. None: not an admin (unless its
     # tenant is `admin: true` in tenants.yaml: then every key of it is a global admin).
     admin_of: str | None = None
+    # `server/tool` patterns narrowing the MCP tools its tenant reaches (tenants.yaml
+    # `mcp.tools`; `gateway.mcp.tool_reach`); None: all of the tenant's, (): none.
+    mcp_tools: tuple[str, ...] | None = None
 
     @property
     def digest(self) -> str:
@@ -112,6 +115,7 @@ class ManagedKey:
             "revoked_at": iso(self.revoked_at),
             "status": self.status(),
             "admin_of": self.admin_of,
+            "mcp_tools": None if self.mcp_tools is None else list(self.mcp_tools),
         }
 
     def status(self, now: float | None = None) -> str:
@@ -138,12 +142,14 @@ class ManagedKey:
             "updated_at": self.updated_at,
             "revoked_at": self.revoked_at,
             "admin_of": self.admin_of,
+            "mcp_tools": None if self.mcp_tools is None else list(self.mcp_tools),
         }
 
     @classmethod
     def from_stored(cls, data: dict[str, Any]) -> ManagedKey:
         """A record `stored` wrote (raises on anything else)."""
         models = data.get("models")
+        mcp_tools = data.get("mcp_tools")
         budget = data.get("budget")
         limits = data.get("limits") or {}
         return cls(
@@ -162,6 +168,8 @@ class ManagedKey:
             revoked_at=_float_or_none(data.get("revoked_at")),
             # Records written before scoped admins have none: not admins.
             admin_of=None if data.get("admin_of") is None else str(data["admin_of"]),
+            # Records written before MCP have none: all of the tenant's reach.
+            mcp_tools=None if mcp_tools is None else tuple(str(t) for t in mcp_tools),
         )
 
 

@@ -157,6 +157,7 @@ class Authenticator:
                 key_models=None if key.models is None else frozenset(key.models),
                 key_name=key.name,
                 admin_of=key.admin_of,
+                key_mcp_tools=None if key.mcp_tools is None else tuple(key.mcp_tools),
             )
         if len(self._managed) > 4 * len(self._directory) + 64:
             self._managed.clear()  # records replaced: forget the old ones

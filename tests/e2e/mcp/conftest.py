@@ -107,14 +107,16 @@ def http_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str,
             stop(process)
 
 
-@pytest.fixture(scope="module")
-def mcp_gateway(
+def start_mcp_gateway(
+    tmp: Path,
     sims: tuple[TritonSim, TritonSim],
     http_servers: dict[str, str],
     redis_url: str,
-    tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[Gateway]:
-    tmp = tmp_path_factory.mktemp("mcp-gateway")
+    prefix: str | None = None,
+) -> Gateway:
+    """A gateway with the tests' MCP servers behind it and the tenants of `mcp_tenants`;
+    its Redis keys under `prefix`, by default one of `tmp`'s name: pins and sessions its
+    own, unless another gateway is given the same prefix."""
     hostile = {"timeout_s": 3, "max_result_bytes": 1024 * 1024}
     servers = {
         "notes": stdio_server("notes_server.py", env_from={"NOTES_TOKEN": "NOTES_TOKEN"}),
@@ -122,16 +124,29 @@ def mcp_gateway(
         "hostile": stdio_server("hostile_server.py", **hostile),
         "hostile-http": {"url": http_servers["hostile"], **hostile},
     }
-    gateway = start_gateway(
+    return start_gateway(
         tmp,
         {"llm-small": model("triton_grpc", [sims[0].grpc_target])},
         redis_url,
         tenants=mcp_tenants(),
         gateway={
+            "redis": {"url": redis_url, "key_prefix": prefix or f"gw-{tmp.name}"},
             "mcp": {"servers": servers},
             "ledger": {"url": f"sqlite:///{tmp / 'usage.db'}", "flush_interval_ms": 50},
         },
         env={"NOTES_TOKEN": TOKEN},
+    )
+
+
+@pytest.fixture(scope="module")
+def mcp_gateway(
+    sims: tuple[TritonSim, TritonSim],
+    http_servers: dict[str, str],
+    redis_url: str,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Gateway]:
+    gateway = start_mcp_gateway(
+        tmp_path_factory.mktemp("mcp-gateway"), sims, http_servers, redis_url
     )
     try:
         yield gateway

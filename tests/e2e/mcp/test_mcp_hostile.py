@@ -5,6 +5,7 @@ a hostile client. Whatever either does, every request ends in an answer that is 
 from __future__ import annotations
 
 import asyncio
+import subprocess
 import urllib.request
 from typing import Any
 
@@ -13,6 +14,7 @@ import orjson
 import pytest
 from mcp.shared.exceptions import MCPError
 
+from gateway_tools.dev.processes import gateway_command
 from tests.e2e.mcp.conftest import MCP_KEYS, mcp_session
 from tests.e2e.mcp.test_mcp_gateway import new_session, post_raw, run, text_of
 from tests.e2e.stack import Gateway
@@ -90,17 +92,35 @@ def admin(gateway: Gateway, path: str, body: Any = None) -> Any:
         return orjson.loads(response.read())
 
 
-def test_a_poisoned_description_is_held_until_accepted(mcp_gateway: Gateway) -> None:
+def gateway_cli(gateway: Gateway, *args: str) -> str:
+    """`gateway mcp ...` against the gateway's ops listener, as an operator runs it."""
+    command = gateway_command(
+        "mcp", *args, "--url", gateway.ops_url, "--admin-key", MCP_KEYS["root"]
+    )
+    done = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_a_poisoned_description_is_held_until_an_operator_accepts_it(
+    mcp_gateway: Gateway,
+) -> None:
     async def listed() -> list[str]:
         async with mcp_session(mcp_gateway.url, MCP_KEYS["acme"]) as client:
             return [tool.name for tool in (await client.list_tools()).tools]
 
-    assert "hostile__poisoned" not in run(listed())
+    assert "hostile-http__poisoned" not in run(listed())
     held = {(t["server"], t["tool"]): t for t in admin(mcp_gateway, "/admin/mcp/tools")["held"]}
-    assert "instructions" in held[("hostile", "poisoned")]["reason"]
-    assert "<IMPORTANT>" in held[("hostile", "poisoned")]["description"]
-    code = run(call_failing(mcp_gateway.url, "hostile__poisoned", {}))
-    assert code == -32602  # unknown, as a tool not there
+    assert "instructions" in held[("hostile-http", "poisoned")]["reason"]
+    assert "<IMPORTANT>" in held[("hostile-http", "poisoned")]["description"]
+    assert run(call_failing(mcp_gateway.url, "hostile-http__poisoned", {})) == -32602
+    shown = gateway_cli(mcp_gateway, "held")
+    assert "hostile-http/poisoned: its description reads as instructions" in shown
+    accepted = gateway_cli(mcp_gateway, "accept", "hostile-http", "poisoned")
+    assert accepted.startswith("accepted hostile-http/poisoned")
+    assert "hostile-http__poisoned" in run(listed())
+    # The stdio server's own is held still: a pin is per server.
+    assert "hostile__poisoned" not in run(listed())
 
 
 def test_a_rug_pull_hides_the_changed_tool_until_an_operator_accepts_it(
