@@ -123,6 +123,14 @@ def start_mcp_gateway(
         "notes-http": {"url": http_servers["notes"], "bearer_token_env": "NOTES_TOKEN"},
         "hostile": stdio_server("hostile_server.py", **hostile),
         "hostile-http": {"url": http_servers["hostile"], **hostile},
+        # The notes server again, as if outside the cluster: what leaves is scanned.
+        "notes-ext": {"url": http_servers["notes"], "external": True, "outbound": "block"},
+        "notes-mask": {
+            "url": http_servers["notes"],
+            "external": True,
+            "outbound": "mask",
+            "scan_results": True,
+        },
     }
     return start_gateway(
         tmp,

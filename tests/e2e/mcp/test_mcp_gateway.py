@@ -215,3 +215,37 @@ def test_every_call_is_a_record_in_the_usage_ledger(mcp_gateway: Gateway) -> Non
     assert echoed[-1][6] > len("recorded " * 10)
     # Refused: recorded too, with nothing sent.
     assert refused[-1][0] == "mcp" and refused[-1][5] == 0 and refused[-1][6] == 0
+
+
+AWS_KEY = "AKIAIOSFODNN7EXAMPLE"
+
+
+def test_a_secret_in_the_arguments_of_an_external_server_s_tool_is_blocked(
+    mcp_gateway: Gateway,
+) -> None:
+    async def session() -> tuple[int, str, str]:
+        async with mcp_session(mcp_gateway.url, MCP_KEYS["acme"]) as client:
+            with pytest.raises(MCPError) as blocked:
+                await client.call_tool("notes-ext__echo", {"text": f"deploy with {AWS_KEY}"})
+            error = blocked.value.error
+            # Inside the cluster the same call goes as it is.
+            inside = text_of(await client.call_tool("notes-http__echo", {"text": AWS_KEY}))
+            return error.code, error.message, inside
+
+    code, message, inside = run(session())
+    assert code == -32004
+    assert message.startswith("Blocked: data kept from notes-ext (") and AWS_KEY not in message
+    assert inside == AWS_KEY
+    audit = [line for line in mcp_gateway.log.splitlines() if "outbound data blocked" in line]
+    assert audit and '"model":"mcp:notes-ext"' in audit[-1] and AWS_KEY not in audit[-1]
+
+
+def test_mask_sends_placeholders_to_an_external_server(mcp_gateway: Gateway) -> None:
+    async def session() -> str:
+        async with mcp_session(mcp_gateway.url, MCP_KEYS["acme"]) as client:
+            text = f"mail ann@example.com the key {AWS_KEY}"
+            return text_of(await client.call_tool("notes-mask__echo", {"text": text}))
+
+    echoed = run(session())
+    assert "ann@example.com" not in echoed and AWS_KEY not in echoed
+    assert echoed.startswith("mail ") and "[" in echoed
