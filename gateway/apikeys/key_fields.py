@@ -199,8 +199,7 @@ def _mcp_tools(value: Any) -> tuple[str, ...] | None:
         return None
     if not isinstance(value, list) or not all(isinstance(p, str) for p in value):
         raise KeyRequestInvalid(
-            "`mcp_tools` must be a list of `server/tool` patterns, or null (all of the "
-            "tenant's).",
+            "`mcp_tools` must be a list of `server/tool` patterns, or null (all of the tenant's).",
             "mcp_tools",
         )
     if len(value) > MAX_MCP_TOOLS:

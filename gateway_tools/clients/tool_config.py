@@ -8,10 +8,14 @@ Claude Code may be left to ask for their own default model (no model given): the
 gateway's alias patterns route the names they send (docs/coding-tools.md).
 
 - **Codex CLI** reads `~/.codex/config.toml` (`$CODEX_HOME`): a model provider with the
-  Responses API (`wire_api = "responses"`), its key from an environment variable.
+  Responses API (`wire_api = "responses"`), its key from an environment variable; and
+  the gateway's MCP endpoint as its MCP server `gateway` (`[mcp_servers.gateway]`, the
+  same key as its bearer token, from the same variable).
 - **Claude Code** reads `ANTHROPIC_BASE_URL` and `ANTHROPIC_AUTH_TOKEN` (sent as
   `Authorization: Bearer`), the model from `ANTHROPIC_MODEL`, and stays off Anthropic's
-  own services with `CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC`.
+  own services with `CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC`; the gateway's MCP
+  endpoint is added once (`claude mcp add --transport http gateway ...`, the key as its
+  `Authorization` header).
 - **aider** speaks chat completions to an OpenAI-compatible base (`OPENAI_API_BASE`), the
   model named `openai/<model>`, with no update check, analytics or release notes.
 - **opencode** reads `~/.config/opencode/opencode.json`: a provider of the AI SDK's
@@ -32,6 +36,8 @@ from pathlib import Path
 KEY_VARIABLE = "GATEWAY_API_KEY"
 # What the output shows where no key was given.
 KEY_PLACEHOLDER = "sk-your-tenant-key"
+# The gateway's MCP endpoint, as the tools name the server (docs/mcp.md).
+MCP_SERVER_NAME = "gateway"
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +49,8 @@ class ToolConfig:
     files: dict[str, str] = field(default_factory=dict)
     env: dict[str, str] = field(default_factory=dict)
     run: str = ""
+    # Commands run once, with `env` set (Claude Code's MCP server is added by its CLI).
+    setup: tuple[str, ...] = ()
 
     def write(self, home: Path, *, replace: bool = True) -> list[Path]:
         """Write the files under `home` (a real home, or a test's own); their paths.
@@ -67,6 +75,8 @@ class ToolConfig:
             f"export {name}={shlex.quote(value)}" for name, value in self.env.items()
         )
         parts.append(f"# environment\n{exports}\n")
+        if self.setup:
+            parts.append("# once, with that environment\n" + "\n".join(self.setup) + "\n")
         parts.append(f"# run once, without a terminal\n{self.run}\n")
         return "\n".join(parts)
 
@@ -88,6 +98,11 @@ def codex(base_url: str, key: str, model: str | None) -> ToolConfig:
         f"base_url = {_toml_string(base_url.rstrip('/') + '/v1')}\n"
         f'env_key = "{KEY_VARIABLE}"\n'
         'wire_api = "responses"\n'
+        "\n"
+        # The gateway's MCP servers, as one: its tools reach the model as `mcp__gateway__*`.
+        f"[mcp_servers.{MCP_SERVER_NAME}]\n"
+        f"url = {_toml_string(base_url.rstrip('/') + '/mcp')}\n"
+        f'bearer_token_env_var = "{KEY_VARIABLE}"\n'
     )
     return ToolConfig(
         "codex",
@@ -117,6 +132,11 @@ def claude(base_url: str, key: str, model: str | None) -> ToolConfig:
             # No telemetry, updates or error reports to Anthropic's own services.
             "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
         },
+        setup=(
+            f"claude mcp add --transport http {MCP_SERVER_NAME} "
+            f"{base_url.rstrip('/')}/mcp --header "
+            '"Authorization: Bearer $ANTHROPIC_AUTH_TOKEN"',
+        ),
         # File tools only: a shell tool would run the model's commands unsandboxed.
         run='claude -p "write hello.py that prints hi" --allowedTools Write,Edit',
     )

@@ -262,6 +262,23 @@ async def test_changing_one_limit_keeps_the_other(client: Redis | RedisCluster) 
     assert (await store.update(key.id, cleared)).limits == KeyLimits()
 
 
+async def test_a_key_s_mcp_tools_are_kept_changed_and_cleared(
+    client: Redis | RedisCluster,
+) -> None:
+    """`mcp_tools` (issue 45): kept with the key, changed by an update that gives it and
+    kept by one that does not; null is all of the tenant's again."""
+    store = KeyStore(client, _prefix())
+    key, plain = await store.create("acme", KeyFields(name="ci", mcp_tools=("notes/echo",)))
+    assert (await store.get(key.id)).mcp_tools == ("notes/echo",)
+    assert (await store.find(_digest(plain))) == key
+    renamed = await store.update(key.id, KeyFields(name="ci-2", given=frozenset({"name"})))
+    assert renamed.mcp_tools == ("notes/echo",)
+    widened = KeyFields(mcp_tools=("notes", "github/*"), given=frozenset({"mcp_tools"}))
+    assert (await store.update(key.id, widened)).mcp_tools == ("notes", "github/*")
+    cleared = await store.update(key.id, KeyFields(given=frozenset({"mcp_tools"})))
+    assert cleared.mcp_tools is None and (await store.get(key.id)).mcp_tools is None
+
+
 class GatedStore(KeyStore):
     """A store whose loads wait at a gate after reading, as a slow Redis would."""
 

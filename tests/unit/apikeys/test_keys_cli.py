@@ -79,6 +79,46 @@ def test_admin_of_makes_or_unmakes_a_tenant_s_admin(monkeypatch: pytest.MonkeyPa
     assert calls[-1] == {"admin_of": "acme"}
 
 
+def test_mcp_tools_narrow_a_key_or_give_it_all_of_its_tenant_s(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    calls: list[Any] = []
+
+    def request(url: str, key: str, method: str, path: str, body: Any = None) -> Any:
+        calls.append(body)
+        if method == "GET":
+            records = [
+                {"id": "key_1", "tenant": "acme", "name": "ci", "models": None,
+                 "budget": None, "mcp_tools": ["notes/echo", "github/*"]},
+                {"id": "key_2", "tenant": "acme", "name": "ci", "models": None,
+                 "budget": None, "mcp_tools": None},
+                {"id": "key_3", "tenant": "acme", "name": "ci", "models": None,
+                 "budget": None, "mcp_tools": []},
+            ]  # fmt: skip
+            return 200, {"object": "list", "data": records}
+        return 200, {"id": "key_1"}
+
+    monkeypatch.setattr(keys_cli, "request", request)
+    monkeypatch.setenv(keys_cli.ADMIN_KEY_ENV, "sk-admin")
+    argv = ["keys", "create", "--tenant", "acme", "--name", "ci", "--mcp-tools",
+            "notes/echo, github/*"]  # fmt: skip
+    assert main(argv) == 0
+    assert calls[-1] == {"tenant": "acme", "name": "ci", "mcp_tools": ["notes/echo", "github/*"]}
+    assert main(["keys", "create", "--tenant", "acme", "--name", "ci"]) == 0
+    assert "mcp_tools" not in calls[-1]  # all of the tenant's
+    assert main(["keys", "update", "key_1", "--mcp-tools", "notes"]) == 0
+    assert calls[-1] == {"mcp_tools": ["notes"]}
+    assert main(["keys", "update", "key_1", "--mcp-tools", ""]) == 0
+    assert calls[-1] == {"mcp_tools": []}
+    assert main(["keys", "update", "key_1", "--all-mcp-tools"]) == 0
+    assert calls[-1] == {"mcp_tools": None}
+    capsys.readouterr()
+    assert main(["keys", "list"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split()[-1] == "mcp_tools"
+    assert [line.split()[-1] for line in lines[1:]] == ["notes/echo,github/*", "*", "-"]
+
+
 def test_an_error_answer_is_exit_1(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

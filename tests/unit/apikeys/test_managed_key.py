@@ -69,7 +69,9 @@ def test_a_managed_key_s_mcp_tools_narrow_its_identity() -> None:
         id="key_000000000000000n", tenant="acme", name="n", key_hash=hash_key("sk-narrow"),
         prefix="sk-narr", last4="rrow", created_at=1.0, mcp_tools=("notes/echo",),
     )  # fmt: skip
-    every = replace(narrowed, id="key_000000000000000a", key_hash=hash_key("sk-all"), mcp_tools=None)
+    every = replace(
+        narrowed, id="key_000000000000000a", key_hash=hash_key("sk-all"), mcp_tools=None
+    )
     tenants = {"acme": Tenant(api_keys=[hash_key("sk-acme")])}
     auth = Authenticator(tenants, {}, _Directory(narrowed, every))  # type: ignore[arg-type]
     assert auth.identify("Bearer sk-narrow").key_mcp_tools == ("notes/echo",)

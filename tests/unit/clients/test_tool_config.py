@@ -143,3 +143,19 @@ def test_write_home_keeps_a_users_own_settings_unless_forced(
     assert main(["tools", "config", "claude", "--write-home", str(tmp_path)]) == 0
     assert "has no files" in capsys.readouterr().err
     assert main(["tools", "config", "codex", "--model", "m", "--tool-default-model"]) == 2
+
+
+def test_codex_and_claude_code_get_the_gateway_s_mcp_endpoint_with_the_key_from_the_env() -> None:
+    toml = tomllib.loads(config_for("codex", URL, "sk-k", "m").files[".codex/config.toml"])
+    assert toml["mcp_servers"]["gateway"] == {
+        "url": "http://gateway.example:8080/mcp",
+        "bearer_token_env_var": "GATEWAY_API_KEY",
+    }
+    claude = config_for("claude", URL + "v1", "sk-k", "m")
+    (setup,) = claude.setup
+    assert shlex.split(setup) == [
+        "claude", "mcp", "add", "--transport", "http", "gateway", "http://gateway.example:8080/mcp",
+        "--header", "Authorization: Bearer $ANTHROPIC_AUTH_TOKEN",
+    ]  # fmt: skip
+    # The key itself is in no file and no command: only in the environment.
+    assert "sk-k" not in setup and "sk-k" not in "".join(claude.files.values())
