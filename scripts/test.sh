@@ -4,10 +4,11 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 source scripts/bootstrap.sh
-# The whole suite runs the pinned coding tools: their download (network-bound) starts now,
-# beside the checks and the first tests, and their fixture waits for it (coding-tools.sh).
+# The whole suite runs the pinned coding tools and MCP servers: their download
+# (network-bound) starts now, beside the checks and the first tests, and their fixtures
+# wait for it (both scripts take one lock).
 if [ $# -eq 0 ]; then
-  scripts/coding-tools.sh >/dev/null 2>&1 &
+  (scripts/coding-tools.sh && scripts/mcp-tools.sh) >/dev/null 2>&1 &
 fi
 
 .venv/bin/ruff check gateway gateway_control gateway_tools tests loadtest deploy
