@@ -78,6 +78,8 @@ VERSION_HEADER = "mcp-protocol-version"
 # connection open.
 EVENTS_POLL_S = 1.0
 KEEPALIVE_S = 15.0
+# What the access line shows of a call's arguments and result, with `log_prompts`.
+LOGGED_CHARS = 4096
 # Streams one tenant may hold open on one gateway process.
 MAX_STREAMS_PER_TENANT = 16
 # The kind of an event and the notification it is sent as.
@@ -214,16 +216,20 @@ async def post(request: Request) -> Response:
         if message.method == "initialize" and message.is_request:
             await count("")
             return await _initialize(mcp, identity, message)
+        if message.is_request and message.method not in _METHODS:
+            # `server/discover` (2026-07-28) among them: a client of both eras then
+            # begins the handshake.
+            await count("")
+            rpc = JsonRpcError(METHOD_NOT_FOUND, f"Method not found: {message.method}")
+            return _json(error_message(message.id, rpc))
         session = await _session(mcp, request, identity)
         if not message.is_request:
             await count("")
             return Response(status_code=202)  # a notification, or an answer: taken
         if message.method == "tools/call":
-            return await _call_tool(mcp, identity, message, record, count)
+            log_prompts = runtime_of(request).config.gateway.server.log_prompts
+            return await _call_tool(mcp, identity, message, record, count, log_prompts)
         await count("")
-        if message.method not in _METHODS:
-            rpc = JsonRpcError(METHOD_NOT_FOUND, f"Method not found: {message.method}")
-            return _json(error_message(message.id, rpc))
         assert message.id is not None
         try:
             result = await _serve(mcp.service, caller, message, session)
@@ -270,7 +276,8 @@ def _message(body: bytes) -> Message:
 def _caller(identity: Identity, record: RequestRecord) -> Caller:
     settings = identity.tenant.mcp
     access = McpAccess(tuple(settings.tools), identity.key_mcp_tools)
-    return Caller(identity.name, identity.key_id, access, record.request_id)
+    outbound = identity.tenant.outbound.policy
+    return Caller(identity.name, identity.key_id, access, record.request_id, outbound)
 
 
 async def _initialize(mcp: McpGateway, identity: Identity, message: Message) -> Response:
@@ -338,6 +345,7 @@ async def _call_tool(
     message: Message,
     record: RequestRecord,
     count: CountRequest,
+    log_prompts: bool,
 ) -> Response:
     assert message.id is not None
     name = message.params.get("name")
@@ -371,6 +379,10 @@ async def _call_tool(
     finally:
         record.bytes_in, record.bytes_out = stats.bytes_in, stats.bytes_out
         metrics.MCP_CALLS.labels(stats.server, stats.tool, stats.outcome).inc()
+    if log_prompts:
+        # As a prompt is: only when the operator asked, redacted as every line is.
+        shown = {"arguments": message.params.get("arguments"), "result": result}
+        record.prompt = orjson.dumps(shown).decode()[:LOGGED_CHARS]
     return _json(result_message(message.id, result))
 
 

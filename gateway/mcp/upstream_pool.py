@@ -25,6 +25,10 @@ LISTING_TTL_S = 300.0
 # A server that failed to start is not tried again for this long: its callers are told
 # at once rather than each waiting for its start to fail.
 RETRY_AFTER_S = 5.0
+# A (tenant, server)'s connection is opened at most this often: a tenant that has its
+# process killed on every call (a result past the cap) waits, rather than the host
+# starting processes without end.
+REOPEN_EVERY_S = 1.0
 # Pages of one listing followed at most.
 MAX_PAGES = 20
 # The listings, by the method that lists them and the field that holds them.
@@ -60,6 +64,7 @@ class _Slot:
     used: float = field(default_factory=time.monotonic)
     failed: UpstreamFailure | None = None
     failed_at: float = 0.0
+    opened_at: float = -REOPEN_EVERY_S
     listings: dict[str, tuple[float, list[dict[str, Any]]]] = field(default_factory=dict)
     # Changes told (kind -> when), coalesced to one a second.
     told: dict[str, float] = field(default_factory=dict)
@@ -151,6 +156,10 @@ class UpstreamPool:
 
     async def _open(self, tenant: str, server: str) -> Connection:
         slot = self._slot(tenant, server)
+        wait = slot.opened_at + REOPEN_EVERY_S - time.monotonic()
+        if wait > 0:
+            await asyncio.sleep(wait)
+        slot.opened_at = time.monotonic()
 
         def notified(method: str, params: dict[str, Any]) -> None:
             self._notified(tenant, server, method)

@@ -50,6 +50,8 @@ NODE_RESTART_S = 20.0
 OPS_PORT_ENV = "GATEWAY_OPS_PORT"
 # Where the demo's usage ledger lives (config/gateway.yaml reads it); a new directory a run.
 STATE_DIR_ENV = "GATEWAY_STATE_DIR"
+# The checkout, whose docs the demo's MCP server serves.
+SOURCE_ENV = "GATEWAY_SOURCE"
 
 
 def _node_name(variable: str) -> str:
@@ -98,6 +100,15 @@ Evaluate the two scripted coding models on the shipped task suite (docs/eval.md)
     --model coder-large --model coder-small --prices evals/prices.yaml --out eval-run
   {python} -m gateway.cli eval report eval-run
 {_tools_lines(base, ops_port, python)}
+MCP: the gateway's tools at {base.removesuffix("/v1")}/mcp, under the same keys (docs/mcp.md);
+the demo serves the project's docs as `docs__search_docs` and `docs__read_doc`:
+
+  npx -y @modelcontextprotocol/inspector@2.12.0 --cli {base.removesuffix("/v1")}/mcp \\
+    --transport http --header 'Authorization: Bearer sk-acme-demo' \\
+    --method tools/call --tool-name docs__search_docs --tool-arg query=sandbox
+  {python} -m gateway.cli tools config claude --url {base} --key sk-acme-demo
+                            (Claude Code and Codex CLI: their MCP part too)
+
 Tenants: acme   (key sk-acme-demo, online, models llm-large, llm-small, embed-small,
                  coder-large, coder-small)
          globex (key sk-globex-demo, batch, model llm-small)
@@ -258,6 +269,8 @@ def run_demo(port: int, config_path: str, ops_port: int | None = None) -> int:
     own_state = STATE_DIR_ENV not in env
     if own_state:
         env[STATE_DIR_ENV] = tempfile.mkdtemp(prefix="gateway-demo-")
+    # The demo's MCP server reads this checkout's docs (config/gateway.yaml, `mcp`).
+    env.setdefault(SOURCE_ENV, str(_ROOT))
     children: list[subprocess.Popen[bytes]] = []
     try:
         if redis_server_path() is not None:

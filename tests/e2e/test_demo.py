@@ -1,6 +1,7 @@
 """`gateway demo` as a user runs it: Claude Code's and Codex CLI's default model names are
 served, a node killed with SIGKILL is reported, its replicas are placed on the other node,
-the demo keeps serving, and the node comes back; its usage ledger is the run's own."""
+the demo keeps serving, and the node comes back; its usage ledger is the run's own; its
+MCP server (the project's docs) answers through `/mcp`."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from openai import OpenAI, OpenAIError
 from gateway_tools.dev.demo import NODE_RESTART_ENV
 from gateway_tools.dev.processes import free_port, gateway_command, spawn, stop, wait_gateway_ready
 from tests import ports
+from tests.e2e.mcp.test_mcp_gateway import new_session, post_raw
 
 # A hang guard for each wait, far above what the demo needs.
 GUARD_S = 120.0
@@ -67,6 +69,22 @@ def the_tools_default_names_are_served(port: int) -> None:
     assert reply.model == "llm-large"
 
 
+def the_docs_are_an_mcp_server(port: int) -> None:
+    """The demo's own MCP server (nothing installed beyond the project) answers through
+    `/mcp` under a demo key: a search of the project's docs."""
+    url = f"http://127.0.0.1:{port}"
+    session = new_session(url, "sk-acme-demo")
+    call = {
+        "jsonrpc": "2.0",
+        "id": 2,
+        "method": "tools/call",
+        "params": {"name": "docs__search_docs", "arguments": {"query": "bubblewrap sandbox"}},
+    }
+    status, _, body = post_raw(url, "sk-acme-demo", call, session=session)
+    assert status == 200, body
+    assert "mcp.md:" in body["result"]["content"][0]["text"], body
+
+
 def wait_for(check: Callable[[], bool], what: str) -> None:
     deadline = time.monotonic() + GUARD_S
     while not check():
@@ -92,6 +110,7 @@ def test_the_demo_keeps_serving_when_a_node_dies_and_takes_it_back(tmp_path: Pat
         state_dir = Path(ledger.group(1))
         assert state_dir.name.startswith("gateway-demo-") and state_dir.is_dir()
         the_tools_default_names_are_served(port)
+        the_docs_are_an_mcp_server(port)
         found = re.search(r"node-a: triton-sim \S+ on 127\.0\.0\.1:(\d+)", log.read_text())
         assert found is not None, log.read_text()
         os.kill(tritonserver_pid(int(found.group(1))), signal.SIGKILL)
