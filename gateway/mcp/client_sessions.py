@@ -12,6 +12,7 @@ so a client that comes back with `Last-Event-ID`, to any gateway, gets what foll
 from __future__ import annotations
 
 import secrets
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,6 +20,13 @@ from gateway.storage.redis_client import RedisClient
 from gateway.storage.redis_keys import hash_tag
 
 SESSION_ID_BYTES = 16
+# A session found in Redis is taken as alive for this long without asking again (and its
+# idle time restarted at most this often): a tool call asks Redis for its session once a
+# second, not every time. The cost: a session ended on another gateway is still served
+# here for up to this long.
+RECHECK_S = 1.0
+# Sessions remembered in a process, at most.
+MAX_REMEMBERED = 100_000
 # An event id as Redis makes them: milliseconds, a dash, a sequence number.
 _EVENT_ID_CHARS = frozenset("0123456789-")
 
@@ -51,6 +59,8 @@ class SessionStore:
         self._prefix = prefix
         self._idle_ms = int(idle_s * 1000)
         self._kept = events_kept
+        # Session id -> the session and when Redis last said it was alive.
+        self._known: dict[str, tuple[ClientSession, float]] = {}
 
     def _session_key(self, session_id: str) -> str:
         return f"{self._prefix}:mcp:session:{session_id}"
@@ -74,6 +84,10 @@ class SessionStore:
     async def find(self, session_id: str, tenant: str, key_id: str) -> ClientSession | None:
         """The session `session_id` if it is this key's and alive (its idle time
         restarted), else None: another key's session is not told apart from none."""
+        known = self._known.get(session_id)
+        if known is not None and time.monotonic() - known[1] < RECHECK_S:
+            session = known[0]
+            return session if (session.tenant, session.key_id) == (tenant, key_id) else None
         if len(session_id) != 2 * SESSION_ID_BYTES or not _is_hex(session_id):
             return None
         key = self._session_key(session_id)
@@ -82,14 +96,24 @@ class SessionStore:
             pipe.pexpire(key, self._idle_ms)
             found, _ = await pipe.execute()
         values = {_text(k): _text(v) for k, v in (found or {}).items()}
-        if values.get("tenant") != tenant or values.get("key_id") != key_id:
+        if "tenant" not in values:
+            self._known.pop(session_id, None)
             return None
-        return ClientSession(
-            session_id, tenant, key_id, values.get("version", ""), values.get("client", "")
+        session = ClientSession(
+            session_id,
+            values["tenant"],
+            values.get("key_id", ""),
+            values.get("version", ""),
+            values.get("client", ""),
         )
+        if len(self._known) >= MAX_REMEMBERED:
+            self._known.clear()
+        self._known[session_id] = (session, time.monotonic())
+        return session if (session.tenant, session.key_id) == (tenant, key_id) else None
 
     async def end(self, session: ClientSession) -> None:
         """The session is over (DELETE)."""
+        self._known.pop(session.id, None)
         await self._redis.delete(self._session_key(session.id))
 
     async def publish(self, tenant: str, server: str, kind: str) -> None:
