@@ -38,6 +38,7 @@ from gateway.config.schema import McpConfig, ToolChangePolicy
 from gateway.mcp.client_sessions import ClientSession, SessionStore
 from gateway.mcp.jsonrpc import (
     BLOCKED,
+    HEADER_MISMATCH,
     INVALID_PARAMS,
     INVALID_REQUEST,
     METHOD_NOT_FOUND,
@@ -72,8 +73,26 @@ SERVER_INFO = {"name": "inference-gateway", "title": "Inference gateway (MCP)", 
 INSTRUCTIONS = (
     "The tools of the MCP servers behind this gateway: each named {server}" + SEPARATOR + "{tool}."
 )
+# The stateless era (2026-07-28): no session, each request says its version.
+MODERN_VERSIONS = ("2026-07-28",)
+CAPABILITIES = {
+    "tools": {"listChanged": True},
+    "resources": {"listChanged": True},
+    "prompts": {"listChanged": True},
+    "logging": {},
+}
 SESSION_HEADER = "mcp-session-id"
 VERSION_HEADER = "mcp-protocol-version"
+METHOD_HEADER = "mcp-method"
+NAME_HEADER = "mcp-name"
+PROTOCOL_VERSION_META = "io.modelcontextprotocol/protocolVersion"
+SERVER_INFO_META = "io.modelcontextprotocol/serverInfo"
+# The param each name-bearing method's `Mcp-Name` repeats.
+NAME_PARAMS = {"tools/call": "name", "resources/read": "uri", "prompts/get": "name"}
+# Results a 2026-07-28 client may cache (for 0 ms: what a caller sees is its own).
+CACHEABLE = frozenset(
+    {"tools/list", "resources/list", "resources/templates/list", "prompts/list", "resources/read"}
+)
 # How often a session's stream looks for new events, and sends a comment to keep its
 # connection open.
 EVENTS_POLL_S = 1.0
@@ -212,42 +231,125 @@ async def post(request: Request) -> Response:
         message = _message(body)
         exchange.id = message.id
         record.alias = (message.method or "response")[:128]
-        caller = _caller(identity, record)
+        if _modern(request, message):
+            return await _serve_modern(request, mcp, identity, message, record, count)
         if message.method == "initialize" and message.is_request:
             await count("")
             return await _initialize(mcp, identity, message)
         if message.is_request and message.method not in _METHODS:
-            # `server/discover` (2026-07-28) among them: a client of both eras then
-            # begins the handshake.
             await count("")
             rpc = JsonRpcError(METHOD_NOT_FOUND, f"Method not found: {message.method}")
             return _json(error_message(message.id, rpc))
-        session = await _session(mcp, request, identity)
+        await _session(mcp, request, identity)
         if not message.is_request:
             await count("")
             return Response(status_code=202)  # a notification, or an answer: taken
-        if message.method == "tools/call":
-            log_prompts = runtime_of(request).config.gateway.server.log_prompts
-            return await _call_tool(mcp, identity, message, record, count, log_prompts)
-        await count("")
-        assert message.id is not None
-        try:
-            result = await _serve(mcp.service, caller, message, session)
-        except JsonRpcError as rpc:
-            return _json(error_message(message.id, rpc))
-        return _json(result_message(message.id, result))
+        return await _answer(request, mcp, identity, message, record, count, modern=False)
 
     return await serve_counted(
         request, "mcp", handle, render_error=lambda error: _render(error, exchange)
     )
 
 
+async def _answer(
+    request: Request,
+    mcp: McpGateway,
+    identity: Identity,
+    message: Message,
+    record: RequestRecord,
+    count: CountRequest,
+    *,
+    modern: bool,
+) -> Response:
+    """A request's answer, in either era (its session, if any, found already)."""
+    assert message.id is not None
+    if message.method == "tools/call":
+        log_prompts = runtime_of(request).config.gateway.server.log_prompts
+        return await _call_tool(mcp, identity, message, record, count, log_prompts, modern)
+    await count("")
+    try:
+        result = await _serve(mcp.service, _caller(identity, record), message)
+    except JsonRpcError as rpc:
+        return _json(error_message(message.id, rpc))
+    return _json(result_message(message.id, _stamped(result, message.method, modern)))
+
+
+def _modern(request: Request, message: Message) -> bool:
+    """Whether the request is of the stateless 2026-07-28 era: its version header, or
+    the version its `_meta` names."""
+    if request.headers.get(VERSION_HEADER) in MODERN_VERSIONS:
+        return True
+    meta = message.params.get("_meta")
+    return isinstance(meta, dict) and meta.get(PROTOCOL_VERSION_META) in MODERN_VERSIONS
+
+
+async def _serve_modern(
+    request: Request,
+    mcp: McpGateway,
+    identity: Identity,
+    message: Message,
+    record: RequestRecord,
+    count: CountRequest,
+) -> Response:
+    """A request of the 2026-07-28 era: no session, no handshake; `Mcp-Method` (and
+    `Mcp-Name`) checked against the body; every result `resultType: complete`."""
+    method_header = request.headers.get(METHOD_HEADER)
+    if message.method and method_header is not None and method_header != message.method:
+        rpc = JsonRpcError(HEADER_MISMATCH, "Mcp-Method does not match the body's method")
+        raise McpRefusal(400, rpc)
+    name_header = request.headers.get(NAME_HEADER)
+    named = message.params.get(NAME_PARAMS.get(message.method, ""))
+    if (
+        isinstance(named, str)
+        and name_header is not None
+        and name_header.isascii()
+        and named.isascii()
+        and name_header != named
+    ):
+        rpc = JsonRpcError(HEADER_MISMATCH, "Mcp-Name does not match the body's name")
+        raise McpRefusal(400, rpc)
+    if not message.is_request:
+        await count("")
+        return Response(status_code=202)
+    if message.method == "server/discover":
+        await count("")
+        return _json(result_message(message.id or 0, _discovered()))
+    if message.method not in _METHODS or message.method == "initialize":
+        await count("")
+        rpc = JsonRpcError(METHOD_NOT_FOUND, f"Method not found: {message.method}")
+        return _json(error_message(message.id, rpc), status=404)
+    return await _answer(request, mcp, identity, message, record, count, modern=True)
+
+
+def _discovered() -> dict[str, Any]:
+    return {
+        "supportedVersions": [*MODERN_VERSIONS, *VERSIONS],
+        "capabilities": CAPABILITIES,
+        "instructions": INSTRUCTIONS,
+        "resultType": "complete",
+        "ttlMs": 0,
+        "cacheScope": "private",
+        "_meta": {SERVER_INFO_META: SERVER_INFO},
+    }
+
+
+def _stamped(result: dict[str, Any], method: str, modern: bool) -> dict[str, Any]:
+    """A result as its era has it: in 2026-07-28 every result says it is complete, and
+    what a client may cache says for how long (not at all: tools change per caller)."""
+    if not modern:
+        return result
+    stamped = {**result, "resultType": "complete"}
+    if method in CACHEABLE:
+        stamped.update(ttlMs=0, cacheScope="private")
+    return stamped
+
+
 def _check_headers(request: Request, config: McpConfig, *, post: bool) -> None:
     if not _origin_allowed(request, config):
         raise McpRefusal(403, JsonRpcError(INVALID_REQUEST, "Origin not allowed"))
     version = request.headers.get(VERSION_HEADER)
-    if version is not None and version not in VERSIONS:
-        supported = ", ".join(VERSIONS)
+    if version is not None and version not in VERSIONS and version not in MODERN_VERSIONS:
+        supported = ", ".join((*MODERN_VERSIONS, *VERSIONS))
         rpc = JsonRpcError(
             INVALID_REQUEST, f"Unsupported MCP-Protocol-Version (supported: {supported})"
         )
@@ -291,12 +393,7 @@ async def _initialize(mcp: McpGateway, identity: Identity, message: Message) -> 
     metrics.MCP_SESSIONS_STARTED.inc()
     result = {
         "protocolVersion": version,
-        "capabilities": {
-            "tools": {"listChanged": True},
-            "resources": {"listChanged": True},
-            "prompts": {"listChanged": True},
-            "logging": {},
-        },
+        "capabilities": CAPABILITIES,
         "serverInfo": SERVER_INFO,
         "instructions": INSTRUCTIONS,
     }
@@ -318,9 +415,7 @@ async def _session(mcp: McpGateway, request: Request, identity: Identity) -> Cli
     return session
 
 
-async def _serve(
-    service: McpService, caller: Caller, message: Message, session: ClientSession
-) -> dict[str, Any]:
+async def _serve(service: McpService, caller: Caller, message: Message) -> dict[str, Any]:
     method, params = message.method, message.params
     if method == "ping" or method == "logging/setLevel":
         return {}
@@ -346,6 +441,7 @@ async def _call_tool(
     record: RequestRecord,
     count: CountRequest,
     log_prompts: bool,
+    modern: bool,
 ) -> Response:
     assert message.id is not None
     name = message.params.get("name")
@@ -383,11 +479,11 @@ async def _call_tool(
         # As a prompt is: only when the operator asked, redacted as every line is.
         shown = {"arguments": message.params.get("arguments"), "result": result}
         record.prompt = orjson.dumps(shown).decode()[:LOGGED_CHARS]
-    return _json(result_message(message.id, result))
+    return _json(result_message(message.id, _stamped(result, "tools/call", modern)))
 
 
-def _json(body: dict[str, Any]) -> Response:
-    return Response(orjson.dumps(body), media_type="application/json")
+def _json(body: dict[str, Any], status: int = 200) -> Response:
+    return Response(orjson.dumps(body), status_code=status, media_type="application/json")
 
 
 async def get(request: Request) -> Response:

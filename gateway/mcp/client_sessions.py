@@ -11,6 +11,7 @@ so a client that comes back with `Last-Event-ID`, to any gateway, gets what foll
 
 from __future__ import annotations
 
+import re
 import secrets
 import time
 from dataclasses import dataclass
@@ -27,8 +28,10 @@ SESSION_ID_BYTES = 16
 RECHECK_S = 1.0
 # Sessions remembered in a process, at most.
 MAX_REMEMBERED = 100_000
-# An event id as Redis makes them: milliseconds, a dash, a sequence number.
-_EVENT_ID_CHARS = frozenset("0123456789-")
+# An event id as Redis makes them: milliseconds, a dash, a sequence number, each below
+# 2**64; and below the largest id, which no event can follow.
+_EVENT_ID = re.compile(r"(\d{1,20})-(\d{1,20})")
+_ID_PART_LIMIT = 2**64 - 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,10 +94,7 @@ class SessionStore:
         if len(session_id) != 2 * SESSION_ID_BYTES or not _is_hex(session_id):
             return None
         key = self._session_key(session_id)
-        async with self._redis.pipeline(transaction=False) as pipe:
-            pipe.hgetall(key)
-            pipe.pexpire(key, self._idle_ms)
-            found, _ = await pipe.execute()
+        found = await self._redis.hgetall(key)
         values = {_text(k): _text(v) for k, v in (found or {}).items()}
         if "tenant" not in values:
             self._known.pop(session_id, None)
@@ -109,7 +109,10 @@ class SessionStore:
         if len(self._known) >= MAX_REMEMBERED:
             self._known.clear()
         self._known[session_id] = (session, time.monotonic())
-        return session if (session.tenant, session.key_id) == (tenant, key_id) else None
+        if (session.tenant, session.key_id) != (tenant, key_id):
+            return None  # another key's: not kept alive by it either
+        await self._redis.pexpire(key, self._idle_ms)
+        return session
 
     async def end(self, session: ClientSession) -> None:
         """The session is over (DELETE)."""
@@ -131,8 +134,9 @@ class SessionStore:
         return _text(newest[0][0]) if newest else "0-0"
 
     async def events_after(self, tenant: str, after: str, count: int = 100) -> list[Event]:
-        """`tenant`'s events after the id `after`, oldest first."""
-        if not after or len(after) > 64 or not set(after) <= _EVENT_ID_CHARS:
+        """`tenant`'s events after the id `after` (a client's `Last-Event-ID`: one that is
+        not a stream id reads as the start), oldest first."""
+        if not _is_event_id(after):
             after = "0-0"
         found = await self._redis.xrange(self._events_key(tenant), min=f"({after}", count=count)
         events = []
@@ -144,6 +148,22 @@ class SessionStore:
 
 def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _is_event_id(text: str) -> bool:
+    found = _EVENT_ID.fullmatch(text)
+    if found is None:
+        return False
+    first, second = int(found.group(1)), int(found.group(2))
+    return (
+        first <= _ID_PART_LIMIT
+        and second <= _ID_PART_LIMIT
+        and (first, second)
+        != (
+            _ID_PART_LIMIT,
+            _ID_PART_LIMIT,
+        )
+    )
 
 
 def _is_hex(text: str) -> bool:

@@ -18,8 +18,9 @@ UPSTREAM_TIMEOUT = -32001
 RESULT_TOO_LARGE = -32003
 BLOCKED = -32004
 RATE_LIMITED = -32029
-# MCP's own: a resource that is not there.
+# MCP's own: a resource that is not there; a header that says otherwise than the body.
 RESOURCE_NOT_FOUND = -32002
+HEADER_MISMATCH = -32020
 
 # A client's request id: a string or an integer (JSON-RPC allows null only for errors).
 RequestId = str | int

@@ -53,20 +53,37 @@ def fingerprint(tool: dict[str, Any]) -> str:
 
 
 def suspicion(tool: dict[str, Any], max_chars: int) -> str | None:
-    """Why a tool's own words are suspect, or None."""
-    description = tool.get("description")
-    text = description if isinstance(description, str) else ""
-    title = tool.get("title")
-    text += " " + (title if isinstance(title, str) else "")
-    if len(text) > max_chars:
-        return f"its description is over {max_chars} characters"
-    found = _INSTRUCTIONS.search(text)
-    if found is None:
-        schema = orjson.dumps(tool.get("inputSchema")).decode(errors="replace")
-        found = _INSTRUCTIONS.search(schema)
-    if found is not None:
-        return f"its description reads as instructions to the model ({found.group(0)[:60]!r})"
+    """Why a tool's own words are suspect, or None: its title or description over
+    `max_chars`, or instructions to the model in them or in any string of its input
+    schema (its keys too: a property may be named as a sentence)."""
+    told = [tool.get("description"), tool.get("title")]
+    for text in told:
+        if isinstance(text, str) and len(text) > max_chars:
+            return f"its description is over {max_chars} characters"
+    for text in [*told, *_strings(tool.get("inputSchema"))]:
+        found = _INSTRUCTIONS.search(text) if isinstance(text, str) else None
+        if found is not None:
+            return f"its description reads as instructions to the model ({found.group(0)[:60]!r})"
     return None
+
+
+def _strings(value: Any) -> list[str]:
+    """Every string of a JSON value, keys included, level by level (no recursion: a
+    server's schema may nest as deep as its JSON allows)."""
+    found: list[str] = []
+    level = [value]
+    while level:
+        deeper: list[Any] = []
+        for node in level:
+            if isinstance(node, str):
+                found.append(node)
+            elif isinstance(node, dict):
+                found += [key for key in node if isinstance(key, str)]
+                deeper += node.values()
+            elif isinstance(node, list):
+                deeper += node
+        level = deeper
+    return found
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,6 +145,8 @@ class ToolReview:
         field = f"{server}/{name}"
         pinned = pin.decode() if isinstance(pin, bytes) else pin
         if pinned == mark:
+            # As pinned: a change held before and reverted since is held no more.
+            await self._redis.hdel(self._held, field)
             self._verdicts[(server, name, mark)] = True
             return True
         reason = None

@@ -11,8 +11,11 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+import httpx2
 import orjson
 import pytest
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
 from tests.e2e.mcp.conftest import MCP_KEYS, TOKEN, mcp_session
@@ -249,3 +252,30 @@ def test_mask_sends_placeholders_to_an_external_server(mcp_gateway: Gateway) -> 
     echoed = run(session())
     assert "ann@example.com" not in echoed and AWS_KEY not in echoed
     assert echoed.startswith("mail ") and "[" in echoed
+
+
+def test_a_client_of_the_stateless_2026_era_is_served_without_a_session(
+    mcp_gateway: Gateway,
+) -> None:
+    async def session() -> tuple[str | None, list[str], str]:
+        headers = {"Authorization": f"Bearer {MCP_KEYS['globex']}"}
+        async with (
+            httpx2.AsyncClient(headers=headers, timeout=60) as http,
+            Client(streamable_http_client(f"{mcp_gateway.url}/mcp", http_client=http)) as client,
+        ):
+            tools = [tool.name for tool in (await client.list_tools()).tools]
+            echoed = text_of(await client.call_tool("notes__echo", {"text": "stateless"}))
+            return client.protocol_version, tools, echoed
+
+    version, tools, echoed = run(session())
+    assert version == "2026-07-28"  # its `auto` mode found the era by `server/discover`
+    assert tools == ["notes__echo"]  # the tenant's reach, as in the other era
+    assert echoed == "stateless"
+    # A header that says another method than the body is refused.
+    status, _, body = post_raw(
+        mcp_gateway.url,
+        MCP_KEYS["globex"],
+        {"jsonrpc": "2.0", "id": 9, "method": "tools/list", "params": {}},
+        headers={"MCP-Protocol-Version": "2026-07-28", "Mcp-Method": "tools/call"},
+    )
+    assert status == 400 and body["error"]["code"] == -32020

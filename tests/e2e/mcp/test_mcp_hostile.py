@@ -5,6 +5,8 @@ a hostile client. Whatever either does, every request ends in an answer that is 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import http.client
 import subprocess
 import urllib.request
 from typing import Any
@@ -191,9 +193,26 @@ def test_a_huge_argument_is_refused_before_it_is_read(mcp_gateway: Gateway) -> N
         "method": "tools/call",
         "params": {"name": "notes__echo", "arguments": {"text": "x" * 2_000_000}},
     }
-    status, _, body = post_raw(mcp_gateway.url, MCP_KEYS["acme"], message, session=session)
-    assert status == 413
-    assert body["error"]["code"] == -32600
+    # Sent as a client that reads the answer even when the gateway stops reading its
+    # body (the refusal comes as soon as Content-Length is read).
+    host, port = mcp_gateway.url.removeprefix("http://").split(":")
+    connection = http.client.HTTPConnection(host, int(port), timeout=30)
+    payload = orjson.dumps(message)
+    headers = {
+        "Authorization": f"Bearer {MCP_KEYS['acme']}",
+        "Mcp-Session-Id": session,
+        "Content-Type": "application/json",
+        "Content-Length": str(len(payload)),
+    }
+    connection.putrequest("POST", "/mcp")
+    for name, value in headers.items():
+        connection.putheader(name, value)
+    connection.endheaders()
+    with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+        connection.send(payload)
+    response = connection.getresponse()
+    assert response.status == 413
+    assert orjson.loads(response.read())["error"]["code"] == -32600
 
 
 def test_a_call_of_a_tool_with_a_name_or_arguments_of_the_worst_kind(mcp_gateway: Gateway) -> None:
