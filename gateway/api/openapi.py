@@ -419,6 +419,49 @@ def _operation(
     return operation
 
 
+# One JSON-RPC message to `/mcp` (docs/mcp.md): the methods it serves, and any params.
+MCP_MESSAGE: Schema = {
+    "type": "object",
+    "properties": {
+        "jsonrpc": {"const": "2.0"},
+        "id": {"type": ["string", "integer"]},
+        "method": {
+            "type": "string",
+            "enum": [
+                "initialize", "ping", "server/discover", "tools/list", "tools/call",
+                "resources/list", "resources/templates/list", "resources/read",
+                "prompts/list", "prompts/get", "logging/setLevel",
+                "notifications/initialized", "notifications/cancelled",
+            ],
+        },
+        "params": {"type": "object"},
+    },
+    "required": ["jsonrpc", "method"],
+}  # fmt: skip
+
+
+def _mcp_operation() -> Schema:
+    """`POST /mcp`: one JSON-RPC message; its refusals are JSON-RPC error objects."""
+    rpc_error = {"description": "A JSON-RPC error", "content": {"application/json": {"schema": {}}}}
+    return {
+        "summary": "MCP: one JSON-RPC message to the servers behind the gateway",
+        "security": [{"bearer": []}],
+        "parameters": [
+            {"name": "Mcp-Session-Id", "in": "header", "schema": {"type": "string"}},
+            {"name": "MCP-Protocol-Version", "in": "header", "schema": {"type": "string"}},
+        ],
+        "requestBody": {"required": True, "content": {"application/json": {"schema": MCP_MESSAGE}}},
+        "responses": {
+            "200": {
+                "description": "A JSON-RPC response",
+                "content": {"application/json": {"schema": {}}},
+            },
+            "202": {"description": "A notification taken"},
+            **{str(status): rpc_error for status in (400, 401, 403, 404, 413, 415, 429)},
+        },
+    }
+
+
 def _limit(most: int) -> Schema:
     return {"type": "integer", "minimum": 1, "maximum": most}
 
@@ -558,6 +601,7 @@ def openapi_document(models: Sequence[str] = (), *, batches: bool = False) -> Sc
                 "post": _completion_operation("Anthropic token count", messages)
             },
             "/v1/responses": {"post": _completion_operation("OpenAI Responses", responses)},
+            "/mcp": {"post": _mcp_operation()},
             "/v1/responses/{response_id}": {
                 method: {
                     "summary": summary,
