@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -218,37 +218,60 @@ def _origin_allowed(request: Request, config: McpConfig) -> bool:
     return origin is None or origin in config.allowed_origins
 
 
-async def post(request: Request) -> Response:
-    """One JSON-RPC message from a client."""
+# What a request's handler is given: its caller, its record, its count, and the place
+# its JSON-RPC id goes once read (so that a refusal answers it).
+Handler = Callable[
+    [Request, Identity, RequestRecord, CountRequest, "_Exchange"], Awaitable[Response]
+]
+
+
+async def _served(request: Request, handler: Handler) -> Response:
+    """A request to `/mcp` served as every request is (`serve_counted`), its refusals as
+    JSON-RPC errors."""
     exchange = _Exchange()
 
     async def handle(
         request: Request, identity: Identity, record: RequestRecord, count: CountRequest
     ) -> Response:
-        mcp = gateway_of(request)
-        _check_headers(request, mcp.config, post=True)
-        body = await read_body(request, runtime_of(request).config.gateway.server.max_body_bytes)
-        message = _message(body)
-        exchange.id = message.id
-        record.alias = (message.method or "response")[:128]
-        if _modern(request, message):
-            return await _serve_modern(request, mcp, identity, message, record, count)
-        if message.method == "initialize" and message.is_request:
-            await count("")
-            return await _initialize(mcp, identity, message)
-        if message.is_request and message.method not in _METHODS:
-            await count("")
-            rpc = JsonRpcError(METHOD_NOT_FOUND, f"Method not found: {message.method}")
-            return _json(error_message(message.id, rpc))
-        await _session(mcp, request, identity)
-        if not message.is_request:
-            await count("")
-            return Response(status_code=202)  # a notification, or an answer: taken
-        return await _answer(request, mcp, identity, message, record, count, modern=False)
+        return await handler(request, identity, record, count, exchange)
 
     return await serve_counted(
         request, "mcp", handle, render_error=lambda error: _render(error, exchange)
     )
+
+
+async def post(request: Request) -> Response:
+    """One JSON-RPC message from a client."""
+    return await _served(request, _post)
+
+
+async def _post(
+    request: Request,
+    identity: Identity,
+    record: RequestRecord,
+    count: CountRequest,
+    exchange: _Exchange,
+) -> Response:
+    mcp = gateway_of(request)
+    _check_headers(request, mcp.config, post=True)
+    body = await read_body(request, runtime_of(request).config.gateway.server.max_body_bytes)
+    message = _message(body)
+    exchange.id = message.id
+    record.alias = (message.method or "response")[:128]
+    if _modern(request, message):
+        return await _serve_modern(request, mcp, identity, message, record, count)
+    if message.method == "initialize" and message.is_request:
+        await count("")
+        return await _initialize(mcp, identity, message)
+    if message.is_request and message.method not in _METHODS:
+        await count("")
+        rpc = JsonRpcError(METHOD_NOT_FOUND, f"Method not found: {message.method}")
+        return _json(error_message(message.id, rpc))
+    await _session(mcp, request, identity)
+    if not message.is_request:
+        await count("")
+        return Response(status_code=202)  # a notification, or an answer: taken
+    return await _answer(request, mcp, identity, message, record, count, modern=False)
 
 
 async def _answer(
@@ -489,34 +512,35 @@ def _json(body: dict[str, Any], status: int = 200) -> Response:
 async def get(request: Request) -> Response:
     """The session's stream: its tenant's list-changed notifications, from where the
     client left off (`Last-Event-ID`) or from now."""
-    exchange = _Exchange()
+    return await _served(request, _get)
 
-    async def handle(
-        request: Request, identity: Identity, record: RequestRecord, count: CountRequest
-    ) -> Response:
-        mcp = gateway_of(request)
-        _check_headers(request, mcp.config, post=False)
-        if "text/event-stream" not in request.headers.get("accept", ""):
-            raise McpRefusal(
-                406, JsonRpcError(INVALID_REQUEST, "Accept must include text/event-stream")
-            )
-        session = await _session(mcp, request, identity)
-        await count("")
-        tenant = identity.name
-        if mcp.streams.get(tenant, 0) >= MAX_STREAMS_PER_TENANT:
-            rpc = JsonRpcError(RATE_LIMITED, f"At most {MAX_STREAMS_PER_TENANT} open streams")
-            raise McpRefusal(429, rpc, {"Retry-After": "5"})
-        after = request.headers.get("last-event-id")
-        if after is None:
-            after = await mcp.sessions.last_event_id(tenant)
-        caller = _caller(identity, record)
-        events = _events(mcp, caller, session, after)
-        return StreamingResponse(
-            events, media_type="text/event-stream", headers={"Cache-Control": "no-cache"}
+
+async def _get(
+    request: Request,
+    identity: Identity,
+    record: RequestRecord,
+    count: CountRequest,
+    exchange: _Exchange,
+) -> Response:
+    mcp = gateway_of(request)
+    _check_headers(request, mcp.config, post=False)
+    if "text/event-stream" not in request.headers.get("accept", ""):
+        raise McpRefusal(
+            406, JsonRpcError(INVALID_REQUEST, "Accept must include text/event-stream")
         )
-
-    return await serve_counted(
-        request, "mcp", handle, render_error=lambda error: _render(error, exchange)
+    session = await _session(mcp, request, identity)
+    await count("")
+    tenant = identity.name
+    if mcp.streams.get(tenant, 0) >= MAX_STREAMS_PER_TENANT:
+        rpc = JsonRpcError(RATE_LIMITED, f"At most {MAX_STREAMS_PER_TENANT} open streams")
+        raise McpRefusal(429, rpc, {"Retry-After": "5"})
+    after = request.headers.get("last-event-id")
+    if after is None:
+        after = await mcp.sessions.last_event_id(tenant)
+    caller = _caller(identity, record)
+    events = _events(mcp, caller, session, after)
+    return StreamingResponse(
+        events, media_type="text/event-stream", headers={"Cache-Control": "no-cache"}
     )
 
 
@@ -551,18 +575,19 @@ async def _events(
 
 async def delete(request: Request) -> Response:
     """The session is over."""
-    exchange = _Exchange()
+    return await _served(request, _delete)
 
-    async def handle(
-        request: Request, identity: Identity, record: RequestRecord, count: CountRequest
-    ) -> Response:
-        mcp = gateway_of(request)
-        _check_headers(request, mcp.config, post=False)
-        session = await _session(mcp, request, identity)
-        await count("")
-        await mcp.sessions.end(session)
-        return Response(status_code=200)
 
-    return await serve_counted(
-        request, "mcp", handle, render_error=lambda error: _render(error, exchange)
-    )
+async def _delete(
+    request: Request,
+    identity: Identity,
+    record: RequestRecord,
+    count: CountRequest,
+    exchange: _Exchange,
+) -> Response:
+    mcp = gateway_of(request)
+    _check_headers(request, mcp.config, post=False)
+    session = await _session(mcp, request, identity)
+    await count("")
+    await mcp.sessions.end(session)
+    return Response(status_code=200)

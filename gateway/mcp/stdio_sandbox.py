@@ -10,7 +10,9 @@ descriptor, so that no secret is on a command line); uid 65534 inside, and outsi
 when the gateway runs as root (`setpriv` drops to it between two bwraps, as the eval's
 sandbox does); `prlimit` bounds its processes, open files and, where configured, each
 process's address space. It dies with the gateway (`--die-with-parent`), and killing its
-first process ends every process it started (its PID namespace).
+first process ends every process it started (its PID namespace). The pieces both
+sandboxes build alike (`system_mounts`, `parent_dirs`, `arguments_fd`) are here, and the
+eval's uses them.
 """
 
 from __future__ import annotations

@@ -65,6 +65,8 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import IO
 
+from gateway.mcp.stdio_sandbox import arguments_fd, parent_dirs, system_mounts
+
 _BWRAP = shutil.which("bwrap")
 _PRLIMIT = shutil.which("prlimit")
 _SETPRIV = shutil.which("setpriv")
@@ -75,9 +77,6 @@ TASK_DIR = "/task"
 # The directory as the caller gave it, read-only inside: what `/task` is copied from.
 _SOURCE_DIR = "/.task-source"
 _TMP_DIR = "/tmp"
-# Mounted from the host read-only when they are directories; kept as the same symlinks
-# when they are symlinks (a merged /usr).
-_SYSTEM_LINKS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 # How long the kernel gets to tear down a killed sandbox before the caller stops waiting.
 _TEARDOWN_S = 10.0
 _INSTALL = "install bubblewrap (apt-get install bubblewrap; scripts/bootstrap.sh does)"
@@ -259,7 +258,7 @@ def _run(
     # Only root may make cgroups here; anyone else keeps the per-process bounds.
     group = _Group.create(limits) if privileged else None
     info_read, info_write = os.pipe()
-    env_fd = _arguments_file(_environment(env))
+    env_fd = arguments_fd(_environment(env))
     argv = [
         *(group.joining() if group is not None else []),
         *_outer(directory, limits, env_fd, read_only, mounts, info_write, privileged),
@@ -361,18 +360,6 @@ def _caller_is_root() -> bool:
     return os.geteuid() == 0
 
 
-def _arguments_file(env: Mapping[str, str]) -> int:
-    """A descriptor of `--setenv NAME VALUE` for each of `env`, NUL-separated, that bwrap
-    reads with `--args`: so the environment (a coding tool's key) is in no command line,
-    which any user of the host may read (`ps`)."""
-    descriptor = os.memfd_create("sandbox-env")
-    arguments = [arg for name, value in env.items() for arg in ("--setenv", name, value)]
-    with open(os.dup(descriptor), "wb") as file:
-        file.write(b"".join(arg.encode() + b"\0" for arg in arguments))
-    os.lseek(descriptor, 0, os.SEEK_SET)
-    return descriptor
-
-
 def _outer(
     directory: Path,
     limits: Limits,
@@ -412,18 +399,13 @@ def _filesystem(
 ) -> list[str]:
     """The sandbox's view: the system and Python read-only, a tmpfs for the task's copy, a
     private /tmp, and nothing else of the host."""
-    argv = ["--ro-bind", "/usr", "/usr"]
-    for path in _SYSTEM_LINKS:
-        if os.path.islink(path):
-            argv += ["--symlink", os.readlink(path), path]
-        elif os.path.isdir(path):
-            argv += ["--ro-bind", path, path]
+    argv = system_mounts()
     # The private /tmp before anything is mounted below it: a virtual environment under
     # /tmp (a checkout there) is mounted on top of it, not hidden by it.
     argv += ["--perms", "1777", "--size", str(limits.file_bytes), "--tmpfs", _TMP_DIR]
     made: set[str] = {"/", "/usr", _TMP_DIR}
     for inside, host in [*((p, p) for p in _python_paths()), *mounts.items()]:
-        argv += [*_parents(inside, made), "--ro-bind", str(host), inside]
+        argv += [*parent_dirs(inside, made), "--ro-bind", str(host), inside]
     # The directory itself is never writable: the code writes in a copy of it, on a
     # tmpfs whose size bounds all it writes (as one file's size is bounded by prlimit).
     # World-writable: the copy is made by the sandbox's user, and as root bwrap mounts
@@ -433,7 +415,7 @@ def _filesystem(
     made.add(TASK_DIR)
     for part in read_only:
         inside = str(PurePosixPath(TASK_DIR) / part)
-        argv += [*_parents(inside, made, "0777"), "--ro-bind", str(directory / part), inside]
+        argv += [*parent_dirs(inside, made, "0777"), "--ro-bind", str(directory / part), inside]
     argv += ["--proc", "/proc", "--dev", "/dev"]
     return argv
 
@@ -447,18 +429,6 @@ def _python_paths() -> list[str]:
             if not path.startswith("/usr/") and path not in found:
                 found.append(path)
     return found
-
-
-def _parents(path: str, made: set[str], mode: str = "0755") -> list[str]:
-    """`--dir` for each missing parent of `path`, readable by the sandbox's user (bwrap
-    makes them 0700 otherwise, owned by root inside), writable too with mode 0777 (in
-    /task, where the copy goes)."""
-    argv: list[str] = []
-    for parent in reversed(PurePosixPath(path).parents):
-        if str(parent) not in made:
-            made.add(str(parent))
-            argv += ["--perms", mode, "--dir", str(parent)]
-    return argv
 
 
 def _drop_to_nobody() -> list[str]:

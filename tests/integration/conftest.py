@@ -83,3 +83,13 @@ def own_redis() -> Iterator[OwnRedis]:
         if own.process.poll() is None:
             os.kill(own.process.pid, signal.SIGCONT)
         stop(own.process)
+
+
+@pytest.fixture
+async def redis(redis_url: str) -> AsyncIterator[Redis]:
+    """The session's redis-server (fakeredis without one)."""
+    client: Redis = FakeAsyncRedis() if redis_url == EMBEDDED_URL else Redis.from_url(redis_url)
+    try:
+        yield client
+    finally:
+        await client.aclose()

@@ -7,28 +7,16 @@ read as the start, the stream capped at `events_kept`. Every test has its own pr
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator
 
 import pytest
-from fakeredis import FakeAsyncRedis
 from redis.asyncio import Redis
 
 from gateway.mcp.client_sessions import SESSION_ID_BYTES, ClientSession, SessionStore
-from gateway.storage.redis_client import EMBEDDED_URL
 
 IDLE_S = 600.0
 KEPT = 5
 VERSION = "2025-11-25"
 CLIENT = "claude-code/2.1.0"
-
-
-@pytest.fixture
-async def redis(redis_url: str) -> AsyncIterator[Redis]:
-    client: Redis = FakeAsyncRedis() if redis_url == EMBEDDED_URL else Redis.from_url(redis_url)
-    try:
-        yield client
-    finally:
-        await client.aclose()
 
 
 @pytest.fixture

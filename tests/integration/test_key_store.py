@@ -7,10 +7,8 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import itertools
-from collections.abc import AsyncIterator
 
 import pytest
-from fakeredis import FakeAsyncRedis
 from redis.asyncio import Redis, RedisCluster
 
 from gateway.apikeys import KeyDirectory, KeyStore, ManagedKey
@@ -20,7 +18,6 @@ from gateway.apikeys.key_fields import KeyFields
 from gateway.apikeys.managed_key import KeyLimits
 from gateway.config import Budget, Tenant, hash_key
 from gateway.serving.auth import Authenticator, InvalidApiKey
-from gateway.storage.redis_client import EMBEDDED_URL
 from tests.polling import wait_until
 
 _prefixes = itertools.count()
@@ -87,16 +84,6 @@ async def test_rotate_gives_a_new_secret_and_the_old_stops_working(
     await directory.refresh()
     assert directory.lookup(_digest(new)) == rotated
     assert directory.lookup(_digest(old)) is None
-
-
-@pytest.fixture
-async def redis(redis_url: str) -> AsyncIterator[Redis]:
-    """The session's redis-server (fakeredis without one)."""
-    client: Redis = FakeAsyncRedis() if redis_url == EMBEDDED_URL else Redis.from_url(redis_url)
-    try:
-        yield client
-    finally:
-        await client.aclose()
 
 
 TENANTS = {"acme": Tenant(api_keys=[hash_key("sk-file-acme")], models=["*"])}

@@ -9,11 +9,9 @@ from __future__ import annotations
 import asyncio
 import copy
 import uuid
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from fakeredis import FakeAsyncRedis
 from redis.asyncio import Redis
 
 from gateway.mcp.tool_review import SHOWN_CHARS, HeldTool, ToolReview, fingerprint
@@ -52,15 +50,6 @@ POISONED: dict[str, Any] = {
 
 def described(tool: dict[str, Any], description: str) -> dict[str, Any]:
     return {**copy.deepcopy(tool), "description": description}
-
-
-@pytest.fixture
-async def redis(redis_url: str) -> AsyncIterator[Redis]:
-    client: Redis = FakeAsyncRedis() if redis_url == EMBEDDED_URL else Redis.from_url(redis_url)
-    try:
-        yield client
-    finally:
-        await client.aclose()
 
 
 @pytest.fixture
