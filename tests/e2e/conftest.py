@@ -131,11 +131,11 @@ def two_sims_and_gateway(
         first.stop()
 
 
-@pytest.fixture(scope="session")
-def tools_bin() -> Path:
-    """The pinned coding tools' commands (installed once, then from the cache)."""
+def installed(script: str) -> Path:
+    """What one of scripts/ installs (pinned, from its registry, cached between runs):
+    the directory the script prints."""
     run = subprocess.run(
-        [str(Path(__file__).resolve().parents[2] / "scripts" / "coding-tools.sh")],
+        [str(Path(__file__).resolve().parents[2] / "scripts" / script)],
         capture_output=True,
         text=True,
         timeout=600,
@@ -143,3 +143,41 @@ def tools_bin() -> Path:
     )
     assert run.returncode == 0, run.stderr[-3000:]
     return Path(run.stdout.strip())
+
+
+@pytest.fixture(scope="session")
+def tools_bin() -> Path:
+    """The pinned coding tools' commands (installed once, then from the cache)."""
+    return installed("coding-tools.sh")
+
+
+# The scripted agent of the coding tools' runs (evals/replay/agent.json).
+AGENT = "coder-agent"
+
+
+@pytest.fixture(scope="module")
+def agent_sim() -> Iterator[TritonSim]:
+    """A Triton server of the scripted agent the coding tools run against."""
+    from gateway_tools.dev.replay import REPLAY_DIR
+
+    sim = start_sim(f"{AGENT}=@{REPLAY_DIR / 'agent.json'}")
+    try:
+        yield sim
+    finally:
+        sim.stop()
+
+
+def agent_model(sim: TritonSim, **extra: Any) -> dict[str, Any]:
+    """The scripted agent as a gateway.yaml model: chatml, hermes tool calls, a context
+    as long as a coding tool's prompts."""
+    return model(
+        "triton_http",
+        [sim.http_url],
+        prompt_template="chatml",
+        capabilities={"tools": True, "tool_parser": "hermes"},
+        max_tokens_default=1024,
+        max_tokens_limit=4096,
+        context_length=262_144,
+        timeouts={"first_token_s": 10, "first_token_per_prompt_token_s": 0.001},
+        **extra,
+    )

@@ -28,14 +28,12 @@ import pytest
 
 from gateway_tools.clients.tool_config import ToolConfig, config_for
 from gateway_tools.dev.processes import stop
-from gateway_tools.dev.replay import REPLAY_DIR
 from gateway_tools.dev.sim.server import TritonSim
-from tests.e2e.conftest import start_sim
-from tests.e2e.stack import Gateway, model, start_gateway, tenant
+from tests.e2e.conftest import AGENT, agent_model
+from tests.e2e.stack import Gateway, start_gateway, tenant
 
 ROOT = Path(__file__).resolve().parents[2]
 TASK = "write hello.py that prints hi"
-AGENT = "coder-agent"
 KEY = "sk-test-coders"
 # The runs: a tool with a model named, or with its own default model (None), which the
 # gateway's aliases route (Codex CLI then sends its tools another way: a custom tool in
@@ -65,31 +63,11 @@ LEFT_OUT = re.compile(r"(?:tools left out for model .*?|blocks dropped from the 
 
 
 @pytest.fixture(scope="module")
-def agent_sim() -> Iterator[TritonSim]:
-    sim = start_sim(f"{AGENT}=@{REPLAY_DIR / 'agent.json'}")
-    try:
-        yield sim
-    finally:
-        sim.stop()
-
-
-@pytest.fixture(scope="module")
 def coders_gateway(
     agent_sim: TritonSim, redis_url: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Gateway]:
-    models = {
-        AGENT: model(
-            "triton_http",
-            [agent_sim.http_url],
-            prompt_template="chatml",
-            capabilities={"tools": True, "tool_parser": "hermes"},
-            max_tokens_default=1024,
-            max_tokens_limit=4096,
-            context_length=262_144,
-            aliases=["gpt-*"],  # Codex CLI's default model names
-            timeouts={"first_token_s": 10, "first_token_per_prompt_token_s": 0.001},
-        )
-    }
+    # Codex CLI's default model names, routed to the agent.
+    models = {AGENT: agent_model(agent_sim, aliases=["gpt-*"])}
     tenants = {"coders": {**tenant("coders", ["*"]), "api_keys": [_hash(KEY)]}}
     gw = start_gateway(tmp_path_factory.mktemp("coders"), models, redis_url, tenants=tenants)
     try:

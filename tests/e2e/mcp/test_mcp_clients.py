@@ -21,14 +21,12 @@ import pytest
 
 from gateway_tools.clients.tool_config import config_for
 from gateway_tools.dev.processes import stop
-from gateway_tools.dev.replay import REPLAY_DIR
 from gateway_tools.dev.sim.server import TritonSim
-from tests.e2e.conftest import start_sim
+from tests.e2e.conftest import AGENT, agent_model, installed
 from tests.e2e.mcp.conftest import stdio_server
-from tests.e2e.stack import Gateway, model, start_gateway, tenant
+from tests.e2e.stack import Gateway, start_gateway, tenant
 
 ROOT = Path(__file__).resolve().parents[3]
-AGENT = "coder-agent"
 KEY = "sk-test-mcp-coders"
 TASK = "call the gateway's notes echo tool with mcp-through-the-gateway"
 
@@ -36,15 +34,7 @@ TASK = "call the gateway's notes echo tool with mcp-through-the-gateway"
 @pytest.fixture(scope="module")
 def npm_servers() -> Path:
     """The pinned npm packages: server-everything, server-filesystem, the Inspector."""
-    run = subprocess.run(
-        [str(ROOT / "scripts" / "mcp-tools.sh")],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    assert run.returncode == 0, run.stderr[-3000:]
-    return Path(run.stdout.strip())
+    return installed("mcp-tools.sh")
 
 
 def package(npm_servers: Path, name: str) -> tuple[str, str]:
@@ -53,15 +43,6 @@ def package(npm_servers: Path, name: str) -> tuple[str, str]:
     entry = Path(prefix) / "node_modules" / "@modelcontextprotocol" / name / "dist" / "index.js"
     assert entry.is_file(), entry
     return prefix, str(entry)
-
-
-@pytest.fixture(scope="module")
-def agent_sim() -> Iterator[TritonSim]:
-    sim = start_sim(f"{AGENT}=@{REPLAY_DIR / 'agent.json'}")
-    try:
-        yield sim
-    finally:
-        sim.stop()
 
 
 @pytest.fixture(scope="module")
@@ -95,18 +76,7 @@ def clients_gateway(
             "sandbox": {"read_only": [files_prefix], "writable": [str(files_root)]},
         },
     }
-    models = {
-        AGENT: model(
-            "triton_http",
-            [agent_sim.http_url],
-            prompt_template="chatml",
-            capabilities={"tools": True, "tool_parser": "hermes"},
-            max_tokens_default=1024,
-            max_tokens_limit=4096,
-            context_length=262_144,
-            timeouts={"first_token_s": 10, "first_token_per_prompt_token_s": 0.001},
-        )
-    }
+    models = {AGENT: agent_model(agent_sim)}
     tenants = {"coders": {**tenant("coders", ["*"]), "api_keys": [_hash(KEY)]}}
     tmp = tmp_path_factory.mktemp("mcp-clients")
     gw = start_gateway(
