@@ -1,5 +1,6 @@
-"""`/mcp`: the MCP servers behind the gateway as one server, over Streamable HTTP
-(2025-11-25, the handshake era; docs/mcp.md).
+"""`/mcp`: the MCP servers behind the gateway as one server, over Streamable HTTP in
+both of its eras (docs/mcp.md): 2026-07-28, stateless, and 2025-11-25 (and older), with
+its handshake and sessions.
 
 Every request is served as the gateway serves any (`counted.serve_counted`): the
 caller's key (Bearer) names its tenant, the request counts once against its request
@@ -9,8 +10,10 @@ Refusals are JSON-RPC error objects with the HTTP status that fits (401 with
 `WWW-Authenticate: Bearer`, 429 with `Retry-After`); a tool's own failure is a JSON-RPC
 error with status 200, as the specification has it.
 
-- POST: one JSON-RPC message. `initialize` begins a session (`Mcp-Session-Id`, kept in
-  Redis: any gateway serves its next request); every other request names its session.
+- POST: one JSON-RPC message. A request that names 2026-07-28 stands alone
+  (`server/discover` says what is served). Otherwise `initialize` begins a session
+  (`Mcp-Session-Id`, kept in Redis: any gateway serves its next request), and every
+  other request names its session.
 - GET: the session's stream of list-changed notifications, each with an event id; a
   client that comes back with `Last-Event-ID` gets what it missed, from any gateway.
 - DELETE: ends the session.
