@@ -486,6 +486,7 @@ async def _call_tool(
     try:
         await count(MCP_TOOL_PREFIX + tool if limited else "")
     except RateLimited:
+        record.outcome = "rate_limited"
         metrics.MCP_CALLS.labels(server, "-", "rate_limited").inc()
         raise
     stats = CallStats()
@@ -500,6 +501,7 @@ async def _call_tool(
         return _json(error_message(message.id, refusal))
     finally:
         record.bytes_in, record.bytes_out = stats.bytes_in, stats.bytes_out
+        record.outcome = stats.outcome
         metrics.MCP_CALLS.labels(stats.server, stats.tool, stats.outcome).inc()
     if log_prompts:
         # As a prompt is: only when the operator asked, redacted as every line is.
@@ -525,6 +527,7 @@ async def _get(
     count: CountRequest,
     exchange: _Exchange,
 ) -> Response:
+    record.alias = "GET"  # the ledger's name for a stream
     mcp = gateway_of(request)
     _check_headers(request, mcp.config, post=False)
     if "text/event-stream" not in request.headers.get("accept", ""):
@@ -588,6 +591,7 @@ async def _delete(
     count: CountRequest,
     exchange: _Exchange,
 ) -> Response:
+    record.alias = "DELETE"
     mcp = gateway_of(request)
     _check_headers(request, mcp.config, post=False)
     session = await _session(mcp, request, identity)

@@ -51,6 +51,7 @@ TYPES = (
     "text",
     "bigint",
     "bigint",
+    "text",
 )
 SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS {TABLE} (
@@ -71,7 +72,8 @@ CREATE TABLE IF NOT EXISTS {TABLE} (
     ttft_ms double precision,
     batch_id text NOT NULL DEFAULT '',
     bytes_in bigint NOT NULL DEFAULT 0,
-    bytes_out bigint NOT NULL DEFAULT 0
+    bytes_out bigint NOT NULL DEFAULT 0,
+    outcome text NOT NULL DEFAULT ''
 );
 -- A table made before `ttft_ms` was recorded gets the column (its old rows: NULL).
 ALTER TABLE {TABLE} ADD COLUMN IF NOT EXISTS ttft_ms double precision;
@@ -80,6 +82,8 @@ ALTER TABLE {TABLE} ADD COLUMN IF NOT EXISTS batch_id text NOT NULL DEFAULT '';
 -- ... and before the MCP calls' bytes, those (its old rows: 0).
 ALTER TABLE {TABLE} ADD COLUMN IF NOT EXISTS bytes_in bigint NOT NULL DEFAULT 0;
 ALTER TABLE {TABLE} ADD COLUMN IF NOT EXISTS bytes_out bigint NOT NULL DEFAULT 0;
+-- ... and before the outcome, that (its old rows: '').
+ALTER TABLE {TABLE} ADD COLUMN IF NOT EXISTS outcome text NOT NULL DEFAULT '';
 CREATE INDEX IF NOT EXISTS {TABLE}_ts ON {TABLE} (ts);
 CREATE INDEX IF NOT EXISTS {TABLE}_key_ts ON {TABLE} (key_id, ts);
 """

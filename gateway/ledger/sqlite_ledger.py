@@ -43,7 +43,8 @@ CREATE TABLE IF NOT EXISTS {TABLE} (
     ttft_ms REAL,
     batch_id TEXT NOT NULL DEFAULT '',
     bytes_in INTEGER NOT NULL DEFAULT 0,
-    bytes_out INTEGER NOT NULL DEFAULT 0
+    bytes_out INTEGER NOT NULL DEFAULT 0,
+    outcome TEXT NOT NULL DEFAULT ''
 );
 CREATE INDEX IF NOT EXISTS {TABLE}_ts ON {TABLE} (ts);
 CREATE INDEX IF NOT EXISTS {TABLE}_key_ts ON {TABLE} (key_id, ts);
@@ -57,13 +58,21 @@ ADD_BYTES = tuple(
     f"ALTER TABLE {TABLE} ADD COLUMN {name} INTEGER NOT NULL DEFAULT 0"
     for name in ("bytes_in", "bytes_out")
 )
+# ... and one made before the outcome, that (its old rows: "").
+ADD_OUTCOME = f"ALTER TABLE {TABLE} ADD COLUMN outcome TEXT NOT NULL DEFAULT ''"
 INSERT = (
     f"INSERT OR IGNORE INTO {TABLE} ({', '.join(COLUMNS)}) "
     f"VALUES ({', '.join('?' for _ in COLUMNS)})"
 )
 BUSY_TIMEOUT_MS = 5000
 # The columns added since the first ledgers, and what an older row holds in each.
-_ADDED = (("ttft_ms", "NULL"), ("batch_id", "''"), ("bytes_in", "0"), ("bytes_out", "0"))
+_ADDED = (
+    ("ttft_ms", "NULL"),
+    ("batch_id", "''"),
+    ("bytes_in", "0"),
+    ("bytes_out", "0"),
+    ("outcome", "''"),
+)
 
 
 def connect_shared(
@@ -98,6 +107,8 @@ def _make_schema(connection: sqlite3.Connection) -> None:
     if columns and "bytes_in" not in columns:
         for statement in ADD_BYTES:
             connection.execute(statement)
+    if columns and "outcome" not in columns:
+        connection.execute(ADD_OUTCOME)
     connection.executescript(SCHEMA)
 
 

@@ -25,19 +25,21 @@ COLUMNS = (
     "batch_id",
     "bytes_in",
     "bytes_out",
+    "outcome",
 )
 # A spool line written before `ttft_ms`, `batch_id` or the bytes were recorded has the
 # columns before them: what it lacks is filled in (no time to first token, no batch, no
 # bytes).
 _FILLED = {
-    len(COLUMNS) - 4: (None, "", 0, 0),
-    len(COLUMNS) - 3: ("", 0, 0),
-    len(COLUMNS) - 2: (0, 0),
+    len(COLUMNS) - 5: (None, "", 0, 0, ""),
+    len(COLUMNS) - 4: ("", 0, 0, ""),
+    len(COLUMNS) - 3: (0, 0, ""),
+    len(COLUMNS) - 1: ("",),
 }
 
 Row = tuple[
     float, str, str, str, str, str, str, int, int, int, int, float, int, str, float | None, str,
-    int, int,
+    int, int, str,
 ]  # fmt: skip
 
 
@@ -53,7 +55,10 @@ class UsageRecord:
     failed before one, not streamed). `batch_id` is the batch it was a line of (the
     Batch APIs), "" for a client's own request. `bytes_in` and `bytes_out` are what an MCP
     tool call sent its server (the arguments, as JSON) and got back (its result), 0 for
-    anything else.
+    anything else. `outcome` is how an MCP tool call ended (`ok`, `tool_error`,
+    `refused`, `blocked`, `timeout`, `too_large`, `unavailable`, `error`, `malformed`,
+    `rate_limited`), or why the gateway refused any other request (`rate_requests`,
+    `queue_full`, ...); "" for one served.
     """
 
     ts: float
@@ -74,6 +79,7 @@ class UsageRecord:
     batch_id: str = ""
     bytes_in: int = 0
     bytes_out: int = 0
+    outcome: str = ""
 
     def row(self) -> Row:
         """The record's values in `COLUMNS` order."""
@@ -96,6 +102,7 @@ class UsageRecord:
             self.batch_id,
             self.bytes_in,
             self.bytes_out,
+            self.outcome,
         )
 
 
@@ -130,8 +137,9 @@ def from_row(values: list[Any] | tuple[Any, ...]) -> UsageRecord:
         raise ValueError(f"a usage record has {len(COLUMNS)} values, not {len(values)}")
     (ts, request_id, tenant, key_id, endpoint, requested, served) = values[:7]
     (prompt, cached, completion, cost, latency, status, fallback, ttft, batch_id) = values[7:16]
-    bytes_in, bytes_out = values[16:]
-    for text in (request_id, tenant, key_id, endpoint, requested, served, fallback, batch_id):
+    bytes_in, bytes_out, outcome = values[16:]
+    texts = (request_id, tenant, key_id, endpoint, requested, served, fallback, batch_id, outcome)
+    for text in texts:
         if not isinstance(text, str):
             raise ValueError(f"a usage record's text field is {type(text).__name__}")
     for number in (prompt, cached, completion, cost, status, bytes_in, bytes_out):
@@ -160,4 +168,5 @@ def from_row(values: list[Any] | tuple[Any, ...]) -> UsageRecord:
         batch_id,
         bytes_in,
         bytes_out,
+        outcome,
     )

@@ -28,6 +28,8 @@ GROUPS = {
     "endpoint": "endpoint",
     # The batch a request was a line of ("": a client's own request).
     "batch": "batch_id",
+    # How an MCP tool call ended, or why a request was refused ("": served).
+    "outcome": "outcome",
 }
 # What each report row sums, in its order, after the group columns.
 MEASURES = (
@@ -44,8 +46,11 @@ MEASURES = (
     "latency_p95_ms",
 )
 PERCENTILES = (0.5, 0.95)
-# A request that ended with this status or above counts as an error.
+# A request that ended with this status or above counts as an error; and an MCP tool
+# call that failed (its HTTP status 200: a JSON-RPC error is an answer).
 ERROR_STATUS = 400
+FAILED_CALLS = "('refused', 'blocked', 'timeout', 'too_large', 'unavailable', 'error', 'malformed')"
+_ERROR = f"(status >= {ERROR_STATUS} OR outcome IN {FAILED_CALLS})"
 
 ReportRow = dict[str, object]
 
@@ -108,7 +113,7 @@ def postgres_sql(query: ReportQuery, table: str = TABLE) -> tuple[str, list[obje
         " coalesce(sum(cost_micros), 0)::bigint AS cost_micros,"
         " coalesce(sum(bytes_in), 0)::bigint AS bytes_in,"
         " coalesce(sum(bytes_out), 0)::bigint AS bytes_out,"
-        f" count(*) FILTER (WHERE status >= {ERROR_STATUS}) AS errors, "
+        f" count(*) FILTER (WHERE {_ERROR}) AS errors, "
         + ", ".join(percentiles)
         + f" FROM {table} WHERE ts >= to_timestamp($1) AND ts < to_timestamp($2)"
         + ("" if query.tenant is None else " AND tenant = $3")
@@ -153,9 +158,7 @@ def sqlite_sql(query: ReportQuery, table: str = TABLE) -> tuple[str, list[object
         " coalesce(sum(cost_micros), 0) AS cost_micros,"
         " coalesce(sum(bytes_in), 0) AS bytes_in,"
         " coalesce(sum(bytes_out), 0) AS bytes_out,"
-        f" coalesce(sum(status >= {ERROR_STATUS}), 0) AS errors, "
-        + ", ".join(percentiles)
-        + " FROM ranked"
+        f" coalesce(sum({_ERROR}), 0) AS errors, " + ", ".join(percentiles) + " FROM ranked"
     )
     if groups:
         positions = ", ".join(str(i + 1) for i in range(len(groups)))

@@ -14,6 +14,8 @@ import asyncio
 import contextlib
 import logging
 import os
+import subprocess
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import aiohttp
@@ -93,6 +95,50 @@ def _initialize_params() -> dict[str, Any]:
     }
 
 
+@dataclass(frozen=True, slots=True)
+class _Child:
+    """A stdio server's process and its pipes, as streams."""
+
+    popen: subprocess.Popen[bytes]
+    stdin: asyncio.StreamWriter
+    stdout: asyncio.StreamReader
+    stderr: asyncio.StreamReader
+
+
+async def _spawn(argv: list[str], env_fd: int, limit: int) -> _Child:
+    """`argv` started with nothing of the gateway's but its pipes and `env_fd`.
+
+    `subprocess.Popen` and not asyncio's subprocess: Popen closes every other descriptor
+    in the child, where uvloop's subprocess passes each inheritable one on, the gateway's
+    listening sockets among them (a sandboxed server could then accept another tenant's
+    connection, key and all)."""
+    loop = asyncio.get_running_loop()
+    popen = await asyncio.to_thread(
+        subprocess.Popen,
+        argv,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        pass_fds=(env_fd,),
+        close_fds=True,
+        env={},  # bwrap starts with nothing of the gateway's environment
+    )
+    assert popen.stdin is not None and popen.stdout is not None and popen.stderr is not None
+    stdout = asyncio.StreamReader(limit=limit, loop=loop)
+    await loop.connect_read_pipe(
+        lambda: asyncio.StreamReaderProtocol(stdout, loop=loop), popen.stdout
+    )
+    stderr = asyncio.StreamReader(loop=loop)
+    await loop.connect_read_pipe(
+        lambda: asyncio.StreamReaderProtocol(stderr, loop=loop), popen.stderr
+    )
+    transport, protocol = await loop.connect_write_pipe(
+        lambda: asyncio.streams.FlowControlMixin(loop=loop), popen.stdin
+    )
+    stdin = asyncio.StreamWriter(transport, protocol, None, loop)
+    return _Child(popen, stdin, stdout, stderr)
+
+
 class StdioConnection:
     """A stdio server: one sandboxed process, newline-delimited JSON-RPC on its pipes."""
 
@@ -100,7 +146,7 @@ class StdioConnection:
         self.server_name = name
         self._server = server
         self._peer = UpstreamPeer(name, on_notification)
-        self._process: asyncio.subprocess.Process | None = None
+        self._process: _Child | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._write_lock = asyncio.Lock()
         self._stderr = b""
@@ -117,14 +163,8 @@ class StdioConnection:
         env.update({name: os.environ.get(var, "") for name, var in server.env_from.items()})
         command = sandboxed(server.command, server.sandbox, env, server.cwd)
         try:
-            self._process = await asyncio.create_subprocess_exec(
-                *command.argv,
-                stdin=asyncio.subprocess.PIPE,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE,
-                limit=server.max_result_bytes + ENVELOPE_BYTES,
-                pass_fds=(command.env_fd,),
-                env={},  # bwrap starts with nothing of the gateway's environment
+            self._process = await _spawn(
+                command.argv, command.env_fd, server.max_result_bytes + ENVELOPE_BYTES
             )
         finally:
             os.close(command.env_fd)
@@ -174,7 +214,7 @@ class StdioConnection:
 
     async def _send(self, message: dict[str, Any]) -> None:
         process = self._process
-        if process is None or process.stdin is None or self._peer.closed:
+        if process is None or self._peer.closed:
             raise self._peer.failure or UpstreamFailure("unavailable", "not running")
         async with self._write_lock:
             try:
@@ -185,7 +225,7 @@ class StdioConnection:
                 raise self._peer.failure or UpstreamFailure("unavailable", "gone") from None
 
     async def _read(self) -> None:
-        assert self._process is not None and self._process.stdout is not None
+        assert self._process is not None
         stdout = self._process.stdout
         peer = self._peer
         limit = self._server.max_result_bytes
@@ -213,7 +253,7 @@ class StdioConnection:
         await self._stop_process()
 
     async def _read_stderr(self) -> None:
-        assert self._process is not None and self._process.stderr is not None
+        assert self._process is not None
         stderr = self._process.stderr
         with contextlib.suppress(ValueError, asyncio.LimitOverrunError, ConnectionError):
             while chunk := await stderr.read(65536):
@@ -229,13 +269,14 @@ class StdioConnection:
 
     async def _stop_process(self) -> None:
         process = self._process
-        if process is None or process.returncode is not None:
+        if process is None:
             return
-        with contextlib.suppress(ProcessLookupError):
-            process.kill()  # bwrap's end ends its PID namespace: every process in it
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(5):
-                await process.wait()
+        process.stdin.close()
+        if process.popen.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                process.popen.kill()  # bwrap's end ends its PID namespace: all of it
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                await asyncio.to_thread(process.popen.wait, 5)
 
     async def close(self) -> None:
         if not self._peer.closed:

@@ -70,6 +70,9 @@ class RequestRecord:
     # An MCP tool call's arguments sent and result got back, in bytes (the ledger's).
     bytes_in: int = 0
     bytes_out: int = 0
+    # How an MCP tool call ended (ok, tool_error, refused, timeout, ...): its HTTP status
+    # is 200 whatever the call did (a JSON-RPC error is an answer).
+    outcome: str = ""
     # What it cost in micro-units, each part priced by the model that served it (the
     # figure charged to its budgets), once the conductor settled it; None: not settled.
     cost_micros: int | None = None
@@ -143,6 +146,8 @@ class RequestRecord:
                 fields["trace_id"], fields["span_id"] = trace.trace_id, trace.span_id
             if prompt is not None:
                 fields["prompt"] = prompt
+            if self.outcome:
+                fields["outcome"] = self.outcome
             log.handle(_access_line(fields))
         if trace is not None:
             self._end_trace(trace, status, duration, prompt)
@@ -166,7 +171,9 @@ class RequestRecord:
             "gateway.endpoint": self.endpoint,
             "gateway.tenant": self.tenant,
             "gateway.stream": self.stream,
-            "gateway.outcome": self.reason or ("ok" if status < 400 else str(status)),
+            "gateway.outcome": self.outcome
+            or self.reason
+            or ("ok" if status < 400 else str(status)),
             "gateway.duration_ms": _millis(duration),
         }
         if self.key_id:

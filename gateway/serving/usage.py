@@ -83,6 +83,7 @@ class UsageLedger:
             batch_id=request.batch_id,
             bytes_in=request.bytes_in,
             bytes_out=request.bytes_out,
+            outcome=request.outcome or request.reason,
         )
 
     async def close(self) -> None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import csv
+import io
 import sqlite3
 from collections.abc import Callable
 from pathlib import Path
@@ -87,6 +89,12 @@ async def test_every_request_is_recorded_once_priced_and_reported(
     }
     assert all(len(row[2]) == 12 for row in served)  # which key, not the key
     assert [row[-1] for row in rows if row[-1] != 200] == [404]
+    # Neither the served nor the unknown model (not a refusal of the gateway's) has an
+    # outcome.
+    outcomes = sqlite3.connect(tmp_path / "usage.db").execute(
+        "SELECT status, outcome FROM usage_ledger ORDER BY status"
+    )
+    assert outcomes.fetchall() == [(200, ""), (200, ""), (200, ""), (404, "")]
     # The ledger's figures are the counters' figures, and it says what it wrote.
     assert requests_counted("acme", "200") - before == len(served)
     assert ledger_written() - written_before == len(rows)
@@ -103,6 +111,42 @@ async def test_every_request_is_recorded_once_priced_and_reported(
     assert large.startswith("acme,llm-large,3,3000,1200,600,14760,0,0,0,")
     assert any(line.startswith("acme,,1,") for line in lines)  # the 404: no model served
     assert KEYS["acme"] not in "".join(lines)
+
+
+async def test_a_refused_request_is_recorded_with_its_reason_as_its_outcome(
+    config_for: Callable[..., Path],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    path = config_for(edit=with_ledger(tmp_path))
+    async with started_gateway(path, monkeypatch) as gw:
+        for _ in range(2):
+            gw.upstream.script("llm-large", Completion("Hi!", Usage(1000, 200, cached_tokens=400)))
+        async with gw.http(KEYS["tight"]) as client:  # 2 requests a minute
+            answers = [await client.post("/v1/chat/completions", json=CHAT) for _ in range(3)]
+    assert [a.status_code for a in answers] == [200, 200, 429]
+    rows = (
+        sqlite3.connect(tmp_path / "usage.db")
+        .execute("SELECT request_id, tenant, status, outcome FROM usage_ledger ORDER BY ts")
+        .fetchall()
+    )
+    # The two served: no outcome; the one refused: the reason it was refused.
+    assert rows == [
+        (answers[0].headers["x-request-id"], "tight", 200, ""),
+        (answers[1].headers["x-request-id"], "tight", 200, ""),
+        (answers[2].headers["x-request-id"], "tight", 429, "rate_requests"),
+    ]
+
+    report = argparse.Namespace(
+        config=str(path), by="tenant,outcome", since="1h", until=None, csv=True
+    )
+    assert await asyncio.to_thread(run_report, report) == 0
+    lines = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    assert [(r["tenant"], r["outcome"], r["requests"], r["errors"]) for r in lines] == [
+        ("tight", "", "2", "0"),
+        ("tight", "rate_requests", "1", "1"),
+    ]
 
 
 ADMIN_KEY = "sk-test-ops-admin"

@@ -22,12 +22,21 @@ from gateway.ledger.usage_report import ReportQuery
 from gateway.ledger.usage_requests import RequestsQuery
 from loadtest.ledger_cost import TcpOutage
 from tests.polling import wait_until
-from tests.unit.ledger.usage_samples import T0, expected_report, sample, with_mcp_calls
+from tests.unit.ledger.usage_samples import (
+    COUNTED,
+    MCP_OUTCOMES,
+    T0,
+    calls_that_ended_each_way,
+    expected_report,
+    mcp_call,
+    sample,
+    with_mcp_calls,
+)
 
 SERVER = os.environ.get("LEDGER_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432")
 GROUPINGS = [
     (), ("tenant",), ("tenant", "key", "model"), ("endpoint", "model"), ("key",),
-    ("requested", "model"), ("batch",),
+    ("requested", "model"), ("batch",), ("outcome",),
 ]  # fmt: skip
 
 
@@ -168,7 +177,36 @@ async def test_a_record_is_stored_as_made(database: Database) -> None:
         "batch_id": "batch_1",
         "bytes_in": 0,
         "bytes_out": 0,
+        "outcome": "",  # served
     }
+
+
+async def test_each_outcome_is_stored_as_made(database: Database) -> None:
+    # Each way an MCP call ends, a refusal's reason, and "" for a request served.
+    outcomes = [*MCP_OUTCOMES, "rate_requests", ""]
+    records = [
+        mcp_call(2 * i, outcome) if outcome in MCP_OUTCOMES else sample(2 * i, outcome=outcome)
+        for i, outcome in enumerate(outcomes)
+    ]
+    records[-2].status = 429  # refused for its rate
+    store = PostgresLedger(f"{SERVER}/{database.name}")
+    try:
+        assert await store.write(records) == len(records)
+        listed = await store.requests(RequestsQuery("k1", T0, T0 + 100, limit=100))
+    finally:
+        await store.close()
+    connection = await asyncpg.connect(f"{SERVER}/{database.name}")
+    try:
+        stored = await connection.fetch(
+            "SELECT request_id, status, bytes_in, bytes_out, outcome FROM usage_ledger ORDER BY ts"
+        )
+    finally:
+        await connection.close()
+    assert [tuple(row) for row in stored] == [
+        (r.request_id, r.status, r.bytes_in, r.bytes_out, r.outcome) for r in records
+    ]
+    assert [row["outcome"] for row in stored] == outcomes
+    assert listed == records
 
 
 @pytest.mark.parametrize("by", GROUPINGS)
@@ -233,14 +271,21 @@ async def test_one_tenant_s_report_and_requests_come_as_sqlite_gives_them(
         await sqlite.close()
 
 
-# The columns a ledger table had after `fallback`, before `ttft_ms` was added (none) and
-# before the bytes were, and the old record's values in them.
+# The columns a ledger table had after `fallback`, before `ttft_ms` was added (none),
+# before the bytes were and before the outcome was, the old record's values in them, and
+# its (ttft_ms, batch_id, bytes_in, bytes_out, outcome) as read.
 BEFORE = {
-    "ttft": ("", "", (None, "")),
+    "ttft": ("", "", (None, "", 0, 0, "")),
     "bytes": (
         ", ttft_ms double precision, batch_id text NOT NULL DEFAULT ''",
         ", 12.5, 'batch_9'",
-        (12.5, "batch_9"),
+        (12.5, "batch_9", 0, 0, ""),
+    ),
+    "outcome": (
+        ", ttft_ms double precision, batch_id text NOT NULL DEFAULT '',"
+        " bytes_in bigint NOT NULL DEFAULT 0, bytes_out bigint NOT NULL DEFAULT 0",
+        ", 12.5, 'batch_9', 64, 2048",
+        (12.5, "batch_9", 64, 2048, ""),
     ),
 }
 
@@ -249,7 +294,7 @@ BEFORE = {
 async def test_a_table_from_before_the_newer_columns_gets_them(
     database: Database, before: str
 ) -> None:
-    columns, values, (ttft_ms, batch_id) = BEFORE[before]
+    columns, values, read_as = BEFORE[before]
     connection = await asyncpg.connect(f"{SERVER}/{database.name}")
     try:
         await connection.execute(
@@ -269,27 +314,39 @@ async def test_a_table_from_before_the_newer_columns_gets_them(
     finally:
         await connection.close()
     store = PostgresLedger(f"{SERVER}/{database.name}")
-    new = sample(3, bytes_in=250, bytes_out=9000)
+    new = sample(3, bytes_in=250, bytes_out=9000, outcome="timeout")
     try:
         await store.write([new])
         listed = await store.requests(RequestsQuery("k2", T0, T0 + 10))
         rows = await store.query(ReportQuery(T0, T0 + 10, ("endpoint",)))
+        outcomes = await store.query(ReportQuery(T0, T0 + 10, ("outcome",)))
     finally:
         await store.close()
     # The old record reads with what each column it lacked means (no time to first
-    # token, no batch, no bytes); the new one as written.
-    assert [(r.request_id, r.ttft_ms, r.batch_id, r.bytes_in, r.bytes_out) for r in listed] == [
-        ("r-1", ttft_ms, batch_id, 0, 0),
-        ("r-3", 30.0, "batch_1", 250, 9000),
+    # token, no batch, no bytes, no outcome); the new one as written.
+    assert [
+        (r.request_id, r.ttft_ms, r.batch_id, r.bytes_in, r.bytes_out, r.outcome) for r in listed
+    ] == [
+        ("r-1", *read_as),
+        ("r-3", 30.0, "batch_1", 250, 9000, "timeout"),
     ]
     assert listed[1] == new
     assert [(row["endpoint"], row["bytes_in"], row["bytes_out"]) for row in rows] == [
-        ("chat", 0, 0),
+        ("chat", read_as[2], read_as[3]),
         ("responses", 250, 9000),
+    ]
+    # The old record's outcome "" (its status 200: no error); the new one's counts.
+    assert [(row["outcome"], row["requests"], row["errors"]) for row in outcomes] == [
+        ("", 1, 0),
+        ("timeout", 1, 1),
     ]
 
 
-@pytest.mark.parametrize("by", [("endpoint",), ("tenant", "model"), ("key", "endpoint"), ()])
+@pytest.mark.parametrize(
+    "by",
+    [("endpoint",), ("tenant", "model"), ("key", "endpoint"), (), ("outcome",),
+     ("endpoint", "outcome"), ("model", "outcome")],
+)  # fmt: skip
 async def test_an_mcp_call_s_bytes_are_stored_and_summed_as_sqlite_does(
     database: Database, tmp_path: Path, by: tuple[str, ...]
 ) -> None:
@@ -318,6 +375,58 @@ async def test_an_mcp_call_s_bytes_are_stored_and_summed_as_sqlite_does(
             ("mcp", sum(r.bytes_in for r in calls), sum(r.bytes_out for r in calls)),
             ("responses", 0, 0),
         ]
+
+
+async def test_errors_count_the_mcp_calls_that_failed_as_sqlite_does(
+    database: Database, tmp_path: Path
+) -> None:
+    records = calls_that_ended_each_way()
+    postgres = PostgresLedger(f"{SERVER}/{database.name}")
+    sqlite = SqliteLedger(tmp_path / "usage.db")
+    try:
+        await postgres.write(records)
+        await sqlite.write(records)
+        by_outcome = ReportQuery(T0, T0 + 100, ("outcome",))
+        rows = await postgres.query(by_outcome)
+        assert rows == await sqlite.query(by_outcome)
+        totals = ReportQuery(T0, T0 + 100)
+        (total,) = await postgres.query(totals)
+        assert [total] == await sqlite.query(totals)
+    finally:
+        await postgres.close()
+        await sqlite.close()
+    # An MCP call that failed answered 200 all the same: its outcome makes it an error.
+    assert {row["outcome"]: row["errors"] for row in rows} == {
+        **COUNTED,
+        "rate_requests": 1,  # refused, 429
+        "": 0,  # served
+    }
+    assert rows == expected_report(records, T0, T0 + 100, ("outcome",))
+    assert (total["requests"], total["errors"]) == (12, sum(COUNTED.values()) + 1)
+
+
+@pytest.mark.parametrize(
+    ("outcome", "errors"), [("timeout", 1), ("refused", 1), ("ok", 0), ("tool_error", 0)]
+)
+async def test_one_mcp_call_answered_200_is_an_error_by_its_outcome_as_in_sqlite(
+    database: Database, tmp_path: Path, outcome: str, errors: int
+) -> None:
+    call = mcp_call(2, outcome)
+    assert call.status == 200
+    query = ReportQuery(T0, T0 + 10, ("endpoint",))
+    postgres = PostgresLedger(f"{SERVER}/{database.name}")
+    sqlite = SqliteLedger(tmp_path / "usage.db")
+    try:
+        await postgres.write([call])
+        await sqlite.write([call])
+        rows = await postgres.query(query)
+        assert rows == await sqlite.query(query)
+    finally:
+        await postgres.close()
+        await sqlite.close()
+    assert [(row["endpoint"], row["requests"], row["errors"]) for row in rows] == [
+        ("mcp", 1, errors)
+    ]
 
 
 async def test_an_outage_under_load_loses_nothing_and_slows_no_record(

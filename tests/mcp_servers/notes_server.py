@@ -2,8 +2,9 @@
 prompt, over stdio (the default) or Streamable HTTP (`--http PORT`).
 
 `look` tries what a sandboxed server must not manage (read a host file, reach the
-network) and says what it found; `secret_env` says whether its environment holds what the
-gateway gave it; `echo` and `add` are what clients call."""
+network) and says what it found; `open_fds` lists the descriptors it holds; `secret_env`
+says whether its environment holds what the gateway gave it; `echo` and `add` are what
+clients call."""
 
 from __future__ import annotations
 
@@ -45,6 +46,17 @@ def look(path: str = "/etc/hostname", host: str = "127.0.0.1", port: int = 6379)
 def secret_env(name: str) -> str:
     value = os.environ.get(name)
     return "unset" if value is None else f"set, {len(value)} characters"
+
+
+@server.tool(description="The file descriptors this process holds, and what each is.")
+def open_fds() -> str:
+    found = []
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            found.append(f"{name}:{os.readlink(f'/proc/self/fd/{name}')}")
+        except OSError:
+            continue  # the listing's own, closed by now
+    return " ".join(sorted(found))
 
 
 @server.resource("notes://today", description="Today's note.")

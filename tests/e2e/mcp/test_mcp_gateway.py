@@ -104,6 +104,33 @@ def test_a_stdio_server_runs_sandboxed_with_only_its_own_credentials(
     assert "cannot read /etc/shadow" in shadow
 
 
+def test_a_stdio_server_holds_no_descriptor_of_the_gateway_s(mcp_gateway: Gateway) -> None:
+    async def session() -> str:
+        async with mcp_session(mcp_gateway.url, MCP_KEYS["acme"]) as client:
+            return text_of(await client.call_tool("notes__open_fds", {}))
+
+    held = run(session()).split()
+    # Its pipes and what its own runtime opens (its event loop's socket pair); never one
+    # of the gateway's listening sockets: a server that held one could accept another
+    # tenant's connection, key and all.
+    listening = listening_sockets({mcp_gateway.url, mcp_gateway.ops_url})
+    assert len(listening) == 2
+    assert held and not [fd for fd in held if fd.split(":", 1)[1] in listening], held
+
+
+def listening_sockets(urls: set[str]) -> set[str]:
+    """`socket:[INODE]` of each socket listening on the ports of `urls` (from /proc)."""
+    ports = {int(url.rsplit(":", 1)[1]) for url in urls}
+    found = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            port, state, inode = int(fields[1].rsplit(":", 1)[1], 16), fields[3], fields[9]
+            if state == "0A" and port in ports:  # LISTEN
+                found.add(f"socket:[{inode}]")
+    return found
+
+
 def test_a_tool_s_own_rate_refuses_with_429_and_retry_after(mcp_gateway: Gateway) -> None:
     async def session() -> tuple[list[str], str]:
         async with mcp_session(mcp_gateway.url, MCP_KEYS["limited"]) as client:
@@ -197,7 +224,7 @@ def test_every_call_is_a_record_in_the_usage_ledger(mcp_gateway: Gateway) -> Non
         with sqlite3.connect(mcp_gateway.config_dir / "usage.db") as connection:
             found: list[tuple[Any, ...]] = connection.execute(
                 "SELECT endpoint, key_id, model_requested, model_served, status, bytes_in,"
-                " bytes_out FROM usage_ledger WHERE tenant = 'globex'"
+                " bytes_out, outcome FROM usage_ledger WHERE tenant = 'globex'"
                 " AND model_requested IN ('notes__echo', 'notes__add') ORDER BY ts"
             ).fetchall()
         return found
@@ -215,9 +242,10 @@ def test_every_call_is_a_record_in_the_usage_ledger(mcp_gateway: Gateway) -> Non
         time.sleep(0.2)
     assert echoed and echoed[-1][0] == "mcp" and echoed[-1][1]
     assert echoed[-1][3] == "notes" and echoed[-1][4] == 200
-    assert echoed[-1][6] > len("recorded " * 10)
-    # Refused: recorded too, with nothing sent.
+    assert echoed[-1][6] > len("recorded " * 10) and echoed[-1][7] == "ok"
+    # Refused: recorded too, with nothing sent, and why.
     assert refused[-1][0] == "mcp" and refused[-1][5] == 0 and refused[-1][6] == 0
+    assert refused[-1][7] == "refused"
 
 
 AWS_KEY = "AKIAIOSFODNN7EXAMPLE"

@@ -17,7 +17,7 @@ import pytest
 from gateway.cli import main
 from gateway.ledger.sqlite_ledger import SqliteLedger
 from gateway.ledger.usage_report import MEASURES
-from tests.unit.ledger.usage_samples import sample
+from tests.unit.ledger.usage_samples import mcp_call, sample
 
 SHIPPED = Path(__file__).resolve().parents[3] / "config"
 STATE_DIR = "GATEWAY_STATE_DIR"
@@ -108,6 +108,38 @@ def test_a_window_with_usage_is_reported(
     assert lines[1].split()[:4] == ["acme", "k1", "llama-8b", "1"]
     assert lines[1].split()[-2:] == ["618", "618"]  # p50 and p95 in whole milliseconds
     assert EMPTY not in lines
+
+
+def test_usage_is_reported_by_outcome_with_failed_mcp_calls_as_errors(
+    config: Path, state_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    now = time.time() - 60
+    records = [
+        mcp_call(i, outcome, ts=now + i, latency_ms=5.0)
+        for i, outcome in enumerate(["ok", "tool_error", "timeout", "refused", "timeout"])
+    ]
+    records.append(sample(9, ts=now + 9, status=429, outcome="rate_requests", latency_ms=5.0))
+
+    async def run() -> None:
+        store = SqliteLedger(state_dir / "gateway-demo-usage.db")
+        try:
+            await store.write(records)
+        finally:
+            await store.close()
+
+    asyncio.run(run())
+    assert report(config, "--by", "endpoint,outcome", "--csv") == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == ",".join(["endpoint", "outcome", *MEASURES])
+    errors = MEASURES.index("errors") + 2
+    # endpoint, outcome, requests ... errors: a call that failed answered 200 all the same.
+    assert [(*line.split(",")[:3], line.split(",")[errors]) for line in lines[1:]] == [
+        ("mcp", "ok", "1", "0"),
+        ("mcp", "refused", "1", "1"),
+        ("mcp", "timeout", "2", "2"),
+        ("mcp", "tool_error", "1", "0"),
+        ("responses", "rate_requests", "1", "1"),
+    ]
 
 
 @pytest.mark.parametrize("form", [[], ["--csv"]], ids=["table", "csv"])

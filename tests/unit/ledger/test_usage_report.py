@@ -19,6 +19,7 @@ from gateway.ledger.usage_report import (
 def test_group_names_are_read_from_the_cli_form() -> None:
     assert parse_group_by("tenant, key,model") == ("tenant", "key", "model")
     assert parse_group_by("") == ()
+    assert parse_group_by("endpoint,outcome") == ("endpoint", "outcome")
 
 
 @pytest.mark.parametrize("text", ["tenant,region", "tenant,tenant", "status"])
@@ -39,6 +40,13 @@ def test_the_sql_groups_by_the_columns_asked_for(build: object) -> None:
     assert 'key_id AS "key"' in sql
     assert 'model_served AS "model"' in sql
     assert sql.endswith("GROUP BY 1, 2, 3 ORDER BY 1, 2, 3")
+
+
+@pytest.mark.parametrize("build", [postgres_sql, sqlite_sql])
+def test_the_sql_groups_by_the_outcome(build: object) -> None:
+    sql, _ = build(ReportQuery(5, 10, ("endpoint", "outcome")))  # type: ignore[operator]
+    assert 'outcome AS "outcome"' in sql
+    assert sql.endswith("GROUP BY 1, 2 ORDER BY 1, 2")
 
 
 @pytest.mark.parametrize("build", [postgres_sql, sqlite_sql])

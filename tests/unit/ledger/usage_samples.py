@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+from dataclasses import replace
+from typing import Any
 
 from gateway.ledger.usage_records import UsageRecord
 
@@ -35,41 +37,76 @@ def sample(i: int, prefix: str = "", **fields: object) -> UsageRecord:
 
 
 MCP_SERVERS = ("github", "files")
+# How an MCP tool call can end, in the order `with_mcp_calls` gives them out.
+MCP_OUTCOMES = (
+    "ok", "tool_error", "timeout", "refused", "blocked", "too_large", "unavailable", "error",
+    "malformed", "rate_limited",
+)  # fmt: skip
+# The outcomes of a call that failed: its HTTP status is 200 all the same (a JSON-RPC
+# error is an answer), and the report counts it an error.
+FAILED_CALLS = frozenset(
+    ("refused", "blocked", "timeout", "too_large", "unavailable", "error", "malformed")
+)
+
+
+def mcp_call(i: int, outcome: str = "ok", **fields: object) -> UsageRecord:
+    """The i-th record as an MCP tool call that ended with `outcome`: on endpoint `mcp`,
+    its server as the model, no tokens nor cost, the bytes it sent and got back; HTTP 200
+    whatever the tool did, 429 when the call was over its rate (never sent)."""
+    server = MCP_SERVERS[i % 2]
+    limited = outcome == "rate_limited"
+    call: dict[str, Any] = {
+        "endpoint": "mcp", "model_requested": server, "model_served": server,
+        "prompt_tokens": 0, "cached_tokens": 0, "completion_tokens": 0, "cost_micros": 0,
+        "ttft_ms": None, "batch_id": "", "status": 429 if limited else 200,
+        "bytes_in": 0 if limited else 40 + 3 * i,
+        "bytes_out": 0 if limited else 1000 * i + 17,
+        "outcome": outcome,
+    }  # fmt: skip
+    return replace(sample(i), **{**call, **fields})
 
 
 def with_mcp_calls(count: int) -> list[UsageRecord]:
-    """`count` records of which every fifth (from the third) is an MCP tool call: on
-    endpoint `mcp`, its server as the model, no tokens nor cost, and the bytes it sent and
-    got back; the others are `sample`s, with no bytes. The calls fall to every tenant and
-    key."""
+    """`count` records of which every fifth (from the third) is an MCP tool call, ending
+    with each of `MCP_OUTCOMES` in turn; the others are `sample`s, with no bytes and no
+    outcome. The calls fall to every tenant and key."""
     records = []
     for i in range(count):
         if i % 5 != 2:
             records.append(sample(i))
             continue
-        server = MCP_SERVERS[i % 2]
-        records.append(
-            sample(
-                i,
-                endpoint="mcp",
-                model_requested=server,
-                model_served=server,
-                prompt_tokens=0,
-                cached_tokens=0,
-                completion_tokens=0,
-                cost_micros=0,
-                ttft_ms=None,
-                batch_id="",
-                bytes_in=40 + 3 * i,
-                bytes_out=1000 * i + 17,
-            )
-        )
+        records.append(mcp_call(i, MCP_OUTCOMES[i // 5 % len(MCP_OUTCOMES)]))
     return records
+
+
+# MCP tool calls (each answered HTTP 200 but the one over its rate, 429) and whether the
+# report counts each an error: a call that failed does, one the tool answered does not
+# (an error of the tool's own is its answer).
+COUNTED = {
+    "ok": 0, "tool_error": 0, "timeout": 1, "refused": 1, "blocked": 1, "too_large": 1,
+    "unavailable": 1, "error": 1, "malformed": 1, "rate_limited": 1,
+}  # fmt: skip
+
+
+def calls_that_ended_each_way() -> list[UsageRecord]:
+    """An MCP call for each outcome (status 200 but `rate_limited`'s), then a request
+    served and one refused for its rate (429, `rate_requests`)."""
+    calls = [mcp_call(i, outcome) for i, outcome in enumerate(COUNTED)]
+    assert {call.status for call in calls[:-1]} == {200} and calls[-1].status == 429
+    served = sample(20, status=200)
+    refused = sample(21, status=429, outcome="rate_requests")
+    return [*calls, served, refused]
 
 
 def unique_prefix() -> str:
     """A prefix that no other run's request ids share."""
     return os.urandom(4).hex()
+
+
+def is_error(record: UsageRecord) -> bool:
+    """Whether the report counts the record an error: an HTTP status of 400 or above, or
+    an MCP tool call that failed (answered 200)."""
+    return record.status >= 400 or record.outcome in FAILED_CALLS
 
 
 def expected_report(
@@ -79,6 +116,7 @@ def expected_report(
     columns = {
         "tenant": "tenant", "key": "key_id", "model": "model_served",
         "requested": "model_requested", "endpoint": "endpoint", "batch": "batch_id",
+        "outcome": "outcome",
     }  # fmt: skip
     groups: dict[tuple[object, ...], list[UsageRecord]] = {}
     for record in records:
@@ -105,7 +143,7 @@ def expected_report(
                 "cost_micros": sum(r.cost_micros for r in members),
                 "bytes_in": sum(r.bytes_in for r in members),
                 "bytes_out": sum(r.bytes_out for r in members),
-                "errors": sum(1 for r in members if r.status >= 400),
+                "errors": sum(1 for r in members if is_error(r)),
                 "latency_p50_ms": percentile(0.5),
                 "latency_p95_ms": percentile(0.95),
             }
