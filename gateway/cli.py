@@ -18,7 +18,7 @@ def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from gateway.app import CONFIG_ENV
-    from gateway.config import ConfigError, load_config
+    from gateway.config import ConfigError, environment_problems, load_config
     from gateway.config.demo_keys import published_keys_served
     from gateway.observability import trace_settings
     from gateway.observability.logging import configure_logging
@@ -35,6 +35,10 @@ def _serve(args: argparse.Namespace) -> int:
         trace_settings.settings(config.gateway.tracing.model_dump(exclude_none=True), os.environ)
     except trace_settings.TracingError as exc:
         print(exc, file=sys.stderr)
+        return 1
+    missing = environment_problems(args.config)
+    if missing:
+        print("\n".join(missing), file=sys.stderr)
         return 1
     # Workers are separate processes: they find the config through the environment.
     os.environ[CONFIG_ENV] = os.path.abspath(args.config)
@@ -129,7 +133,7 @@ def _check_config(args: argparse.Namespace) -> int:
 def _environment_problems(path: str) -> list[str]:
     """What `gateway serve` would refuse in this environment beside the files: the
     tracing settings it reads from `OTEL_*` (a bare tenants file reads none)."""
-    from gateway.config import load_config
+    from gateway.config import environment_problems, load_config
     from gateway.config.source import read_source
     from gateway.observability import trace_settings
 
@@ -141,7 +145,7 @@ def _environment_problems(path: str) -> list[str]:
         trace_settings.settings(config.gateway.tracing.model_dump(exclude_none=True), os.environ)
     except trace_settings.TracingError as exc:
         return [f"environment: {exc}"]
-    return []
+    return environment_problems(path)
 
 
 def _hash_key(args: argparse.Namespace) -> int:

@@ -22,6 +22,7 @@ error with status 200, as the specification has it.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
@@ -38,10 +39,11 @@ from gateway.api.endpoints import runtime_of
 from gateway.api.errors import APIError
 from gateway.api.exchange import read_body
 from gateway.config.schema import McpConfig, ToolChangePolicy
-from gateway.mcp.client_sessions import ClientSession, SessionStore
+from gateway.mcp.client_sessions import ClientSession, SessionStore, TooManySessions
 from gateway.mcp.jsonrpc import (
     BLOCKED,
     HEADER_MISMATCH,
+    INTERNAL_ERROR,
     INVALID_PARAMS,
     INVALID_REQUEST,
     METHOD_NOT_FOUND,
@@ -66,6 +68,7 @@ from gateway.serving.auth import Identity
 from gateway.serving.errors import RateLimited
 from gateway.serving.outbound import SensitiveDataBlocked
 from gateway.serving.runtime import Runtime
+from gateway.storage.redis_client import REDIS_ERRORS
 
 log = logging.getLogger("gateway.mcp")
 
@@ -78,11 +81,12 @@ INSTRUCTIONS = (
 )
 # The stateless era (2026-07-28): no session, each request says its version.
 MODERN_VERSIONS = ("2026-07-28",)
+# No `logging`: the servers' log messages are not relayed (`logging/setLevel` is
+# still answered, for a client that sends it anyway).
 CAPABILITIES = {
     "tools": {"listChanged": True},
     "resources": {"listChanged": True},
     "prompts": {"listChanged": True},
-    "logging": {},
 }
 SESSION_HEADER = "mcp-session-id"
 VERSION_HEADER = "mcp-protocol-version"
@@ -145,7 +149,13 @@ class McpGateway:
     def build(cls, runtime: Runtime) -> McpGateway:
         config = runtime.config.gateway.mcp
         prefix = runtime.config.gateway.redis.key_prefix
-        sessions = SessionStore(runtime.redis, prefix, config.session_idle_s, config.events_kept)
+        sessions = SessionStore(
+            runtime.redis,
+            prefix,
+            config.session_idle_s,
+            config.events_kept,
+            config.max_sessions_per_tenant,
+        )
         review = ToolReview(
             runtime.redis,
             prefix,
@@ -236,7 +246,14 @@ async def _served(request: Request, handler: Handler) -> Response:
     async def handle(
         request: Request, identity: Identity, record: RequestRecord, count: CountRequest
     ) -> Response:
-        return await handler(request, identity, record, count, exchange)
+        try:
+            return await handler(request, identity, record, count, exchange)
+        except REDIS_ERRORS:
+            # Sessions, events and pins are in Redis: without it (or with its pool spent
+            # by a burst), a refusal to come back, not a 500.
+            metrics.REDIS_ERRORS.labels("mcp").inc()
+            busy = JsonRpcError(INTERNAL_ERROR, "The gateway cannot reach its store now: retry")
+            raise McpRefusal(503, busy, {"Retry-After": "1"}) from None
 
     return await serve_counted(
         request, "mcp", handle, render_error=lambda error: _render(error, exchange)
@@ -319,20 +336,14 @@ async def _serve_modern(
 ) -> Response:
     """A request of the 2026-07-28 era: no session, no handshake; `Mcp-Method` (and
     `Mcp-Name`) checked against the body; every result `resultType: complete`."""
-    method_header = request.headers.get(METHOD_HEADER)
-    if message.method and method_header is not None and method_header != message.method:
-        rpc = JsonRpcError(HEADER_MISMATCH, "Mcp-Method does not match the body's method")
+    # What a proxy in front routes and authorizes by must say what the body says: both
+    # headers are required, and compared whole (a non-ASCII value as the SDKs encode it).
+    if message.method and _header_value(request, METHOD_HEADER) != message.method:
+        rpc = JsonRpcError(HEADER_MISMATCH, "Mcp-Method is missing or not the body's method")
         raise McpRefusal(400, rpc)
-    name_header = request.headers.get(NAME_HEADER)
     named = message.params.get(NAME_PARAMS.get(message.method, ""))
-    if (
-        isinstance(named, str)
-        and name_header is not None
-        and name_header.isascii()
-        and named.isascii()
-        and name_header != named
-    ):
-        rpc = JsonRpcError(HEADER_MISMATCH, "Mcp-Name does not match the body's name")
+    if message.method in NAME_PARAMS and _header_value(request, NAME_HEADER) != named:
+        rpc = JsonRpcError(HEADER_MISMATCH, "Mcp-Name is missing or not the body's name")
         raise McpRefusal(400, rpc)
     if not message.is_request:
         await count("")
@@ -345,6 +356,18 @@ async def _serve_modern(
         rpc = JsonRpcError(METHOD_NOT_FOUND, f"Method not found: {message.method}")
         return _json(error_message(message.id, rpc), status=404)
     return await _answer(request, mcp, identity, message, record, count, modern=True)
+
+
+def _header_value(request: Request, name: str) -> str | None:
+    """A header's value, decoded from MCP's `=?base64?...?=` form when it is in it; None
+    when it is missing or does not decode."""
+    value = request.headers.get(name)
+    if value is None or not (value.startswith("=?base64?") and value.endswith("?=")):
+        return value
+    try:
+        return base64.b64decode(value[9:-2], validate=True).decode()
+    except (ValueError, UnicodeDecodeError):
+        return None
 
 
 def _discovered() -> dict[str, Any]:
@@ -415,7 +438,12 @@ async def _initialize(mcp: McpGateway, identity: Identity, message: Message) -> 
     client = ""
     if isinstance(info, dict):
         client = f"{str(info.get('name', ''))[:100]} {str(info.get('version', ''))[:50]}".strip()
-    session = await mcp.sessions.create(identity.name, identity.key_id, version, client)
+    try:
+        session = await mcp.sessions.create(identity.name, identity.key_id, version, client)
+    except TooManySessions:
+        most = mcp.config.max_sessions_per_tenant
+        rpc = JsonRpcError(RATE_LIMITED, f"At most {most} live sessions: end one (DELETE)")
+        raise McpRefusal(429, rpc, {"Retry-After": "60"}) from None
     metrics.MCP_SESSIONS_STARTED.inc()
     result = {
         "protocolVersion": version,
@@ -537,14 +565,16 @@ async def _get(
     session = await _session(mcp, request, identity)
     await count("")
     tenant = identity.name
-    if mcp.streams.get(tenant, 0) >= MAX_STREAMS_PER_TENANT:
-        rpc = JsonRpcError(RATE_LIMITED, f"At most {MAX_STREAMS_PER_TENANT} open streams")
-        raise McpRefusal(429, rpc, {"Retry-After": "5"})
     after = request.headers.get("last-event-id")
     if after is None:
         after = await mcp.sessions.last_event_id(tenant)
-    caller = _caller(identity, record)
-    events = _events(mcp, caller, session, after)
+    # Counted here, with no wait between the look and the count: streams opened at once
+    # cannot all pass the look before any is counted.
+    if mcp.streams.get(tenant, 0) >= MAX_STREAMS_PER_TENANT:
+        rpc = JsonRpcError(RATE_LIMITED, f"At most {MAX_STREAMS_PER_TENANT} open streams")
+        raise McpRefusal(429, rpc, {"Retry-After": "5"})
+    mcp.streams[tenant] = mcp.streams.get(tenant, 0) + 1
+    events = _events(mcp, _caller(identity, record), session, after)
     return StreamingResponse(
         events, media_type="text/event-stream", headers={"Cache-Control": "no-cache"}
     )
@@ -553,13 +583,21 @@ async def _get(
 async def _events(
     mcp: McpGateway, caller: Caller, session: ClientSession, after: str
 ) -> AsyncIterator[bytes]:
+    """The stream's events (its slot in `mcp.streams` taken by the caller, given back
+    here); it ends when its session does, or Redis cannot be read (the client comes
+    back with its `Last-Event-ID`)."""
     tenant = caller.tenant
-    mcp.streams[tenant] = mcp.streams.get(tenant, 0) + 1
     try:
         yield b": stream open\n\n"
         quiet = 0.0
         while not mcp.closing.is_set():
-            events = await mcp.sessions.events_after(tenant, after)
+            try:
+                events = await mcp.sessions.events_after(tenant, after)
+                alive = await mcp.sessions.find(session.id, session.tenant, session.key_id)
+            except REDIS_ERRORS:
+                return
+            if alive is None:
+                return  # ended (DELETE) or expired
             for event in events:
                 after = event.id
                 if not caller.access.sees_server(event.server) or event.kind not in NOTIFICATIONS:
@@ -573,8 +611,6 @@ async def _events(
             if quiet >= KEEPALIVE_S:
                 yield b": keep-alive\n\n"
                 quiet = 0.0
-            if await mcp.sessions.find(session.id, session.tenant, session.key_id) is None:
-                return  # ended (DELETE) or expired
     finally:
         mcp.streams[tenant] -= 1
 

@@ -6,7 +6,6 @@ budget, an unknown period, an expiry in the past, a name too long... are each on
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -15,17 +14,12 @@ from typing import Any, get_args
 from gateway.apikeys.errors import KeyRequestInvalid
 from gateway.apikeys.managed_key import KeyLimits
 from gateway.config import Budget, Tenant
-from gateway.config.schema import BudgetPeriod
+from gateway.config.schema import MCP_PATTERN_CHARS, MCP_TOOLS_PATTERN, BudgetPeriod
 
 MAX_NAME = 128
 MAX_MODELS = 256
 MAX_MCP_TOOLS = 256
-MAX_MCP_PATTERN = 200
-# An MCP tools pattern: `server/tool`, `server/*`, `server` or `*`, fnmatch wildcards
-# (`*`, `?`, `[...]`) anywhere. A server part holds what a server's name may (letters,
-# digits, `-`) and wildcards; a tool part anything but `/`, spaces and control
-# characters (MCP's tool names are 1 to 128 characters, letters, digits, `_-.` as advised).
-_MCP_PATTERN = re.compile(r"[A-Za-z0-9*?\[\]!-]+(?:/[^/\s\x00-\x1f\x7f]+)?")
+MAX_MCP_PATTERN = MCP_PATTERN_CHARS
 # 10000-01-01T00:00:00Z: later times cannot be written in ISO 8601 (nor by datetime).
 LAST_EXPIRY = 253_402_300_800.0
 # Far above any real limit; below where an integer would stop being one in JSON tools.
@@ -211,7 +205,7 @@ def _mcp_tools(value: Any) -> tuple[str, ...] | None:
             raise KeyRequestInvalid(
                 f"Each of `mcp_tools` must be 1 to {MAX_MCP_PATTERN} characters.", "mcp_tools"
             )
-        if _MCP_PATTERN.fullmatch(pattern) is None:
+        if MCP_TOOLS_PATTERN.fullmatch(pattern) is None:
             raise KeyRequestInvalid(
                 f"{_shown(pattern)!r} is not an MCP tools pattern: `server/tool`, "
                 "`server/*`, `server` or `*` (`*`, `?` and `[...]` match as in file names).",

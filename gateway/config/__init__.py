@@ -3,7 +3,13 @@ validation into `file:line: message` problems (`validation`, `loader`), `cluster
 (`cluster_config`) and API key hashing (`keys`)."""
 
 from gateway.config.keys import digest, hash_key
-from gateway.config.loader import check_config, key_index, load_config, load_tenants
+from gateway.config.loader import (
+    check_config,
+    environment_problems,
+    key_index,
+    load_config,
+    load_tenants,
+)
 from gateway.config.schema import (
     AdmissionConfig,
     BackendKind,
@@ -43,6 +49,7 @@ __all__ = [
     "TenantsConfig",
     "check_config",
     "digest",
+    "environment_problems",
     "hash_key",
     "key_index",
     "load_config",

@@ -11,6 +11,7 @@ from __future__ import annotations
 import fnmatch
 import os
 import re
+import shutil
 from collections.abc import Iterator, Sequence
 from typing import TypeVar
 
@@ -44,16 +45,20 @@ def load_config(gateway_path: str) -> Config:
 
 
 def load_tenants(
-    tenants_path: str, models: set[str] | None, classes: Sequence[str] | None = None
+    tenants_path: str,
+    models: set[str] | None,
+    classes: Sequence[str] | None = None,
+    mcp_servers: set[str] | None = None,
 ) -> TenantsConfig:
     """Load a tenants file alone, e.g. to reload it while running.
 
-    `models` are the configured model names that tenants may list; None skips
-    that check. API keys are returned in `sha256:<hex>` form; `key_index`
-    gives the lookup table. Raises `ConfigError`.
+    `models` are the configured model names that tenants may list, `mcp_servers` the
+    MCP servers their `mcp` section may name; None skips that check. API keys are
+    returned in `sha256:<hex>` form; `key_index` gives the lookup table. Raises
+    `ConfigError`.
     """
     source = read_source(tenants_path)
-    tenants, problems = _check_tenants(source, models, classes)
+    tenants, problems = _check_tenants(source, models, classes, mcp_servers)
     if tenants is None:
         raise ConfigError(problems)
     return tenants
@@ -72,8 +77,8 @@ def check_config(path: str) -> list[str]:
     data = source.data
     try:
         if isinstance(data, dict) and "tenants" in data and "models" not in data:
-            models, classes = _sibling_gateway(path)
-            _, problems = _check_tenants(source, models, classes)
+            models, classes, servers = _sibling_gateway(path)
+            _, problems = _check_tenants(source, models, classes, servers)
             return [str(p) for p in problems]
         _load_config(source)
     except ConfigError as e:
@@ -98,7 +103,9 @@ def _load_config(source: Source) -> Config:
     if tenants_path is not None:
         classes = _classes(source)
         tenant_source = read_source(tenants_path)
-        tenants, tenant_problems = _check_tenants(tenant_source, _model_names(source), classes)
+        tenants, tenant_problems = _check_tenants(
+            tenant_source, _model_names(source), classes, _mcp_server_names(source)
+        )
         problems += tenant_problems
     if problems or gateway is None or tenants is None or tenants_path is None:
         raise ConfigError(problems)
@@ -123,14 +130,16 @@ def _check_gateway(source: Source) -> tuple[GatewayConfig | None, list[Problem]]
     problems += _capability_problems(source)
     problems += _alias_problems(source)
     problems += _price_problems(source)
-    problems += _mcp_env_problems(source)
     gateway, invalid = validate_source(GatewayConfig, source)
     problems += invalid
     return (None if problems else gateway), _sorted(problems)
 
 
 def _check_tenants(
-    source: Source, models: set[str] | None, classes: Sequence[str] | None = None
+    source: Source,
+    models: set[str] | None,
+    classes: Sequence[str] | None = None,
+    mcp_servers: set[str] | None = None,
 ) -> tuple[TenantsConfig | None, list[Problem]]:
     problems = list(source.problems)
     if not source.parsed:
@@ -140,6 +149,7 @@ def _check_tenants(
     problems += _tenant_model_problems(source, models)
     problems += _priority_problems(source, classes)
     problems += _tenant_alias_problems(source, models)
+    problems += _tenant_mcp_problems(source, mcp_servers)
     tenants, invalid = validate_source(TenantsConfig, source)
     problems += invalid
     return (None if problems else tenants), _sorted(problems)
@@ -164,21 +174,52 @@ def _cluster_path(source: Source) -> str | None:
     return os.path.join(os.path.dirname(source.file), name)
 
 
-def _sibling_gateway(tenants_path: str) -> tuple[set[str] | None, list[str]]:
-    """Models and priority classes for checking a bare tenants file.
+def _sibling_gateway(
+    tenants_path: str,
+) -> tuple[set[str] | None, list[str], set[str] | None]:
+    """Models, priority classes and MCP servers for checking a bare tenants file.
 
     From the `gateway.yaml` in the same directory when it names this tenants file;
-    otherwise no models (not checked) and the default classes.
+    otherwise no models and servers (not checked) and the default classes.
     """
     default: list[str] = AdmissionConfig.model_fields["classes"].default
     sibling = os.path.join(os.path.dirname(tenants_path), "gateway.yaml")
     if not os.path.isfile(sibling):
-        return None, default
+        return None, default, None
     source = read_source(sibling)
     named = _tenants_path(source)
     if named is None or os.path.realpath(named) != os.path.realpath(tenants_path):
-        return None, default
-    return _model_names(source), _classes(source)
+        return None, default, None
+    return _model_names(source), _classes(source), _mcp_server_names(source)
+
+
+def _mcp_server_names(source: Source) -> set[str]:
+    servers = as_dict(as_dict(as_dict(source.data).get("mcp")).get("servers"))
+    return set(servers)
+
+
+def _tenant_mcp_problems(source: Source, servers: set[str] | None) -> list[Problem]:
+    """A tenant's `mcp` section names servers gateway.yaml has: a typo in a tool's rate
+    would otherwise leave the tool unlimited, in its reach a server out of it."""
+    if servers is None:
+        return []
+    problems = []
+    for name, tenant in as_dict(as_dict(source.data).get("tenants")).items():
+        section = as_dict(as_dict(tenant).get("mcp"))
+        for i, pattern in enumerate(as_list(section.get("tools"))):
+            server = pattern.partition("/")[0] if isinstance(pattern, str) else ""
+            known = server in servers or "__" in server  # the latter refused as no pattern
+            if server and not is_pattern(server) and "[" not in server and not known:
+                loc: Loc = ("tenants", name, "mcp", "tools", i)
+                message = f"no MCP server '{server}' in gateway.yaml (mcp.servers)"
+                problems.append(source.problem(loc, at(loc, message)))
+        for tool in as_dict(section.get("limits")):
+            server = tool.partition("/")[0] if isinstance(tool, str) else ""
+            if server and server not in servers:
+                loc = ("tenants", name, "mcp", "limits", tool)
+                message = f"a rate for a tool of '{server}', which is no MCP server in gateway.yaml"
+                problems.append(source.problem(loc, at(loc, message), at_key=True))
+    return problems
 
 
 def _classes(source: Source) -> list[str]:
@@ -646,9 +687,61 @@ def _upstream_key_problems(source: Source) -> list[Problem]:
     return problems
 
 
+def environment_problems(gateway_path: str) -> list[str]:
+    """What the environment lacks for gateway.yaml to be served (not a problem of the
+    file, so a report or a check of the files alone reads it without the secrets): each
+    variable an MCP server's credentials name (found when the gateway starts, not on
+    the first call), as `file:line: why`."""
+    source = read_source(gateway_path)
+    problems = _mcp_env_problems(source) + _mcp_command_problems(source)
+    return [str(problem) for problem in _sorted(problems)]
+
+
+# Where a stdio server's command is looked for in its sandbox (its PATH there).
+SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin"
+
+
+def _mcp_command_problems(source: Source) -> list[Problem]:
+    """A stdio server's sandbox sees `/usr` and its configured paths only: its program
+    must be found there, and each path it names be an absolute path that exists."""
+    problems = []
+    servers = as_dict(as_dict(as_dict(source.data).get("mcp")).get("servers"))
+    for name, server in servers.items():
+        command = as_list(as_dict(server).get("command"))
+        sandbox = as_dict(as_dict(server).get("sandbox"))
+        seen: list[str] = []
+        for part in ("read_only", "writable"):
+            for i, path in enumerate(as_list(sandbox.get(part))):
+                if not isinstance(path, str):
+                    continue
+                loc: Loc = ("mcp", "servers", name, "sandbox", part, i)
+                if not os.path.isabs(path):
+                    problems.append(source.problem(loc, at(loc, f"{path!r} is not absolute")))
+                elif not os.path.exists(path):
+                    problems.append(source.problem(loc, at(loc, f"{path} does not exist")))
+                seen.append(os.path.normpath(path))
+        program = command[0] if command and isinstance(command[0], str) else None
+        if program is None:
+            continue
+        loc = ("mcp", "servers", name, "command", 0)
+        if os.path.isabs(program):
+            inside = program.startswith("/usr/") or any(
+                program == p or program.startswith(p.rstrip("/") + "/") for p in seen
+            )
+            if not os.path.isfile(program):
+                problems.append(source.problem(loc, at(loc, f"{program} does not exist")))
+            elif not inside:
+                why = f"{program} is outside /usr and the sandbox's paths: it cannot run there"
+                problems.append(source.problem(loc, at(loc, why)))
+        elif shutil.which(program, path=SANDBOX_PATH) is None:
+            why = f"{program!r} is not found in the sandbox's PATH ({SANDBOX_PATH})"
+            problems.append(source.problem(loc, at(loc, why)))
+    return problems
+
+
 def _mcp_env_problems(source: Source) -> list[Problem]:
     """An MCP server's credentials come from the environment: each variable it names
-    must be set when the gateway starts (not found only on the first call)."""
+    must be set when the gateway starts."""
     problems = []
     servers = as_dict(as_dict(as_dict(source.data).get("mcp")).get("servers"))
     for name, server in servers.items():

@@ -861,8 +861,10 @@ class McpConfig(Strict):
     allowed_origins: list[str] = []
     # A client session (the 2025-11-25 handshake) idle this long is forgotten.
     session_idle_s: Annotated[Float, Field(ge=60, le=30 * 86_400)] = 86_400.0
-    # The last events of a session kept for a client to resume its stream from.
+    # The last events of a tenant kept for a client to resume its stream from.
     events_kept: Annotated[Int, Field(ge=1, le=100_000)] = 256
+    # Live sessions (the handshake era's) one tenant may hold, across every gateway.
+    max_sessions_per_tenant: Annotated[Int, Field(ge=1, le=1_000_000)] = 1000
     on_tool_change: ToolChangePolicy = ToolChangePolicy.HIDE
     # What one server may list: more tools are left out (and logged).
     max_tools_per_server: Annotated[Int, Field(ge=1, le=10_000)] = 512
@@ -976,12 +978,52 @@ class TenantOutbound(Strict):
     models: dict[str, Policy] = {}
 
 
+# An MCP tools pattern: `server/tool`, `server/*`, `server` or `*`, fnmatch wildcards
+# (`*`, `?`, `[...]`) anywhere. A server part holds what a server's name may (letters,
+# digits, `-`) and wildcards; a tool part anything but `/`, spaces and control
+# characters (MCP's tool names are 1 to 128 characters, letters, digits, `_-.` as advised).
+MCP_TOOLS_PATTERN = re.compile(r"[A-Za-z0-9*?\[\]!-]+(?:/[^/\s\x00-\x1f\x7f]+)?")
+MCP_PATTERN_CHARS = 200
+
+
+def mcp_tools_pattern(pattern: str) -> str:
+    """`pattern` if it is an MCP tools pattern; else a ValueError that says what one is."""
+    if not 0 < len(pattern) <= MCP_PATTERN_CHARS or MCP_TOOLS_PATTERN.fullmatch(pattern) is None:
+        hint = (
+            " (the server and tool apart: `notes/echo`, not `notes__echo`)"
+            if "__" in pattern
+            else ""
+        )
+        raise ValueError(
+            f"{pattern[:60]!r} is not an MCP tools pattern: `server/tool`, `server/*`, "
+            f"`server` or `*` (`*`, `?` and `[...]` match as in file names){hint}"
+        )
+    return pattern
+
+
+def _one_tool(name: str) -> str:
+    if "/" not in name or any(c in name for c in "*?[") or "__" in name.split("/")[0]:
+        raise ValueError(f"{name[:60]!r}: a tool's rate names one tool, `server/tool`")
+    return mcp_tools_pattern(name)
+
+
+class ToolRate(Strict):
+    """A rate on one MCP tool's calls (each call is one request): on top of its
+    tenant's and its key's."""
+
+    requests_per_minute: PositiveInt
+    burst_requests: PositiveInt | None = None
+    # A tool call has no tokens: these stay unset (the limiter's buckets read them).
+    tokens_per_minute: None = None
+    burst_tokens: None = None
+
+
 class TenantMcp(Strict):
     """What a tenant may reach of the MCP servers behind the gateway: `tools` patterns
     `server/tool` (`*` anywhere: `github/*`, `*`), and a rate per tool on top of its own."""
 
-    tools: list[Annotated[str, Field(min_length=1, max_length=200)]] = ["*"]
-    limits: dict[Annotated[str, Field(pattern=r"^[A-Za-z0-9-]+/[^/*?]+$")], RateLimits] = {}
+    tools: list[Annotated[str, AfterValidator(mcp_tools_pattern)]] = ["*"]
+    limits: dict[Annotated[str, AfterValidator(_one_tool)], ToolRate] = {}
 
 
 class Tenant(Strict):

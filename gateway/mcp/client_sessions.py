@@ -54,14 +54,26 @@ class Event:
     kind: str
 
 
+class TooManySessions(Exception):
+    """The tenant holds as many live sessions as it may."""
+
+
 class SessionStore:
     """Sessions and the tenants' event streams in Redis."""
 
-    def __init__(self, redis: RedisClient, prefix: str, idle_s: float, events_kept: int) -> None:
+    def __init__(
+        self,
+        redis: RedisClient,
+        prefix: str,
+        idle_s: float,
+        events_kept: int,
+        max_per_tenant: int = 1000,
+    ) -> None:
         self._redis = redis
         self._prefix = prefix
         self._idle_ms = int(idle_s * 1000)
         self._kept = events_kept
+        self._max_per_tenant = max_per_tenant
         # Session id -> the session and when Redis last said it was alive.
         self._known: dict[str, tuple[ClientSession, float]] = {}
 
@@ -71,11 +83,27 @@ class SessionStore:
     def _events_key(self, tenant: str) -> str:
         return f"{self._prefix}:{{{hash_tag(tenant)}}}:mcp:events"
 
+    def _live_key(self, tenant: str) -> str:
+        # The tenant's live sessions, each scored by when it expires.
+        return f"{self._prefix}:{{{hash_tag(tenant)}}}:mcp:sessions"
+
     async def create(self, tenant: str, key_id: str, version: str, client: str) -> ClientSession:
-        """A new session of `tenant`'s key `key_id`."""
+        """A new session of `tenant`'s key `key_id`; `TooManySessions` past the tenant's
+        live sessions (counted in Redis, across gateways; an expired one gives its room
+        back)."""
+        live = self._live_key(tenant)
+        now_ms = int(time.time() * 1000)
+        async with self._redis.pipeline(transaction=False) as pipe:
+            pipe.zremrangebyscore(live, "-inf", now_ms)
+            pipe.zcard(live)
+            _, count = await pipe.execute()
+        if count >= self._max_per_tenant:
+            raise TooManySessions
         session = ClientSession(
             secrets.token_hex(SESSION_ID_BYTES), tenant, key_id, version, client[:200]
         )
+        await self._redis.zadd(live, {session.id: now_ms + self._idle_ms})
+        await self._redis.pexpire(live, self._idle_ms)
         key = self._session_key(session.id)
         fields = ["tenant", tenant, "key_id", key_id, "version", version, "client", session.client]
         async with self._redis.pipeline(transaction=False) as pipe:
@@ -111,13 +139,21 @@ class SessionStore:
         self._known[session_id] = (session, time.monotonic())
         if (session.tenant, session.key_id) != (tenant, key_id):
             return None  # another key's: not kept alive by it either
-        await self._redis.pexpire(key, self._idle_ms)
+        live = self._live_key(tenant)
+        async with self._redis.pipeline(transaction=False) as pipe:
+            pipe.pexpire(key, self._idle_ms)
+            pipe.zadd(live, {session_id: int(time.time() * 1000) + self._idle_ms})
+            pipe.pexpire(live, self._idle_ms)
+            await pipe.execute()
         return session
 
     async def end(self, session: ClientSession) -> None:
         """The session is over (DELETE)."""
         self._known.pop(session.id, None)
-        await self._redis.delete(self._session_key(session.id))
+        async with self._redis.pipeline(transaction=False) as pipe:
+            pipe.delete(self._session_key(session.id))
+            pipe.zrem(self._live_key(session.tenant), session.id)
+            await pipe.execute()
 
     async def publish(self, tenant: str, server: str, kind: str) -> None:
         """An event for every session of `tenant`: `server`'s `kind` listing changed."""

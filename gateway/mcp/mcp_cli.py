@@ -2,7 +2,7 @@
 through the admin API (`/admin/mcp/tools`) over HTTP.
 
     gateway mcp held [--json]
-    gateway mcp accept SERVER TOOL
+    gateway mcp accept SERVER TOOL       (or SERVER__TOOL, as clients name it)
 
 `--url` and `--admin-key` as `gateway keys` takes them (the ops listener; an admin
 tenant's key).
@@ -29,9 +29,11 @@ def add_mcp_arguments(parser: argparse.ArgumentParser) -> None:
     held = commands.add_parser("held", help="tools held from clients, and why")
     held.add_argument("--json", action="store_true", help="JSON rather than a table")
     connection_arguments(held, argparse.SUPPRESS)
-    accept = commands.add_parser("accept", help="show a held tool again, as it is now")
-    accept.add_argument("server")
-    accept.add_argument("tool")
+    accept = commands.add_parser(
+        "accept", help="show a held tool again, as it is now: SERVER TOOL, or SERVER__TOOL"
+    )
+    accept.add_argument("server", help="the server, or the tool's public name server__tool")
+    accept.add_argument("tool", nargs="?")
     connection_arguments(accept, argparse.SUPPRESS)
     parser.set_defaults(run=run_mcp_command)
 
@@ -58,7 +60,13 @@ def run_mcp_command(args: argparse.Namespace) -> int:
             return 1
         print(json.dumps(answer, indent=2) if args.json else table(answer["held"]))
         return 0
-    body = {"server": args.server, "tool": args.tool}
+    server, tool = args.server, args.tool
+    if tool is None:
+        server, found, tool = server.partition("__")
+        if not found or not tool:
+            print("gateway mcp accept: give SERVER TOOL, or the public name SERVER__TOOL")
+            return 2
+    body = {"server": server, "tool": tool}
     answer = admin_answer(args.url, admin_key, "POST", "/admin/mcp/tools/accept", body)
     if answer is None:
         return 1

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -34,10 +35,15 @@ from gateway.mcp.tool_review import ToolReview
 from gateway.mcp.upstream_peer import UpstreamFailure
 from gateway.mcp.upstream_pool import UpstreamPool
 from gateway.observability import metrics
+from gateway.observability.logging import redact
 
 log = logging.getLogger("gateway.mcp")
 
 SEPARATOR = "__"
+# A server left out of listings for one reason is logged so once a minute.
+SAID_EVERY_S = 60.0
+# Values the outbound scan reads on the event loop; larger ones on a thread.
+SCAN_ON_LOOP_BYTES = 8 * 1024
 # Longest name MCP allows a tool (2025-11-25: 1 to 128 characters).
 MAX_NAME_CHARS = 128
 # How long one server may take to list, before a listing goes on without it.
@@ -95,6 +101,8 @@ class McpService:
         self._pool = pool
         self._review = review
         self._scan = scan
+        # Why a server was last left out of a listing, and when that was said.
+        self._said: dict[tuple[str, str], float] = {}
 
     @property
     def servers(self) -> dict[str, McpServer]:
@@ -121,7 +129,11 @@ class McpService:
                 why = (
                     result.message if isinstance(result, UpstreamFailure) else type(result).__name__
                 )
-                log.warning("MCP server %s left out of a %s listing: %s", server, kind, why)
+                if len(self._said) > 1000:
+                    self._said.clear()
+                if self._said.get((server, why), 0.0) < time.monotonic() - SAID_EVERY_S:
+                    self._said[(server, why)] = time.monotonic()
+                    log.warning("MCP server %s left out of listings: %s", server, why)
                 continue
             listings.append((server, result))
         return listings
@@ -130,13 +142,12 @@ class McpService:
         """The tools the caller may call, by their public names."""
         tools: list[dict[str, Any]] = []
         for server, listed in await self._listings(caller, "tools"):
-            named = [t for t in listed if isinstance(t.get("name"), str)]
+            named = _well_named(server, listed)
             allowed = [t for t in named if caller.access.allows(server, t["name"])]
             shown = await self._review.allowed(server, allowed)
             for tool, ok in zip(allowed, shown, strict=True):
-                name = public_name(server, tool["name"])
-                if ok and len(name) <= MAX_NAME_CHARS:
-                    tools.append({**tool, "name": name})
+                if ok:
+                    tools.append({**tool, "name": public_name(server, tool["name"])})
         return tools
 
     async def list_prompts(self, caller: Caller) -> list[dict[str, Any]]:
@@ -194,7 +205,9 @@ class McpService:
         stats.server, stats.tool = server, tool
         stats.bytes_in = len(orjson.dumps(arguments))
         if config.external:
-            arguments = self._scanned(caller, server, config, arguments, stats)
+            arguments = await self._scanned(
+                caller, server, config, arguments, stats.bytes_in, stats
+            )
         started = time.perf_counter()
         try:
             result = await self._pool.call(
@@ -209,12 +222,12 @@ class McpService:
             raise _client_error(failure) from None
         finally:
             metrics.MCP_CALL_SECONDS.labels(server).observe(time.perf_counter() - started)
-        if config.external and config.scan_results:
-            result = self._scanned(caller, server, config, result, stats)
         stats.bytes_out = len(orjson.dumps(result))
+        if config.external and config.scan_results:
+            result = await self._scanned(caller, server, config, result, stats.bytes_out, stats)
         if result.get("isError") is True:
             stats.outcome = "tool_error"
-        return result
+        return _prefixed_links(server, result)
 
     async def _listed_tool(self, caller: Caller, server: str, tool: str) -> dict[str, Any] | None:
         """The tool as its server lists it now, if clients may see it (a call to a held
@@ -223,20 +236,32 @@ class McpService:
             listed = await self._pool.listing(caller.tenant, server, "tools")
         except UpstreamFailure as failure:
             raise _client_error(failure) from None
-        for candidate in listed:
-            if candidate.get("name") == tool:
+        for candidate in _well_named(server, listed):
+            if candidate["name"] == tool:
                 (ok,) = await self._review.allowed(server, [candidate])
                 return candidate if ok else None
         return None
 
-    def _scanned(
-        self, caller: Caller, server: str, config: McpServer, value: Any, stats: CallStats
+    async def _scanned(
+        self,
+        caller: Caller,
+        server: str,
+        config: McpServer,
+        value: Any,
+        size: int,
+        stats: CallStats | None = None,
     ) -> Any:
+        """`value` through the outbound scan (on a thread of its own past a few KB: a
+        large one would hold the event loop, every tenant's requests with it)."""
         policy = caller.outbound or config.outbound
+        scan = (caller.request_id, caller.tenant, server, policy, value)
         try:
-            return self._scan(caller.request_id, caller.tenant, server, policy, value)
+            if size > SCAN_ON_LOOP_BYTES:
+                return await asyncio.to_thread(self._scan, *scan)
+            return self._scan(*scan)
         except Exception:
-            stats.outcome = "blocked"
+            if stats is not None:
+                stats.outcome = "blocked"
             raise
 
     async def read_resource(self, caller: Caller, uri: Any) -> dict[str, Any]:
@@ -244,9 +269,10 @@ class McpService:
         if not isinstance(uri, str):
             raise JsonRpcError(INVALID_PARAMS, "uri is a string")
         server, found, original = uri.partition("+")
-        if not found or server not in self._config.servers:
+        config = self._config.servers.get(server)
+        if not found or config is None or not caller.access.sees_server(server):
+            # A server out of the caller's reach reads as one that is not there.
             raise JsonRpcError(RESOURCE_NOT_FOUND, "Resource not found", {"uri": uri[:1000]})
-        config = self._server_of(caller, server)
         return await self._forward(caller, server, config, "resources/read", {"uri": original})
 
     async def get_prompt(self, caller: Caller, name: Any, arguments: Any) -> dict[str, Any]:
@@ -269,18 +295,64 @@ class McpService:
         except UpstreamFailure as failure:
             raise _client_error(failure) from None
         if config.external and config.scan_results:
-            result = self._scan(
-                caller.request_id, caller.tenant, server, caller.outbound or config.outbound, result
-            )
-        return result
+            result = await self._scanned(caller, server, config, result, len(orjson.dumps(result)))
+        return _prefixed_links(server, result)
+
+
+def _prefixed_links(server: str, result: dict[str, Any]) -> dict[str, Any]:
+    """`result` with the URIs it holds of its server's resources (read contents, resource
+    links, embedded resources) under the server's name, as clients read them back."""
+    contents = result.get("contents")
+    if isinstance(contents, list):
+        result = {**result, "contents": [_prefixed(server, item) for item in contents]}
+    content = result.get("content")
+    if isinstance(content, list):
+        result = {**result, "content": [_prefixed_content(server, item) for item in content]}
+    return result
+
+
+def _prefixed(server: str, item: Any) -> Any:
+    if isinstance(item, dict) and isinstance(item.get("uri"), str):
+        return {**item, "uri": f"{server}+{item['uri']}"}
+    return item
+
+
+def _prefixed_content(server: str, item: Any) -> Any:
+    if not isinstance(item, dict):
+        return item
+    if item.get("type") == "resource_link":
+        return _prefixed(server, item)
+    if item.get("type") == "resource":
+        return {**item, "resource": _prefixed(server, item.get("resource"))}
+    return item
+
+
+# A tool's name as MCP advises it (1 to 128 of these), and as the gateway serves it: a
+# server's other names are left out before anything is kept of them (pins, held tools).
+_TOOL_NAME = re.compile(r"[A-Za-z0-9_.-]+")
+
+
+def _well_named(server: str, listed: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The tools of a listing whose names the gateway serves: MCP's characters, and
+    short enough to be named `{server}__{tool}` in 128."""
+    most = MAX_NAME_CHARS - len(server) - len(SEPARATOR)
+    return [
+        tool
+        for tool in listed
+        if isinstance(name := tool.get("name"), str)
+        and len(name) <= most
+        and _TOOL_NAME.fullmatch(name) is not None
+    ]
 
 
 def _client_error(failure: UpstreamFailure) -> JsonRpcError:
-    """What the client is told of an upstream's failure."""
+    """What the client is told of an upstream's failure: its message redacted (a server
+    may echo what it was given, its credentials included)."""
+    message = redact(failure.message[:2000])
     if failure.outcome == "error" and failure.code is not None:
         code = failure.code if failure.code in _PASSED_CODES else UPSTREAM_ERROR
         if code == METHOD_NOT_FOUND:
             code = UPSTREAM_ERROR  # the client asked the gateway, which has the method
-        return JsonRpcError(code, failure.message[:2000])
+        return JsonRpcError(code, message)
     codes = {"timeout": UPSTREAM_TIMEOUT, "too_large": RESULT_TOO_LARGE}
-    return JsonRpcError(codes.get(failure.outcome, UPSTREAM_ERROR), failure.message[:2000])
+    return JsonRpcError(codes.get(failure.outcome, UPSTREAM_ERROR), message)

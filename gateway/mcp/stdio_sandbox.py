@@ -125,7 +125,9 @@ def sandboxed(
         argv += [*parent_dirs(path, made), "--ro-bind", path, path]
     for path in sandbox.writable:
         argv += [*parent_dirs(path, made), "--bind", path, path]
-    argv += ["--proc", "/proc", "--dev", "/dev"]
+    # /dev is a tmpfs of bwrap's, its /dev/shm writable by all: bounded as /tmp is.
+    shm = ["--perms", "1777", "--size", str(TMP_BYTES), "--tmpfs", "/dev/shm"]
+    argv += ["--proc", "/proc", "--dev", "/dev", *shm]
     if cwd is not None:
         argv += ["--chdir", cwd]
     if root:
@@ -136,7 +138,7 @@ def sandboxed(
             "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--",
             bwrap, "--unshare-user", "--disable-userns", "--uid", uid, "--gid", gid,
             "--cap-drop", "ALL", "--die-with-parent", "--bind", "/", "/", "--dev", "/dev",
-            "--proc", "/proc",
+            *shm, "--proc", "/proc",
         ]  # fmt: skip
         if cwd is not None:
             argv += ["--chdir", cwd]

@@ -39,6 +39,9 @@ _INSTRUCTIONS = re.compile(
 )
 # What an operator is shown of a held tool's description.
 SHOWN_CHARS = 2000
+# Tools held at once, of every server: past it, a tool is hidden (with `hide`) but not
+# recorded, so that a server renaming its tools on every listing cannot grow Redis.
+MAX_HELD = 1000
 
 
 def _name(tool: dict[str, Any]) -> str:
@@ -48,7 +51,8 @@ def _name(tool: dict[str, Any]) -> str:
 
 def fingerprint(tool: dict[str, Any]) -> str:
     """The hash of what a tool tells the model of itself."""
-    told = {part: tool.get(part) for part in ("title", "description", "inputSchema", "annotations")}
+    parts = ("title", "description", "inputSchema", "outputSchema", "annotations", "icons")
+    told = {part: tool.get(part) for part in parts}
     return hashlib.sha256(orjson.dumps(told, option=orjson.OPT_SORT_KEYS)).hexdigest()
 
 
@@ -60,7 +64,8 @@ def suspicion(tool: dict[str, Any], max_chars: int) -> str | None:
     for text in told:
         if isinstance(text, str) and len(text) > max_chars:
             return f"its description is over {max_chars} characters"
-    for text in [*told, *_strings(tool.get("inputSchema"))]:
+    schemas = [*_strings(tool.get("inputSchema")), *_strings(tool.get("outputSchema"))]
+    for text in [*told, *schemas]:
         found = _INSTRUCTIONS.search(text) if isinstance(text, str) else None
         if found is not None:
             return f"its description reads as instructions to the model ({found.group(0)[:60]!r})"
@@ -172,6 +177,9 @@ class ToolReview:
         known = await self._redis.hget(self._held, field)
         if known is not None and orjson.loads(known).get("fingerprint") == mark:
             return  # held already, as it is now
+        if known is None and await self._redis.hlen(self._held) >= MAX_HELD:
+            log.warning("MCP tool %s not recorded as held: %d are held already", field, MAX_HELD)
+            return
         description = tool.get("description")
         held = HeldTool(
             server,

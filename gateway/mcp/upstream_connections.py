@@ -23,7 +23,7 @@ import orjson
 
 from gateway.backends.http import new_session, sse_payloads
 from gateway.config.schema import McpServer
-from gateway.mcp.stdio_sandbox import sandboxed
+from gateway.mcp.stdio_sandbox import SandboxUnavailable, sandboxed
 from gateway.mcp.upstream_peer import (
     CLIENT_INFO,
     UPSTREAM_PROTOCOL_VERSION,
@@ -32,13 +32,21 @@ from gateway.mcp.upstream_peer import (
     UpstreamPeer,
     result_of,
 )
+from gateway.observability.logging import redact
 
 log = logging.getLogger("gateway.mcp")
 
 # Room for a message's envelope around a result of `max_result_bytes`.
 ENVELOPE_BYTES = 64 * 1024
-# What is kept of a stdio server's standard error, for the reason it did not start.
+# What is kept of a stdio server's standard error, for the log; and what it may write
+# there a second (past it, it is read no faster: it waits on its own writes).
 STDERR_KEPT = 2048
+STDERR_PER_S = 64 * 1024
+# How long a cancellation may take to be written.
+CANCEL_WRITE_S = 1.0
+# What may wait to be written to a stdio server that does not read it: past it, the
+# server is ended (its calls told), not the gateway's memory filled.
+UNREAD_BYTES = 8 * 1024 * 1024
 ACCEPT = "application/json, text/event-stream"
 
 
@@ -81,6 +89,10 @@ async def open_connection(
         raise UpstreamFailure(
             "unavailable", f"MCP server {name} did not start: {failure.message}"
         ) from None
+    except SandboxUnavailable as missing:
+        await connection.close()
+        log.warning("MCP server %s not started: %s", name, missing)
+        raise UpstreamFailure("unavailable", f"MCP server {name} cannot run here") from None
     except BaseException:
         await connection.close()
         raise
@@ -150,6 +162,7 @@ class StdioConnection:
         self._tasks: list[asyncio.Task[None]] = []
         self._write_lock = asyncio.Lock()
         self._stderr = b""
+        self._secrets: list[str] = []
         self.initialize_result: dict[str, Any] = {}
 
     @property
@@ -161,6 +174,7 @@ class StdioConnection:
         assert server.command is not None
         env = dict(server.env)
         env.update({name: os.environ.get(var, "") for name, var in server.env_from.items()})
+        self._secrets = [os.environ[v] for v in server.env_from.values() if os.environ.get(v)]
         command = sandboxed(server.command, server.sandbox, env, server.cwd)
         try:
             self._process = await _spawn(
@@ -187,14 +201,24 @@ class StdioConnection:
             )
         request_id = peer.next_id()
         answer = peer.expect(request_id)
+        sent = False
         try:
-            await self._send(
-                {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}
-            )
+            # The write too is under the deadline: a server that stops reading its input
+            # would otherwise hold every call (and its bytes) in the gateway.
             async with asyncio.timeout(timeout_s):
+                await self._send(
+                    {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}
+                )
+                sent = True
                 response = await answer
         except TimeoutError:
-            await self._cancel(request_id, "the gateway's timeout")
+            if sent and not self._unread():
+                await self._cancel(request_id, "the gateway's timeout")
+            else:
+                # Our request is not read yet: the server stopped reading. Its process
+                # ends, and with it what waited to be written to it.
+                self._end("it stopped reading its input")
+                await self._stop_process()
             raise UpstreamFailure(
                 "timeout", f"MCP server {self.server_name} did not answer in {timeout_s:g} s"
             ) from None
@@ -207,10 +231,11 @@ class StdioConnection:
 
     async def _cancel(self, request_id: int, reason: str) -> None:
         params = {"requestId": request_id, "reason": reason}
-        with contextlib.suppress(UpstreamFailure):
-            await self._send(
-                {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": params}
-            )
+        with contextlib.suppress(UpstreamFailure, TimeoutError):
+            async with asyncio.timeout(CANCEL_WRITE_S):
+                await self._send(
+                    {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": params}
+                )
 
     async def _send(self, message: dict[str, Any]) -> None:
         process = self._process
@@ -219,10 +244,18 @@ class StdioConnection:
         async with self._write_lock:
             try:
                 process.stdin.write(orjson.dumps(message) + b"\n")
+                if self._unread() > UNREAD_BYTES:
+                    self._end("it stopped reading its input")
+                    raise ConnectionError("unread")
                 await process.stdin.drain()
             except (ConnectionError, RuntimeError) as exc:
                 self._end(f"its input closed ({type(exc).__name__})")
                 raise self._peer.failure or UpstreamFailure("unavailable", "gone") from None
+
+    def _unread(self) -> int:
+        """Bytes written to the server that it has not read yet (the pipe's buffer)."""
+        process = self._process
+        return 0 if process is None else process.stdin.transport.get_write_buffer_size()
 
     async def _read(self) -> None:
         assert self._process is not None
@@ -259,13 +292,21 @@ class StdioConnection:
             while chunk := await stderr.read(65536):
                 # Its last words only: what says why it did not start.
                 self._stderr = (self._stderr + chunk)[-STDERR_KEPT:]
+                # A server that writes without end is read at this pace, no faster.
+                await asyncio.sleep(len(chunk) / STDERR_PER_S)
 
     def _end(self, why: str) -> None:
+        # Its last words go to the log only, redacted and without the credentials it was
+        # given: a server may print what it was started with.
         last = self._stderr.decode(errors="replace").strip().splitlines()[-1:]
-        detail = f" ({last[0][:300]})" if last else ""
-        self._peer.cut_off(
-            UpstreamFailure("unavailable", f"MCP server {self.server_name}: {why}{detail}")
-        )
+        if last:
+            said = last[0][:300]
+            for secret in self._secrets:
+                said = said.replace(secret, "[credential]")
+            name = self.server_name
+            log.warning("MCP server %s: %s; its last words: %s", name, why, redact(said))
+        failure = UpstreamFailure("unavailable", f"MCP server {self.server_name}: {why}")
+        self._peer.cut_off(failure)
 
     async def _stop_process(self) -> None:
         process = self._process
@@ -466,6 +507,7 @@ class HttpConnection:
                     headers={k: v for k, v in self._headers().items() if k != "Content-Type"}
                     | {"Accept": "text/event-stream"},
                     read_bufsize=self._server.max_result_bytes + ENVELOPE_BYTES,
+                    allow_redirects=False,  # its credentials go to its own URL only
                 ) as response:
                     if response.status != 200:
                         return

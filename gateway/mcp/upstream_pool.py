@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.config.schema import McpServer
+from gateway.mcp.jsonrpc import METHOD_NOT_FOUND
 from gateway.mcp.upstream_connections import Connection, open_connection
 from gateway.mcp.upstream_peer import UpstreamFailure
 
@@ -115,7 +116,12 @@ class UpstreamPool:
         asked = time.monotonic()
         for _ in range(MAX_PAGES):
             params = {} if cursor is None else {"cursor": cursor}
-            result = await self.call(tenant, server, method, params, config.timeout_s)
+            try:
+                result = await self.call(tenant, server, method, params, config.timeout_s)
+            except UpstreamFailure as failure:
+                if failure.outcome != "error" or failure.code != METHOD_NOT_FOUND:
+                    raise
+                break  # it offers none of these (resource templates, say): an empty list
             page = result.get(member)
             if isinstance(page, list):
                 items += [item for item in page if isinstance(item, dict)]

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from gateway.config import Budget, RateLimits, Tenant
+from gateway.config.schema import ToolRate
 from gateway.ratelimit.buckets import DAY_BUDGET, MONTH_BUDGET, BucketSpec, bucket_key
 from gateway.ratelimit.coalescer import PackedCall
 from gateway.ratelimit.headers import HEADER_NAMES
@@ -128,7 +129,9 @@ class LimitPlan:
         ]
 
 
-def _buckets(prefix: str, tenant: str, model: str | None, limits: RateLimits) -> list[Bucket]:
+def _buckets(
+    prefix: str, tenant: str, model: str | None, limits: RateLimits | ToolRate
+) -> list[Bucket]:
     found = []
     for kind, per_minute, burst in (
         ("requests", limits.requests_per_minute, limits.burst_requests),
@@ -194,7 +197,7 @@ def plan_for(
     of the tenant and the key that name it), no lease: what a fallback to `model` takes
     on top of the request's own admission, which took the rest."""
     buckets = [] if model_only else _buckets(prefix, name, None, tenant.limits)
-    model_limits = tenant.limits.models.get(model)
+    model_limits: RateLimits | ToolRate | None = tenant.limits.models.get(model)
     if model_limits is None and model.startswith(MCP_TOOL_PREFIX):
         model_limits = tenant.mcp.limits.get(model[len(MCP_TOOL_PREFIX) :])
     if model_limits is not None:

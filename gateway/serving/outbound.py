@@ -201,8 +201,9 @@ def _report(
     for category, count in found.items():
         metrics.labels(metrics.OUTBOUND_FINDINGS, model, category, policy.value).inc(count)
     audit.info(
-        "outbound data %s for an external model",
+        "outbound data %s for an external %s",
         "masked" if policy is OutboundPolicy.MASK else "blocked",
+        "MCP server" if model.startswith("mcp:") else "model",
         extra={
             "fields": {
                 "request_id": request_id,

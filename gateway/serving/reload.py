@@ -93,6 +93,7 @@ class TenantsReloader:
                     self._path,
                     set(self._runtime.routes),
                     self._runtime.config.gateway.admission.classes,
+                    set(self._runtime.config.gateway.mcp.servers),
                 )
             except Exception as exc:
                 # Anything else is a bug in the loader, but the running tenants still stay

@@ -133,7 +133,7 @@ def claude(base_url: str, key: str, model: str | None) -> ToolConfig:
             "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
         },
         setup=(
-            f"claude mcp add --transport http {MCP_SERVER_NAME} "
+            f"claude mcp add --scope user --transport http {MCP_SERVER_NAME} "
             f"{base_url.rstrip('/')}/mcp --header "
             '"Authorization: Bearer $ANTHROPIC_AUTH_TOKEN"',
         ),

@@ -11,7 +11,12 @@ import uuid
 import pytest
 from redis.asyncio import Redis
 
-from gateway.mcp.client_sessions import SESSION_ID_BYTES, ClientSession, SessionStore
+from gateway.mcp.client_sessions import (
+    SESSION_ID_BYTES,
+    ClientSession,
+    SessionStore,
+    TooManySessions,
+)
 
 IDLE_S = 600.0
 KEPT = 5
@@ -223,3 +228,23 @@ async def test_another_key_does_not_keep_a_session_alive(
     assert await redis.pttl(key) <= 5_000  # not restarted by the stranger's request
     assert await SessionStore(redis, prefix, IDLE_S, KEPT).find(session.id, "acme", "key-1")
     assert await redis.pttl(key) > 5_000  # restarted by its own key's
+
+
+async def test_a_tenant_holds_at_most_its_live_sessions(redis: Redis, prefix: str) -> None:
+    store = SessionStore(redis, prefix, IDLE_S, KEPT, max_per_tenant=2)
+    first = await store.create("acme", "key-1", VERSION, CLIENT)
+    await store.create("acme", "key-2", VERSION, CLIENT)
+    with pytest.raises(TooManySessions):
+        await store.create("acme", "key-1", VERSION, CLIENT)
+    # Another tenant's count is its own; an ended session gives its room back.
+    await store.create("globex", "key-9", VERSION, CLIENT)
+    await store.end(first)
+    assert await store.create("acme", "key-1", VERSION, CLIENT)
+
+
+async def test_an_expired_session_gives_its_room_back(redis: Redis, prefix: str) -> None:
+    store = SessionStore(redis, prefix, 60.0, KEPT, max_per_tenant=1)
+    session = await store.create("acme", "key-1", VERSION, CLIENT)
+    # As if its idle time had passed (its score is when it expires).
+    await redis.zadd(f"{prefix}:{{acme}}:mcp:sessions", {session.id: 1})
+    assert await store.create("acme", "key-1", VERSION, CLIENT)

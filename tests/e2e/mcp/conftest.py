@@ -74,6 +74,8 @@ async def mcp_session(url: str, key: str) -> AsyncIterator[ClientSession]:
 
 
 TOKEN = "notes-upstream-token-1234"
+# Of no shape a redaction knows: only the gateway's knowing it was given keeps it hidden.
+HOSTILE_TOKEN = "hostile-cred-q8Zw3"
 
 
 def wait_port(port: int, timeout_s: float = 30.0) -> None:
@@ -121,7 +123,9 @@ def start_mcp_gateway(
     servers = {
         "notes": stdio_server("notes_server.py", env_from={"NOTES_TOKEN": "NOTES_TOKEN"}),
         "notes-http": {"url": http_servers["notes"], "bearer_token_env": "NOTES_TOKEN"},
-        "hostile": stdio_server("hostile_server.py", **hostile),
+        "hostile": stdio_server(
+            "hostile_server.py", env_from={"HOSTILE_TOKEN": "HOSTILE_TOKEN"}, **hostile
+        ),
         "hostile-http": {"url": http_servers["hostile"], **hostile},
         # The notes server again, as if outside the cluster: what leaves is scanned.
         "notes-ext": {"url": http_servers["notes"], "external": True, "outbound": "block"},
@@ -142,7 +146,7 @@ def start_mcp_gateway(
             "mcp": {"servers": servers},
             "ledger": {"url": f"sqlite:///{tmp / 'usage.db'}", "flush_interval_ms": 50},
         },
-        env={"NOTES_TOKEN": TOKEN},
+        env={"NOTES_TOKEN": TOKEN, "HOSTILE_TOKEN": HOSTILE_TOKEN},
     )
 
 

@@ -17,7 +17,7 @@ import pytest
 from mcp.shared.exceptions import MCPError
 
 from gateway_tools.dev.processes import gateway_command
-from tests.e2e.mcp.conftest import MCP_KEYS, mcp_session
+from tests.e2e.mcp.conftest import HOSTILE_TOKEN, MCP_KEYS, mcp_session
 from tests.e2e.mcp.test_mcp_gateway import new_session, post_raw, run, text_of
 from tests.e2e.stack import Gateway
 
@@ -327,3 +327,63 @@ def test_thousands_of_calls_at_once_get_answers_and_429s_never_a_5xx(
     assert statuses.count(200) <= 2  # its tool's rate: two a minute
     assert served == "still served"
     assert not [line for line in mcp_gateway.log.splitlines() if '"status":5' in line]
+
+
+def test_a_server_that_stops_reading_its_input_times_calls_out_and_is_restarted(
+    mcp_gateway: Gateway,
+) -> None:
+    async def stalled() -> list[Any]:
+        async with mcp_session(mcp_gateway.url, MCP_KEYS["acme"]) as client:
+            with pytest.raises(MCPError):
+                await client.call_tool("hostile__stall", {})
+            big = {"mb": 0, "pad": "x" * 600_000}  # more than a pipe holds, twice over
+            return await asyncio.gather(
+                *(client.call_tool("hostile__ok", big) for _ in range(3)),
+                return_exceptions=True,
+            )
+
+    results = run(stalled())
+    # Timed out, or cut off as soon as the first timeout saw its requests unread.
+    codes = [r.error.code if isinstance(r, MCPError) else r for r in results]
+    assert set(codes) <= {TIMEOUT, UPSTREAM}, results
+    assert run(call_ok(mcp_gateway.url, "acme", "hostile__ok", {})) == "ok done"
+
+
+def test_a_server_s_last_words_never_reach_a_client_or_the_log_with_its_credential(
+    mcp_gateway: Gateway,
+) -> None:
+    code = run(call_failing(mcp_gateway.url, "hostile__crash", {}))
+    assert code == UPSTREAM
+    assert HOSTILE_TOKEN not in mcp_gateway.log
+    assert "auth failed with [credential]" in mcp_gateway.log
+
+
+def test_names_no_client_could_call_are_neither_listed_nor_kept(mcp_gateway: Gateway) -> None:
+    async def listed() -> list[str]:
+        async with mcp_session(mcp_gateway.url, MCP_KEYS["acme"]) as client:
+            return [tool.name for tool in (await client.list_tools()).tools]
+
+    tools = run(listed())
+    assert "hostile__with space" not in tools and not [t for t in tools if "nnnn" in t]
+    held = admin(mcp_gateway, "/admin/mcp/tools")["held"]
+    assert not [t for t in held if t["tool"].startswith("nnnn") or " " in t["tool"]]
+
+
+def test_a_resource_of_a_server_out_of_reach_reads_as_one_not_there(
+    mcp_gateway: Gateway,
+) -> None:
+    session = new_session(mcp_gateway.url, MCP_KEYS["globex"])  # its reach: notes/echo
+    codes = []
+    for uri in ("hostile+notes://today", "nosuch+notes://today"):
+        message = {"jsonrpc": "2.0", "id": 1, "method": "resources/read", "params": {"uri": uri}}
+        status, _, body = post_raw(mcp_gateway.url, MCP_KEYS["globex"], message, session=session)
+        codes.append((status, body["error"]["code"], body["error"]["message"]))
+    assert codes[0] == codes[1] == (200, -32002, "Resource not found")
+
+
+def test_a_stateless_request_without_its_method_header_is_refused(mcp_gateway: Gateway) -> None:
+    message = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
+    status, _, body = post_raw(
+        mcp_gateway.url, MCP_KEYS["acme"], message, headers={"MCP-Protocol-Version": "2026-07-28"}
+    )
+    assert status == 400 and body["error"]["code"] == -32020

@@ -154,7 +154,7 @@ def test_codex_and_claude_code_get_the_gateway_s_mcp_endpoint_with_the_key_from_
     claude = config_for("claude", URL + "v1", "sk-k", "m")
     (setup,) = claude.setup
     assert shlex.split(setup) == [
-        "claude", "mcp", "add", "--transport", "http", "gateway", "http://gateway.example:8080/mcp",
+        "claude", "mcp", "add", "--scope", "user", "--transport", "http", "gateway", "http://gateway.example:8080/mcp",
         "--header", "Authorization: Bearer $ANTHROPIC_AUTH_TOKEN",
     ]  # fmt: skip
     # The key itself is in no file and no command: only in the environment.

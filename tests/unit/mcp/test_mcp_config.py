@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.config.loader import load_config
+from gateway.config.loader import environment_problems, load_config
 from gateway.config.schema import ToolChangePolicy
 from tests.unit.config.test_loader import GATEWAY, TENANTS, problems, write
 
@@ -131,7 +131,11 @@ def test_letters_digits_and_dashes_starting_with_a_letter_name_a_server(name: st
 def test_a_credential_from_an_unset_variable_is_refused_at_its_line(
     setting: str, where: str
 ) -> None:
-    found = problems(mcp(f"    github:\n      {setting}\n"))
+    gateway = mcp(f"    github:\n      {setting}\n")
+    # The files themselves are valid: a report reads them without the secrets ...
+    assert problems(gateway) == []
+    # ... but `gateway serve` and `check-config` ask the environment for them.
+    found = environment_problems("gateway.yaml")
     assert found == [
         f"gateway.yaml:{SERVER_AT + 1}: mcp.servers.github.{where}: environment variable "
         f"{UNSET} is not set (the server's credential)"
@@ -143,10 +147,12 @@ def test_a_credential_from_an_empty_variable_is_refused(monkeypatch: pytest.Monk
     server = (
         f"    github:\n      url: https://mcp.example.com/mcp\n      bearer_token_env: {UNSET}\n"
     )
-    found = problems(mcp(server))
+    assert problems(mcp(server)) == []
+    found = environment_problems("gateway.yaml")
     assert len(found) == 1 and f"environment variable {UNSET} is not set" in found[0]
 
 
 def test_a_credential_from_a_set_variable_is_taken() -> None:
     server = f"    github:\n      url: https://mcp.example.com/mcp\n      bearer_token_env: {SET}\n"
     assert problems(mcp(server)) == []
+    assert environment_problems("gateway.yaml") == []

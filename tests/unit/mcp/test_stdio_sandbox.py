@@ -154,7 +154,8 @@ def test_a_parent_shared_by_two_paths_is_made_once(user: None) -> None:
 def test_a_private_tmp_and_a_working_directory(user: None) -> None:
     made = sandboxed(COMMAND, McpSandbox(), {}, cwd="/srv/shared")
     os.close(made.env_fd)
-    assert after(made.argv, "--tmpfs") == [["/tmp"]]
+    # /tmp, and /dev/shm (bwrap's /dev is a tmpfs its user may write there) bounded too.
+    assert after(made.argv, "--tmpfs") == [["/tmp"], ["/dev/shm"]]
     assert after(made.argv, "--chdir") == [["/srv/shared"]]
 
 
