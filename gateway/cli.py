@@ -18,7 +18,12 @@ def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from gateway.app import CONFIG_ENV
-    from gateway.config import ConfigError, environment_problems, load_config
+    from gateway.config import (
+        ConfigError,
+        environment_problems,
+        environment_warnings,
+        load_config,
+    )
     from gateway.config.demo_keys import published_keys_served
     from gateway.observability import trace_settings
     from gateway.observability.logging import configure_logging
@@ -40,6 +45,8 @@ def _serve(args: argparse.Namespace) -> int:
     if missing:
         print("\n".join(missing), file=sys.stderr)
         return 1
+    for warning in environment_warnings(args.config):
+        print(f"warning: {warning} (the gateway serves without that server)", file=sys.stderr)
     # Workers are separate processes: they find the config through the environment.
     os.environ[CONFIG_ENV] = os.path.abspath(args.config)
     if args.workers > 1:
@@ -126,8 +133,22 @@ def _check_config(args: argparse.Namespace) -> int:
         print(problem)
     if problems:
         return 1
+    for warning in _environment_warnings(args.config):
+        print(f"warning: {warning} (the gateway serves without that server)", file=sys.stderr)
     print(f"{args.config}: ok")
     return 0
+
+
+def _environment_warnings(path: str) -> list[str]:
+    """What of gateway.yaml cannot run here but does not stop it (a bare tenants file
+    has none)."""
+    from gateway.config import environment_warnings
+    from gateway.config.source import read_source
+
+    data = read_source(path).data
+    if isinstance(data, dict) and "tenants" in data and "models" not in data:
+        return []
+    return environment_warnings(path)
 
 
 def _environment_problems(path: str) -> list[str]:

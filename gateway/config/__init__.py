@@ -6,6 +6,7 @@ from gateway.config.keys import digest, hash_key
 from gateway.config.loader import (
     check_config,
     environment_problems,
+    environment_warnings,
     key_index,
     load_config,
     load_tenants,
@@ -50,6 +51,7 @@ __all__ = [
     "check_config",
     "digest",
     "environment_problems",
+    "environment_warnings",
     "hash_key",
     "key_index",
     "load_config",

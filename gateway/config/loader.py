@@ -693,8 +693,15 @@ def environment_problems(gateway_path: str) -> list[str]:
     variable an MCP server's credentials name (found when the gateway starts, not on
     the first call), as `file:line: why`."""
     source = read_source(gateway_path)
-    problems = _mcp_env_problems(source) + _mcp_command_problems(source)
-    return [str(problem) for problem in _sorted(problems)]
+    return [str(problem) for problem in _sorted(_mcp_env_problems(source))]
+
+
+def environment_warnings(gateway_path: str) -> list[str]:
+    """What of gateway.yaml cannot run on this machine but does not stop it: a stdio
+    MCP server whose program or paths are not here (it is left out of listings, its
+    calls refused as unavailable), as `file:line: why`."""
+    source = read_source(gateway_path)
+    return [str(problem) for problem in _sorted(_mcp_command_problems(source))]
 
 
 # Where a stdio server's command is looked for in its sandbox (its PATH there).
@@ -715,9 +722,7 @@ def _mcp_command_problems(source: Source) -> list[Problem]:
                 if not isinstance(path, str):
                     continue
                 loc: Loc = ("mcp", "servers", name, "sandbox", part, i)
-                if not os.path.isabs(path):
-                    problems.append(source.problem(loc, at(loc, f"{path!r} is not absolute")))
-                elif not os.path.exists(path):
+                if os.path.isabs(path) and not os.path.exists(path):
                     problems.append(source.problem(loc, at(loc, f"{path} does not exist")))
                 seen.append(os.path.normpath(path))
         program = command[0] if command and isinstance(command[0], str) else None

@@ -786,6 +786,15 @@ EnvName = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")]
 _HEADER_NAME = r"^[A-Za-z0-9!#$%&'*+.^_`|~-]{1,128}$"
 
 
+def _absolute(path: str) -> str:
+    if not path.startswith("/"):
+        raise ValueError(f"{path[:60]!r} is not an absolute path")
+    return path
+
+
+AbsolutePath = Annotated[str, AfterValidator(_absolute)]
+
+
 class McpSandbox(Strict):
     """The bubblewrap sandbox a stdio server runs in (gateway/mcp/stdio_sandbox.py):
     nothing of the host but the system's programs and these paths."""
@@ -793,8 +802,8 @@ class McpSandbox(Strict):
     # Reach the network (its own namespace without: no interface but its own loopback).
     network: bool = False
     # Host paths it may read (its program, when that is not under /usr), and write.
-    read_only: list[str] = []
-    writable: list[str] = []
+    read_only: list[AbsolutePath] = []
+    writable: list[AbsolutePath] = []
     # Each process's address space (None: not bounded; a JavaScript runtime reserves far
     # more than it uses), its processes and open files.
     address_space_bytes: Annotated[Int, Field(ge=64 * 1024**2)] | None = None
