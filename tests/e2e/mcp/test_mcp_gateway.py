@@ -221,7 +221,10 @@ def test_every_call_is_a_record_in_the_usage_ledger(mcp_gateway: Gateway) -> Non
                 await client.call_tool("notes__add", {"a": 1, "b": 1})
 
     def rows() -> list[tuple[Any, ...]]:
-        with sqlite3.connect(mcp_gateway.config_dir / "usage.db") as connection:
+        database = mcp_gateway.config_dir / "usage.db"
+        if not database.exists():
+            return []  # nothing recorded yet: the ledger makes its file on its first write
+        with sqlite3.connect(database) as connection:
             found: list[tuple[Any, ...]] = connection.execute(
                 "SELECT endpoint, key_id, model_requested, model_served, status, bytes_in,"
                 " bytes_out, outcome FROM usage_ledger WHERE tenant = 'globex'"
