@@ -722,6 +722,9 @@ def _mcp_command_problems(source: Source) -> list[Problem]:
                 if not isinstance(path, str):
                     continue
                 loc: Loc = ("mcp", "servers", name, "sandbox", part, i)
+                # A tenant's own directory is made when its process starts: its parent
+                # is what must be here.
+                path = path.split("{tenant}")[0] or "/"
                 if os.path.isabs(path) and not os.path.exists(path):
                     problems.append(source.problem(loc, at(loc, f"{path} does not exist")))
                 seen.append(os.path.normpath(path))

@@ -17,13 +17,15 @@ eval's uses them.
 
 from __future__ import annotations
 
+import hashlib
 import os
+import re
 import shutil
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
-from gateway.config.schema import McpSandbox
+from gateway.config.schema import McpSandbox, McpServer
 
 SANDBOX_UID = SANDBOX_GID = 65534
 TMP_DIR = "/tmp"
@@ -147,3 +149,47 @@ def sandboxed(
         limits.append(f"--as={sandbox.address_space_bytes}")
     argv += ["--", prlimit, *limits, "--", *command]
     return SandboxedCommand(argv, env_fd)
+
+
+# Where a stdio server's settings say `{tenant}`, each tenant's process gets its own.
+TENANT = "{tenant}"
+_SAFE = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+
+def tenant_dir_name(tenant: str) -> str:
+    """`tenant` as one path segment: itself when it is letters, digits, `_` and `-`
+    (at most 64), else those kept and a hash of the whole (no `/`, no `..`)."""
+    if _SAFE.fullmatch(tenant):
+        return tenant
+    kept = re.sub(r"[^A-Za-z0-9_-]", "_", tenant)[:48]
+    return f"{kept}-{hashlib.sha256(tenant.encode()).hexdigest()[:12]}"
+
+
+def for_tenant(server: McpServer, tenant: str) -> McpServer:
+    """`server` as `tenant`'s process runs it: `{tenant}` in its command, `cwd`, `env`
+    and sandbox paths replaced by the tenant's own segment, and each writable path of
+    it made (the sandbox's user may write it), so that one tenant's files are no other's."""
+    name = tenant_dir_name(tenant)
+
+    def own(text: str) -> str:
+        return text.replace(TENANT, name)
+
+    sandbox = server.sandbox.model_copy(
+        update={
+            "read_only": [own(p) for p in server.sandbox.read_only],
+            "writable": [own(p) for p in server.sandbox.writable],
+        }
+    )
+    for original, path in zip(server.sandbox.writable, sandbox.writable, strict=True):
+        if TENANT in original and not os.path.isdir(path):
+            os.makedirs(path, mode=0o700, exist_ok=True)
+            if os.geteuid() == 0:
+                os.chown(path, SANDBOX_UID, SANDBOX_GID)
+    return server.model_copy(
+        update={
+            "command": None if server.command is None else [own(a) for a in server.command],
+            "cwd": None if server.cwd is None else own(server.cwd),
+            "env": {key: own(value) for key, value in server.env.items()},
+            "sandbox": sandbox,
+        }
+    )

@@ -23,7 +23,7 @@ import orjson
 
 from gateway.backends.http import new_session, sse_payloads
 from gateway.config.schema import McpServer
-from gateway.mcp.stdio_sandbox import SandboxUnavailable, sandboxed
+from gateway.mcp.stdio_sandbox import SandboxUnavailable, for_tenant, sandboxed
 from gateway.mcp.upstream_peer import (
     CLIENT_INFO,
     UPSTREAM_PROTOCOL_VERSION,
@@ -67,13 +67,13 @@ class Connection(Protocol):
 
 
 async def open_connection(
-    name: str, server: McpServer, on_notification: NotificationSink
+    name: str, server: McpServer, on_notification: NotificationSink, tenant: str
 ) -> Connection:
-    """A connection to `server`, its handshake done within `start_timeout_s`;
+    """`tenant`'s connection to `server`, its handshake done within `start_timeout_s`;
     `UpstreamFailure` (`unavailable`) when it cannot be made."""
     connection: StdioConnection | HttpConnection
     if server.command is not None:
-        connection = StdioConnection(name, server, on_notification)
+        connection = StdioConnection(name, for_tenant(server, tenant), on_notification)
     else:
         connection = HttpConnection(name, server, on_notification)
     try:

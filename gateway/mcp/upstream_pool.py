@@ -171,7 +171,7 @@ class UpstreamPool:
             self._notified(tenant, server, method)
 
         try:
-            connection = await open_connection(server, self._servers[server], notified)
+            connection = await open_connection(server, self._servers[server], notified, tenant)
         except UpstreamFailure as failure:
             slot.failed, slot.failed_at = failure, time.monotonic()
             raise

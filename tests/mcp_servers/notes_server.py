@@ -2,7 +2,8 @@
 prompt, over stdio (the default) or Streamable HTTP (`--http PORT`).
 
 `look` tries what a sandboxed server must not manage (read a host file, reach the
-network) and says what it found; `open_fds` lists the descriptors it holds; `secret_env`
+network) and says what it found; `open_fds` lists the descriptors it holds; `write_note`
+and `read_note` keep notes in NOTES_DIR (its tenant's own, `{tenant}`); `secret_env`
 says whether its environment holds what the gateway gave it; `echo` and `add` are what
 clients call."""
 
@@ -57,6 +58,22 @@ def open_fds() -> str:
         except OSError:
             continue  # the listing's own, closed by now
     return " ".join(sorted(found))
+
+
+@server.tool(description="Keep a note under a name (in the directory NOTES_DIR names).")
+def write_note(name: str, text: str) -> str:
+    with open(os.path.join(os.environ["NOTES_DIR"], os.path.basename(name)), "w") as file:
+        file.write(text)
+    return "kept"
+
+
+@server.tool(description="A note kept under a name, or that there is none.")
+def read_note(name: str) -> str:
+    try:
+        with open(os.path.join(os.environ["NOTES_DIR"], os.path.basename(name))) as file:
+            return file.read()
+    except OSError:
+        return "no such note"
 
 
 @server.resource("notes://today", description="Today's note.")

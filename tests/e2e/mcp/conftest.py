@@ -43,7 +43,7 @@ def stdio_server(script: str, **settings: Any) -> dict[str, Any]:
         "command": [sys.executable, str(SERVERS_DIR / script)],
         "sandbox": {"read_only": PYTHON_PATHS},
         **settings,
-    }
+    }  # `settings` may give a sandbox of its own (with PYTHON_PATHS)
 
 
 def mcp_tenants() -> dict[str, Any]:
@@ -120,8 +120,15 @@ def start_mcp_gateway(
     its Redis keys under `prefix`, by default one of `tmp`'s name: pins and sessions its
     own, unless another gateway is given the same prefix."""
     hostile = {"timeout_s": 3, "max_result_bytes": 1024 * 1024}
+    notes_dir = str(tmp / "notes" / "{tenant}")  # each tenant's process its own
+    (tmp / "notes").mkdir(exist_ok=True)
     servers = {
-        "notes": stdio_server("notes_server.py", env_from={"NOTES_TOKEN": "NOTES_TOKEN"}),
+        "notes": stdio_server(
+            "notes_server.py",
+            env={"NOTES_DIR": notes_dir},
+            env_from={"NOTES_TOKEN": "NOTES_TOKEN"},
+            sandbox={"read_only": PYTHON_PATHS, "writable": [notes_dir]},
+        ),
         "notes-http": {"url": http_servers["notes"], "bearer_token_env": "NOTES_TOKEN"},
         "hostile": stdio_server(
             "hostile_server.py", env_from={"HOSTILE_TOKEN": "HOSTILE_TOKEN"}, **hostile

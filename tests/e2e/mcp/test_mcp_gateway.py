@@ -310,3 +310,18 @@ def test_a_client_of_the_stateless_2026_era_is_served_without_a_session(
         headers={"MCP-Protocol-Version": "2026-07-28", "Mcp-Method": "tools/call"},
     )
     assert status == 400 and body["error"]["code"] == -32020
+
+
+def test_a_tenant_s_writable_directory_is_its_own(mcp_gateway: Gateway) -> None:
+    async def session(key: str, *calls: tuple[str, dict[str, Any]]) -> list[str]:
+        async with mcp_session(mcp_gateway.url, MCP_KEYS[key]) as client:
+            return [text_of(await client.call_tool(name, args)) for name, args in calls]
+
+    written = run(
+        session("acme", ("notes__write_note", {"name": "plan", "text": "acme's secret plan"}))
+    )
+    assert written == ["kept"]
+    # Another tenant's process of the same server sees its own directory only.
+    assert run(session("limited", ("notes__read_note", {"name": "plan"}))) == ["no such note"]
+    assert run(session("acme", ("notes__read_note", {"name": "plan"}))) == ["acme's secret plan"]
+    assert (mcp_gateway.config_dir / "notes" / "acme" / "plan").read_text() == "acme's secret plan"

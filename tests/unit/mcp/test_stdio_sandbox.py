@@ -10,11 +10,18 @@ import os
 import shutil
 import subprocess
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
-from gateway.config.schema import McpSandbox
-from gateway.mcp.stdio_sandbox import SANDBOX_UID, SandboxUnavailable, sandboxed
+from gateway.config.schema import McpSandbox, McpServer
+from gateway.mcp.stdio_sandbox import (
+    SANDBOX_UID,
+    SandboxUnavailable,
+    for_tenant,
+    sandboxed,
+    tenant_dir_name,
+)
 
 TOOLS = {"bwrap": "/opt/bin/bwrap", "prlimit": "/opt/bin/prlimit", "setpriv": "/opt/bin/setpriv"}
 COMMAND = ["node", "/opt/mcp/server-filesystem/dist/index.js", "/srv/shared"]
@@ -258,3 +265,30 @@ def test_a_server_sees_its_own_environment_and_not_the_gateway_s(
     assert seen["HOME"] == "/tmp"
     assert "GATEWAY_TEST_SECRET" not in seen
     assert "sk-do-not-leak" not in done.stdout
+
+
+@pytest.mark.parametrize("tenant", ["../etc", "a/b", "..", ".", "", "ten ant", "x" * 200, "é"])
+def test_a_tenant_s_name_is_one_safe_path_segment(tenant: str) -> None:
+    segment = tenant_dir_name(tenant)
+    assert "/" not in segment and segment not in ("", ".", "..") and len(segment) <= 64
+    assert not segment.startswith(".")
+
+
+def test_names_alike_after_cleaning_stay_apart() -> None:
+    assert tenant_dir_name("acme") == "acme"
+    assert tenant_dir_name("a/b") != tenant_dir_name("a_b") != tenant_dir_name("a b")
+
+
+def test_each_tenant_gets_its_own_writable_directory(tmp_path: Path) -> None:
+    shared = f"{tmp_path}/notes/{{tenant}}"
+    server = McpServer(
+        command=["node", "server.js", shared],
+        env={"NOTES": shared},
+        sandbox=McpSandbox(read_only=["/opt/x"], writable=[shared]),
+    )
+    mine = for_tenant(server, "acme")
+    assert mine.command == ["node", "server.js", f"{tmp_path}/notes/acme"]
+    assert mine.env == {"NOTES": f"{tmp_path}/notes/acme"}
+    assert mine.sandbox.writable == [f"{tmp_path}/notes/acme"]
+    assert (tmp_path / "notes" / "acme").is_dir()
+    assert not (tmp_path / "notes" / "{tenant}").exists()
