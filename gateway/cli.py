@@ -142,24 +142,21 @@ def _check_config(args: argparse.Namespace) -> int:
 def _environment_warnings(path: str) -> list[str]:
     """What of gateway.yaml cannot run here but does not stop it (a bare tenants file
     has none)."""
-    from gateway.config import environment_warnings
+    from gateway.config.loader import environment_warnings, is_tenants_file
     from gateway.config.source import read_source
 
-    data = read_source(path).data
-    if isinstance(data, dict) and "tenants" in data and "models" not in data:
-        return []
-    return environment_warnings(path)
+    return [] if is_tenants_file(read_source(path).data) else environment_warnings(path)
 
 
 def _environment_problems(path: str) -> list[str]:
     """What `gateway serve` would refuse in this environment beside the files: the
     tracing settings it reads from `OTEL_*` (a bare tenants file reads none)."""
     from gateway.config import environment_problems, load_config
+    from gateway.config.loader import is_tenants_file
     from gateway.config.source import read_source
     from gateway.observability import trace_settings
 
-    data = read_source(path).data
-    if isinstance(data, dict) and "tenants" in data and "models" not in data:
+    if is_tenants_file(read_source(path).data):
         return []
     config = load_config(path)
     try:

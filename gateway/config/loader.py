@@ -76,7 +76,7 @@ def check_config(path: str) -> list[str]:
     source = read_source(path)
     data = source.data
     try:
-        if isinstance(data, dict) and "tenants" in data and "models" not in data:
+        if is_tenants_file(data):
             models, classes, servers = _sibling_gateway(path)
             _, problems = _check_tenants(source, models, classes, servers)
             return [str(p) for p in problems]
@@ -84,6 +84,11 @@ def check_config(path: str) -> list[str]:
     except ConfigError as e:
         return [str(p) for p in e.problems]
     return []
+
+
+def is_tenants_file(data: object) -> bool:
+    """Whether a config file's data is a bare tenants file: `tenants`, no `models`."""
+    return isinstance(data, dict) and "tenants" in data and "models" not in data
 
 
 def key_index(tenants: TenantsConfig) -> dict[str, str]:

@@ -124,25 +124,28 @@ class ToolReview:
         self._held = f"{prefix}:mcp:held"
         self._max_chars = max_chars
         self.hide = hide
-        # (server, tool, fingerprint) -> allowed (True only).
-        self._verdicts: dict[tuple[str, str, str], bool] = {}
+        # (server, tool, fingerprint) of the tools known to be as pinned: allowed. A held
+        # one is not remembered: an acceptance on another gateway is seen on its next
+        # listing.
+        self._pinned: set[tuple[str, str, str]] = set()
 
     async def allowed(self, server: str, tools: list[dict[str, Any]]) -> list[bool]:
         """For each of `server`'s tools, whether clients may see it now."""
         prints = [fingerprint(tool) for tool in tools]
         names = [_name(tool) for tool in tools]
-        verdicts: list[bool | None] = [
-            self._verdicts.get((server, n, mark)) for n, mark in zip(names, prints, strict=True)
-        ]
-        unknown = [i for i, verdict in enumerate(verdicts) if verdict is None]
+        keys = [(server, n, mark) for n, mark in zip(names, prints, strict=True)]
+        verdicts = [key in self._pinned for key in keys]
+        unknown = [i for i, known in enumerate(verdicts) if not known]
         if unknown:
             fields = [f"{server}/{names[i]}" for i in unknown]
             pinned = await self._redis.hmget(self._pins, fields)
+            if len(self._pinned) > 100_000:
+                self._pinned.clear()
             for i, pin in zip(unknown, pinned, strict=True):
                 verdicts[i] = await self._judge(server, names[i], tools[i], prints[i], pin)
-        if len(self._verdicts) > 100_000:
-            self._verdicts.clear()
-        return [bool(v) or not self.hide for v in verdicts]
+                if verdicts[i]:
+                    self._pinned.add(keys[i])
+        return [verdict or not self.hide for verdict in verdicts]
 
     async def _judge(
         self, server: str, name: str, tool: dict[str, Any], mark: str, pin: bytes | str | None
@@ -152,22 +155,18 @@ class ToolReview:
         if pinned == mark:
             # As pinned: a change held before and reverted since is held no more.
             await self._redis.hdel(self._held, field)
-            self._verdicts[(server, name, mark)] = True
             return True
         reason = None
         if pinned is None:
             reason = suspicion(tool, self._max_chars)
             if reason is None and await self._redis.hsetnx(self._pins, field, mark):
-                self._verdicts[(server, name, mark)] = True
                 return True
             if reason is None:  # another gateway pinned it a moment ago: look again
                 again = await self._redis.hget(self._pins, field)
                 if (again.decode() if isinstance(again, bytes) else again) == mark:
-                    self._verdicts[(server, name, mark)] = True
                     return True
         reason = reason or "its description or schema changed since it was first listed"
         await self._hold(server, name, tool, mark, reason)
-        # Not remembered: an acceptance on another gateway is seen on the next listing.
         return False
 
     async def _hold(
@@ -218,7 +217,7 @@ class ToolReview:
         held = HeldTool(**orjson.loads(value))
         await self._redis.hset(self._pins, field, held.fingerprint)
         await self._redis.hdel(self._held, field)
-        self._verdicts.clear()
+        self._pinned.clear()
         audit.info(
             "MCP tool %s accepted", field, extra={"fields": {"fingerprint": held.fingerprint}}
         )

@@ -42,8 +42,10 @@ ENVELOPE_BYTES = 64 * 1024
 # there a second (past it, it is read no faster: it waits on its own writes).
 STDERR_KEPT = 2048
 STDERR_PER_S = 64 * 1024
-# How long a cancellation may take to be written.
+# How long a cancellation may take to be written to a stdio server, or posted to a
+# remote one.
 CANCEL_WRITE_S = 1.0
+CANCEL_POST_S = 2.0
 # What may wait to be written to a stdio server that does not read it: past it, the
 # server is ended (its calls told), not the gateway's memory filled.
 UNREAD_BYTES = 8 * 1024 * 1024
@@ -97,6 +99,29 @@ async def open_connection(
         await connection.close()
         raise
     return connection
+
+
+def _too_large(name: str, limit: int) -> UpstreamFailure:
+    return UpstreamFailure("too_large", f"MCP server {name} sent a message over {limit} bytes")
+
+
+def _timed_out(name: str, timeout_s: float | None) -> UpstreamFailure:
+    return UpstreamFailure("timeout", f"MCP server {name} did not answer in {timeout_s:g} s")
+
+
+def _cancelled(request_id: int, reason: str) -> dict[str, Any]:
+    """The notification that tells a server the gateway stopped waiting for a request."""
+    params = {"requestId": request_id, "reason": reason}
+    return {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": params}
+
+
+def _decoded(raw: bytes) -> Any:
+    """A line or event a server sent, parsed; None when it is not JSON (paid for by the
+    server all the same: `UpstreamPeer.received`)."""
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
 
 
 def _initialize_params() -> dict[str, Any]:
@@ -219,9 +244,7 @@ class StdioConnection:
                 # ends, and with it what waited to be written to it.
                 self._end("it stopped reading its input")
                 await self._stop_process()
-            raise UpstreamFailure(
-                "timeout", f"MCP server {self.server_name} did not answer in {timeout_s:g} s"
-            ) from None
+            raise _timed_out(self.server_name, timeout_s) from None
         except asyncio.CancelledError:
             await asyncio.shield(self._cancel(request_id, "the client left"))
             raise
@@ -230,12 +253,9 @@ class StdioConnection:
         return result_of(self.server_name, response)
 
     async def _cancel(self, request_id: int, reason: str) -> None:
-        params = {"requestId": request_id, "reason": reason}
         with contextlib.suppress(UpstreamFailure, TimeoutError):
             async with asyncio.timeout(CANCEL_WRITE_S):
-                await self._send(
-                    {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": params}
-                )
+                await self._send(_cancelled(request_id, reason))
 
     async def _send(self, message: dict[str, Any]) -> None:
         process = self._process
@@ -268,21 +288,12 @@ class StdioConnection:
             except (ValueError, asyncio.LimitOverrunError):
                 # Past the cap, the stream cannot be read on without the whole line: the
                 # process is ended, its calls told why (they cannot be told apart).
-                peer.cut_off(
-                    UpstreamFailure(
-                        "too_large",
-                        f"MCP server {self.server_name} sent a message over {limit} bytes",
-                    )
-                )
+                peer.cut_off(_too_large(self.server_name, limit))
                 break
             if not line:
                 self._end("it exited")
                 break
-            try:
-                message = orjson.loads(line)
-            except orjson.JSONDecodeError:
-                message = None  # not JSON-RPC: paid for from the unasked budget
-            peer.received(message, self._send)
+            peer.received(_decoded(line), self._send)
         await self._stop_process()
 
     async def _read_stderr(self) -> None:
@@ -360,7 +371,7 @@ class HttpConnection:
         self.initialize_result = result
         version = result.get("protocolVersion")
         self._version = version if isinstance(version, str) else UPSTREAM_PROTOCOL_VERSION
-        await self._post({"jsonrpc": "2.0", "method": "notifications/initialized"}, None, None)
+        await self._post({"jsonrpc": "2.0", "method": "notifications/initialized"}, None)
         self._listener = asyncio.get_running_loop().create_task(self._listen())
 
     async def call(self, method: str, params: dict[str, Any], timeout_s: float) -> dict[str, Any]:
@@ -384,12 +395,10 @@ class HttpConnection:
         message = {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}
         try:
             async with asyncio.timeout(timeout_s):
-                response = await self._post(message, request_id, timeout_s)
+                response = await self._post(message, request_id)
         except TimeoutError:
             await self._cancel(request_id)
-            raise UpstreamFailure(
-                "timeout", f"MCP server {self.server_name} did not answer in {timeout_s:g} s"
-            ) from None
+            raise _timed_out(self.server_name, timeout_s) from None
         except asyncio.CancelledError:
             await asyncio.shield(self._cancel(request_id))
             raise
@@ -398,15 +407,11 @@ class HttpConnection:
         return response
 
     async def _cancel(self, request_id: int) -> None:
-        params = {"requestId": request_id, "reason": "the gateway's timeout"}
-        message = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": params}
         with contextlib.suppress(UpstreamFailure, TimeoutError):
-            async with asyncio.timeout(2):
-                await self._post(message, None, None)
+            async with asyncio.timeout(CANCEL_POST_S):
+                await self._post(_cancelled(request_id, "the gateway's timeout"), None)
 
-    async def _post(
-        self, message: dict[str, Any], request_id: int | None, timeout_s: float | None
-    ) -> dict[str, Any] | None:
+    async def _post(self, message: dict[str, Any], request_id: int | None) -> dict[str, Any] | None:
         limit = self._server.max_result_bytes
         try:
             async with self._session.post(
@@ -435,9 +440,7 @@ class HttpConnection:
                 return await self._from_json(response, request_id)
         except aiohttp.ClientError as exc:
             if isinstance(exc, aiohttp.http_exceptions.LineTooLong):
-                raise UpstreamFailure(
-                    "too_large", f"MCP server {self.server_name} sent a message over {limit} bytes"
-                ) from None
+                raise _too_large(self.server_name, limit) from None
             raise UpstreamFailure(
                 "unavailable", f"MCP server {self.server_name} unreachable ({type(exc).__name__})"
             ) from None
@@ -448,17 +451,10 @@ class HttpConnection:
         while chunk := await response.content.read(65536):
             body += chunk
             if len(body) > limit:
-                raise UpstreamFailure(
-                    "too_large",
-                    f"MCP server {self.server_name} sent a message over "
-                    f"{self._server.max_result_bytes} bytes",
-                )
-        try:
-            message = orjson.loads(body)
-        except orjson.JSONDecodeError:
-            raise UpstreamFailure(
-                "malformed", f"MCP server {self.server_name} sent no JSON"
-            ) from None
+                raise _too_large(self.server_name, self._server.max_result_bytes)
+        message = _decoded(bytes(body))
+        if message is None:
+            raise UpstreamFailure("malformed", f"MCP server {self.server_name} sent no JSON")
         if isinstance(message, dict) and message.get("id") == request_id:
             return message
         raise UpstreamFailure(
@@ -471,15 +467,8 @@ class HttpConnection:
         limit = self._server.max_result_bytes + ENVELOPE_BYTES
         async for payload in sse_payloads(response):
             if len(payload) > limit:
-                raise UpstreamFailure(
-                    "too_large",
-                    f"MCP server {self.server_name} sent a message over "
-                    f"{self._server.max_result_bytes} bytes",
-                )
-            try:
-                message = orjson.loads(payload)
-            except orjson.JSONDecodeError:
-                message = None
+                raise _too_large(self.server_name, self._server.max_result_bytes)
+            message = _decoded(payload)
             if (
                 isinstance(message, dict)
                 and "method" not in message
@@ -494,7 +483,7 @@ class HttpConnection:
         )
 
     async def _reply(self, message: dict[str, Any]) -> None:
-        await self._post(message, None, None)
+        await self._post(message, None)
 
     async def _listen(self) -> None:
         """The server's own stream (GET), for its list-changed notifications; none if
@@ -513,11 +502,7 @@ class HttpConnection:
                         return
                     failures = 0
                     async for payload in sse_payloads(response):
-                        try:
-                            message = orjson.loads(payload)
-                        except orjson.JSONDecodeError:
-                            message = None
-                        self._peer.received(message, self._reply)
+                        self._peer.received(_decoded(payload), self._reply)
                         if self._peer.closed:
                             return
             except (aiohttp.ClientError, UpstreamFailure):
