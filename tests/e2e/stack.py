@@ -59,6 +59,11 @@ class Gateway:
         """What the gateway has logged so far."""
         return (self.config_dir / "gateway.log").read_text()
 
+    def access_lines(self) -> list[dict[str, Any]]:
+        """Every access-log record so far, oldest first."""
+        lines = (orjson.loads(line) for line in self.log.splitlines() if line.startswith("{"))
+        return [line for line in lines if line.get("logger") == "gateway.access"]
+
     def access_record(self, request_id: str, timeout_s: float = 10.0) -> dict[str, Any]:
         """The access-log record of one request (written just after its response)."""
         deadline = time.monotonic() + timeout_s

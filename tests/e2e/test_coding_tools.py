@@ -26,6 +26,7 @@ from typing import Any
 import orjson
 import pytest
 
+from gateway.config import hash_key
 from gateway_tools.clients.tool_config import ToolConfig, config_for
 from gateway_tools.dev.processes import stop
 from gateway_tools.dev.sim.server import TritonSim
@@ -68,23 +69,12 @@ def coders_gateway(
 ) -> Iterator[Gateway]:
     # Codex CLI's default model names, routed to the agent.
     models = {AGENT: agent_model(agent_sim, aliases=["gpt-*"])}
-    tenants = {"coders": {**tenant("coders", ["*"]), "api_keys": [_hash(KEY)]}}
+    tenants = {"coders": {**tenant("coders", ["*"]), "api_keys": [hash_key(KEY)]}}
     gw = start_gateway(tmp_path_factory.mktemp("coders"), models, redis_url, tenants=tenants)
     try:
         yield gw
     finally:
         stop(gw.process)
-
-
-def _hash(key: str) -> str:
-    from gateway.config.keys import hash_key
-
-    return hash_key(key)
-
-
-def access_lines(gw: Gateway) -> list[dict[str, Any]]:
-    lines = (orjson.loads(line) for line in gw.log.splitlines() if line.startswith("{"))
-    return [line for line in lines if line.get("logger") == "gateway.access"]
 
 
 def command(config: ToolConfig, bin_dir: Path) -> list[str]:
@@ -116,7 +106,7 @@ def test_the_tool_does_the_task_through_the_gateway_with_no_refusal(
         "CODEX_HOME": str(home / ".codex"),
         **config.env,
     }
-    seen, logged = len(access_lines(coders_gateway)), len(coders_gateway.log)
+    seen, logged = len(coders_gateway.access_lines()), len(coders_gateway.log)
     run = subprocess.run(
         command(config, tools_bin), cwd=work, env=env, capture_output=True, text=True,
         timeout=300, check=False, stdin=subprocess.DEVNULL,
@@ -126,7 +116,7 @@ def test_the_tool_does_the_task_through_the_gateway_with_no_refusal(
         for line in coders_gateway.log[logged:].splitlines()
         if line.startswith("{")
     ]
-    lines = access_lines(coders_gateway)[seen:]
+    lines = coders_gateway.access_lines()[seen:]
     report = f"exit {run.returncode}\n{run.stdout[-3000:]}\n{run.stderr[-3000:]}\n{lines}"
     assert run.returncode == 0, report
     assert (work / "hello.py").read_text() == WRITTEN[run_name], report

@@ -18,7 +18,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import orjson
 import pytest
 
 from gateway_tools.dev.processes import stop
@@ -122,11 +121,6 @@ def attempts_by_pair(out: Path) -> dict[tuple[str, str], Attempt]:
     return {(a.tool or "", a.task): a for a in read_attempts(out)}
 
 
-def access_lines(gateway: Gateway) -> list[dict[str, Any]]:
-    lines = (orjson.loads(line) for line in gateway.log.splitlines() if line.startswith("{"))
-    return [line for line in lines if line.get("logger") == "gateway.access"]
-
-
 def test_each_tool_is_judged_on_what_it_left_as_its_recordings_say(finished_run: Path) -> None:
     got = {pair: attempt.passed for pair, attempt in attempts_by_pair(finished_run).items()}
     assert got == expected()
@@ -149,7 +143,7 @@ def test_each_attempts_calls_and_tokens_are_the_gateways_own_records(
     finished_run: Path, eval_gateway: Gateway
 ) -> None:
     by_key: dict[str, list[dict[str, Any]]] = {}
-    for line in access_lines(eval_gateway):
+    for line in eval_gateway.access_lines():
         if line.get("key_id"):
             by_key.setdefault(line["key_id"], []).append(line)
     for attempt in read_attempts(finished_run):

@@ -108,11 +108,6 @@ def lifecycle_gateway(
         stop(gw.process)
 
 
-def access_lines(gw: Gateway) -> list[dict[str, Any]]:
-    lines = (orjson.loads(line) for line in gw.log.splitlines() if line.startswith("{"))
-    return [line for line in lines if line.get("logger") == "gateway.access"]
-
-
 async def metric(session: aiohttp.ClientSession, gw: Gateway, name: str, **labels: str) -> float:
     """The sum of the `name` samples whose labels include `labels`."""
     wanted = [f'{label}="{value}"' for label, value in labels.items()]
@@ -188,10 +183,10 @@ async def test_a_refused_request_is_logged_and_counted_once(
     assert after == before + 1
 
     async def logged() -> bool:
-        return any(line["request_id"] == request_id for line in access_lines(gw))
+        return any(line["request_id"] == request_id for line in gw.access_lines())
 
     await wait_until(logged, timeout_s=5)
-    [line] = [line for line in access_lines(gw) if line["request_id"] == request_id]
+    [line] = [line for line in gw.access_lines() if line["request_id"] == request_id]
     assert (line["status"], line["tenant"], line["model"]) == (status, tenant_label, "-")
     assert "no-such-model" not in orjson.dumps(line).decode()
 
@@ -212,7 +207,7 @@ async def test_a_client_that_leaves_while_queued_gives_its_place_back(
 
         gone = {"model": "solo", "status": "499"}
         gone_before = await metric(session, gw, "gateway_requests_total", **gone)
-        seen = {line["request_id"] for line in access_lines(gw)}
+        seen = {line["request_id"] for line in gw.access_lines()}
         # A holds the only slot for about 4 s.
         first = {"model": "solo", "messages": MESSAGES, "max_tokens": 100}
         holder = asyncio.create_task(post(session, gw, first, key("web")))
@@ -232,7 +227,7 @@ async def test_a_client_that_leaves_while_queued_gives_its_place_back(
         assert (await holder)[0] == 200
         gone_after = await metric(session, gw, "gateway_requests_total", **gone)
     assert gone_after == gone_before + 1
-    new = [line for line in access_lines(gw) if line["request_id"] not in seen]
+    new = [line for line in gw.access_lines() if line["request_id"] not in seen]
     assert sorted(line["status"] for line in new) == [200, 200, 499]
     [line] = [line for line in new if line["status"] == 499]
     assert (line["tenant"], line["model"], line["served_model"]) == ("web", "solo", None)
@@ -253,7 +248,7 @@ async def test_a_client_that_leaves_while_its_answer_is_awaited_frees_the_slot(
         async def sent_upstream() -> bool:
             return len(answered) == mine + 1
 
-        seen = {line["request_id"] for line in access_lines(gw)}
+        seen = {line["request_id"] for line in gw.access_lines()}
         mine = len(answered)
         body = {"model": "lazy", "messages": MESSAGES, "stream": stream}
         writer = await send_and_leave_later(gw, body, key("web"))
@@ -264,7 +259,7 @@ async def test_a_client_that_leaves_while_its_answer_is_awaited_frees_the_slot(
         # is back while the upstream still works on it. (The wait is only a hang guard.)
         await wait_until(lambda: _equals(in_flight, 0), timeout_s=60)
         assert not answered[mine]
-    [line] = [line for line in access_lines(gw) if line["request_id"] not in seen]
+    [line] = [line for line in gw.access_lines() if line["request_id"] not in seen]
     assert (line["status"], line["model"], line["stream"]) == (499, "lazy", stream)
 
 
@@ -317,7 +312,7 @@ async def test_a_request_still_queued_at_its_deadline_is_a_504_with_its_wait_and
     assert status == 504, answer
     assert answer["error"]["code"] == "deadline_exceeded"
     assert headers["x-ratelimit-limit-requests"] == "100000"
-    [line] = [line for line in access_lines(gw) if line["request_id"] == headers["x-request-id"]]
+    [line] = [line for line in gw.access_lines() if line["request_id"] == headers["x-request-id"]]
     assert line["reason"] == "deadline"
     assert line["queue_wait_ms"] > 0  # its wait, till the deadline took it out
 
@@ -335,16 +330,16 @@ async def test_a_client_that_leaves_while_sending_its_body_is_a_499_not_a_500(
     _, writer = await asyncio.open_connection(host, int(port))
     writer.write(request[:-10])  # the head and most of the body: the rest never comes
     await writer.drain()
-    seen = {line["request_id"] for line in access_lines(gw)}
+    seen = {line["request_id"] for line in gw.access_lines()}
     await asyncio.sleep(0.2)  # the gateway is reading the body now
     writer.close()
     await writer.wait_closed()
 
     async def logged() -> bool:
-        return any(line["request_id"] not in seen for line in access_lines(gw))
+        return any(line["request_id"] not in seen for line in gw.access_lines())
 
     await wait_until(logged)
-    [line] = [line for line in access_lines(gw) if line["request_id"] not in seen]
+    [line] = [line for line in gw.access_lines() if line["request_id"] not in seen]
     assert (line["status"], line["tenant"]) == (499, "web")
     assert "unhandled error" not in gw.log
 

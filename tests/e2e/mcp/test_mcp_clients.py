@@ -16,9 +16,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import orjson
 import pytest
 
+from gateway.config import hash_key
 from gateway_tools.clients.tool_config import config_for
 from gateway_tools.dev.processes import stop
 from gateway_tools.dev.sim.server import TritonSim
@@ -77,7 +77,7 @@ def clients_gateway(
         },
     }
     models = {AGENT: agent_model(agent_sim)}
-    tenants = {"coders": {**tenant("coders", ["*"]), "api_keys": [_hash(KEY)]}}
+    tenants = {"coders": {**tenant("coders", ["*"]), "api_keys": [hash_key(KEY)]}}
     tmp = tmp_path_factory.mktemp("mcp-clients")
     gw = start_gateway(
         tmp,
@@ -94,12 +94,6 @@ def clients_gateway(
         yield gw
     finally:
         stop(gw.process)
-
-
-def _hash(key: str) -> str:
-    from gateway.config.keys import hash_key
-
-    return hash_key(key)
 
 
 def inspector(npm_servers: Path, gateway: Gateway, *args: str) -> Any:
@@ -185,13 +179,8 @@ def test_the_filesystem_server_sees_only_its_root_and_the_sandbox_holds_if_it_di
 
 
 def tool_calls(gateway: Gateway) -> list[dict[str, Any]]:
-    """The access records of the gateway's `tools/call`s, oldest first."""
-    lines = (orjson.loads(line) for line in gateway.log.splitlines() if line.startswith("{"))
-    return [
-        line
-        for line in lines
-        if line.get("logger") == "gateway.access" and line.get("endpoint") == "mcp"
-    ]
+    """The access records of the gateway's MCP requests, oldest first."""
+    return [line for line in gateway.access_lines() if line["endpoint"] == "mcp"]
 
 
 def run_tool(
